@@ -1,0 +1,250 @@
+/*
+ * tmx — MPI-style tagged point-to-point messaging.
+ *
+ * Public API, version 0. Every call that can fail returns a tmx_status_t:
+ * TMX_OK (0), TMX_INPROGRESS (1), or a negative error code that
+ * tmx_strerror() names. Handles are opaque; parameter structs carry a field
+ * mask so that fields can be added without breaking callers, and unknown
+ * mask or flag bits are rejected with TMX_ERR_INVALID.
+ *
+ * Matching follows MPI (see docs/matching.md): messages from one source are
+ * matched in the order they were sent; receives are matched in the order they
+ * were posted; a receive takes the earliest-arrived matching message. A
+ * receive matches a message when the sources agree (or the receive names
+ * TMX_ANY_SOURCE) and (msg_tag & ~ignore) == (recv_tag & ~ignore).
+ */
+#ifndef TMX_H
+#define TMX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TMX_VERSION_MAJOR 0
+#define TMX_VERSION_MINOR 1
+#define TMX_VERSION_PATCH 0
+#define TMX_VERSION ((TMX_VERSION_MAJOR << 16) | (TMX_VERSION_MINOR << 8) | TMX_VERSION_PATCH)
+
+/* Status codes. Zero is success, one is "not finished yet", negatives are
+ * errors. The numeric values are part of the ABI. */
+typedef enum tmx_status {
+    TMX_OK = 0,
+    TMX_INPROGRESS = 1,        /* operation accepted, not complete yet */
+    TMX_ERR_INVALID = -1,      /* bad argument, unknown flag or field bit */
+    TMX_ERR_NOMEM = -2,        /* out of memory */
+    TMX_ERR_TRUNCATED = -3,    /* message longer than the receive buffer */
+    TMX_ERR_CANCELED = -4,     /* operation canceled */
+    TMX_ERR_NO_MESSAGE = -5,   /* probe found no matching message */
+    TMX_ERR_AGAIN = -6,        /* resources busy: progress and retry */
+    TMX_ERR_UNREACHABLE = -7,  /* no transport reaches the peer */
+    TMX_ERR_PEER_FAILED = -8,  /* the peer died or stopped answering */
+    TMX_ERR_UNSUPPORTED = -9,  /* valid request this build cannot do */
+    TMX_ERR_BUSY = -10,        /* object in use (e.g. cancel after match) */
+    TMX_ERR_NO_SPACE = -11,    /* output buffer too small; size returned */
+    TMX_ERR_TIMEOUT = -12,     /* wait timed out */
+    TMX_ERR_IO = -13,          /* system call failed */
+    TMX_ERR_PROTO = -14,       /* malformed data from the wire */
+    TMX_ERR_NOT_FOUND = -15,   /* no such peer, key or object */
+    TMX_ERR_INTERNAL = -16     /* a bug in tmx; see the log */
+} tmx_status_t;
+
+/* Returns a static, human-readable name for a status; never NULL. */
+const char *tmx_strerror(tmx_status_t status);
+
+/* Returns the library's TMX_VERSION, to compare with the header's. */
+unsigned tmx_version(void);
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct tmx_context *tmx_context_h;
+typedef struct tmx_request *tmx_request_h;
+typedef struct tmx_message *tmx_message_h;
+
+/* Peers are small integers assigned by tmx_peer_add() in insertion order:
+ * the first peer added is 0, the next 1, and so on. */
+typedef uint32_t tmx_peer_t;
+#define TMX_ANY_SOURCE ((tmx_peer_t)UINT32_MAX)
+#define TMX_PEER_NONE ((tmx_peer_t)UINT32_MAX - 1)
+
+/* Ignore masks: a set bit is a tag bit that does not take part in matching. */
+#define TMX_TAG_EXACT ((uint64_t)0)
+#define TMX_TAG_ANY (~(uint64_t)0)
+
+typedef enum tmx_thread_mode {
+    TMX_THREAD_SINGLE = 0,  /* one thread at a time calls into the context */
+    TMX_THREAD_MULTIPLE = 1 /* any thread may call any function at any time */
+} tmx_thread_mode_t;
+
+enum tmx_context_field {
+    TMX_CONTEXT_FIELD_THREAD_MODE = 1u << 0,
+    TMX_CONTEXT_FIELD_TRANSPORTS = 1u << 1,
+    TMX_CONTEXT_FIELD_NAME = 1u << 2
+};
+
+typedef struct tmx_context_params {
+    uint64_t field_mask;           /* which fields below are set */
+    tmx_thread_mode_t thread_mode; /* default TMX_THREAD_SINGLE */
+    const char *transports;        /* comma list, e.g. "self,shm"; default
+                                      the TMX_TRANSPORTS setting */
+    const char *name;              /* label used in log lines */
+} tmx_context_params_t;
+
+/* Creates a context. params may be NULL for all defaults. On success
+ * *ctx is set; on failure it is left untouched. */
+tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_context_h *ctx);
+
+/* Destroys a context. Outstanding operations are abandoned: their buffers
+ * are no longer touched once this returns and no completion is reported.
+ * Unreleased request and message handles become invalid. NULL is accepted. */
+tmx_status_t tmx_context_destroy(tmx_context_h ctx);
+
+/* Writes this process's address blob into buf. *len is the buffer's size
+ * on entry and the blob's size on return. If buf is too small the call
+ * returns TMX_ERR_NO_SPACE with *len set to the size needed. The blob is
+ * opaque, position independent and at most TMX_ADDRESS_MAX bytes. */
+#define TMX_ADDRESS_MAX 256
+tmx_status_t tmx_address(tmx_context_h ctx, void *buf, size_t *len);
+
+/* Adds a peer from an address blob produced by tmx_address() in any process
+ * of the job (including this one). Connection state is created on first use,
+ * not here. *peer receives the peer's number. Adding the same address twice
+ * gives two numbers naming the same process; messages from that process are
+ * reported with the first. */
+tmx_status_t tmx_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_peer_t *peer);
+
+/* Number of peers added so far. */
+tmx_status_t tmx_peer_count(tmx_context_h ctx, uint32_t *count);
+
+/* ------------------------------------------------------------- operations */
+
+typedef enum tmx_op_type {
+    TMX_OP_TSEND = 1,
+    TMX_OP_TRECV = 2
+} tmx_op_type_t;
+
+/* Operation flags. */
+enum tmx_op_flag {
+    /* No completion-queue entry; the caller tracks the operation through its
+     * request handle (or not at all). */
+    TMX_OP_FLAG_NO_CQ = 1u << 0,
+    /* Send: complete only once the receiver has matched the message (MPI's
+     * synchronous send, libfabric's FI_TRANSMIT_COMPLETE-after-match). */
+    TMX_OP_FLAG_SYNC = 1u << 1,
+    /* Send: carry params->data to the receiver's completion (remote CQ data).
+     * Implied when TMX_OP_FIELD_DATA is set. */
+    TMX_OP_FLAG_DATA = 1u << 2
+};
+
+enum tmx_op_field {
+    TMX_OP_FIELD_FLAGS = 1u << 0,
+    TMX_OP_FIELD_USER_CONTEXT = 1u << 1,
+    TMX_OP_FIELD_DATA = 1u << 2
+};
+
+typedef struct tmx_op_params {
+    uint64_t field_mask;  /* which fields below are set */
+    uint32_t flags;       /* enum tmx_op_flag */
+    void *user_context;   /* returned unchanged in the completion */
+    uint64_t data;        /* remote CQ data for a send */
+} tmx_op_params_t;
+
+/* Completion entry, written to the completion queue and returned by the
+ * request calls. */
+typedef struct tmx_completion {
+    void *user_context;   /* from the operation's parameters */
+    tmx_status_t status;  /* TMX_OK, TMX_ERR_TRUNCATED, TMX_ERR_CANCELED, ... */
+    tmx_op_type_t op;     /* which operation completed */
+    tmx_peer_t source;    /* receives: the sender; sends: the destination */
+    uint64_t tag;         /* receives: the message's tag; sends: the tag sent */
+    size_t length;        /* bytes placed in the receive buffer, or sent */
+    size_t msg_length;    /* receives: the message's full length (length <
+                             msg_length exactly when truncated) */
+    uint64_t data;        /* remote CQ data, if has_data */
+    uint32_t has_data;    /* non-zero when the sender attached data */
+} tmx_completion_t;
+
+/* Sends len bytes from buf to peer with the given tag. The buffer must stay
+ * untouched until the send completes. params may be NULL.
+ * Returns TMX_OK when the send was accepted; its completion is reported
+ * later through the completion queue (unless TMX_OP_FLAG_NO_CQ) and through
+ * *req when req is non-NULL. TMX_ERR_AGAIN means the transport is full:
+ * call tmx_progress() and retry. On error no completion is reported and
+ * *req is untouched. A send completes when its buffer may be reused. */
+tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
+                       uint64_t tag, const tmx_op_params_t *params, tmx_request_h *req);
+
+/* Posts a receive of up to len bytes into buf for a message from peer (or
+ * TMX_ANY_SOURCE) whose tag equals tag in every bit not set in ignore.
+ * Completion and request as for tmx_tsend(). A longer message completes
+ * with TMX_ERR_TRUNCATED after delivering the first len bytes. */
+tmx_status_t tmx_trecv(tmx_context_h ctx, tmx_peer_t peer, void *buf, size_t len, uint64_t tag,
+                       uint64_t ignore, const tmx_op_params_t *params, tmx_request_h *req);
+
+enum tmx_probe_flag {
+    /* Remove the message from matching and return a handle to it in *msg
+     * (MPI_Mprobe, FI_CLAIM). Without it the message stays (MPI_Iprobe,
+     * FI_PEEK). */
+    TMX_PROBE_FLAG_CLAIM = 1u << 0
+};
+
+/* Looks for the earliest-arrived message that a receive with the same
+ * (peer, tag, ignore) would match, after one progress pass. Returns TMX_OK
+ * and fills *info (source, tag, msg_length, data) if there is one, and
+ * TMX_ERR_NO_MESSAGE if not. With TMX_PROBE_FLAG_CLAIM, *msg receives a
+ * handle that must be passed to tmx_mrecv() or tmx_message_discard(). */
+tmx_status_t tmx_tprobe(tmx_context_h ctx, tmx_peer_t peer, uint64_t tag, uint64_t ignore,
+                        uint32_t flags, tmx_completion_t *info, tmx_message_h *msg);
+
+/* Receives a claimed message into buf; consumes the handle whatever the
+ * result (except TMX_ERR_INVALID on bad arguments, which leaves it valid). */
+tmx_status_t tmx_mrecv(tmx_context_h ctx, tmx_message_h msg, void *buf, size_t len,
+                       const tmx_op_params_t *params, tmx_request_h *req);
+
+/* Drops a claimed message (FI_CLAIM | FI_DISCARD); its sender completes
+ * normally. Consumes the handle. */
+tmx_status_t tmx_message_discard(tmx_context_h ctx, tmx_message_h msg);
+
+/* ------------------------------------------------------- completion queue */
+
+/* Drives progress once if the queue is empty, then moves up to max entries
+ * into out. *count receives the number moved (possibly 0). */
+tmx_status_t tmx_cq_read(tmx_context_h ctx, tmx_completion_t *out, size_t max, size_t *count);
+
+/* Drives all transports once. Returns the number of events handled (>= 0)
+ * or a negative status. */
+int tmx_progress(tmx_context_h ctx);
+
+/* --------------------------------------------------------------- requests */
+
+/* Returns TMX_INPROGRESS while the operation runs; otherwise its final
+ * status, and fills *out if out is non-NULL. Does not drive progress. */
+tmx_status_t tmx_request_test(tmx_request_h req, tmx_completion_t *out);
+
+/* Drives progress until the request completes, then as tmx_request_test().
+ * timeout_us < 0 waits forever; on timeout returns TMX_ERR_TIMEOUT. */
+tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx_completion_t *out);
+
+/* Cancels a posted receive that has not matched yet: it completes with
+ * TMX_ERR_CANCELED. Returns TMX_ERR_BUSY if the operation has already
+ * matched or completed (it then completes normally), TMX_ERR_UNSUPPORTED
+ * for sends. */
+tmx_status_t tmx_request_cancel(tmx_request_h req);
+
+/* Releases a request handle. An operation still running continues and
+ * reports through the completion queue as requested; only the handle goes. */
+tmx_status_t tmx_request_free(tmx_request_h req);
+
+/* -------------------------------------------------------------- settings */
+
+/* Writes the table of TMX_* settings (name, value, default, help) to the
+ * given stdio stream (a FILE *). */
+void tmx_config_print(void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TMX_H */

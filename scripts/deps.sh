@@ -1,0 +1,14 @@
+#!/bin/sh
+# Installs what tmx needs to build and test on Debian 12.
+set -eu
+PKGS="build-essential cmake pkg-config libcmocka-dev"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+missing=""
+for p in $PKGS; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+fi

@@ -1,0 +1,9 @@
+/* Settings: every TMX_* environment variable is one entry of one table,
+ * with its default and a line of help; tmx-info prints the table. */
+#ifndef TMX_CORE_CONFIG_H
+#define TMX_CORE_CONFIG_H
+
+/* The value of a setting: the environment's, else the default. */
+const char *config_get(const char *name);
+
+#endif

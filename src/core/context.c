@@ -1,0 +1,199 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/core.h"
+#include "proto/proto.h"
+#include "util/hash.h"
+#include "util/log.h"
+
+#define TMX_API __attribute__((visibility("default")))
+#define CORE_POOL_CHUNK 256
+
+static const uint64_t ctx_field_mask =
+    TMX_CONTEXT_FIELD_THREAD_MODE | TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_NAME;
+
+static uint64_t make_uuid(void)
+{
+    uint64_t r = 0;
+    struct timespec ts;
+
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r)) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        r = util_hash64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uintptr_t)&r);
+    }
+    return util_hash64(r ^ ((uint64_t)getpid() << 32));
+}
+
+static tmx_status_t params_check(const tmx_context_params_t *p)
+{
+    if (p == NULL)
+        return TMX_OK;
+    if (p->field_mask & ~ctx_field_mask) {
+        util_error("tmx_context_create: unknown field bits 0x%llx",
+                   (unsigned long long)(p->field_mask & ~ctx_field_mask));
+        return TMX_ERR_INVALID;
+    }
+    if ((p->field_mask & TMX_CONTEXT_FIELD_THREAD_MODE) && p->thread_mode != TMX_THREAD_SINGLE &&
+        p->thread_mode != TMX_THREAD_MULTIPLE) {
+        util_error("tmx_context_create: unknown thread mode %d", (int)p->thread_mode);
+        return TMX_ERR_INVALID;
+    }
+    if ((p->field_mask & TMX_CONTEXT_FIELD_TRANSPORTS) && p->transports == NULL) {
+        util_error("tmx_context_create: transports field set to NULL");
+        return TMX_ERR_INVALID;
+    }
+    return TMX_OK;
+}
+
+static tmx_status_t open_one(tmx_context_h ctx, const char *name)
+{
+    const tl_ops_t *ops = tl_find(name);
+    tl_iface_params_t ip = {ctx->uuid, proto_recv_cb, ctx};
+    tmx_status_t st;
+
+    if (ops == NULL) {
+        util_error("unknown transport '%s'", name);
+        return TMX_ERR_INVALID;
+    }
+    for (int i = 0; i < ctx->n_ifaces; i++) {
+        if (ctx->ifaces[i]->ops == ops)
+            return TMX_OK;
+    }
+    if (ctx->n_ifaces == CORE_MAX_TLS)
+        return TMX_ERR_INVALID;
+    st = ops->iface_open(&ip, &ctx->ifaces[ctx->n_ifaces]);
+    if (st != TMX_OK) {
+        util_error("cannot open transport %s: %s", name, tmx_strerror(st));
+        return st;
+    }
+    if (ops == &tl_self_ops)
+        ctx->self_iface = ctx->ifaces[ctx->n_ifaces];
+    ctx->n_ifaces++;
+    return TMX_OK;
+}
+
+static tmx_status_t open_transports(tmx_context_h ctx, const char *list)
+{
+    char buf[128];
+    char *save = NULL;
+    tmx_status_t st = TMX_OK;
+
+    if (strlen(list) >= sizeof(buf)) {
+        util_error("transport list '%s' too long", list);
+        return TMX_ERR_INVALID;
+    }
+    strcpy(buf, list);
+    for (char *tok = strtok_r(buf, ", ", &save); tok && st == TMX_OK; tok = strtok_r(NULL, ", ", &save))
+        st = open_one(ctx, tok);
+    if (st == TMX_OK && ctx->n_ifaces == 0) {
+        util_error("no transport in '%s'", list);
+        st = TMX_ERR_INVALID;
+    }
+    return st;
+}
+
+static void context_free(tmx_context_h ctx)
+{
+    util_dlist_t *pos, *tmp;
+
+    util_dlist_foreach_safe(pos, tmp, &ctx->msgs) {
+        free(util_container_of(pos, struct tmx_message, link)->payload);
+    }
+    proto_fini(ctx);
+    core_peers_fini(ctx);
+    for (int i = 0; i < ctx->n_ifaces; i++)
+        ctx->ifaces[i]->ops->iface_close(ctx->ifaces[i]);
+    match_fini(&ctx->match);
+    util_pool_fini(&ctx->req_pool);
+    util_pool_fini(&ctx->msg_pool);
+    core_cq_fini(&ctx->cq);
+    free(ctx->rndv);
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx);
+}
+
+static void context_apply(tmx_context_h ctx, const tmx_context_params_t *p)
+{
+    const char *name = "tmx";
+
+    if (p != NULL && (p->field_mask & TMX_CONTEXT_FIELD_THREAD_MODE))
+        ctx->mt = p->thread_mode == TMX_THREAD_MULTIPLE;
+    if (p != NULL && (p->field_mask & TMX_CONTEXT_FIELD_NAME) && p->name != NULL)
+        name = p->name;
+    snprintf(ctx->name, sizeof(ctx->name), "%s", name);
+}
+
+TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_context_h *out)
+{
+    tmx_context_h ctx;
+    const char *tls;
+    tmx_status_t st;
+
+    if (out == NULL) {
+        util_error("tmx_context_create: NULL output handle");
+        return TMX_ERR_INVALID;
+    }
+    util_log_set_level(config_get("TMX_LOG_LEVEL"));
+    if ((st = params_check(params)) != TMX_OK)
+        return st;
+    ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        return TMX_ERR_NOMEM;
+    pthread_mutex_init(&ctx->lock, NULL);
+    context_apply(ctx, params);
+    ctx->uuid = make_uuid();
+    ctx->rkey_seed = ctx->uuid;
+    ctx->self_peer = TMX_PEER_NONE;
+    ctx->rndv_free = UINT32_MAX;
+    util_dlist_init(&ctx->reqs);
+    util_dlist_init(&ctx->msgs);
+    util_dlist_init(&ctx->ctrl_pending);
+    util_pool_init(&ctx->req_pool, sizeof(struct tmx_request), CORE_POOL_CHUNK);
+    util_pool_init(&ctx->msg_pool, sizeof(struct tmx_message), CORE_POOL_CHUNK);
+    if ((st = match_init(&ctx->match)) != TMX_OK)
+        goto err_free;
+    if ((st = core_cq_init(&ctx->cq)) != TMX_OK)
+        goto err_free;
+    tls = params && (params->field_mask & TMX_CONTEXT_FIELD_TRANSPORTS) ? params->transports
+                                                                       : config_get("TMX_TRANSPORTS");
+    if ((st = open_transports(ctx, tls)) != TMX_OK)
+        goto err_free;
+    *out = ctx;
+    return TMX_OK;
+
+err_free:
+    context_free(ctx);
+    return st;
+}
+
+TMX_API tmx_status_t tmx_context_destroy(tmx_context_h ctx)
+{
+    if (ctx != NULL)
+        context_free(ctx);
+    return TMX_OK;
+}
+
+struct tmx_message *core_msg_alloc(tmx_context_h ctx)
+{
+    struct tmx_message *msg = util_pool_get(&ctx->msg_pool);
+
+    if (msg == NULL)
+        return NULL;
+    memset(msg, 0, sizeof(*msg));
+    msg->ctx = ctx;
+    util_dlist_push_tail(&ctx->msgs, &msg->link);
+    return msg;
+}
+
+void core_msg_free(tmx_context_h ctx, struct tmx_message *msg)
+{
+    util_dlist_unlink(&msg->link);
+    free(msg->payload);
+    msg->ctx = NULL;
+    util_pool_put(&ctx->msg_pool, msg);
+}

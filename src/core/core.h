@@ -1,0 +1,149 @@
+/*
+ * Internals of the core: the context, its peers, requests, unexpected
+ * messages and completion queue. Shared by src/core and src/proto.
+ */
+#ifndef TMX_CORE_H
+#define TMX_CORE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "match/match.h"
+#include "tl/tl.h"
+#include "tmx.h"
+#include "util/list.h"
+#include "util/pool.h"
+
+#define CORE_MAX_TLS 4
+
+typedef struct core_peer {
+    uint64_t uuid;              /* the remote context's identity */
+    const tl_ops_t *tl;         /* the transport that reaches it */
+    tl_iface_t *iface;
+    tl_ep_t *ep;                /* created on first use */
+    unsigned char *addr;        /* the transport's address section */
+    size_t addr_len;
+} core_peer_t;
+
+enum core_req_state {
+    CORE_REQ_POSTED = 0,   /* waiting in the matcher or for the wire */
+    CORE_REQ_ACTIVE = 1,   /* matched, data moving */
+    CORE_REQ_DONE = 2
+};
+
+struct tmx_request {
+    void *pool_link;            /* the pool's free-list word, kept apart */
+    tmx_context_h ctx;
+    util_dlist_t link;          /* in ctx->reqs: live requests */
+    uint32_t flags;             /* enum tmx_op_flag */
+    uint8_t state;              /* enum core_req_state */
+    uint8_t handle_held;        /* the caller holds a handle */
+    uint8_t freed;              /* debug guard against double release */
+    uint32_t id;                /* rendezvous sends: index in ctx->rndv */
+    uint64_t rkey;              /* rendezvous sends: key the FIN must echo */
+    void *buf;
+    size_t len;
+    tmx_completion_t comp;
+    match_recv_t recv;          /* receives: the posted entry */
+    tl_get_op_t get;            /* rendezvous receives: the read */
+    tmx_peer_t rndv_src;        /* rendezvous receives: where FIN goes */
+    uint32_t rndv_app_ctx;      /* rendezvous receives: echoed in FIN */
+    uint64_t rndv_va;
+    uint64_t rndv_rkey;
+    uint64_t rndv_len;
+};
+
+enum core_msg_kind {
+    CORE_MSG_EAGER = 1,
+    CORE_MSG_RNDV = 2
+};
+
+/* An unexpected message. Eager ones own a copy of their payload; a
+ * rendezvous one holds only its header (seed 000). */
+struct tmx_message {
+    void *pool_link;            /* the pool's free-list word, kept apart */
+    tmx_context_h ctx;
+    match_msg_t m;
+    util_dlist_t link;          /* in ctx->msgs: live messages */
+    uint8_t kind;               /* enum core_msg_kind */
+    uint8_t claimed;
+    uint32_t app_ctx;           /* rendezvous: sender's request id */
+    uint32_t has_data;
+    uint64_t data;
+    uint64_t va;                /* rendezvous: sender's buffer */
+    uint64_t rkey;
+    size_t len;
+    void *payload;              /* eager: malloc'ed copy, NULL if empty */
+};
+
+typedef struct core_cq {
+    tmx_completion_t *ring;
+    size_t cap;                 /* a power of two */
+    size_t head;                /* next to read */
+    size_t count;
+} core_cq_t;
+
+struct tmx_context {
+    pthread_mutex_t lock;
+    int mt;                     /* TMX_THREAD_MULTIPLE */
+    uint64_t uuid;
+    char name[32];
+    tl_iface_t *ifaces[CORE_MAX_TLS];
+    int n_ifaces;
+    tl_iface_t *self_iface;
+    core_peer_t *peers;
+    uint32_t n_peers;
+    uint32_t cap_peers;
+    tmx_peer_t self_peer;       /* first peer naming this context */
+    match_engine_t match;
+    util_pool_t req_pool;
+    util_pool_t msg_pool;
+    util_dlist_t reqs;
+    util_dlist_t msgs;
+    struct tmx_request **rndv;  /* rendezvous sends by id */
+    uint32_t n_rndv_slots;
+    uint32_t rndv_free;         /* head of the free-slot chain */
+    uint64_t rkey_seed;
+    util_dlist_t ctrl_pending;  /* control packets waiting for room */
+    uint64_t dropped;           /* packets from the wire that did not parse */
+    core_cq_t cq;
+};
+
+static inline void core_lock(tmx_context_h ctx)
+{
+    if (ctx->mt)
+        pthread_mutex_lock(&ctx->lock);
+}
+
+static inline void core_unlock(tmx_context_h ctx)
+{
+    if (ctx->mt)
+        pthread_mutex_unlock(&ctx->lock);
+}
+
+/* cq.c */
+tmx_status_t core_cq_init(core_cq_t *cq);
+void core_cq_fini(core_cq_t *cq);
+tmx_status_t core_cq_push(core_cq_t *cq, const tmx_completion_t *c);
+size_t core_cq_pop(core_cq_t *cq, tmx_completion_t *out, size_t max);
+
+/* request.c */
+struct tmx_request *core_req_alloc(tmx_context_h ctx, const tmx_op_params_t *params,
+                                   tmx_op_type_t op);
+void core_req_complete(struct tmx_request *req, tmx_status_t status);
+void core_req_release(struct tmx_request *req);
+tmx_status_t core_op_params_check(const tmx_op_params_t *params, uint32_t allowed_flags);
+tmx_status_t core_rndv_slot_get(tmx_context_h ctx, struct tmx_request *req);
+struct tmx_request *core_rndv_lookup(tmx_context_h ctx, uint32_t id);
+void core_rndv_slot_put(tmx_context_h ctx, struct tmx_request *req);
+int core_progress(tmx_context_h ctx);
+
+/* peer.c */
+tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep);
+void core_peers_fini(tmx_context_h ctx);
+
+/* message lifetime */
+struct tmx_message *core_msg_alloc(tmx_context_h ctx);
+void core_msg_free(tmx_context_h ctx, struct tmx_message *msg);
+
+#endif

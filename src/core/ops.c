@@ -1,0 +1,254 @@
+/* The public operations: argument checks, then the protocols. */
+#include "core/core.h"
+#include "proto/proto.h"
+#include "util/log.h"
+
+#define TMX_API __attribute__((visibility("default")))
+
+#define SEND_FLAGS (TMX_OP_FLAG_NO_CQ | TMX_OP_FLAG_SYNC | TMX_OP_FLAG_DATA)
+#define RECV_FLAGS TMX_OP_FLAG_NO_CQ
+
+static tmx_status_t send_check(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
+                               const tmx_op_params_t *params)
+{
+    if (ctx == NULL || (buf == NULL && len != 0)) {
+        util_error("tmx_tsend: NULL %s", ctx == NULL ? "context" : "buffer");
+        return TMX_ERR_INVALID;
+    }
+    if (peer >= ctx->n_peers) {
+        util_error("tmx_tsend: peer %u does not exist (%u peers)", peer, ctx->n_peers);
+        return TMX_ERR_INVALID;
+    }
+    return core_op_params_check(params, SEND_FLAGS);
+}
+
+/* Hands the request to the caller, or takes it back if starting failed. */
+static tmx_status_t submit_end(struct tmx_request *req, tmx_status_t st, tmx_request_h *out)
+{
+    if (st != TMX_OK) {
+        core_req_release(req);
+        return st;
+    }
+    if (out != NULL)
+        *out = req;
+    return TMX_OK;
+}
+
+TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
+                               uint64_t tag, const tmx_op_params_t *params, tmx_request_h *out)
+{
+    struct tmx_request *req;
+    tmx_status_t st = send_check(ctx, peer, buf, len, params);
+
+    if (st != TMX_OK)
+        return st;
+    core_lock(ctx);
+    req = core_req_alloc(ctx, params, TMX_OP_TSEND);
+    if (req == NULL) {
+        core_unlock(ctx);
+        return TMX_ERR_NOMEM;
+    }
+    req->handle_held = out != NULL;
+    req->comp.source = peer;
+    req->comp.tag = tag;
+    req->comp.length = len;
+    req->comp.msg_length = len;
+    st = proto_send(ctx, req, peer, buf, len, tag);
+    st = submit_end(req, st, out);
+    core_unlock(ctx);
+    return st;
+}
+
+static tmx_status_t recv_check(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
+                               const tmx_op_params_t *params)
+{
+    if (ctx == NULL || (buf == NULL && len != 0)) {
+        util_error("tmx_trecv: NULL %s", ctx == NULL ? "context" : "buffer");
+        return TMX_ERR_INVALID;
+    }
+    if (peer != TMX_ANY_SOURCE && peer >= ctx->n_peers) {
+        util_error("tmx_trecv: peer %u does not exist (%u peers)", peer, ctx->n_peers);
+        return TMX_ERR_INVALID;
+    }
+    return core_op_params_check(params, RECV_FLAGS);
+}
+
+TMX_API tmx_status_t tmx_trecv(tmx_context_h ctx, tmx_peer_t peer, void *buf, size_t len,
+                               uint64_t tag, uint64_t ignore, const tmx_op_params_t *params,
+                               tmx_request_h *out)
+{
+    struct tmx_request *req;
+    tmx_status_t st = recv_check(ctx, peer, buf, len, params);
+
+    if (st != TMX_OK)
+        return st;
+    core_lock(ctx);
+    req = core_req_alloc(ctx, params, TMX_OP_TRECV);
+    if (req == NULL) {
+        core_unlock(ctx);
+        return TMX_ERR_NOMEM;
+    }
+    req->handle_held = out != NULL;
+    req->buf = buf;
+    req->len = len;
+    req->recv.src = peer;
+    req->recv.tag = tag;
+    req->recv.ignore = ignore;
+    st = proto_recv(ctx, req);
+    st = submit_end(req, st, out);
+    core_unlock(ctx);
+    return st;
+}
+
+static void probe_fill(const struct tmx_message *msg, tmx_completion_t *info)
+{
+    info->user_context = NULL;
+    info->status = TMX_OK;
+    info->op = TMX_OP_TRECV;
+    info->source = msg->m.src;
+    info->tag = msg->m.tag;
+    info->length = msg->len;
+    info->msg_length = msg->len;
+    info->has_data = msg->has_data;
+    info->data = msg->data;
+}
+
+static tmx_status_t probe_check(tmx_context_h ctx, tmx_peer_t peer, uint32_t flags,
+                                tmx_message_h *msg)
+{
+    if (ctx == NULL) {
+        util_error("tmx_tprobe: NULL context");
+        return TMX_ERR_INVALID;
+    }
+    if (flags & ~(uint32_t)TMX_PROBE_FLAG_CLAIM) {
+        util_error("tmx_tprobe: unknown flag bits 0x%x", flags & ~(uint32_t)TMX_PROBE_FLAG_CLAIM);
+        return TMX_ERR_INVALID;
+    }
+    if ((flags & TMX_PROBE_FLAG_CLAIM) && msg == NULL) {
+        util_error("tmx_tprobe: CLAIM without a message handle to return");
+        return TMX_ERR_INVALID;
+    }
+    if (peer != TMX_ANY_SOURCE && peer >= ctx->n_peers) {
+        util_error("tmx_tprobe: peer %u does not exist (%u peers)", peer, ctx->n_peers);
+        return TMX_ERR_INVALID;
+    }
+    return TMX_OK;
+}
+
+TMX_API tmx_status_t tmx_tprobe(tmx_context_h ctx, tmx_peer_t peer, uint64_t tag, uint64_t ignore,
+                                uint32_t flags, tmx_completion_t *info, tmx_message_h *out)
+{
+    match_msg_t *m;
+    struct tmx_message *msg;
+    tmx_status_t st = probe_check(ctx, peer, flags, out);
+
+    if (st != TMX_OK)
+        return st;
+    core_lock(ctx);
+    core_progress(ctx);
+    m = match_find_msg(&ctx->match, peer, tag, ignore);
+    if (m == NULL) {
+        core_unlock(ctx);
+        return TMX_ERR_NO_MESSAGE;
+    }
+    msg = util_container_of(m, struct tmx_message, m);
+    if (info != NULL)
+        probe_fill(msg, info);
+    if (flags & TMX_PROBE_FLAG_CLAIM) {
+        match_remove_msg(&ctx->match, m);
+        msg->claimed = 1;
+        *out = msg;
+    }
+    core_unlock(ctx);
+    return TMX_OK;
+}
+
+static tmx_status_t claimed_check(tmx_context_h ctx, tmx_message_h msg, const char *fn)
+{
+    if (ctx == NULL || msg == NULL) {
+        util_error("%s: NULL %s", fn, ctx == NULL ? "context" : "message");
+        return TMX_ERR_INVALID;
+    }
+    if (msg->ctx != ctx || !msg->claimed) {
+        util_error("%s: message %p is not a claimed message of this context", fn, (void *)msg);
+        return TMX_ERR_INVALID;
+    }
+    return TMX_OK;
+}
+
+TMX_API tmx_status_t tmx_mrecv(tmx_context_h ctx, tmx_message_h msg, void *buf, size_t len,
+                               const tmx_op_params_t *params, tmx_request_h *out)
+{
+    struct tmx_request *req;
+    tmx_status_t st;
+
+    if (buf == NULL && len != 0) {
+        util_error("tmx_mrecv: NULL buffer of %zu bytes", len);
+        return TMX_ERR_INVALID;
+    }
+    if ((st = core_op_params_check(params, RECV_FLAGS)) != TMX_OK)
+        return st;
+    if (ctx != NULL)
+        core_lock(ctx);
+    if ((st = claimed_check(ctx, msg, "tmx_mrecv")) != TMX_OK)
+        goto out_unlock;
+    req = core_req_alloc(ctx, params, TMX_OP_TRECV);
+    if (req == NULL) {
+        st = TMX_ERR_NOMEM;
+        goto out_unlock;
+    }
+    req->handle_held = out != NULL;
+    req->buf = buf;
+    req->len = len;
+    req->state = CORE_REQ_ACTIVE;
+    if (out != NULL)
+        *out = req;
+    proto_msg_deliver(ctx, msg, req);
+out_unlock:
+    if (ctx != NULL)
+        core_unlock(ctx);
+    return st;
+}
+
+TMX_API tmx_status_t tmx_message_discard(tmx_context_h ctx, tmx_message_h msg)
+{
+    tmx_status_t st;
+
+    if (ctx != NULL)
+        core_lock(ctx);
+    st = claimed_check(ctx, msg, "tmx_message_discard");
+    if (st == TMX_OK)
+        proto_msg_discard(ctx, msg);
+    if (ctx != NULL)
+        core_unlock(ctx);
+    return st;
+}
+
+TMX_API tmx_status_t tmx_cq_read(tmx_context_h ctx, tmx_completion_t *out, size_t max,
+                                 size_t *count)
+{
+    if (ctx == NULL || count == NULL || (out == NULL && max != 0)) {
+        util_error("tmx_cq_read: NULL %s", ctx == NULL ? "context" : count == NULL ? "count" : "entries");
+        return TMX_ERR_INVALID;
+    }
+    core_lock(ctx);
+    if (ctx->cq.count == 0)
+        core_progress(ctx);
+    *count = core_cq_pop(&ctx->cq, out, max);
+    core_unlock(ctx);
+    return TMX_OK;
+}
+
+TMX_API int tmx_progress(tmx_context_h ctx)
+{
+    int events;
+
+    if (ctx == NULL) {
+        util_error("tmx_progress: NULL context");
+        return TMX_ERR_INVALID;
+    }
+    core_lock(ctx);
+    events = core_progress(ctx);
+    core_unlock(ctx);
+    return events;
+}

@@ -1,0 +1,235 @@
+/*
+ * Peers and address blobs. A blob is a header (magic, version, the
+ * context's uuid) followed by one section per transport. Endpoints are
+ * created on first use of a peer (seed 002), so adding a peer costs a copy
+ * of its address only.
+ */
+#include <endian.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "util/log.h"
+
+#define TMX_API __attribute__((visibility("default")))
+#define ADDR_MAGIC 0x41584d54u /* "TMXA" */
+#define ADDR_VERSION 1
+#define ADDR_NAME_LEN 8
+
+typedef struct addr_hdr {
+    uint32_t magic;     /* ADDR_MAGIC, little endian */
+    uint8_t version;    /* ADDR_VERSION */
+    uint8_t n_sections; /* transport sections that follow */
+    uint16_t reserved;  /* zero */
+    uint64_t uuid;      /* the context's identity, little endian */
+} addr_hdr_t;
+
+typedef struct addr_section {
+    char name[ADDR_NAME_LEN]; /* transport name, NUL padded */
+    uint16_t len;             /* bytes of address that follow, little endian */
+} __attribute__((packed)) addr_section_t;
+
+static tmx_status_t address_locked(tmx_context_h ctx, unsigned char *buf, size_t room, size_t *used)
+{
+    addr_hdr_t hdr = {htole32(ADDR_MAGIC), ADDR_VERSION, 0, 0, htole64(ctx->uuid)};
+    unsigned char tmp[TMX_ADDRESS_MAX];
+    size_t off = sizeof(hdr);
+
+    for (int i = 0; i < ctx->n_ifaces; i++) {
+        tl_iface_t *iface = ctx->ifaces[i];
+        addr_section_t sec = {{0}, 0};
+        size_t len = sizeof(tmp) - off - sizeof(sec);
+        if (iface == ctx->self_iface)
+            continue; /* the uuid is the self transport's address */
+        if (off + sizeof(sec) > sizeof(tmp) || iface->ops->address(iface, tmp + off + sizeof(sec), &len) != TMX_OK)
+            return TMX_ERR_INTERNAL;
+        strncpy(sec.name, iface->ops->name, ADDR_NAME_LEN);
+        sec.len = htole16((uint16_t)len);
+        memcpy(tmp + off, &sec, sizeof(sec));
+        off += sizeof(sec) + len;
+        hdr.n_sections++;
+    }
+    memcpy(tmp, &hdr, sizeof(hdr));
+    *used = off;
+    if (buf == NULL || room < off)
+        return TMX_ERR_NO_SPACE;
+    memcpy(buf, tmp, off);
+    return TMX_OK;
+}
+
+TMX_API tmx_status_t tmx_address(tmx_context_h ctx, void *buf, size_t *len)
+{
+    size_t used;
+    tmx_status_t st;
+
+    if (ctx == NULL || len == NULL) {
+        util_error("tmx_address: NULL %s", ctx == NULL ? "context" : "length");
+        return TMX_ERR_INVALID;
+    }
+    core_lock(ctx);
+    st = address_locked(ctx, buf, *len, &used);
+    core_unlock(ctx);
+    if (st == TMX_OK || st == TMX_ERR_NO_SPACE)
+        *len = used;
+    return st;
+}
+
+/* Finds the first section of a transport this context has open. */
+static tmx_status_t addr_pick(tmx_context_h ctx, const unsigned char *p, size_t len,
+                              unsigned n_sections, core_peer_t *peer)
+{
+    size_t off = sizeof(addr_hdr_t);
+
+    for (unsigned i = 0; i < n_sections; i++) {
+        addr_section_t sec;
+        if (len - off < sizeof(sec))
+            goto err_parse;
+        memcpy(&sec, p + off, sizeof(sec));
+        off += sizeof(sec);
+        sec.len = le16toh(sec.len);
+        if (len - off < sec.len || memchr(sec.name, '\0', ADDR_NAME_LEN) == NULL)
+            goto err_parse;
+        for (int k = 0; k < ctx->n_ifaces && peer->tl == NULL; k++) {
+            tl_iface_t *iface = ctx->ifaces[k];
+            if (iface != ctx->self_iface && strcmp(iface->ops->name, sec.name) == 0) {
+                peer->tl = iface->ops;
+                peer->iface = iface;
+                peer->addr = (unsigned char *)p + off;
+                peer->addr_len = sec.len;
+            }
+        }
+        off += sec.len;
+    }
+    return peer->tl != NULL ? TMX_OK : TMX_ERR_UNREACHABLE;
+
+err_parse:
+    util_error("tmx_peer_add: a transport section of the address is malformed");
+    return TMX_ERR_INVALID;
+}
+
+static tmx_status_t addr_parse(tmx_context_h ctx, const void *addr, size_t len, core_peer_t *peer)
+{
+    addr_hdr_t hdr;
+
+    if (len < sizeof(hdr) || len > TMX_ADDRESS_MAX) {
+        util_error("tmx_peer_add: address of %zu bytes (valid: %zu to %d)", len, sizeof(hdr),
+                   TMX_ADDRESS_MAX);
+        return TMX_ERR_INVALID;
+    }
+    memcpy(&hdr, addr, sizeof(hdr));
+    if (le32toh(hdr.magic) != ADDR_MAGIC || hdr.version != ADDR_VERSION || hdr.reserved != 0) {
+        util_error("tmx_peer_add: not a tmx address (magic 0x%x version %u)", le32toh(hdr.magic),
+                   hdr.version);
+        return TMX_ERR_INVALID;
+    }
+    memset(peer, 0, sizeof(*peer));
+    peer->uuid = le64toh(hdr.uuid);
+    if (peer->uuid == ctx->uuid && ctx->self_iface != NULL) {
+        peer->tl = ctx->self_iface->ops;
+        peer->iface = ctx->self_iface;
+        return TMX_OK;
+    }
+    return addr_pick(ctx, addr, len, hdr.n_sections, peer);
+}
+
+static tmx_status_t peers_reserve(tmx_context_h ctx)
+{
+    uint32_t cap = ctx->cap_peers ? ctx->cap_peers * 2 : 16;
+    core_peer_t *p;
+
+    if (ctx->n_peers < ctx->cap_peers)
+        return TMX_OK;
+    if (ctx->cap_peers >= TMX_PEER_NONE / 2)
+        return TMX_ERR_NO_SPACE;
+    p = realloc(ctx->peers, cap * sizeof(*p));
+    if (p == NULL)
+        return TMX_ERR_NOMEM;
+    ctx->peers = p;
+    ctx->cap_peers = cap;
+    return TMX_OK;
+}
+
+static tmx_status_t peer_add_locked(tmx_context_h ctx, const void *addr, size_t len,
+                                    tmx_peer_t *out)
+{
+    core_peer_t peer;
+    tmx_status_t st = addr_parse(ctx, addr, len, &peer);
+
+    if (st != TMX_OK)
+        return st;
+    if ((st = peers_reserve(ctx)) != TMX_OK) {
+        util_error("tmx_peer_add: cannot grow the peer table past %u", ctx->n_peers);
+        return st;
+    }
+    if (peer.addr_len != 0) {
+        unsigned char *copy = malloc(peer.addr_len);
+        if (copy == NULL)
+            return TMX_ERR_NOMEM;
+        memcpy(copy, peer.addr, peer.addr_len);
+        peer.addr = copy;
+    }
+    if (peer.uuid == ctx->uuid && ctx->self_peer == TMX_PEER_NONE)
+        ctx->self_peer = ctx->n_peers;
+    ctx->peers[ctx->n_peers] = peer;
+    *out = ctx->n_peers++;
+    return TMX_OK;
+}
+
+TMX_API tmx_status_t tmx_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_peer_t *peer)
+{
+    tmx_status_t st;
+
+    if (ctx == NULL || addr == NULL || peer == NULL) {
+        util_error("tmx_peer_add: NULL %s", ctx == NULL ? "context" : addr == NULL ? "address" : "peer");
+        return TMX_ERR_INVALID;
+    }
+    core_lock(ctx);
+    st = peer_add_locked(ctx, addr, len, peer);
+    core_unlock(ctx);
+    return st;
+}
+
+TMX_API tmx_status_t tmx_peer_count(tmx_context_h ctx, uint32_t *count)
+{
+    if (ctx == NULL || count == NULL) {
+        util_error("tmx_peer_count: NULL %s", ctx == NULL ? "context" : "count");
+        return TMX_ERR_INVALID;
+    }
+    core_lock(ctx);
+    *count = ctx->n_peers;
+    core_unlock(ctx);
+    return TMX_OK;
+}
+
+tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
+{
+    core_peer_t *p;
+    tmx_status_t st;
+
+    if (peer >= ctx->n_peers) {
+        util_error("peer %u does not exist (%u peers)", peer, ctx->n_peers);
+        return TMX_ERR_NOT_FOUND;
+    }
+    p = &ctx->peers[peer];
+    if (p->ep == NULL) {
+        st = p->tl->ep_create(p->iface, p->addr, p->addr_len, peer, &p->ep);
+        if (st != TMX_OK) {
+            util_error("cannot reach peer %u over %s: %s", peer, p->tl->name, tmx_strerror(st));
+            return st;
+        }
+    }
+    *ep = p->ep;
+    return TMX_OK;
+}
+
+void core_peers_fini(tmx_context_h ctx)
+{
+    for (uint32_t i = 0; i < ctx->n_peers; i++) {
+        if (ctx->peers[i].ep != NULL)
+            ctx->peers[i].tl->ep_destroy(ctx->peers[i].ep);
+        free(ctx->peers[i].addr);
+    }
+    free(ctx->peers);
+    ctx->peers = NULL;
+    ctx->n_peers = 0;
+}

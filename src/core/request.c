@@ -1,0 +1,225 @@
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/core.h"
+#include "proto/proto.h"
+#include "util/hash.h"
+#include "util/log.h"
+
+#define TMX_API __attribute__((visibility("default")))
+#define RNDV_FREE_BIT ((uintptr_t)1)
+
+static const uint64_t op_field_mask =
+    TMX_OP_FIELD_FLAGS | TMX_OP_FIELD_USER_CONTEXT | TMX_OP_FIELD_DATA;
+
+tmx_status_t core_op_params_check(const tmx_op_params_t *params, uint32_t allowed_flags)
+{
+    if (params == NULL)
+        return TMX_OK;
+    if (params->field_mask & ~op_field_mask) {
+        util_error("unknown operation field bits 0x%llx",
+                   (unsigned long long)(params->field_mask & ~op_field_mask));
+        return TMX_ERR_INVALID;
+    }
+    if ((params->field_mask & TMX_OP_FIELD_FLAGS) && (params->flags & ~allowed_flags)) {
+        util_error("flag bits 0x%x not allowed for this operation", params->flags & ~allowed_flags);
+        return TMX_ERR_INVALID;
+    }
+    return TMX_OK;
+}
+
+struct tmx_request *core_req_alloc(tmx_context_h ctx, const tmx_op_params_t *params,
+                                   tmx_op_type_t op)
+{
+    struct tmx_request *req = util_pool_get(&ctx->req_pool);
+
+    if (req == NULL) {
+        util_error("out of memory allocating a request");
+        return NULL;
+    }
+    memset(req, 0, sizeof(*req));
+    req->ctx = ctx;
+    req->comp.op = op;
+    if (params != NULL) {
+        uint64_t f = params->field_mask;
+        req->flags = (f & TMX_OP_FIELD_FLAGS) ? params->flags : 0;
+        req->comp.user_context = (f & TMX_OP_FIELD_USER_CONTEXT) ? params->user_context : NULL;
+        if ((f & TMX_OP_FIELD_DATA) || (req->flags & TMX_OP_FLAG_DATA)) {
+            req->comp.has_data = 1;
+            req->comp.data = (f & TMX_OP_FIELD_DATA) ? params->data : 0;
+        }
+    }
+    req->comp.status = TMX_INPROGRESS;
+    util_dlist_push_tail(&ctx->reqs, &req->link);
+    return req;
+}
+
+void core_req_release(struct tmx_request *req)
+{
+    util_dlist_unlink(&req->link);
+    util_pool_put(&req->ctx->req_pool, req);
+}
+
+void core_req_complete(struct tmx_request *req, tmx_status_t status)
+{
+    req->state = CORE_REQ_DONE;
+    req->comp.status = status;
+    if (!(req->flags & TMX_OP_FLAG_NO_CQ))
+        core_cq_push(&req->ctx->cq, &req->comp);
+    if (!req->handle_held)
+        core_req_release(req);
+}
+
+/* ------------------------------------------------------ rendezvous slots */
+
+static tmx_status_t rndv_grow(tmx_context_h ctx)
+{
+    uint32_t n = ctx->n_rndv_slots ? ctx->n_rndv_slots * 2 : 64;
+    struct tmx_request **slots = realloc(ctx->rndv, n * sizeof(*slots));
+
+    if (slots == NULL)
+        return TMX_ERR_NOMEM;
+    for (uint32_t i = ctx->n_rndv_slots; i < n; i++) {
+        uint32_t next = i + 1 < n ? i + 1 : UINT32_MAX;
+        slots[i] = (struct tmx_request *)(((uintptr_t)next << 1) | RNDV_FREE_BIT);
+    }
+    ctx->rndv_free = ctx->n_rndv_slots;
+    ctx->rndv = slots;
+    ctx->n_rndv_slots = n;
+    return TMX_OK;
+}
+
+tmx_status_t core_rndv_slot_get(tmx_context_h ctx, struct tmx_request *req)
+{
+    uint32_t id;
+
+    if (ctx->rndv_free == UINT32_MAX && rndv_grow(ctx) != TMX_OK) {
+        util_error("out of memory tracking %u rendezvous sends", ctx->n_rndv_slots);
+        return TMX_ERR_NOMEM;
+    }
+    id = ctx->rndv_free;
+    ctx->rndv_free = (uint32_t)((uintptr_t)ctx->rndv[id] >> 1);
+    ctx->rndv[id] = req;
+    req->id = id;
+    req->rkey = util_hash64(ctx->rkey_seed++);
+    return TMX_OK;
+}
+
+struct tmx_request *core_rndv_lookup(tmx_context_h ctx, uint32_t id)
+{
+    if (id >= ctx->n_rndv_slots || ((uintptr_t)ctx->rndv[id] & RNDV_FREE_BIT))
+        return NULL;
+    return ctx->rndv[id];
+}
+
+void core_rndv_slot_put(tmx_context_h ctx, struct tmx_request *req)
+{
+    ctx->rndv[req->id] = (struct tmx_request *)(((uintptr_t)ctx->rndv_free << 1) | RNDV_FREE_BIT);
+    ctx->rndv_free = req->id;
+}
+
+/* -------------------------------------------------------------- progress */
+
+int core_progress(tmx_context_h ctx)
+{
+    int events = 0;
+
+    for (int i = 0; i < ctx->n_ifaces; i++)
+        events += ctx->ifaces[i]->ops->progress(ctx->ifaces[i]);
+    if (!util_dlist_empty(&ctx->ctrl_pending))
+        events += proto_progress(ctx);
+    return events;
+}
+
+/* ------------------------------------------------------------ public API */
+
+TMX_API tmx_status_t tmx_request_test(tmx_request_h req, tmx_completion_t *out)
+{
+    tmx_status_t st;
+
+    if (req == NULL) {
+        util_error("tmx_request_test: NULL request");
+        return TMX_ERR_INVALID;
+    }
+    core_lock(req->ctx);
+    st = req->state == CORE_REQ_DONE ? req->comp.status : TMX_INPROGRESS;
+    if (st != TMX_INPROGRESS && out != NULL)
+        *out = req->comp;
+    core_unlock(req->ctx);
+    return st;
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx_completion_t *out)
+{
+    int64_t deadline = timeout_us < 0 ? INT64_MAX : now_us() + timeout_us;
+    tmx_status_t st;
+
+    if (req == NULL) {
+        util_error("tmx_request_wait: NULL request");
+        return TMX_ERR_INVALID;
+    }
+    while ((st = tmx_request_test(req, out)) == TMX_INPROGRESS) {
+        if (now_us() > deadline)
+            return TMX_ERR_TIMEOUT;
+        core_lock(req->ctx);
+        core_progress(req->ctx);
+        core_unlock(req->ctx);
+    }
+    return st;
+}
+
+static tmx_status_t request_cancel_locked(struct tmx_request *req)
+{
+    if (req->comp.op != TMX_OP_TRECV)
+        return TMX_ERR_UNSUPPORTED;
+    if (req->state != CORE_REQ_POSTED || !match_recv_is_posted(&req->recv))
+        return TMX_ERR_BUSY;
+    match_remove_recv(&req->ctx->match, &req->recv);
+    core_req_complete(req, TMX_ERR_CANCELED);
+    return TMX_OK;
+}
+
+TMX_API tmx_status_t tmx_request_cancel(tmx_request_h req)
+{
+    tmx_status_t st;
+
+    if (req == NULL) {
+        util_error("tmx_request_cancel: NULL request");
+        return TMX_ERR_INVALID;
+    }
+    core_lock(req->ctx);
+    st = request_cancel_locked(req);
+    core_unlock(req->ctx);
+    return st;
+}
+
+TMX_API tmx_status_t tmx_request_free(tmx_request_h req)
+{
+    tmx_context_h ctx;
+
+    if (req == NULL) {
+        util_error("tmx_request_free: NULL request");
+        return TMX_ERR_INVALID;
+    }
+    ctx = req->ctx;
+    core_lock(ctx);
+    if (!req->handle_held) {
+        core_unlock(ctx);
+        util_error("tmx_request_free: request %p already released", (void *)req);
+        return TMX_ERR_INVALID;
+    }
+    req->handle_held = 0;
+    if (req->state == CORE_REQ_DONE)
+        core_req_release(req);
+    core_unlock(ctx);
+    return TMX_OK;
+}

@@ -1,0 +1,338 @@
+#include "match/match.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/hash.h"
+#include "util/log.h"
+
+#define MATCH_MIN_BUCKETS 64
+#define MATCH_BIN_CHUNK 256
+
+/* A FIFO of entries sharing one key: (mask, src or ANY, tag & ~mask). */
+typedef struct match_bin {
+    struct match_bin *next;  /* hash chain */
+    uint64_t hash;
+    uint64_t mask;
+    uint64_t tag;            /* already masked */
+    uint32_t src;
+    uint32_t slot;           /* unexpected bins: which match_msg link */
+    util_dlist_t queue;
+} match_bin_t;
+
+static tmx_status_t table_init(match_table_t *t)
+{
+    t->buckets = calloc(MATCH_MIN_BUCKETS, sizeof(*t->buckets));
+    if (t->buckets == NULL)
+        return TMX_ERR_NOMEM;
+    t->n_buckets = MATCH_MIN_BUCKETS;
+    t->n_bins = 0;
+    return TMX_OK;
+}
+
+static void table_fini(match_table_t *t)
+{
+    free(t->buckets);
+    t->buckets = NULL;
+    t->n_buckets = 0;
+}
+
+static inline uint64_t bin_hash(uint64_t mask, uint32_t src, uint64_t tag)
+{
+    return util_hash3(tag, mask, src);
+}
+
+static inline match_bin_t *table_lookup(const match_table_t *t, uint64_t mask, uint32_t src,
+                                        uint64_t tag)
+{
+    uint64_t h = bin_hash(mask, src, tag);
+    match_bin_t *b = t->buckets[h & (t->n_buckets - 1)];
+
+    for (; b != NULL; b = b->next) {
+        if (b->tag == tag && b->src == src && b->mask == mask)
+            return b;
+    }
+    return NULL;
+}
+
+/* Doubles the bucket array; on allocation failure keeps the old one, which
+ * stays correct, only slower. */
+static void table_grow(match_table_t *t)
+{
+    size_t n = t->n_buckets * 2;
+    match_bin_t **nb = calloc(n, sizeof(*nb));
+
+    if (nb == NULL)
+        return;
+    for (size_t i = 0; i < t->n_buckets; i++) {
+        match_bin_t *b = t->buckets[i];
+        while (b != NULL) {
+            match_bin_t *next = b->next;
+            size_t j = b->hash & (n - 1);
+            b->next = nb[j];
+            nb[j] = b;
+            b = next;
+        }
+    }
+    free(t->buckets);
+    t->buckets = nb;
+    t->n_buckets = n;
+}
+
+static match_bin_t *table_get(match_engine_t *m, match_table_t *t, uint64_t mask, uint32_t src,
+                              uint64_t tag, uint32_t slot)
+{
+    match_bin_t *b = table_lookup(t, mask, src, tag);
+    size_t idx;
+
+    if (b != NULL)
+        return b;
+    b = util_pool_get(&m->bin_pool);
+    if (b == NULL)
+        return NULL;
+    b->hash = bin_hash(mask, src, tag);
+    b->mask = mask;
+    b->tag = tag;
+    b->src = src;
+    b->slot = slot;
+    util_dlist_init(&b->queue);
+    idx = b->hash & (t->n_buckets - 1);
+    b->next = t->buckets[idx];
+    t->buckets[idx] = b;
+    if (++t->n_bins > t->n_buckets)
+        table_grow(t);
+    return b;
+}
+
+/* Unlinks and frees a bin whose queue has become empty. */
+static void table_drop(match_engine_t *m, match_table_t *t, match_bin_t *bin)
+{
+    match_bin_t **pp = &t->buckets[bin->hash & (t->n_buckets - 1)];
+
+    while (*pp != bin)
+        pp = &(*pp)->next;
+    *pp = bin->next;
+    t->n_bins--;
+    util_pool_put(&m->bin_pool, bin);
+}
+
+tmx_status_t match_init(match_engine_t *m)
+{
+    memset(m, 0, sizeof(*m));
+    util_pool_init(&m->bin_pool, sizeof(match_bin_t), MATCH_BIN_CHUNK);
+    if (table_init(&m->posted) != TMX_OK)
+        goto err_pool;
+    if (table_init(&m->unexp) != TMX_OK)
+        goto err_posted;
+    return TMX_OK;
+
+err_posted:
+    table_fini(&m->posted);
+err_pool:
+    util_pool_fini(&m->bin_pool);
+    util_error("out of memory creating the matching engine");
+    return TMX_ERR_NOMEM;
+}
+
+void match_fini(match_engine_t *m)
+{
+    table_fini(&m->posted);
+    table_fini(&m->unexp);
+    util_pool_fini(&m->bin_pool);
+    free(m->masks);
+    m->masks = NULL;
+    m->n_masks = 0;
+    m->cap_masks = 0;
+}
+
+/* ------------------------------------------------------------ posted side */
+
+static match_mask_t *mask_find(match_engine_t *m, uint64_t mask)
+{
+    for (size_t i = 0; i < m->n_masks; i++) {
+        if (m->masks[i].mask == mask)
+            return &m->masks[i];
+    }
+    return NULL;
+}
+
+static match_mask_t *mask_get(match_engine_t *m, uint64_t mask)
+{
+    match_mask_t *mm = mask_find(m, mask);
+
+    if (mm != NULL)
+        return mm;
+    if (m->n_masks == m->cap_masks) {
+        size_t cap = m->cap_masks ? m->cap_masks * 2 : 8;
+        match_mask_t *nm = realloc(m->masks, cap * sizeof(*nm));
+        if (nm == NULL)
+            return NULL;
+        m->masks = nm;
+        m->cap_masks = cap;
+    }
+    mm = &m->masks[m->n_masks++];
+    mm->mask = mask;
+    mm->n_src = 0;
+    mm->n_any = 0;
+    return mm;
+}
+
+static void mask_put(match_engine_t *m, uint64_t mask, int any)
+{
+    match_mask_t *mm = mask_find(m, mask);
+
+    if (any)
+        mm->n_any--;
+    else
+        mm->n_src--;
+    if (mm->n_any == 0 && mm->n_src == 0)
+        *mm = m->masks[--m->n_masks];
+}
+
+tmx_status_t match_post(match_engine_t *m, match_recv_t *r)
+{
+    int any = r->src == TMX_ANY_SOURCE;
+    match_mask_t *mm = mask_get(m, r->ignore);
+    match_bin_t *bin;
+
+    if (mm == NULL)
+        goto err_nomem;
+    bin = table_get(m, &m->posted, r->ignore, r->src, r->tag & ~r->ignore, 0);
+    if (bin == NULL)
+        goto err_mask;
+    if (any)
+        mm->n_any++;
+    else
+        mm->n_src++;
+    r->bin = bin;
+    r->seq = m->post_seq++;
+    util_dlist_push_tail(&bin->queue, &r->link);
+    m->n_posted++;
+    return TMX_OK;
+
+err_mask:
+    if (mm->n_any == 0 && mm->n_src == 0)
+        *mm = m->masks[--m->n_masks];
+err_nomem:
+    util_error("out of memory posting a receive (%zu posted)", m->n_posted);
+    return TMX_ERR_NOMEM;
+}
+
+static inline match_recv_t *bin_head_recv(const match_bin_t *bin)
+{
+    return util_container_of(bin->queue.next, match_recv_t, link);
+}
+
+static inline void consider_bin(const match_table_t *t, uint64_t mask, uint32_t src, uint64_t tag,
+                                match_recv_t **best)
+{
+    match_bin_t *bin = table_lookup(t, mask, src, tag & ~mask);
+    match_recv_t *r;
+
+    if (bin == NULL)
+        return;
+    r = bin_head_recv(bin);
+    if (*best == NULL || r->seq < (*best)->seq)
+        *best = r;
+}
+
+match_recv_t *match_find_recv(match_engine_t *m, uint32_t src, uint64_t tag)
+{
+    match_recv_t *best = NULL;
+
+    for (size_t i = 0; i < m->n_masks; i++) {
+        const match_mask_t *mm = &m->masks[i];
+        if (mm->n_src != 0)
+            consider_bin(&m->posted, mm->mask, src, tag, &best);
+        if (mm->n_any != 0)
+            consider_bin(&m->posted, mm->mask, TMX_ANY_SOURCE, tag, &best);
+    }
+    return best;
+}
+
+void match_remove_recv(match_engine_t *m, match_recv_t *r)
+{
+    match_bin_t *bin = r->bin;
+
+    util_dlist_unlink(&r->link);
+    r->bin = NULL;
+    if (util_dlist_empty(&bin->queue))
+        table_drop(m, &m->posted, bin);
+    mask_put(m, r->ignore, r->src == TMX_ANY_SOURCE);
+    m->n_posted--;
+}
+
+/* -------------------------------------------------------- unexpected side */
+
+static void msg_unlink(match_engine_t *m, match_msg_t *msg, int upto)
+{
+    for (int i = 0; i < upto; i++) {
+        match_bin_t *bin = msg->bin[i];
+        util_dlist_unlink(&msg->link[i]);
+        msg->bin[i] = NULL;
+        if (util_dlist_empty(&bin->queue))
+            table_drop(m, &m->unexp, bin);
+    }
+}
+
+tmx_status_t match_add_msg(match_engine_t *m, match_msg_t *msg)
+{
+    static const uint64_t masks[MATCH_LINK_COUNT] = {0, 0, TMX_TAG_ANY, TMX_TAG_ANY};
+    int any[MATCH_LINK_COUNT] = {0, 1, 0, 1};
+
+    for (int i = 0; i < MATCH_LINK_COUNT; i++) {
+        uint32_t src = any[i] ? TMX_ANY_SOURCE : msg->src;
+        match_bin_t *bin = table_get(m, &m->unexp, masks[i], src, msg->tag & ~masks[i], i);
+        if (bin == NULL) {
+            msg_unlink(m, msg, i);
+            util_error("out of memory storing an unexpected message (%zu stored)", m->n_unexp);
+            return TMX_ERR_NOMEM;
+        }
+        msg->bin[i] = bin;
+        util_dlist_push_tail(&bin->queue, &msg->link[i]);
+    }
+    msg->seq = m->arrive_seq++;
+    m->n_unexp++;
+    return TMX_OK;
+}
+
+static inline match_msg_t *bin_head_msg(const match_bin_t *bin)
+{
+    return util_container_of(bin->queue.next, match_msg_t, link[bin->slot]);
+}
+
+/* The slower path for partial masks: oldest first through one bin. */
+static match_msg_t *scan_bin(match_engine_t *m, match_bin_t *bin, uint64_t tag, uint64_t ignore)
+{
+    util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &bin->queue) {
+        match_msg_t *msg = util_container_of(pos, match_msg_t, link[bin->slot]);
+        m->slow_scans++;
+        if (((msg->tag ^ tag) & ~ignore) == 0)
+            return msg;
+    }
+    return NULL;
+}
+
+match_msg_t *match_find_msg(match_engine_t *m, uint32_t src, uint64_t tag, uint64_t ignore)
+{
+    int full = ignore == TMX_TAG_ANY;
+    uint64_t key_mask = full || ignore != 0 ? TMX_TAG_ANY : 0;
+    match_bin_t *bin;
+
+    if (m->n_unexp == 0)
+        return NULL;
+    bin = table_lookup(&m->unexp, key_mask, src, tag & ~key_mask);
+    if (bin == NULL)
+        return NULL;
+    if (ignore == 0 || full)
+        return bin_head_msg(bin);
+    return scan_bin(m, bin, tag, ignore);
+}
+
+void match_remove_msg(match_engine_t *m, match_msg_t *msg)
+{
+    msg_unlink(m, msg, MATCH_LINK_COUNT);
+    m->n_unexp--;
+}

@@ -1,0 +1,146 @@
+/*
+ * The matching engine: posted receives and unexpected messages with MPI's
+ * matching rules (seed 000, "Introduction"), independent of any transport.
+ *
+ * Rules. A receive (src or TMX_ANY_SOURCE, tag, ignore) matches a message
+ * (src, tag) when the sources agree and (msg.tag & ~ignore) == (recv.tag &
+ * ~ignore). An arriving message takes the earliest-posted matching receive;
+ * a posted receive takes the earliest-arrived matching message. The caller
+ * hands messages in per-source arrival order, which the transports keep
+ * equal to send order.
+ *
+ * Cost. Both sides are indexed by hash bins, each a FIFO, and every entry
+ * carries a sequence number so that the heads of several bins can be
+ * compared to recover global order.
+ *
+ *   posted side: a receive lives in the bin keyed (ignore, src or ANY,
+ *   tag & ~ignore). An arriving message looks up, for each distinct ignore
+ *   mask in use among posted receives, the bins (mask, src, tag & ~mask) and
+ *   (mask, ANY, tag & ~mask) and takes the head with the smallest sequence.
+ *   That is O(1) expected for every wildcard kind, and O(M) for M distinct
+ *   masks in use (MPI uses a handful).
+ *
+ *   unexpected side: a message is linked into four bins at once: exact
+ *   (src, tag), by tag (ANY, tag), by source (src, any tag) and global
+ *   (ANY, any tag). A receive whose mask is 0 or all ones looks at the head
+ *   of one bin: O(1) expected. A receive with any other mask scans the
+ *   by-source bin (or the global bin for ANY) from the oldest message; that
+ *   is the documented slower path, linear in the messages it skips.
+ *
+ * Entries are embedded in the caller's objects; the engine never allocates
+ * them. It allocates bins from a pool, so match_post() and match_add_msg()
+ * can fail with TMX_ERR_NOMEM and leave nothing behind.
+ *
+ * Not thread safe: the owner serialises calls.
+ */
+#ifndef TMX_MATCH_H
+#define TMX_MATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tmx.h"
+#include "util/list.h"
+#include "util/pool.h"
+
+struct match_bin;
+
+/* A posted receive. Fill src, tag and ignore before match_post(). */
+typedef struct match_recv {
+    util_dlist_t link;       /* in its bin's FIFO */
+    struct match_bin *bin;   /* NULL when not posted */
+    uint64_t seq;            /* post order */
+    uint64_t tag;
+    uint64_t ignore;
+    uint32_t src;            /* a peer or TMX_ANY_SOURCE */
+} match_recv_t;
+
+enum match_msg_link {
+    MATCH_LINK_EXACT = 0,  /* bin (src, tag) */
+    MATCH_LINK_TAG = 1,    /* bin (ANY, tag) */
+    MATCH_LINK_SRC = 2,    /* bin (src, any) */
+    MATCH_LINK_ALL = 3,    /* bin (ANY, any) */
+    MATCH_LINK_COUNT = 4
+};
+
+/* An unexpected message. Fill src and tag before match_add_msg(). */
+typedef struct match_msg {
+    util_dlist_t link[MATCH_LINK_COUNT];
+    struct match_bin *bin[MATCH_LINK_COUNT]; /* bin[0] NULL when not stored */
+    uint64_t seq;                            /* arrival order */
+    uint64_t tag;
+    uint32_t src;
+} match_msg_t;
+
+/* One ignore mask in use on the posted side, with how many posted receives
+ * use it with a named source and with TMX_ANY_SOURCE. */
+typedef struct match_mask {
+    uint64_t mask;
+    size_t n_src;
+    size_t n_any;
+} match_mask_t;
+
+typedef struct match_table {
+    struct match_bin **buckets;
+    size_t n_buckets;  /* a power of two */
+    size_t n_bins;
+} match_table_t;
+
+typedef struct match_engine {
+    match_table_t posted;
+    match_table_t unexp;
+    util_pool_t bin_pool;
+    match_mask_t *masks;   /* distinct masks in use on the posted side */
+    size_t n_masks;
+    size_t cap_masks;
+    uint64_t post_seq;
+    uint64_t arrive_seq;
+    size_t n_posted;
+    size_t n_unexp;
+    uint64_t slow_scans;   /* entries visited on the slower path */
+} match_engine_t;
+
+tmx_status_t match_init(match_engine_t *m);
+
+/* Frees the engine's bins. Entries still stored are forgotten, not freed. */
+void match_fini(match_engine_t *m);
+
+/* Stores a posted receive at the end of the post order. The caller has
+ * already checked the unexpected side (match_find_msg). */
+tmx_status_t match_post(match_engine_t *m, match_recv_t *r);
+
+/* The earliest-posted receive that matches a message (src, tag), or NULL.
+ * The receive stays posted until match_remove_recv(). */
+match_recv_t *match_find_recv(match_engine_t *m, uint32_t src, uint64_t tag);
+
+/* Removes a posted receive (after a match, or to cancel it). */
+void match_remove_recv(match_engine_t *m, match_recv_t *r);
+
+/* Stores an unexpected message at the end of the arrival order. */
+tmx_status_t match_add_msg(match_engine_t *m, match_msg_t *msg);
+
+/* The earliest-arrived stored message that a receive (src, tag, ignore)
+ * matches, or NULL. The message stays stored (probe) until
+ * match_remove_msg() (receive, claim). */
+match_msg_t *match_find_msg(match_engine_t *m, uint32_t src, uint64_t tag, uint64_t ignore);
+
+void match_remove_msg(match_engine_t *m, match_msg_t *msg);
+
+static inline int match_recv_is_posted(const match_recv_t *r)
+{
+    return r->bin != NULL;
+}
+
+static inline int match_msg_is_stored(const match_msg_t *msg)
+{
+    return msg->bin[0] != NULL;
+}
+
+/* The matching predicate itself, shared with tests and tools. */
+static inline int match_matches(uint32_t r_src, uint64_t r_tag, uint64_t r_ignore, uint32_t m_src,
+                                uint64_t m_tag)
+{
+    return (r_src == TMX_ANY_SOURCE || r_src == m_src) && ((r_tag ^ m_tag) & ~r_ignore) == 0;
+}
+
+#endif

@@ -1,0 +1,104 @@
+/*
+ * The transport interface. A transport moves opaque packets between
+ * processes and reads remote memory; it knows nothing of tags or messages.
+ * Each transport provides one const tl_ops_t; the core dispatches through it
+ * and never tests an operation for NULL (tl_no_get() fills the gap where a
+ * transport cannot read remote memory).
+ *
+ * Threads: the core serialises every call into one interface; no operation
+ * is called concurrently with another on the same interface, and callbacks
+ * run inside tl_ops_t.progress() only.
+ */
+#ifndef TMX_TL_H
+#define TMX_TL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "tmx.h"
+
+typedef struct tl_iface tl_iface_t;
+typedef struct tl_ep tl_ep_t;
+typedef struct tl_ops tl_ops_t;
+
+/* Upward callback: a packet from the process behind peer number src
+ * arrived. data is valid only during the call; the callee copies what it
+ * keeps. Called from progress() only. */
+typedef void (*tl_recv_cb_t)(void *arg, tmx_peer_t src, const void *data, size_t len);
+
+/* A remote read in flight, embedded in the caller's object. done() runs
+ * from progress() once the data is in place, or with an error status. */
+typedef struct tl_get_op {
+    void (*done)(struct tl_get_op *op, tmx_status_t status);
+} tl_get_op_t;
+
+typedef struct tl_iface_params {
+    uint64_t uuid;          /* this context's identity */
+    tl_recv_cb_t recv_cb;   /* the one upward callback */
+    void *recv_arg;
+} tl_iface_params_t;
+
+/* Common head of every transport's interface object. */
+struct tl_iface {
+    const tl_ops_t *ops;
+    size_t eager_limit;     /* largest payload sent eagerly */
+    size_t max_packet;      /* largest packet send() accepts */
+    tl_recv_cb_t recv_cb;
+    void *recv_arg;
+};
+
+/* Common head of every transport's endpoint object. */
+struct tl_ep {
+    tl_iface_t *iface;
+    tmx_peer_t peer;        /* the core's number for the remote process */
+};
+
+struct tl_ops {
+    const char *name;
+
+    /* Opens the transport. Does not block. On failure nothing is left. */
+    tmx_status_t (*iface_open)(const tl_iface_params_t *params, tl_iface_t **iface);
+
+    /* Closes the transport and every endpoint still open on it; queued
+     * packets are dropped and gets in flight are abandoned (no callback). */
+    void (*iface_close)(tl_iface_t *iface);
+
+    /* Writes this transport's address section (*len in: room, out: used).
+     * TMX_ERR_NO_SPACE if it does not fit. */
+    tmx_status_t (*address)(tl_iface_t *iface, void *buf, size_t *len);
+
+    /* Creates the endpoint to a remote process from its address section.
+     * Called on first use of a peer. Does not block. */
+    tmx_status_t (*ep_create)(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
+                              tl_ep_t **ep);
+
+    void (*ep_destroy)(tl_ep_t *ep);
+
+    /* Sends one packet made of the iov pieces (at most max_packet bytes).
+     * The data is copied or on the wire when this returns: the caller owns
+     * its buffers again. TMX_ERR_AGAIN when the transport is full (nothing
+     * was sent; progress and retry). Does not block. */
+    tmx_status_t (*send)(tl_ep_t *ep, const struct iovec *iov, int iovcnt);
+
+    /* Reads len bytes at remote address raddr (registered under rkey) of
+     * the process behind ep into dst. TMX_OK: done now, no callback;
+     * TMX_INPROGRESS: op->done() runs later from progress(); an error: no
+     * data was placed and no callback follows. */
+    tmx_status_t (*get)(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
+                        tl_get_op_t *op);
+
+    /* Handles what arrived and what is due; returns the number of events. */
+    int (*progress)(tl_iface_t *iface);
+};
+
+extern const tl_ops_t tl_self_ops;
+
+/* For transports without remote reads. */
+tmx_status_t tl_no_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
+                       tl_get_op_t *op);
+
+/* The transport called name, or NULL. */
+const tl_ops_t *tl_find(const char *name);
+
+#endif

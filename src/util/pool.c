@@ -1,0 +1,66 @@
+#include "util/pool.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#define POOL_ALIGN 16
+
+void util_pool_init(util_pool_t *pool, size_t elem_size, size_t chunk_elems)
+{
+    if (elem_size < sizeof(void *))
+        elem_size = sizeof(void *);
+    pool->elem_size = (elem_size + POOL_ALIGN - 1) & ~(size_t)(POOL_ALIGN - 1);
+    pool->chunk_elems = chunk_elems ? chunk_elems : 64;
+    pool->free_list = NULL;
+    pool->chunks = NULL;
+    pool->in_use = 0;
+}
+
+void util_pool_fini(util_pool_t *pool)
+{
+    void *chunk = pool->chunks;
+
+    while (chunk != NULL) {
+        void *next = *(void **)chunk;
+        free(chunk);
+        chunk = next;
+    }
+    pool->chunks = NULL;
+    pool->free_list = NULL;
+    pool->in_use = 0;
+}
+
+static int pool_grow(util_pool_t *pool)
+{
+    char *chunk = malloc(POOL_ALIGN + pool->elem_size * pool->chunk_elems);
+
+    if (chunk == NULL)
+        return -1;
+    *(void **)chunk = pool->chunks;
+    pool->chunks = chunk;
+    for (size_t i = 0; i < pool->chunk_elems; i++) {
+        void *obj = chunk + POOL_ALIGN + i * pool->elem_size;
+        *(void **)obj = pool->free_list;
+        pool->free_list = obj;
+    }
+    return 0;
+}
+
+void *util_pool_get(util_pool_t *pool)
+{
+    void *obj;
+
+    if (pool->free_list == NULL && pool_grow(pool) != 0)
+        return NULL;
+    obj = pool->free_list;
+    pool->free_list = *(void **)obj;
+    pool->in_use++;
+    return obj;
+}
+
+void util_pool_put(util_pool_t *pool, void *obj)
+{
+    *(void **)obj = pool->free_list;
+    pool->free_list = obj;
+    pool->in_use--;
+}

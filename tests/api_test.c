@@ -1,0 +1,705 @@
+/* The public API over the self transport: every call, every error path. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/core.h"
+#include "proto/proto.h"
+#include "proto/wire.h"
+#include "tmx.h"
+
+#define SELF_EAGER 8192
+
+typedef struct fixture {
+    tmx_context_h ctx;
+    tmx_peer_t self;
+} fixture_t;
+
+static int setup_ctx(void **state, tmx_thread_mode_t mode)
+{
+    fixture_t *f = calloc(1, sizeof(*f));
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_THREAD_MODE, .thread_mode = mode};
+    unsigned char addr[TMX_ADDRESS_MAX];
+    size_t len = sizeof(addr);
+
+    assert_non_null(f);
+    assert_int_equal(tmx_context_create(&p, &f->ctx), TMX_OK);
+    assert_int_equal(tmx_address(f->ctx, addr, &len), TMX_OK);
+    assert_int_equal(tmx_peer_add(f->ctx, addr, len, &f->self), TMX_OK);
+    assert_int_equal(f->self, 0);
+    *state = f;
+    return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_ctx(state, TMX_THREAD_SINGLE);
+}
+
+static int setup_mt(void **state)
+{
+    return setup_ctx(state, TMX_THREAD_MULTIPLE);
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+
+    assert_int_equal(tmx_context_destroy(f->ctx), TMX_OK);
+    free(f);
+    return 0;
+}
+
+/* Reads exactly one completion, driving progress for a bounded time. */
+static tmx_completion_t cq_one(tmx_context_h ctx)
+{
+    tmx_completion_t c;
+    size_t n = 0;
+
+    for (int i = 0; i < 100000 && n == 0; i++)
+        assert_int_equal(tmx_cq_read(ctx, &c, 1, &n), TMX_OK);
+    assert_int_equal(n, 1);
+    return c;
+}
+
+static void cq_none(tmx_context_h ctx)
+{
+    tmx_completion_t c;
+    size_t n = 1;
+
+    for (int i = 0; i < 10; i++)
+        tmx_progress(ctx);
+    assert_int_equal(tmx_cq_read(ctx, &c, 1, &n), TMX_OK);
+    assert_int_equal(n, 0);
+}
+
+static tmx_op_params_t with_ctx(void *uctx)
+{
+    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_USER_CONTEXT, .user_context = uctx};
+    return p;
+}
+
+static void fill(unsigned char *buf, size_t len, unsigned seed)
+{
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (unsigned char)(i * 131 + seed);
+}
+
+static void check(const unsigned char *buf, size_t len, unsigned seed)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (buf[i] != (unsigned char)(i * 131 + seed))
+            fail_msg("byte %zu of %zu: got %u", i, len, buf[i]);
+    }
+}
+
+/* ------------------------------------------------------------- basics */
+
+static void test_version_strerror(void **state)
+{
+    assert_int_equal(tmx_version(), TMX_VERSION);
+    for (int s = TMX_ERR_INTERNAL; s <= TMX_INPROGRESS; s++) {
+        assert_non_null(tmx_strerror((tmx_status_t)s));
+        assert_string_not_equal(tmx_strerror((tmx_status_t)s), "unknown status");
+    }
+    assert_string_equal(tmx_strerror((tmx_status_t)-999), "unknown status");
+}
+
+static void test_context_bad_params(void **state)
+{
+    tmx_context_h ctx = NULL;
+    tmx_context_params_t p = {0};
+
+    assert_int_equal(tmx_context_create(NULL, NULL), TMX_ERR_INVALID);
+    p.field_mask = 1u << 30;
+    assert_int_equal(tmx_context_create(&p, &ctx), TMX_ERR_INVALID);
+    p.field_mask = TMX_CONTEXT_FIELD_THREAD_MODE;
+    p.thread_mode = (tmx_thread_mode_t)7;
+    assert_int_equal(tmx_context_create(&p, &ctx), TMX_ERR_INVALID);
+    p.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS;
+    p.transports = "nosuch";
+    assert_int_equal(tmx_context_create(&p, &ctx), TMX_ERR_INVALID);
+    p.transports = NULL;
+    assert_int_equal(tmx_context_create(&p, &ctx), TMX_ERR_INVALID);
+    p.transports = " , ";
+    assert_int_equal(tmx_context_create(&p, &ctx), TMX_ERR_INVALID);
+    assert_null(ctx);
+    assert_int_equal(tmx_context_destroy(NULL), TMX_OK);
+}
+
+static void test_context_params_ok(void **state)
+{
+    tmx_context_h ctx = NULL;
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_NAME,
+                              .transports = "self",
+                              .name = "a-rather-long-context-name-that-gets-cut"};
+
+    assert_int_equal(tmx_context_create(&p, &ctx), TMX_OK);
+    assert_non_null(ctx);
+    assert_int_equal(tmx_context_destroy(ctx), TMX_OK);
+    assert_int_equal(tmx_context_create(NULL, &ctx), TMX_OK);
+    assert_int_equal(tmx_context_destroy(ctx), TMX_OK);
+}
+
+static void test_address(void **state)
+{
+    fixture_t *f = *state;
+    unsigned char addr[TMX_ADDRESS_MAX];
+    size_t len = 2;
+    uint32_t count = 0;
+    tmx_peer_t p;
+
+    assert_int_equal(tmx_address(NULL, addr, &len), TMX_ERR_INVALID);
+    assert_int_equal(tmx_address(f->ctx, addr, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_address(f->ctx, addr, &len), TMX_ERR_NO_SPACE);
+    assert_true(len > 2 && len <= TMX_ADDRESS_MAX);
+    assert_int_equal(tmx_address(f->ctx, NULL, &len), TMX_ERR_NO_SPACE);
+    assert_int_equal(tmx_address(f->ctx, addr, &len), TMX_OK);
+    assert_int_equal(tmx_peer_add(f->ctx, addr, len, &p), TMX_OK);
+    assert_int_equal(p, 1);
+    assert_int_equal(tmx_peer_count(f->ctx, &count), TMX_OK);
+    assert_int_equal(count, 2);
+    assert_int_equal(tmx_peer_count(NULL, &count), TMX_ERR_INVALID);
+    assert_int_equal(tmx_peer_count(f->ctx, NULL), TMX_ERR_INVALID);
+}
+
+static void test_peer_add_bad(void **state)
+{
+    fixture_t *f = *state;
+    unsigned char addr[TMX_ADDRESS_MAX];
+    unsigned char junk[64];
+    size_t len = sizeof(addr);
+    tmx_peer_t p;
+
+    assert_int_equal(tmx_address(f->ctx, addr, &len), TMX_OK);
+    assert_int_equal(tmx_peer_add(NULL, addr, len, &p), TMX_ERR_INVALID);
+    assert_int_equal(tmx_peer_add(f->ctx, NULL, len, &p), TMX_ERR_INVALID);
+    assert_int_equal(tmx_peer_add(f->ctx, addr, len, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_peer_add(f->ctx, addr, 3, &p), TMX_ERR_INVALID);
+    assert_int_equal(tmx_peer_add(f->ctx, addr, TMX_ADDRESS_MAX + 1, &p), TMX_ERR_INVALID);
+    memset(junk, 0xa5, sizeof(junk));
+    assert_int_equal(tmx_peer_add(f->ctx, junk, sizeof(junk), &p), TMX_ERR_INVALID);
+    /* A well-formed address of another context, with no transport this
+     * context shares: unreachable. */
+    addr[8] ^= 0xff;
+    assert_int_equal(tmx_peer_add(f->ctx, addr, len, &p), TMX_ERR_UNREACHABLE);
+    /* A section that claims more bytes than the blob has. */
+    addr[5] = 1;
+    memset(addr + len, 0, 10);
+    addr[len + 8] = 0xff;
+    assert_int_equal(tmx_peer_add(f->ctx, addr, len + 10, &p), TMX_ERR_INVALID);
+}
+
+/* ------------------------------------------------------ bad op arguments */
+
+static void test_send_bad_args(void **state)
+{
+    fixture_t *f = *state;
+    char buf[8] = {0};
+    tmx_op_params_t p = {.field_mask = 1u << 20};
+
+    assert_int_equal(tmx_tsend(NULL, 0, buf, 8, 1, NULL, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tsend(f->ctx, 5, buf, 8, 1, NULL, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tsend(f->ctx, TMX_ANY_SOURCE, buf, 8, 1, NULL, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tsend(f->ctx, 0, NULL, 8, 1, NULL, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tsend(f->ctx, 0, buf, 8, 1, &p, NULL), TMX_ERR_INVALID);
+    p.field_mask = TMX_OP_FIELD_FLAGS;
+    p.flags = 1u << 20;
+    assert_int_equal(tmx_tsend(f->ctx, 0, buf, 8, 1, &p, NULL), TMX_ERR_INVALID);
+    cq_none(f->ctx);
+}
+
+static void test_recv_bad_args(void **state)
+{
+    fixture_t *f = *state;
+    char buf[8] = {0};
+    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_FLAGS, .flags = TMX_OP_FLAG_SYNC};
+
+    assert_int_equal(tmx_trecv(NULL, 0, buf, 8, 1, 0, NULL, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_trecv(f->ctx, 9, buf, 8, 1, 0, NULL, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_trecv(f->ctx, 0, NULL, 8, 1, 0, NULL, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_trecv(f->ctx, 0, buf, 8, 1, 0, &p, NULL), TMX_ERR_INVALID);
+    p.field_mask = 1u << 9;
+    assert_int_equal(tmx_trecv(f->ctx, 0, buf, 8, 1, 0, &p, NULL), TMX_ERR_INVALID);
+    cq_none(f->ctx);
+}
+
+static void test_request_bad_args(void **state)
+{
+    assert_int_equal(tmx_request_test(NULL, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_request_wait(NULL, 0, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_request_cancel(NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_request_free(NULL), TMX_ERR_INVALID);
+}
+
+static void test_probe_bad_args(void **state)
+{
+    fixture_t *f = *state;
+    tmx_completion_t info;
+    tmx_message_h msg;
+    char buf[4];
+
+    assert_int_equal(tmx_tprobe(NULL, 0, 0, 0, 0, &info, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tprobe(f->ctx, 0, 0, 0, 1u << 7, &info, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tprobe(f->ctx, 0, 0, 0, TMX_PROBE_FLAG_CLAIM, &info, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tprobe(f->ctx, 4, 0, 0, 0, &info, &msg), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tprobe(f->ctx, 0, 0, 0, 0, &info, NULL), TMX_ERR_NO_MESSAGE);
+    assert_int_equal(tmx_mrecv(NULL, NULL, buf, 4, NULL, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_mrecv(f->ctx, NULL, buf, 4, NULL, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_mrecv(f->ctx, (tmx_message_h)buf, NULL, 4, NULL, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_message_discard(f->ctx, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_message_discard(NULL, NULL), TMX_ERR_INVALID);
+}
+
+static void test_cq_bad_args(void **state)
+{
+    fixture_t *f = *state;
+    tmx_completion_t c;
+    size_t n;
+
+    assert_int_equal(tmx_cq_read(NULL, &c, 1, &n), TMX_ERR_INVALID);
+    assert_int_equal(tmx_cq_read(f->ctx, &c, 1, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_cq_read(f->ctx, NULL, 1, &n), TMX_ERR_INVALID);
+    assert_int_equal(tmx_cq_read(f->ctx, NULL, 0, &n), TMX_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(tmx_progress(NULL), TMX_ERR_INVALID);
+}
+
+/* -------------------------------------------------------- data movement */
+
+static void roundtrip(fixture_t *f, size_t len, int recv_first)
+{
+    unsigned char *s = malloc(len + 1), *r = malloc(len + 1);
+    tmx_op_params_t ps = with_ctx(s), pr = with_ctx(r);
+    tmx_completion_t c1, c2;
+
+    fill(s, len, (unsigned)len);
+    memset(r, 0, len + 1);
+    if (recv_first)
+        assert_int_equal(tmx_trecv(f->ctx, f->self, r, len, 77, 0, &pr, NULL), TMX_OK);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, s, len, 77, &ps, NULL), TMX_OK);
+    if (!recv_first) {
+        for (int i = 0; i < 3; i++)
+            tmx_progress(f->ctx);
+        assert_int_equal(tmx_trecv(f->ctx, f->self, r, len, 77, 0, &pr, NULL), TMX_OK);
+    }
+    c1 = cq_one(f->ctx);
+    c2 = cq_one(f->ctx);
+    if (c1.op == TMX_OP_TRECV) {
+        tmx_completion_t t = c1;
+        c1 = c2;
+        c2 = t;
+    }
+    assert_int_equal(c1.op, TMX_OP_TSEND);
+    assert_ptr_equal(c1.user_context, s);
+    assert_int_equal(c1.status, TMX_OK);
+    assert_int_equal(c2.op, TMX_OP_TRECV);
+    assert_ptr_equal(c2.user_context, r);
+    assert_int_equal(c2.status, TMX_OK);
+    assert_int_equal(c2.length, len);
+    assert_int_equal(c2.msg_length, len);
+    assert_int_equal(c2.tag, 77);
+    assert_int_equal(c2.source, f->self);
+    check(r, len, (unsigned)len);
+    free(s);
+    free(r);
+}
+
+static void test_sizes(void **state)
+{
+    static const size_t sizes[] = {0, 1, 7, 8, 63, 64, SELF_EAGER - 1, SELF_EAGER,
+                                   SELF_EAGER + 1, 65536, 1 << 20, (4 << 20) + 3};
+
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        roundtrip(*state, sizes[i], 1);
+        roundtrip(*state, sizes[i], 0);
+    }
+}
+
+static void truncation(fixture_t *f, size_t len, int recv_first)
+{
+    unsigned char *s = malloc(len), *r = malloc(len);
+    size_t room = len / 2;
+    tmx_request_h rr;
+    tmx_completion_t c, c2;
+
+    fill(s, len, 3);
+    memset(r, 0xee, len);
+    if (recv_first)
+        assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, r, room, 5, 0, NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, s, len, 5, NULL, NULL), TMX_OK);
+    tmx_progress(f->ctx);
+    if (!recv_first)
+        assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, r, room, 5, 0, NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, -1, &c), TMX_ERR_TRUNCATED);
+    assert_int_equal(c.status, TMX_ERR_TRUNCATED);
+    assert_int_equal(c.length, room);
+    assert_int_equal(c.msg_length, len);
+    check(r, room, 3);
+    assert_int_equal(r[room], 0xee);
+    assert_int_equal(tmx_request_free(rr), TMX_OK);
+    c = cq_one(f->ctx);
+    c2 = cq_one(f->ctx);
+    assert_int_equal(c.op == TMX_OP_TSEND ? c.status : c2.status, TMX_OK);
+    assert_int_equal(c.op == TMX_OP_TRECV ? c.status : c2.status, TMX_ERR_TRUNCATED);
+    assert_int_not_equal(c.op, c2.op);
+    free(s);
+    free(r);
+}
+
+static void test_truncation(void **state)
+{
+    truncation(*state, 100, 1);
+    truncation(*state, 100, 0);
+    truncation(*state, 100000, 1);
+    truncation(*state, 100000, 0);
+}
+
+static void test_wildcards(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t v = 0x1234, got[4] = {0};
+    tmx_request_h r[4];
+    tmx_completion_t c;
+
+    assert_int_equal(tmx_trecv(f->ctx, f->self, &got[0], 8, 0xabc0, 0xf, NULL, &r[0]), TMX_OK);
+    assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, &got[1], 8, 0x99, TMX_TAG_EXACT, NULL, &r[1]), TMX_OK);
+    assert_int_equal(tmx_trecv(f->ctx, f->self, &got[2], 8, 0, TMX_TAG_ANY, NULL, &r[2]), TMX_OK);
+    assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, &got[3], 8, 0, TMX_TAG_ANY, NULL, &r[3]), TMX_OK);
+    /* 0x99 matches the any-source exact receive and the any-tag ones; the
+     * any-source exact was posted first among those. */
+    assert_int_equal(tmx_tsend(f->ctx, f->self, &v, 8, 0x99, NULL, NULL), TMX_OK);
+    assert_int_equal(tmx_request_wait(r[1], -1, &c), TMX_OK);
+    assert_int_equal(c.tag, 0x99);
+    /* 0xabc7 matches the masked one, posted before the any-tag ones. */
+    assert_int_equal(tmx_tsend(f->ctx, f->self, &v, 8, 0xabc7, NULL, NULL), TMX_OK);
+    assert_int_equal(tmx_request_wait(r[0], -1, &c), TMX_OK);
+    assert_int_equal(c.tag, 0xabc7);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, &v, 8, 1, NULL, NULL), TMX_OK);
+    assert_int_equal(tmx_request_wait(r[2], -1, &c), TMX_OK);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, &v, 8, 2, NULL, NULL), TMX_OK);
+    assert_int_equal(tmx_request_wait(r[3], -1, &c), TMX_OK);
+    assert_int_equal(c.tag, 2);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(got[i], v);
+        assert_int_equal(tmx_request_free(r[i]), TMX_OK);
+    }
+}
+
+/* Messages from one source match in send order, eager and rendezvous mixed. */
+static void test_order_mixed(void **state)
+{
+    fixture_t *f = *state;
+    enum { N = 32 };
+    static unsigned char sbuf[N][SELF_EAGER * 2], rbuf[N][SELF_EAGER * 2];
+    tmx_request_h rr[N];
+    tmx_completion_t c;
+
+    for (int i = 0; i < N; i++) {
+        size_t len = (i % 3 == 0) ? SELF_EAGER + 100 : 10 + i;
+        fill(sbuf[i], len, (unsigned)i);
+        assert_int_equal(tmx_tsend(f->ctx, f->self, sbuf[i], len, 42, NULL, NULL), TMX_OK);
+        if (i == N / 2)
+            tmx_progress(f->ctx);
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, rbuf[i], sizeof(rbuf[i]), 42, 0, NULL, &rr[i]), TMX_OK);
+    for (int i = 0; i < N; i++) {
+        size_t len = (i % 3 == 0) ? SELF_EAGER + 100 : 10 + (size_t)i;
+        assert_int_equal(tmx_request_wait(rr[i], -1, &c), TMX_OK);
+        assert_int_equal(c.length, len);
+        check(rbuf[i], len, (unsigned)i);
+        tmx_request_free(rr[i]);
+    }
+}
+
+static void test_probe_claim_discard(void **state)
+{
+    fixture_t *f = *state;
+    static unsigned char big[SELF_EAGER * 4], out[SELF_EAGER * 4];
+    uint32_t small = 0xdeadbeef, got = 0;
+    tmx_completion_t info, c;
+    tmx_message_h msg;
+    tmx_request_h sr, rr;
+
+    fill(big, sizeof(big), 9);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, &small, 4, 10, NULL, NULL), TMX_OK);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, big, sizeof(big), 11, NULL, &sr), TMX_OK);
+    assert_int_equal(tmx_tprobe(f->ctx, TMX_ANY_SOURCE, 0, TMX_TAG_ANY, 0, &info, NULL), TMX_OK);
+    assert_int_equal(info.tag, 10);
+    assert_int_equal(info.msg_length, 4);
+    /* A peek leaves it in place. */
+    assert_int_equal(tmx_tprobe(f->ctx, f->self, 10, 0, 0, &info, NULL), TMX_OK);
+    assert_int_equal(tmx_tprobe(f->ctx, f->self, 10, 0, TMX_PROBE_FLAG_CLAIM, &info, &msg), TMX_OK);
+    assert_int_equal(tmx_tprobe(f->ctx, f->self, 10, 0, 0, &info, NULL), TMX_ERR_NO_MESSAGE);
+    assert_int_equal(tmx_mrecv(f->ctx, msg, &got, 4, NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, -1, &c), TMX_OK);
+    assert_int_equal(got, small);
+    tmx_request_free(rr);
+    /* The consumed handle is refused. */
+    assert_int_equal(tmx_message_discard(f->ctx, msg), TMX_ERR_INVALID);
+    /* Claim the rendezvous one and receive it. */
+    assert_int_equal(tmx_tprobe(f->ctx, TMX_ANY_SOURCE, 11, 0, TMX_PROBE_FLAG_CLAIM, &info, &msg), TMX_OK);
+    assert_int_equal(info.msg_length, sizeof(big));
+    assert_int_equal(tmx_request_test(sr, NULL), TMX_INPROGRESS);
+    assert_int_equal(tmx_mrecv(f->ctx, msg, out, sizeof(out), NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, -1, &c), TMX_OK);
+    check(out, sizeof(out), 9);
+    assert_int_equal(tmx_request_wait(sr, -1, &c), TMX_OK);
+    tmx_request_free(rr);
+    tmx_request_free(sr);
+    /* Discard a claimed rendezvous message: its sender still completes. */
+    assert_int_equal(tmx_tsend(f->ctx, f->self, big, sizeof(big), 12, NULL, &sr), TMX_OK);
+    assert_int_equal(tmx_tprobe(f->ctx, f->self, 12, 0, TMX_PROBE_FLAG_CLAIM, &info, &msg), TMX_OK);
+    assert_int_equal(tmx_message_discard(f->ctx, msg), TMX_OK);
+    assert_int_equal(tmx_request_wait(sr, 10000000, &c), TMX_OK);
+    tmx_request_free(sr);
+}
+
+static void test_cancel(void **state)
+{
+    fixture_t *f = *state;
+    char buf[16];
+    tmx_request_h rr, sr;
+    tmx_completion_t c;
+    tmx_op_params_t p = with_ctx(buf);
+
+    assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, buf, 16, 3, 0, &p, &rr), TMX_OK);
+    assert_int_equal(tmx_request_test(rr, &c), TMX_INPROGRESS);
+    assert_int_equal(tmx_request_cancel(rr), TMX_OK);
+    assert_int_equal(tmx_request_test(rr, &c), TMX_ERR_CANCELED);
+    assert_int_equal(tmx_request_cancel(rr), TMX_ERR_BUSY);
+    c = cq_one(f->ctx);
+    assert_int_equal(c.status, TMX_ERR_CANCELED);
+    assert_ptr_equal(c.user_context, buf);
+    assert_int_equal(tmx_request_free(rr), TMX_OK);
+    assert_int_equal(tmx_request_free(rr), TMX_ERR_INVALID);
+    /* The canceled receive no longer matches. */
+    assert_int_equal(tmx_tsend(f->ctx, f->self, "x", 1, 3, NULL, &sr), TMX_OK);
+    assert_int_equal(tmx_request_cancel(sr), TMX_ERR_UNSUPPORTED);
+    assert_int_equal(tmx_request_wait(sr, -1, NULL), TMX_OK);
+    tmx_request_free(sr);
+    assert_int_equal(tmx_tprobe(f->ctx, f->self, 3, 0, 0, &c, NULL), TMX_OK);
+}
+
+static void test_no_cq_and_wait_timeout(void **state)
+{
+    fixture_t *f = *state;
+    char buf[4];
+    tmx_request_h rr;
+    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_FLAGS, .flags = TMX_OP_FLAG_NO_CQ};
+
+    assert_int_equal(tmx_trecv(f->ctx, f->self, buf, 4, 1, 0, &p, &rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, 1000, NULL), TMX_ERR_TIMEOUT);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, "abc", 4, 1, &p, NULL), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, -1, NULL), TMX_OK);
+    assert_string_equal(buf, "abc");
+    tmx_request_free(rr);
+    cq_none(f->ctx);
+}
+
+static void test_remote_data(void **state)
+{
+    fixture_t *f = *state;
+    static unsigned char big[SELF_EAGER * 2];
+    char buf[sizeof(big)];
+    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_DATA, .data = 0x0102030405060708ULL};
+    tmx_request_h rr;
+    tmx_completion_t c;
+
+    for (int k = 0; k < 2; k++) {
+        size_t len = k ? sizeof(big) : 5;
+        assert_int_equal(tmx_tsend(f->ctx, f->self, big, len, 1, &p, NULL), TMX_OK);
+        assert_int_equal(tmx_trecv(f->ctx, f->self, buf, sizeof(buf), 1, 0, NULL, &rr), TMX_OK);
+        assert_int_equal(tmx_request_wait(rr, -1, &c), TMX_OK);
+        assert_true(c.has_data);
+        assert_int_equal(c.data, p.data);
+        assert_int_equal(c.length, len);
+        tmx_request_free(rr);
+    }
+    assert_int_equal(tmx_tsend(f->ctx, f->self, big, 3, 1, NULL, NULL), TMX_OK);
+    assert_int_equal(tmx_trecv(f->ctx, f->self, buf, sizeof(buf), 1, 0, NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, -1, &c), TMX_OK);
+    assert_false(c.has_data);
+    tmx_request_free(rr);
+}
+
+static void test_sync_send(void **state)
+{
+    fixture_t *f = *state;
+    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_FLAGS, .flags = TMX_OP_FLAG_SYNC};
+    tmx_request_h sr, rr;
+    char buf[4];
+
+    assert_int_equal(tmx_tsend(f->ctx, f->self, "ab", 3, 8, &p, &sr), TMX_OK);
+    for (int i = 0; i < 50; i++)
+        tmx_progress(f->ctx);
+    assert_int_equal(tmx_request_test(sr, NULL), TMX_INPROGRESS);
+    assert_int_equal(tmx_trecv(f->ctx, f->self, buf, 4, 8, 0, NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(sr, -1, NULL), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, -1, NULL), TMX_OK);
+    assert_string_equal(buf, "ab");
+    tmx_request_free(sr);
+    tmx_request_free(rr);
+}
+
+/* Requests released early still report through the CQ; many outstanding
+ * completions grow the queue instead of losing entries. */
+static void test_cq_growth(void **state)
+{
+    fixture_t *f = *state;
+    enum { N = 3000 };
+    tmx_completion_t c[64];
+    size_t n, total = 0;
+
+    for (int i = 0; i < N; i++) {
+        tmx_request_h r;
+        assert_int_equal(tmx_tsend(f->ctx, f->self, "", 0, (uint64_t)i, NULL, &r), TMX_OK);
+        assert_int_equal(tmx_request_free(r), TMX_OK);
+    }
+    while (total < N) {
+        assert_int_equal(tmx_cq_read(f->ctx, c, 64, &n), TMX_OK);
+        assert_true(n > 0);
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(c[i].tag, total + i);
+        total += n;
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(tmx_tprobe(f->ctx, f->self, (uint64_t)i, 0, 0, c, NULL), TMX_OK);
+}
+
+/* Malformed packets from the wire are dropped and counted, never trusted. */
+static void test_wire_garbage(void **state)
+{
+    fixture_t *f = *state;
+    unsigned char pkt[64] = {0};
+    wire_tmh_t tmh;
+    wire_rvh_t rvh;
+    uint64_t before = f->ctx->dropped;
+    tmx_completion_t info;
+
+    proto_recv_cb(f->ctx, f->self, pkt, 3);
+    proto_recv_cb(f->ctx, 99, pkt, 3);
+    wire_tmh_pack(&tmh, 0x77, 0, 0, 1);
+    proto_recv_cb(f->ctx, f->self, &tmh, sizeof(tmh));
+    wire_tmh_pack(&tmh, WIRE_OP_EAGER, 0x40, 0, 1);
+    proto_recv_cb(f->ctx, f->self, &tmh, sizeof(tmh));
+    wire_tmh_pack(&tmh, WIRE_OP_EAGER, WIRE_FLAG_DATA, 0, 1);
+    proto_recv_cb(f->ctx, f->self, &tmh, sizeof(tmh));
+    wire_tmh_pack(&tmh, WIRE_OP_RNDV, 0, 0, 1);
+    proto_recv_cb(f->ctx, f->self, &tmh, sizeof(tmh));
+    tmh.version = 9;
+    proto_recv_cb(f->ctx, f->self, &tmh, sizeof(tmh));
+    /* A FIN naming no send of ours. */
+    wire_tmh_pack(&tmh, WIRE_OP_FIN, 0, 12345, 1);
+    wire_rvh_pack(&rvh, 0x1000, 7, 10);
+    memcpy(pkt, &tmh, sizeof(tmh));
+    memcpy(pkt + sizeof(tmh), &rvh, sizeof(rvh));
+    proto_recv_cb(f->ctx, f->self, pkt, sizeof(tmh) + sizeof(rvh));
+    assert_int_equal(f->ctx->dropped - before, 8);
+    assert_int_equal(tmx_tprobe(f->ctx, TMX_ANY_SOURCE, 0, TMX_TAG_ANY, 0, &info, NULL), TMX_ERR_NO_MESSAGE);
+}
+
+/* ----------------------------------------------------------- threads */
+
+typedef struct thr_arg {
+    fixture_t *f;
+    int id;
+} thr_arg_t;
+
+static void *thr_pingpong(void *p)
+{
+    thr_arg_t *a = p;
+    enum { N = 2000 };
+
+    for (int i = 0; i < N; i++) {
+        uint64_t v = ((uint64_t)a->id << 32) | (unsigned)i, got = 0;
+        uint64_t tag = ((uint64_t)a->id << 40) | (unsigned)i;
+        tmx_request_h r;
+        if (tmx_trecv(a->f->ctx, a->f->self, &got, 8, tag, 0, NULL, &r) != TMX_OK)
+            return (void *)1;
+        if (tmx_tsend(a->f->ctx, a->f->self, &v, 8, tag, NULL, NULL) != TMX_OK)
+            return (void *)2;
+        if (tmx_request_wait(r, -1, NULL) != TMX_OK || got != v)
+            return (void *)3;
+        tmx_request_free(r);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    fixture_t *f = *state;
+    pthread_t t[4];
+    thr_arg_t a[4];
+    tmx_completion_t c[128];
+    size_t n;
+
+    for (int i = 0; i < 4; i++) {
+        a[i] = (thr_arg_t){f, i + 1};
+        assert_int_equal(pthread_create(&t[i], NULL, thr_pingpong, &a[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        void *rv;
+        pthread_join(t[i], &rv);
+        assert_null(rv);
+    }
+    do {
+        assert_int_equal(tmx_cq_read(f->ctx, c, 128, &n), TMX_OK);
+    } while (n > 0);
+}
+
+/* Destroying a context with work outstanding frees everything. */
+static void test_destroy_busy(void **state)
+{
+    fixture_t *f = *state;
+    static unsigned char big[SELF_EAGER * 3];
+    char buf[8] = {0};
+    tmx_request_h r;
+    tmx_message_h msg;
+    tmx_completion_t info;
+
+    assert_int_equal(tmx_trecv(f->ctx, f->self, buf, 8, 100, 0, NULL, &r), TMX_OK);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, big, sizeof(big), 200, NULL, NULL), TMX_OK);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, big, 100, 201, NULL, NULL), TMX_OK);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, big, 100, 202, NULL, NULL), TMX_OK);
+    assert_int_equal(tmx_tprobe(f->ctx, f->self, 202, 0, TMX_PROBE_FLAG_CLAIM, &info, &msg), TMX_OK);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, big, 100, 203, NULL, NULL), TMX_OK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_version_strerror),
+        cmocka_unit_test(test_context_bad_params),
+        cmocka_unit_test(test_context_params_ok),
+        cmocka_unit_test_setup_teardown(test_address, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_add_bad, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_send_bad_args, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recv_bad_args, setup, teardown),
+        cmocka_unit_test(test_request_bad_args),
+        cmocka_unit_test_setup_teardown(test_probe_bad_args, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cq_bad_args, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sizes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wildcards, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_order_mixed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_probe_claim_discard, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_cq_and_wait_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remote_data, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sync_send, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cq_growth, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wire_garbage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_threads, setup_mt, teardown),
+        cmocka_unit_test_setup_teardown(test_destroy_busy, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -81,8 +81,17 @@ typedef enum tmx_thread_mode {
 enum tmx_context_field {
     TMX_CONTEXT_FIELD_THREAD_MODE = 1u << 0,
     TMX_CONTEXT_FIELD_TRANSPORTS = 1u << 1,
-    TMX_CONTEXT_FIELD_NAME = 1u << 2
+    TMX_CONTEXT_FIELD_NAME = 1u << 2,
+    TMX_CONTEXT_FIELD_BOOT = 1u << 3
 };
+
+typedef enum tmx_boot_mode {
+    /* Join the job when started by tmxrun: every rank is added as a peer,
+     * peer i being rank i. Outside a launched job, nothing happens. */
+    TMX_BOOT_AUTO = 0,
+    /* Never join; the caller adds peers itself (e.g. a libfabric AV). */
+    TMX_BOOT_NONE = 1
+} tmx_boot_mode_t;
 
 typedef struct tmx_context_params {
     uint64_t field_mask;           /* which fields below are set */
@@ -90,6 +99,7 @@ typedef struct tmx_context_params {
     const char *transports;        /* comma list, e.g. "self,shm"; default
                                       the TMX_TRANSPORTS setting */
     const char *name;              /* label used in log lines */
+    tmx_boot_mode_t boot;          /* default TMX_BOOT_AUTO */
 } tmx_context_params_t;
 
 /* Creates a context. params may be NULL for all defaults. On success
@@ -117,6 +127,14 @@ tmx_status_t tmx_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_p
 
 /* Number of peers added so far. */
 tmx_status_t tmx_peer_count(tmx_context_h ctx, uint32_t *count);
+
+/* For a context that joined a launched job (tmxrun): this process's rank
+ * and the job's size; peer i is rank i. TMX_ERR_NOT_FOUND otherwise. */
+tmx_status_t tmx_job_info(tmx_context_h ctx, uint32_t *rank, uint32_t *size);
+
+/* Blocks until every rank of the job has called it (through the
+ * launcher, not the data path). TMX_ERR_PEER_FAILED if a rank died. */
+tmx_status_t tmx_job_barrier(tmx_context_h ctx);
 
 /* ------------------------------------------------------------- operations */
 
@@ -216,6 +234,12 @@ tmx_status_t tmx_cq_read(tmx_context_h ctx, tmx_completion_t *out, size_t max, s
 /* Drives all transports once. Returns the number of events handled (>= 0)
  * or a negative status. */
 int tmx_progress(tmx_context_h ctx);
+
+/* Drives progress until at least one event happened or a completion is
+ * waiting, or timeout_us passed (< 0: no limit): spins briefly, then
+ * sleeps until a peer wakes it. Returns the events handled (0 on timeout)
+ * or a negative status. */
+int tmx_wait(tmx_context_h ctx, int64_t timeout_us);
 
 /* --------------------------------------------------------------- requests */
 

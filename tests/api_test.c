@@ -185,9 +185,16 @@ static void test_peer_add_bad(void **state)
     assert_int_equal(tmx_peer_add(f->ctx, addr, TMX_ADDRESS_MAX + 1, &p), TMX_ERR_INVALID);
     memset(junk, 0xa5, sizeof(junk));
     assert_int_equal(tmx_peer_add(f->ctx, junk, sizeof(junk), &p), TMX_ERR_INVALID);
-    /* A well-formed address of another context, with no transport this
-     * context shares: unreachable. */
-    addr[8] ^= 0xff;
+    /* A well-formed address of another context that shares no transport
+     * with this one (self reaches only its own context): unreachable. */
+    {
+        tmx_context_h other;
+        tmx_context_params_t op = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS, .transports = "self"};
+        assert_int_equal(tmx_context_create(&op, &other), TMX_OK);
+        len = sizeof(addr);
+        assert_int_equal(tmx_address(other, addr, &len), TMX_OK);
+        assert_int_equal(tmx_context_destroy(other), TMX_OK);
+    }
     assert_int_equal(tmx_peer_add(f->ctx, addr, len, &p), TMX_ERR_UNREACHABLE);
     /* A section that claims more bytes than the blob has. */
     addr[5] = 1;
@@ -584,24 +591,24 @@ static void test_wire_garbage(void **state)
     uint64_t before = f->ctx->dropped;
     tmx_completion_t info;
 
-    proto_recv_cb(f->ctx, f->self, pkt, 3);
-    proto_recv_cb(f->ctx, 99, pkt, 3);
+    proto_recv_cb(f->ctx, f->ctx->uuid, pkt, 3);
+    proto_recv_cb(f->ctx, f->ctx->uuid ^ 1, pkt, 3);
     wire_tmh_pack(&tmh, 0x77, 0, 0, 1);
-    proto_recv_cb(f->ctx, f->self, &tmh, sizeof(tmh));
+    proto_recv_cb(f->ctx, f->ctx->uuid, &tmh, sizeof(tmh));
     wire_tmh_pack(&tmh, WIRE_OP_EAGER, 0x40, 0, 1);
-    proto_recv_cb(f->ctx, f->self, &tmh, sizeof(tmh));
+    proto_recv_cb(f->ctx, f->ctx->uuid, &tmh, sizeof(tmh));
     wire_tmh_pack(&tmh, WIRE_OP_EAGER, WIRE_FLAG_DATA, 0, 1);
-    proto_recv_cb(f->ctx, f->self, &tmh, sizeof(tmh));
+    proto_recv_cb(f->ctx, f->ctx->uuid, &tmh, sizeof(tmh));
     wire_tmh_pack(&tmh, WIRE_OP_RNDV, 0, 0, 1);
-    proto_recv_cb(f->ctx, f->self, &tmh, sizeof(tmh));
+    proto_recv_cb(f->ctx, f->ctx->uuid, &tmh, sizeof(tmh));
     tmh.version = 9;
-    proto_recv_cb(f->ctx, f->self, &tmh, sizeof(tmh));
+    proto_recv_cb(f->ctx, f->ctx->uuid, &tmh, sizeof(tmh));
     /* A FIN naming no send of ours. */
     wire_tmh_pack(&tmh, WIRE_OP_FIN, 0, 12345, 1);
     wire_rvh_pack(&rvh, 0x1000, 7, 10);
     memcpy(pkt, &tmh, sizeof(tmh));
     memcpy(pkt + sizeof(tmh), &rvh, sizeof(rvh));
-    proto_recv_cb(f->ctx, f->self, pkt, sizeof(tmh) + sizeof(rvh));
+    proto_recv_cb(f->ctx, f->ctx->uuid, pkt, sizeof(tmh) + sizeof(rvh));
     assert_int_equal(f->ctx->dropped - before, 8);
     assert_int_equal(tmx_tprobe(f->ctx, TMX_ANY_SOURCE, 0, TMX_TAG_ANY, 0, &info, NULL), TMX_ERR_NO_MESSAGE);
 }

@@ -9,4 +9,8 @@
  * queue depth for each wildcard pattern, beside a linear-list baseline. */
 int perf_match_main(int argc, char **argv);
 
+/* Point-to-point tests between the two ranks of a tmxrun job: latency,
+ * bandwidth, bidirectional bandwidth, message rate. */
+int perf_p2p_main(int argc, char **argv);
+
 #endif

@@ -17,7 +17,8 @@ typedef struct config_entry {
 
 static const config_entry_t config_table[] = {
     {"TMX_LOG_LEVEL", "warn", "log level: error, warn, info or debug (debug names each protocol chosen)"},
-    {"TMX_TRANSPORTS", "self", "comma-separated transports a context opens"},
+    {"TMX_TRANSPORTS", "self,shm", "comma-separated transports a context opens (self, shm)"},
+    {"TMX_SHM_CMA", "auto", "shm rendezvous reads: auto (process_vm_readv, copy if refused) or off (always copy)"},
 };
 
 const char *config_get(const char *name)

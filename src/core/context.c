@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "boot/boot.h"
 #include "core/config.h"
 #include "core/core.h"
 #include "proto/proto.h"
@@ -14,8 +15,8 @@
 #define TMX_API __attribute__((visibility("default")))
 #define CORE_POOL_CHUNK 256
 
-static const uint64_t ctx_field_mask =
-    TMX_CONTEXT_FIELD_THREAD_MODE | TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_NAME;
+static const uint64_t ctx_field_mask = TMX_CONTEXT_FIELD_THREAD_MODE | TMX_CONTEXT_FIELD_TRANSPORTS |
+                                       TMX_CONTEXT_FIELD_NAME | TMX_CONTEXT_FIELD_BOOT;
 
 static uint64_t make_uuid(void)
 {
@@ -43,6 +44,10 @@ static tmx_status_t params_check(const tmx_context_params_t *p)
         util_error("tmx_context_create: unknown thread mode %d", (int)p->thread_mode);
         return TMX_ERR_INVALID;
     }
+    if ((p->field_mask & TMX_CONTEXT_FIELD_BOOT) && p->boot != TMX_BOOT_AUTO && p->boot != TMX_BOOT_NONE) {
+        util_error("tmx_context_create: unknown boot mode %d", (int)p->boot);
+        return TMX_ERR_INVALID;
+    }
     if ((p->field_mask & TMX_CONTEXT_FIELD_TRANSPORTS) && p->transports == NULL) {
         util_error("tmx_context_create: transports field set to NULL");
         return TMX_ERR_INVALID;
@@ -53,7 +58,7 @@ static tmx_status_t params_check(const tmx_context_params_t *p)
 static tmx_status_t open_one(tmx_context_h ctx, const char *name)
 {
     const tl_ops_t *ops = tl_find(name);
-    tl_iface_params_t ip = {ctx->uuid, proto_recv_cb, ctx};
+    tl_iface_params_t ip = {ctx->uuid, proto_recv_cb, core_peer_failed_cb, core_mem_check_cb, ctx};
     tmx_status_t st;
 
     if (ops == NULL) {
@@ -101,6 +106,7 @@ static void context_free(tmx_context_h ctx)
 {
     util_dlist_t *pos, *tmp;
 
+    boot_job_leave(&ctx->job);
     util_dlist_foreach_safe(pos, tmp, &ctx->msgs) {
         free(util_container_of(pos, struct tmx_message, link)->payload);
     }
@@ -163,6 +169,11 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
                                                                        : config_get("TMX_TRANSPORTS");
     if ((st = open_transports(ctx, tls)) != TMX_OK)
         goto err_free;
+    if (!(params && (params->field_mask & TMX_CONTEXT_FIELD_BOOT) && params->boot == TMX_BOOT_NONE)) {
+        st = boot_job_join(ctx, &ctx->job);
+        if (st != TMX_OK && st != TMX_ERR_NOT_FOUND)
+            goto err_free;
+    }
     *out = ctx;
     return TMX_OK;
 
@@ -196,4 +207,35 @@ void core_msg_free(tmx_context_h ctx, struct tmx_message *msg)
     free(msg->payload);
     msg->ctx = NULL;
     util_pool_put(&ctx->msg_pool, msg);
+}
+
+TMX_API tmx_status_t tmx_job_info(tmx_context_h ctx, uint32_t *rank, uint32_t *size)
+{
+    if (ctx == NULL || rank == NULL || size == NULL) {
+        util_error("tmx_job_info: NULL argument");
+        return TMX_ERR_INVALID;
+    }
+    if (ctx->job.kvs == NULL)
+        return TMX_ERR_NOT_FOUND;
+    *rank = ctx->job.rank;
+    *size = ctx->job.size;
+    return TMX_OK;
+}
+
+TMX_API tmx_status_t tmx_job_barrier(tmx_context_h ctx)
+{
+    tmx_status_t st;
+
+    if (ctx == NULL) {
+        util_error("tmx_job_barrier: NULL context");
+        return TMX_ERR_INVALID;
+    }
+    if (ctx->job.kvs == NULL) {
+        util_error("tmx_job_barrier: this context is not part of a launched job");
+        return TMX_ERR_NOT_FOUND;
+    }
+    core_lock(ctx);
+    st = boot_kvs_fence(ctx->job.kvs);
+    core_unlock(ctx);
+    return st;
 }

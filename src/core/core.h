@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "boot/job.h"
 #include "match/match.h"
 #include "tl/tl.h"
 #include "tmx.h"
@@ -18,6 +19,7 @@
 
 typedef struct core_peer {
     uint64_t uuid;              /* the remote context's identity */
+    int failed;                 /* its process died or stopped answering */
     const tl_ops_t *tl;         /* the transport that reaches it */
     tl_iface_t *iface;
     tl_ep_t *ep;                /* created on first use */
@@ -95,6 +97,13 @@ struct tmx_context {
     uint32_t n_peers;
     uint32_t cap_peers;
     tmx_peer_t self_peer;       /* first peer naming this context */
+    uint64_t *uuid_keys;        /* uuid -> first peer: open addressing */
+    tmx_peer_t *uuid_vals;
+    uint32_t uuid_cap;          /* a power of two, or 0 */
+    uint64_t last_uuid;         /* one-entry cache in front of the table */
+    tmx_peer_t last_peer;
+    int64_t next_peer_check_us;
+    boot_job_t job;             /* the launched job, if any */
     match_engine_t match;
     util_pool_t req_pool;
     util_pool_t msg_pool;
@@ -137,9 +146,21 @@ tmx_status_t core_rndv_slot_get(tmx_context_h ctx, struct tmx_request *req);
 struct tmx_request *core_rndv_lookup(tmx_context_h ctx, uint32_t id);
 void core_rndv_slot_put(tmx_context_h ctx, struct tmx_request *req);
 int core_progress(tmx_context_h ctx);
+int64_t core_now_us(void);
+
+/* Blocks in the transports until something may have happened or the
+ * deadline (CLOCK_MONOTONIC us) passes; spins first, then yields, then
+ * sleeps. *spins carries the caller's count of fruitless rounds. */
+void core_idle(tmx_context_h ctx, unsigned *spins, int64_t deadline_us);
+
+/* fail.c */
+void core_peer_failed_cb(void *arg, uint64_t uuid, int clean);
+tmx_status_t core_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t rkey);
 
 /* peer.c */
 tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep);
+tmx_peer_t core_peer_by_uuid(tmx_context_h ctx, uint64_t uuid);
+tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_peer_t *out);
 void core_peers_fini(tmx_context_h ctx);
 
 /* message lifetime */

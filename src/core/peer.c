@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "util/hash.h"
 #include "util/log.h"
 
 #define TMX_API __attribute__((visibility("default")))
@@ -43,7 +44,7 @@ static tmx_status_t address_locked(tmx_context_h ctx, unsigned char *buf, size_t
             continue; /* the uuid is the self transport's address */
         if (off + sizeof(sec) > sizeof(tmp) || iface->ops->address(iface, tmp + off + sizeof(sec), &len) != TMX_OK)
             return TMX_ERR_INTERNAL;
-        strncpy(sec.name, iface->ops->name, ADDR_NAME_LEN);
+        memcpy(sec.name, iface->ops->name, strnlen(iface->ops->name, ADDR_NAME_LEN - 1));
         sec.len = htole16((uint16_t)len);
         memcpy(tmp + off, &sec, sizeof(sec));
         off += sizeof(sec) + len;
@@ -91,7 +92,8 @@ static tmx_status_t addr_pick(tmx_context_h ctx, const unsigned char *p, size_t 
             goto err_parse;
         for (int k = 0; k < ctx->n_ifaces && peer->tl == NULL; k++) {
             tl_iface_t *iface = ctx->ifaces[k];
-            if (iface != ctx->self_iface && strcmp(iface->ops->name, sec.name) == 0) {
+            if (iface != ctx->self_iface && strcmp(iface->ops->name, sec.name) == 0 &&
+                iface->ops->reachable(iface, p + off, sec.len) == TMX_OK) {
                 peer->tl = iface->ops;
                 peer->iface = iface;
                 peer->addr = (unsigned char *)p + off;
@@ -132,6 +134,80 @@ static tmx_status_t addr_parse(tmx_context_h ctx, const void *addr, size_t len, 
     return addr_pick(ctx, addr, len, hdr.n_sections, peer);
 }
 
+/* ------------------------------------------------------- uuid -> peer map */
+
+static uint32_t uuid_slot(const tmx_context_h ctx, uint64_t uuid)
+{
+    uint32_t mask = ctx->uuid_cap - 1;
+    uint32_t i = (uint32_t)util_hash64(uuid) & mask;
+
+    while (ctx->uuid_vals[i] != TMX_PEER_NONE && ctx->uuid_keys[i] != uuid)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static tmx_status_t uuid_grow(tmx_context_h ctx)
+{
+    uint32_t old_cap = ctx->uuid_cap, cap = old_cap ? old_cap * 2 : 64;
+    uint64_t *old_keys = ctx->uuid_keys;
+    tmx_peer_t *old_vals = ctx->uuid_vals;
+
+    ctx->uuid_keys = malloc(cap * sizeof(*ctx->uuid_keys));
+    ctx->uuid_vals = malloc(cap * sizeof(*ctx->uuid_vals));
+    if (ctx->uuid_keys == NULL || ctx->uuid_vals == NULL) {
+        free(ctx->uuid_keys);
+        free(ctx->uuid_vals);
+        ctx->uuid_keys = old_keys;
+        ctx->uuid_vals = old_vals;
+        return TMX_ERR_NOMEM;
+    }
+    ctx->uuid_cap = cap;
+    for (uint32_t i = 0; i < cap; i++)
+        ctx->uuid_vals[i] = TMX_PEER_NONE;
+    for (uint32_t i = 0; i < old_cap; i++) {
+        if (old_vals[i] != TMX_PEER_NONE) {
+            uint32_t j = uuid_slot(ctx, old_keys[i]);
+            ctx->uuid_keys[j] = old_keys[i];
+            ctx->uuid_vals[j] = old_vals[i];
+        }
+    }
+    free(old_keys);
+    free(old_vals);
+    return TMX_OK;
+}
+
+/* Remembers the first peer number of each context; later duplicates keep
+ * the first, so messages are reported with it. */
+static tmx_status_t uuid_insert(tmx_context_h ctx, uint64_t uuid, tmx_peer_t peer)
+{
+    uint32_t i;
+
+    if ((ctx->n_peers + 1) * 2 > ctx->uuid_cap && uuid_grow(ctx) != TMX_OK)
+        return TMX_ERR_NOMEM;
+    i = uuid_slot(ctx, uuid);
+    if (ctx->uuid_vals[i] == TMX_PEER_NONE) {
+        ctx->uuid_keys[i] = uuid;
+        ctx->uuid_vals[i] = peer;
+    }
+    return TMX_OK;
+}
+
+tmx_peer_t core_peer_by_uuid(tmx_context_h ctx, uint64_t uuid)
+{
+    tmx_peer_t p;
+
+    if (uuid == ctx->last_uuid && ctx->last_peer != TMX_PEER_NONE)
+        return ctx->last_peer;
+    if (ctx->uuid_cap == 0)
+        return TMX_PEER_NONE;
+    p = ctx->uuid_vals[uuid_slot(ctx, uuid)];
+    if (p != TMX_PEER_NONE) {
+        ctx->last_uuid = uuid;
+        ctx->last_peer = p;
+    }
+    return p;
+}
+
 static tmx_status_t peers_reserve(tmx_context_h ctx)
 {
     uint32_t cap = ctx->cap_peers ? ctx->cap_peers * 2 : 16;
@@ -149,15 +225,14 @@ static tmx_status_t peers_reserve(tmx_context_h ctx)
     return TMX_OK;
 }
 
-static tmx_status_t peer_add_locked(tmx_context_h ctx, const void *addr, size_t len,
-                                    tmx_peer_t *out)
+tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_peer_t *out)
 {
     core_peer_t peer;
     tmx_status_t st = addr_parse(ctx, addr, len, &peer);
 
     if (st != TMX_OK)
         return st;
-    if ((st = peers_reserve(ctx)) != TMX_OK) {
+    if ((st = peers_reserve(ctx)) != TMX_OK || (st = uuid_insert(ctx, peer.uuid, ctx->n_peers)) != TMX_OK) {
         util_error("tmx_peer_add: cannot grow the peer table past %u", ctx->n_peers);
         return st;
     }
@@ -184,7 +259,7 @@ TMX_API tmx_status_t tmx_peer_add(tmx_context_h ctx, const void *addr, size_t le
         return TMX_ERR_INVALID;
     }
     core_lock(ctx);
-    st = peer_add_locked(ctx, addr, len, peer);
+    st = core_peer_add(ctx, addr, len, peer);
     core_unlock(ctx);
     return st;
 }
@@ -211,8 +286,10 @@ tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
         return TMX_ERR_NOT_FOUND;
     }
     p = &ctx->peers[peer];
+    if (p->failed)
+        return TMX_ERR_PEER_FAILED;
     if (p->ep == NULL) {
-        st = p->tl->ep_create(p->iface, p->addr, p->addr_len, peer, &p->ep);
+        st = p->tl->ep_create(p->iface, p->addr, p->addr_len, peer, p->uuid, &p->ep);
         if (st != TMX_OK) {
             util_error("cannot reach peer %u over %s: %s", peer, p->tl->name, tmx_strerror(st));
             return st;
@@ -230,6 +307,11 @@ void core_peers_fini(tmx_context_h ctx)
         free(ctx->peers[i].addr);
     }
     free(ctx->peers);
+    free(ctx->uuid_keys);
+    free(ctx->uuid_vals);
+    ctx->uuid_keys = NULL;
+    ctx->uuid_vals = NULL;
+    ctx->uuid_cap = 0;
     ctx->peers = NULL;
     ctx->n_peers = 0;
 }

@@ -1,5 +1,6 @@
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "core/core.h"
@@ -9,6 +10,10 @@
 
 #define TMX_API __attribute__((visibility("default")))
 #define RNDV_FREE_BIT ((uintptr_t)1)
+#define CORE_SPIN_POLLS 4000      /* pure polls before yielding */
+#define CORE_YIELD_POLLS 200      /* polls with sched_yield before sleeping */
+#define CORE_PEER_CHECK_US 20000  /* dead-peer checks while idle */
+#define CORE_SHARED_SLEEP_US 500  /* slice per transport when several sleep */
 
 static const uint64_t op_field_mask =
     TMX_OP_FIELD_FLAGS | TMX_OP_FIELD_USER_CONTEXT | TMX_OP_FIELD_DATA;
@@ -102,7 +107,8 @@ tmx_status_t core_rndv_slot_get(tmx_context_h ctx, struct tmx_request *req)
     ctx->rndv_free = (uint32_t)((uintptr_t)ctx->rndv[id] >> 1);
     ctx->rndv[id] = req;
     req->id = id;
-    req->rkey = util_hash64(ctx->rkey_seed++);
+    /* The slot in the low half lets a remote read be checked in O(1). */
+    req->rkey = (util_hash64(ctx->rkey_seed++) << 32) | id;
     return TMX_OK;
 }
 
@@ -150,7 +156,7 @@ TMX_API tmx_status_t tmx_request_test(tmx_request_h req, tmx_completion_t *out)
     return st;
 }
 
-static int64_t now_us(void)
+int64_t core_now_us(void)
 {
     struct timespec ts;
 
@@ -158,22 +164,83 @@ static int64_t now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+static void check_peers(tmx_context_h ctx, int64_t now)
+{
+    if (now < ctx->next_peer_check_us)
+        return;
+    ctx->next_peer_check_us = now + CORE_PEER_CHECK_US;
+    for (int i = 0; i < ctx->n_ifaces; i++)
+        ctx->ifaces[i]->ops->check_peers(ctx->ifaces[i]);
+}
+
+/* Sleeps in the transports. Only one transport can hold the thread, so
+ * with several that can sleep each gets a short slice in turn. */
+static void idle_sleep(tmx_context_h ctx, int64_t timeout_us)
+{
+    int sleepers = 0;
+
+    for (int i = 0; i < ctx->n_ifaces; i++)
+        sleepers += ctx->ifaces[i]->ops->wait != tl_no_wait;
+    if (sleepers > 1 && timeout_us > CORE_SHARED_SLEEP_US)
+        timeout_us = CORE_SHARED_SLEEP_US;
+    for (int i = 0; i < ctx->n_ifaces; i++) {
+        if (ctx->ifaces[i]->ops->wait != tl_no_wait)
+            ctx->ifaces[i]->ops->wait(ctx->ifaces[i], timeout_us);
+    }
+    if (sleepers == 0)
+        sched_yield();
+}
+
+/* Spin while an answer is likely within microseconds, then yield so that a
+ * peer sharing this core runs, then sleep until a sender wakes us. The
+ * caller holds the context lock; it is dropped while sleeping. */
+void core_idle(tmx_context_h ctx, unsigned *spins, int64_t deadline_us)
+{
+    int64_t now;
+
+    if (++*spins < CORE_SPIN_POLLS)
+        return;
+    if (*spins < CORE_SPIN_POLLS + CORE_YIELD_POLLS) {
+        sched_yield();
+        return;
+    }
+    now = core_now_us();
+    check_peers(ctx, now);
+    if (now >= deadline_us)
+        return;
+    core_unlock(ctx);
+    idle_sleep(ctx, deadline_us - now < CORE_PEER_CHECK_US ? deadline_us - now : CORE_PEER_CHECK_US);
+    core_lock(ctx);
+}
+
 TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx_completion_t *out)
 {
-    int64_t deadline = timeout_us < 0 ? INT64_MAX : now_us() + timeout_us;
+    int64_t deadline = timeout_us < 0 ? INT64_MAX : core_now_us() + timeout_us;
     tmx_status_t st;
 
     if (req == NULL) {
         util_error("tmx_request_wait: NULL request");
         return TMX_ERR_INVALID;
     }
-    while ((st = tmx_request_test(req, out)) == TMX_INPROGRESS) {
-        if (now_us() > deadline)
+    unsigned spins = 0;
+    tmx_context_h ctx = req->ctx;
+
+    core_lock(ctx);
+    while (req->state != CORE_REQ_DONE) {
+        if (core_progress(ctx) > 0) {
+            spins = 0;
+            continue;
+        }
+        if ((spins & 63) == 63 && core_now_us() > deadline) {
+            core_unlock(ctx);
             return TMX_ERR_TIMEOUT;
-        core_lock(req->ctx);
-        core_progress(req->ctx);
-        core_unlock(req->ctx);
+        }
+        core_idle(ctx, &spins, deadline);
     }
+    st = req->comp.status;
+    if (out != NULL)
+        *out = req->comp;
+    core_unlock(ctx);
     return st;
 }
 
@@ -222,4 +289,25 @@ TMX_API tmx_status_t tmx_request_free(tmx_request_h req)
         core_req_release(req);
     core_unlock(ctx);
     return TMX_OK;
+}
+
+TMX_API int tmx_wait(tmx_context_h ctx, int64_t timeout_us)
+{
+    int64_t deadline;
+    unsigned spins = 0;
+    int events = 0;
+
+    if (ctx == NULL) {
+        util_error("tmx_wait: NULL context");
+        return TMX_ERR_INVALID;
+    }
+    deadline = timeout_us < 0 ? INT64_MAX : core_now_us() + timeout_us;
+    core_lock(ctx);
+    while (ctx->cq.count == 0 && (events = core_progress(ctx)) == 0) {
+        if ((spins & 63) == 63 && core_now_us() >= deadline)
+            break;
+        core_idle(ctx, &spins, deadline);
+    }
+    core_unlock(ctx);
+    return events;
 }

@@ -99,7 +99,9 @@ static match_bin_t *table_get(match_engine_t *m, match_table_t *t, uint64_t mask
     idx = b->hash & (t->n_buckets - 1);
     b->next = t->buckets[idx];
     t->buckets[idx] = b;
-    if (++t->n_bins > t->n_buckets)
+    /* At most half a bin per bucket: once the table outgrows the cache,
+     * every bin walked in a chain is a dependent cache miss. */
+    if (++t->n_bins > t->n_buckets / 2)
         table_grow(t);
     return b;
 }

@@ -63,7 +63,8 @@ enum match_msg_link {
     MATCH_LINK_COUNT = 4
 };
 
-/* An unexpected message. Fill src and tag before match_add_msg(). */
+/* An unexpected message. Fill src (a real peer, never TMX_ANY_SOURCE) and
+ * tag before match_add_msg(). */
 typedef struct match_msg {
     util_dlist_t link[MATCH_LINK_COUNT];
     struct match_bin *bin[MATCH_LINK_COUNT]; /* bin[0] NULL when not stored */

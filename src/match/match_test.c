@@ -285,7 +285,7 @@ static void test_posted_other_source_not_found(void **state)
     match_remove_recv(m, &r);
 }
 
-/* Tags share a bin only through the hash; equal low bits must not do. */
+/* High tag bits take part in matching as much as the low ones. */
 static void test_posted_high_bit_differs(void **state)
 {
     match_engine_t *m = *state;

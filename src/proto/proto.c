@@ -377,17 +377,16 @@ static void fin_arrive(tmx_context_h ctx, tmx_peer_t src, const proto_in_t *in, 
     core_req_complete(req, TMX_OK);
 }
 
-void proto_recv_cb(void *arg, tmx_peer_t src, const void *data, size_t len)
+void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len)
 {
     tmx_context_h ctx = arg;
+    tmx_peer_t src = core_peer_by_uuid(ctx, src_uuid);
     proto_in_t in;
 
-    if (src >= ctx->n_peers) {
-        parse_fail(ctx, src, "unknown source", len);
+    if (src == TMX_PEER_NONE) {
+        parse_fail(ctx, src, "sender is not a peer of ours", len);
         return;
     }
-    if (ctx->peers[src].uuid == ctx->uuid)
-        src = ctx->self_peer;
     if (parse_packet(ctx, src, data, len, &in) != 0)
         return;
     switch (in.tmh.opcode) {

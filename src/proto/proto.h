@@ -26,7 +26,7 @@ void proto_msg_deliver(tmx_context_h ctx, struct tmx_message *msg, struct tmx_re
 void proto_msg_discard(tmx_context_h ctx, struct tmx_message *msg);
 
 /* The transports' upward callback (tl_recv_cb_t). */
-void proto_recv_cb(void *arg, tmx_peer_t src, const void *data, size_t len);
+void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len);
 
 /* Retries control packets that found the transport full. */
 int proto_progress(tmx_context_h ctx);

@@ -1,10 +1,16 @@
 #include "tl/tl.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "util/hash.h"
 #include "util/log.h"
 
-static const tl_ops_t *const tl_all[] = {&tl_self_ops};
+static const tl_ops_t *const tl_all[] = {&tl_self_ops, &tl_shm_ops};
+
+const char *const tl_names[] = {"self", "shm", NULL};
 
 const tl_ops_t *tl_find(const char *name)
 {
@@ -20,4 +26,43 @@ tmx_status_t tl_no_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint6
 {
     util_error("transport %s cannot read remote memory", ep->iface->ops->name);
     return TMX_ERR_UNSUPPORTED;
+}
+
+void tl_no_wait(tl_iface_t *iface, int64_t timeout_us)
+{
+}
+
+void tl_no_check_peers(tl_iface_t *iface)
+{
+}
+
+tmx_status_t tl_always_reachable(tl_iface_t *iface, const void *addr, size_t len)
+{
+    return TMX_OK;
+}
+
+static uint64_t hash_bytes(uint64_t h, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = util_hash64(h ^ (unsigned char)s[i]);
+    return h;
+}
+
+uint64_t tl_host_id(void)
+{
+    char buf[256] = "";
+    uint64_t h = 0x746d78;
+    struct stat st;
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+
+    if (f != NULL) {
+        if (fgets(buf, sizeof(buf), f) != NULL)
+            h = hash_bytes(h, buf, strlen(buf));
+        fclose(f);
+    }
+    if (gethostname(buf, sizeof(buf)) == 0)
+        h = hash_bytes(h, buf, strnlen(buf, sizeof(buf)));
+    if (stat("/proc/self/ns/net", &st) == 0)
+        h = util_hash64(h ^ (uint64_t)st.st_ino);
+    return h;
 }

@@ -22,10 +22,19 @@ typedef struct tl_iface tl_iface_t;
 typedef struct tl_ep tl_ep_t;
 typedef struct tl_ops tl_ops_t;
 
-/* Upward callback: a packet from the process behind peer number src
- * arrived. data is valid only during the call; the callee copies what it
- * keeps. Called from progress() only. */
-typedef void (*tl_recv_cb_t)(void *arg, tmx_peer_t src, const void *data, size_t len);
+/* Upward callback: a packet from the context src_uuid arrived. data is
+ * valid only during the call; the callee copies what it keeps. Called from
+ * progress() only. */
+typedef void (*tl_recv_cb_t)(void *arg, uint64_t src_uuid, const void *data, size_t len);
+
+/* Upward callback: the process behind a context has gone: died or stopped
+ * answering (clean == 0), or exited after closing its context (clean ==
+ * 1). Every operation naming it must fail, not wait. */
+typedef void (*tl_fail_cb_t)(void *arg, uint64_t uuid, int clean);
+
+/* Asks the layer above whether a remote reader may read len bytes at addr
+ * under rkey (registered, in bounds, right key). TMX_OK or why not. */
+typedef tmx_status_t (*tl_mem_check_t)(void *arg, uint64_t addr, uint64_t len, uint64_t rkey);
 
 /* A remote read in flight, embedded in the caller's object. done() runs
  * from progress() once the data is in place, or with an error status. */
@@ -35,8 +44,10 @@ typedef struct tl_get_op {
 
 typedef struct tl_iface_params {
     uint64_t uuid;          /* this context's identity */
-    tl_recv_cb_t recv_cb;   /* the one upward callback */
-    void *recv_arg;
+    tl_recv_cb_t recv_cb;   /* packets */
+    tl_fail_cb_t fail_cb;   /* dead peers */
+    tl_mem_check_t mem_check; /* remote reads served by emulation */
+    void *recv_arg;         /* the argument of all three */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */
@@ -45,6 +56,8 @@ struct tl_iface {
     size_t eager_limit;     /* largest payload sent eagerly */
     size_t max_packet;      /* largest packet send() accepts */
     tl_recv_cb_t recv_cb;
+    tl_fail_cb_t fail_cb;
+    tl_mem_check_t mem_check;
     void *recv_arg;
 };
 
@@ -68,10 +81,15 @@ struct tl_ops {
      * TMX_ERR_NO_SPACE if it does not fit. */
     tmx_status_t (*address)(tl_iface_t *iface, void *buf, size_t *len);
 
-    /* Creates the endpoint to a remote process from its address section.
+    /* TMX_OK if this transport can reach the process whose address section
+     * this is (same host for shm), TMX_ERR_UNREACHABLE if not. Cheap; no
+     * state is created. */
+    tmx_status_t (*reachable)(tl_iface_t *iface, const void *addr, size_t len);
+
+    /* Creates the endpoint to the context uuid from its address section.
      * Called on first use of a peer. Does not block. */
     tmx_status_t (*ep_create)(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
-                              tl_ep_t **ep);
+                              uint64_t uuid, tl_ep_t **ep);
 
     void (*ep_destroy)(tl_ep_t *ep);
 
@@ -90,9 +108,30 @@ struct tl_ops {
 
     /* Handles what arrived and what is due; returns the number of events. */
     int (*progress)(tl_iface_t *iface);
+
+    /* Blocks until something may have arrived, or timeout_us passes (< 0:
+     * no limit). May return early; the caller progresses and decides. */
+    void (*wait)(tl_iface_t *iface, int64_t timeout_us);
+
+    /* Looks for dead peers and reports them through fail_cb. Called from
+     * the wait loop every few milliseconds, not on the fast path. */
+    void (*check_peers)(tl_iface_t *iface);
 };
 
 extern const tl_ops_t tl_self_ops;
+extern const tl_ops_t tl_shm_ops;
+
+/* Fallbacks for transports without the operation. */
+void tl_no_wait(tl_iface_t *iface, int64_t timeout_us);
+void tl_no_check_peers(tl_iface_t *iface);
+tmx_status_t tl_always_reachable(tl_iface_t *iface, const void *addr, size_t len);
+
+/* This host's identity: boot id, host name and network namespace, so that
+ * test hosts made of network namespaces count as different hosts. */
+uint64_t tl_host_id(void);
+
+/* The names of all transports built in, NULL-terminated. */
+extern const char *const tl_names[];
 
 /* For transports without remote reads. */
 tmx_status_t tl_no_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,

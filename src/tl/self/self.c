@@ -17,7 +17,6 @@
 
 typedef struct self_packet {
     util_dlist_t link;
-    tmx_peer_t src;       /* the sending endpoint's peer number */
     size_t len;
     unsigned char data[];
 } self_packet_t;
@@ -26,6 +25,7 @@ typedef struct self_iface {
     tl_iface_t super;
     util_dlist_t queue;   /* packets not yet delivered, oldest first */
     size_t n_queued;
+    uint64_t uuid;        /* ours, and so every packet's source */
 } self_iface_t;
 
 static tmx_status_t self_iface_open(const tl_iface_params_t *params, tl_iface_t **out)
@@ -39,6 +39,9 @@ static tmx_status_t self_iface_open(const tl_iface_params_t *params, tl_iface_t 
     si->super.max_packet = SELF_MAX_PACKET;
     si->super.recv_cb = params->recv_cb;
     si->super.recv_arg = params->recv_arg;
+    si->super.fail_cb = params->fail_cb;
+    si->super.mem_check = params->mem_check;
+    si->uuid = params->uuid;
     util_dlist_init(&si->queue);
     *out = &si->super;
     return TMX_OK;
@@ -62,7 +65,7 @@ static tmx_status_t self_address(tl_iface_t *iface, void *buf, size_t *len)
 }
 
 static tmx_status_t self_ep_create(tl_iface_t *iface, const void *addr, size_t len,
-                                   tmx_peer_t peer, tl_ep_t **out)
+                                   tmx_peer_t peer, uint64_t uuid, tl_ep_t **out)
 {
     tl_ep_t *ep = calloc(1, sizeof(*ep));
 
@@ -109,7 +112,6 @@ static tmx_status_t self_send(tl_ep_t *ep, const struct iovec *iov, int iovcnt)
         off += iov[i].iov_len;
     }
     pkt->len = len;
-    pkt->src = ep->peer;
     util_dlist_push_tail(&si->queue, &pkt->link);
     si->n_queued++;
     return TMX_OK;
@@ -135,7 +137,7 @@ static int self_progress(tl_iface_t *iface)
         self_packet_t *pkt = util_container_of(si->queue.next, self_packet_t, link);
         util_dlist_unlink(&pkt->link);
         si->n_queued--;
-        iface->recv_cb(iface->recv_arg, pkt->src, pkt->data, pkt->len);
+        iface->recv_cb(iface->recv_arg, si->uuid, pkt->data, pkt->len);
         free(pkt);
         events++;
     }
@@ -147,9 +149,12 @@ const tl_ops_t tl_self_ops = {
     .iface_open = self_iface_open,
     .iface_close = self_iface_close,
     .address = self_address,
+    .reachable = tl_always_reachable,
     .ep_create = self_ep_create,
     .ep_destroy = self_ep_destroy,
     .send = self_send,
     .get = self_get,
     .progress = self_progress,
+    .wait = tl_no_wait,
+    .check_peers = tl_no_check_peers,
 };

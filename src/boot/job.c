@@ -1,0 +1,81 @@
+/*
+ * Joining a job: a context created inside a process started by tmxrun
+ * publishes its address through the launcher's key-value service, waits
+ * for every rank at a fence, and adds the ranks in order, so that peer i
+ * is rank i. Endpoints are still created on first use only.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "boot/boot.h"
+#include "boot/job.h"
+#include "util/log.h"
+
+static tmx_status_t publish(tmx_context_h ctx, boot_kvs_t *kvs, uint32_t rank)
+{
+    unsigned char addr[TMX_ADDRESS_MAX];
+    char hex[2 * TMX_ADDRESS_MAX + 1], key[32];
+    size_t len = sizeof(addr);
+    tmx_status_t st = tmx_address(ctx, addr, &len);
+
+    if (st != TMX_OK || (st = boot_hex_encode(addr, len, hex, sizeof(hex))) != TMX_OK)
+        return st;
+    snprintf(key, sizeof(key), "tmx.addr.%u", rank);
+    return boot_kvs_put(kvs, key, hex);
+}
+
+static tmx_status_t add_rank(tmx_context_h ctx, boot_kvs_t *kvs, uint32_t rank)
+{
+    unsigned char addr[TMX_ADDRESS_MAX];
+    char hex[2 * TMX_ADDRESS_MAX + 1], key[32];
+    size_t len;
+    tmx_peer_t peer;
+    tmx_status_t st;
+
+    snprintf(key, sizeof(key), "tmx.addr.%u", rank);
+    if ((st = boot_kvs_get(kvs, key, hex, sizeof(hex))) != TMX_OK)
+        return st;
+    if ((st = boot_hex_decode(hex, addr, sizeof(addr), &len)) != TMX_OK)
+        return st;
+    if ((st = tmx_peer_add(ctx, addr, len, &peer)) != TMX_OK)
+        return st;
+    if (peer != rank) {
+        util_error("boot: rank %u became peer %u; peers must be added by the launcher only", rank, peer);
+        return TMX_ERR_INVALID;
+    }
+    return TMX_OK;
+}
+
+tmx_status_t boot_job_join(tmx_context_h ctx, boot_job_t *job)
+{
+    boot_env_t env;
+    tmx_status_t st = boot_env(&env);
+
+    if (st != TMX_OK)
+        return st;
+    if ((st = boot_kvs_connect(env.kvs_addr, &job->kvs)) != TMX_OK)
+        return st;
+    job->rank = env.rank;
+    job->size = env.size;
+    job->jobid = env.jobid;
+    if ((st = publish(ctx, job->kvs, env.rank)) != TMX_OK || (st = boot_kvs_fence(job->kvs)) != TMX_OK)
+        goto err_close;
+    for (uint32_t i = 0; i < env.size && st == TMX_OK; i++)
+        st = add_rank(ctx, job->kvs, i);
+    if (st != TMX_OK)
+        goto err_close;
+    util_debug("boot: rank %u of %u joined job %016llx", env.rank, env.size, (unsigned long long)env.jobid);
+    return TMX_OK;
+
+err_close:
+    util_error("boot: rank %u could not join the job: %s", env.rank, tmx_strerror(st));
+    boot_kvs_close(job->kvs);
+    job->kvs = NULL;
+    return st;
+}
+
+void boot_job_leave(boot_job_t *job)
+{
+    boot_kvs_close(job->kvs);
+    job->kvs = NULL;
+}

@@ -1,0 +1,440 @@
+/* The client side of tmxrun's key-value service, the environment tmxrun
+ * sets, and the hex encoding of the blobs exchanged through it. */
+#include "boot/boot.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "util/log.h"
+
+struct boot_kvs {
+    int fd;
+    int broken;                   /* out of step with the server: unusable */
+    size_t len;                   /* bytes received into buf */
+    size_t used;                  /* bytes of buf that the last reply took */
+    char buf[BOOT_KVS_LINE_MAX];  /* replies are shorter than requests */
+};
+
+/* ------------------------------------------------------------- addresses */
+
+static tmx_status_t addr_unix(const char *name, boot_addr_t *out)
+{
+    struct sockaddr_un *un = (struct sockaddr_un *)&out->sa;
+    size_t len = strlen(name);
+
+    /* An abstract name is '\0' then the bytes, with no terminator; the
+     * length passed to bind/connect says where it ends. */
+    if (len < 2 || len >= sizeof(un->sun_path)) {
+        util_error("kvs address 'unix:%s': name must have 1..%zu characters", name,
+                   sizeof(un->sun_path) - 2);
+        return TMX_ERR_INVALID;
+    }
+    memset(out, 0, sizeof(*out));
+    un->sun_family = AF_UNIX;
+    memcpy(un->sun_path, name, len);
+    if (name[0] == '@') {
+        un->sun_path[0] = '\0';
+        out->len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
+    } else {
+        out->len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
+    }
+    return TMX_OK;
+}
+
+tmx_status_t boot_addr_parse(const char *addr, boot_addr_t *out)
+{
+    if (addr == NULL || out == NULL) {
+        util_error("boot_addr_parse: NULL argument");
+        return TMX_ERR_INVALID;
+    }
+    if (strncmp(addr, "unix:", 5) == 0)
+        return addr_unix(addr + 5, out);
+    if (strncmp(addr, "tcp:", 4) == 0) {
+        util_error("kvs address '%s': tcp is not supported yet", addr);
+        return TMX_ERR_UNSUPPORTED;
+    }
+    util_error("kvs address '%s': expected unix:@NAME, unix:PATH or tcp:HOST:PORT", addr);
+    return TMX_ERR_INVALID;
+}
+
+int boot_kvs_token_ok(const char *tok, size_t len)
+{
+    if (len == 0 || len > BOOT_KVS_TOKEN_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        if (tok[i] <= ' ' || tok[i] > '~')
+            return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------ connection */
+
+tmx_status_t boot_kvs_connect(const char *addr, boot_kvs_t **out)
+{
+    boot_addr_t a;
+    boot_kvs_t *kvs;
+    tmx_status_t st;
+
+    if (out == NULL) {
+        util_error("boot_kvs_connect: NULL output");
+        return TMX_ERR_INVALID;
+    }
+    st = boot_addr_parse(addr, &a);
+    if (st != TMX_OK)
+        return st;
+    kvs = calloc(1, sizeof(*kvs));
+    if (kvs == NULL)
+        return TMX_ERR_NOMEM;
+    kvs->fd = socket(a.sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (kvs->fd < 0) {
+        util_error("kvs socket: %s", strerror(errno));
+        goto err_free_kvs;
+    }
+    while (connect(kvs->fd, (struct sockaddr *)&a.sa, a.len) != 0) {
+        if (errno != EINTR) {
+            util_error("kvs connect to %s: %s", addr, strerror(errno));
+            goto err_close_socket;
+        }
+    }
+    *out = kvs;
+    return TMX_OK;
+
+err_close_socket:
+    close(kvs->fd);
+err_free_kvs:
+    free(kvs);
+    return TMX_ERR_IO;
+}
+
+tmx_status_t boot_kvs_close(boot_kvs_t *kvs)
+{
+    if (kvs == NULL)
+        return TMX_OK;
+    close(kvs->fd);
+    free(kvs);
+    return TMX_OK;
+}
+
+static tmx_status_t kvs_send(boot_kvs_t *kvs, const char *req, size_t len)
+{
+    while (len > 0) {
+        /* MSG_NOSIGNAL: a dead server is an error to report, not SIGPIPE. */
+        ssize_t n = send(kvs->fd, req, len, MSG_NOSIGNAL);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            util_error("kvs send: %s", strerror(errno));
+            return TMX_ERR_IO;
+        }
+        req += n;
+        len -= (size_t)n;
+    }
+    return TMX_OK;
+}
+
+static tmx_status_t kvs_fill(boot_kvs_t *kvs)
+{
+    ssize_t n;
+
+    if (kvs->len == sizeof(kvs->buf)) {
+        util_error("kvs reply longer than %zu bytes", sizeof(kvs->buf));
+        return TMX_ERR_PROTO;
+    }
+    do {
+        n = recv(kvs->fd, kvs->buf + kvs->len, sizeof(kvs->buf) - kvs->len, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        util_error("kvs recv: %s", strerror(errno));
+        return TMX_ERR_IO;
+    }
+    if (n == 0) {
+        util_error("kvs: the server closed the connection");
+        return TMX_ERR_IO;
+    }
+    kvs->len += (size_t)n;
+    return TMX_OK;
+}
+
+/* Returns the next reply line, NUL-terminated in place of its newline. It
+ * stays valid until the next call. */
+static tmx_status_t kvs_read_line(boot_kvs_t *kvs, char **line)
+{
+    char *nl;
+
+    memmove(kvs->buf, kvs->buf + kvs->used, kvs->len - kvs->used);
+    kvs->len -= kvs->used;
+    kvs->used = 0;
+    while ((nl = memchr(kvs->buf, '\n', kvs->len)) == NULL) {
+        tmx_status_t st = kvs_fill(kvs);
+        if (st != TMX_OK)
+            return st;
+    }
+    *nl = '\0';
+    kvs->used = (size_t)(nl - kvs->buf) + 1;
+    *line = kvs->buf;
+    return TMX_OK;
+}
+
+/* Sends one request and reads its reply. An ERR reply is logged and turned
+ * into TMX_ERR_PEER_FAILED; anything else is left to the caller. */
+static tmx_status_t kvs_call(boot_kvs_t *kvs, const char *req, size_t len, const char *what,
+                             char **reply)
+{
+    tmx_status_t st;
+
+    if (kvs->broken) {
+        util_error("kvs %s: the connection failed earlier; close it", what);
+        return TMX_ERR_IO;
+    }
+    st = kvs_send(kvs, req, len);
+    if (st == TMX_OK)
+        st = kvs_read_line(kvs, reply);
+    if (st != TMX_OK) {
+        kvs->broken = 1;
+        return st;
+    }
+    if (strncmp(*reply, "ERR", 3) == 0 && ((*reply)[3] == ' ' || (*reply)[3] == '\0')) {
+        util_error("kvs %s: the server answered: %s", what, *reply);
+        return TMX_ERR_PEER_FAILED;
+    }
+    return TMX_OK;
+}
+
+static tmx_status_t kvs_expect_ok(boot_kvs_t *kvs, const char *req, size_t len, const char *what)
+{
+    char *reply;
+    tmx_status_t st = kvs_call(kvs, req, len, what, &reply);
+
+    if (st != TMX_OK)
+        return st;
+    if (strcmp(reply, "OK") != 0) {
+        util_error("kvs %s: unexpected reply '%.64s'", what, reply);
+        kvs->broken = 1;
+        return TMX_ERR_PROTO;
+    }
+    return TMX_OK;
+}
+
+static int arg_token_ok(const char *func, const char *what, const char *tok)
+{
+    if (tok != NULL && boot_kvs_token_ok(tok, strnlen(tok, BOOT_KVS_TOKEN_MAX + 1)))
+        return 1;
+    util_error("%s: %s must be 1..%d printable characters without spaces", func, what,
+               BOOT_KVS_TOKEN_MAX);
+    return 0;
+}
+
+/* --------------------------------------------------------------- requests */
+
+tmx_status_t boot_kvs_put(boot_kvs_t *kvs, const char *key, const char *value)
+{
+    char req[BOOT_KVS_LINE_MAX + 1];
+    int len;
+
+    if (kvs == NULL) {
+        util_error("boot_kvs_put: NULL handle");
+        return TMX_ERR_INVALID;
+    }
+    if (!arg_token_ok("boot_kvs_put", "key", key) || !arg_token_ok("boot_kvs_put", "value", value))
+        return TMX_ERR_INVALID;
+    len = snprintf(req, sizeof(req), "PUT %s %s\n", key, value);
+    return kvs_expect_ok(kvs, req, (size_t)len, "PUT");
+}
+
+static tmx_status_t kvs_copy_value(boot_kvs_t *kvs, const char *key, const char *reply,
+                                   char *value, size_t cap)
+{
+    size_t len;
+
+    if (strncmp(reply, "VAL ", 4) != 0 || !boot_kvs_token_ok(reply + 4, strlen(reply + 4))) {
+        util_error("kvs GET %s: unexpected reply '%.64s'", key, reply);
+        kvs->broken = 1;
+        return TMX_ERR_PROTO;
+    }
+    len = strlen(reply + 4);
+    if (len + 1 > cap) {
+        util_error("kvs GET %s: value of %zu bytes does not fit in %zu", key, len, cap);
+        return TMX_ERR_NO_SPACE;
+    }
+    memcpy(value, reply + 4, len + 1);
+    return TMX_OK;
+}
+
+tmx_status_t boot_kvs_get(boot_kvs_t *kvs, const char *key, char *value, size_t cap)
+{
+    char req[BOOT_KVS_LINE_MAX + 1];
+    char *reply;
+    tmx_status_t st;
+    int len;
+
+    if (kvs == NULL || value == NULL) {
+        util_error("boot_kvs_get: NULL argument");
+        return TMX_ERR_INVALID;
+    }
+    if (!arg_token_ok("boot_kvs_get", "key", key))
+        return TMX_ERR_INVALID;
+    len = snprintf(req, sizeof(req), "GET %s\n", key);
+    st = kvs_call(kvs, req, (size_t)len, "GET", &reply);
+    if (st != TMX_OK)
+        return st;
+    return kvs_copy_value(kvs, key, reply, value, cap);
+}
+
+tmx_status_t boot_kvs_fence(boot_kvs_t *kvs)
+{
+    static const char req[] = "FENCE\n";
+
+    if (kvs == NULL) {
+        util_error("boot_kvs_fence: NULL handle");
+        return TMX_ERR_INVALID;
+    }
+    return kvs_expect_ok(kvs, req, sizeof(req) - 1, "FENCE");
+}
+
+/* -------------------------------------------------------------------- hex */
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+tmx_status_t boot_hex_encode(const void *data, size_t len, char *out, size_t cap)
+{
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *p = data;
+
+    if ((data == NULL && len > 0) || out == NULL) {
+        util_error("boot_hex_encode: NULL argument");
+        return TMX_ERR_INVALID;
+    }
+    if (len > (SIZE_MAX - 1) / 2 || cap < 2 * len + 1) {
+        util_error("boot_hex_encode: %zu bytes need %zu characters, have %zu", len,
+                   len <= (SIZE_MAX - 1) / 2 ? 2 * len + 1 : SIZE_MAX, cap);
+        return TMX_ERR_NO_SPACE;
+    }
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 0xf];
+    }
+    out[2 * len] = '\0';
+    return TMX_OK;
+}
+
+tmx_status_t boot_hex_decode(const char *hex, void *out, size_t cap, size_t *len)
+{
+    unsigned char *p = out;
+    size_t n;
+
+    if (hex == NULL || (out == NULL && cap > 0) || len == NULL) {
+        util_error("boot_hex_decode: NULL argument");
+        return TMX_ERR_INVALID;
+    }
+    n = strlen(hex);
+    if (n % 2 != 0) {
+        util_error("hex string of odd length %zu: '%.64s'", n, hex);
+        return TMX_ERR_PROTO;
+    }
+    if (n / 2 > cap) {
+        util_error("hex string decodes to %zu bytes; the buffer holds %zu", n / 2, cap);
+        return TMX_ERR_NO_SPACE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (hex_digit(hex[i]) < 0) {
+            util_error("hex string has a non-hex character at %zu: '%.64s'", i, hex);
+            return TMX_ERR_PROTO;
+        }
+    }
+    for (size_t i = 0; i < n; i += 2)
+        p[i / 2] = (unsigned char)(hex_digit(hex[i]) << 4 | hex_digit(hex[i + 1]));
+    *len = n / 2;
+    return TMX_OK;
+}
+
+/* ------------------------------------------------------------ environment */
+
+static tmx_status_t env_u32(const char *name, uint32_t *out)
+{
+    const char *s = getenv(name);
+    uint64_t v = 0;
+    size_t i;
+
+    if (s == NULL || *s == '\0') {
+        util_error("%s is not set, but TMX_KVS is", name);
+        return TMX_ERR_INVALID;
+    }
+    for (i = 0; s[i] >= '0' && s[i] <= '9' && v <= UINT32_MAX; i++)
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    if (s[i] != '\0' || v > UINT32_MAX) {
+        util_error("%s='%s': expected a decimal number below 2^32", name, s);
+        return TMX_ERR_INVALID;
+    }
+    *out = (uint32_t)v;
+    return TMX_OK;
+}
+
+static tmx_status_t env_jobid(uint64_t *out)
+{
+    const char *s = getenv("TMX_JOBID");
+    uint64_t v = 0;
+    size_t i;
+
+    for (i = 0; s != NULL && i < BOOT_JOBID_DIGITS && hex_digit(s[i]) >= 0; i++)
+        v = v << 4 | (uint64_t)hex_digit(s[i]);
+    if (s == NULL || i != BOOT_JOBID_DIGITS || s[i] != '\0') {
+        util_error("TMX_JOBID='%s': expected %d hex digits", s ? s : "(unset)", BOOT_JOBID_DIGITS);
+        return TMX_ERR_INVALID;
+    }
+    *out = v;
+    return TMX_OK;
+}
+
+static tmx_status_t env_kvs_addr(const char *s, char *out)
+{
+    size_t len = strlen(s);
+
+    if (len >= BOOT_ADDR_MAX) {
+        util_error("TMX_KVS is %zu characters long; the limit is %d", len, BOOT_ADDR_MAX - 1);
+        return TMX_ERR_INVALID;
+    }
+    if (!(strncmp(s, "unix:", 5) == 0 && s[5] != '\0') && strncmp(s, "tcp:", 4) != 0) {
+        util_error("TMX_KVS='%s': expected unix:@NAME, unix:PATH or tcp:HOST:PORT", s);
+        return TMX_ERR_INVALID;
+    }
+    memcpy(out, s, len + 1);
+    return TMX_OK;
+}
+
+tmx_status_t boot_env(boot_env_t *env)
+{
+    const char *kvs = getenv("TMX_KVS");
+    boot_env_t e;
+
+    if (env == NULL) {
+        util_error("boot_env: NULL output");
+        return TMX_ERR_INVALID;
+    }
+    if (kvs == NULL)
+        return TMX_ERR_NOT_FOUND;
+    if (env_kvs_addr(kvs, e.kvs_addr) != TMX_OK || env_u32("TMX_RANK", &e.rank) != TMX_OK ||
+        env_u32("TMX_SIZE", &e.size) != TMX_OK || env_jobid(&e.jobid) != TMX_OK) {
+        return TMX_ERR_INVALID;
+    }
+    if (e.size == 0 || e.rank >= e.size) {
+        util_error("TMX_RANK=%u, TMX_SIZE=%u: need 0 <= rank < size", e.rank, e.size);
+        return TMX_ERR_INVALID;
+    }
+    *env = e;
+    return TMX_OK;
+}

@@ -1,0 +1,76 @@
+/* Peers that have gone, and checks on remote reads served for peers. */
+#include "core/core.h"
+#include "util/log.h"
+
+static int peer_gone(tmx_context_h ctx, tmx_peer_t peer)
+{
+    return peer < ctx->n_peers && ctx->peers[peer].failed;
+}
+
+/* Operations that can no longer finish: sends waiting for a FIN from the
+ * peer, receives naming it, and, when it died rather than closed,
+ * receives from any source (they may have been waiting for it: failing
+ * them is how MPI's fault tolerance reports a pending wildcard). */
+static int req_doomed(tmx_context_h ctx, struct tmx_request *req, int clean)
+{
+    if (req->state == CORE_REQ_DONE)
+        return 0;
+    if (req->comp.op == TMX_OP_TSEND)
+        return peer_gone(ctx, req->comp.source);
+    if (!match_recv_is_posted(&req->recv))
+        return 0;
+    if (req->recv.src == TMX_ANY_SOURCE)
+        return !clean;
+    return peer_gone(ctx, req->recv.src);
+}
+
+static void req_fail(tmx_context_h ctx, struct tmx_request *req)
+{
+    if (req->comp.op == TMX_OP_TSEND)
+        core_rndv_slot_put(ctx, req);
+    else
+        match_remove_recv(&ctx->match, &req->recv);
+    core_req_complete(req, TMX_ERR_PEER_FAILED);
+}
+
+void core_peer_failed_cb(void *arg, uint64_t uuid, int clean)
+{
+    tmx_context_h ctx = arg;
+    util_dlist_t *pos, *tmp;
+    unsigned n = 0;
+
+    for (uint32_t i = 0; i < ctx->n_peers; i++) {
+        if (ctx->peers[i].uuid == uuid)
+            ctx->peers[i].failed = 1;
+    }
+    util_dlist_foreach_safe(pos, tmp, &ctx->reqs) {
+        struct tmx_request *req = util_container_of(pos, struct tmx_request, link);
+        if (req_doomed(ctx, req, clean)) {
+            req_fail(ctx, req);
+            n++;
+        }
+    }
+    if (n != 0 || !clean)
+        util_warn("peer %u %s: %u pending operations failed", core_peer_by_uuid(ctx, uuid),
+                  clean ? "has exited" : "died", n);
+}
+
+/* rkeys carry the rendezvous slot in their low 32 bits (request.c). */
+tmx_status_t core_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t rkey)
+{
+    tmx_context_h ctx = arg;
+    struct tmx_request *req = core_rndv_lookup(ctx, (uint32_t)rkey);
+    uint64_t base;
+
+    if (req == NULL || req->rkey != rkey) {
+        util_error("refused a remote read under unknown key 0x%llx", (unsigned long long)rkey);
+        return TMX_ERR_NOT_FOUND;
+    }
+    base = (uintptr_t)req->buf;
+    if (addr < base || len > req->len || addr - base > req->len - len) {
+        util_error("refused a remote read of %llu bytes at 0x%llx outside its %zu-byte region",
+                   (unsigned long long)len, (unsigned long long)addr, req->len);
+        return TMX_ERR_INVALID;
+    }
+    return TMX_OK;
+}

@@ -1,0 +1,377 @@
+/*
+ * The shm transport: processes on one host. Each process owns one segment
+ * (shm_layout.h), a memfd that is never linked into any file system, so
+ * nothing is left in /dev/shm whatever happens; a peer maps it on first use
+ * by opening /proc/<pid>/fd/<fd>. Remote reads use process_vm_readv.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tl/shm/shm.h"
+#include "core/config.h"
+#include "util/log.h"
+
+#define SHM_RECV_BUDGET 64  /* packets handled per progress call */
+
+static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)word, op, val, ts, NULL, 0);
+}
+
+static void seg_init(shm_seg_hdr_t *seg, uint64_t uuid)
+{
+    seg->magic = SHM_MAGIC;
+    seg->version = SHM_VERSION;
+    seg->hdr_size = sizeof(*seg);
+    seg->n_cells = SHM_N_CELLS;
+    seg->cell_size = SHM_CELL_SIZE;
+    seg->owner_uuid = uuid;
+    atomic_store_explicit(&seg->closed, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->tail, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->sleeping, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->wake_seq, 0, memory_order_relaxed);
+    for (uint64_t i = 0; i < SHM_N_CELLS; i++)
+        atomic_store_explicit(&shm_cell(seg, i)->seq, i, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+
+
+static tmx_status_t seg_create(shm_iface_t *si, uint64_t uuid)
+{
+    si->fd = memfd_create("tmx-shm", MFD_CLOEXEC);
+    if (si->fd < 0) {
+        util_error("shm: memfd_create: %s", strerror(errno));
+        return TMX_ERR_IO;
+    }
+    if (ftruncate(si->fd, SHM_SEG_SIZE) != 0)
+        goto err_close_fd;
+    si->seg = mmap(NULL, SHM_SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, si->fd, 0);
+    if (si->seg == MAP_FAILED)
+        goto err_close_fd;
+    seg_init(si->seg, uuid);
+    return TMX_OK;
+
+err_close_fd:
+    util_error("shm: cannot create a %zu-byte segment: %s", (size_t)SHM_SEG_SIZE, strerror(errno));
+    close(si->fd);
+    si->fd = -1;
+    return TMX_ERR_NOMEM;
+}
+
+static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t **out)
+{
+    shm_iface_t *si = calloc(1, sizeof(*si));
+    tmx_status_t st;
+
+    if (si == NULL)
+        return TMX_ERR_NOMEM;
+    si->super.ops = &tl_shm_ops;
+    si->super.eager_limit = SHM_CELL_PAYLOAD - 64;
+    si->super.max_packet = SHM_CELL_PAYLOAD;
+    si->super.recv_cb = params->recv_cb;
+    si->super.recv_arg = params->recv_arg;
+    si->super.fail_cb = params->fail_cb;
+    si->super.mem_check = params->mem_check;
+    si->uuid = params->uuid;
+    si->host_id = tl_host_id();
+    si->cma = shm_cma_mode();
+    util_dlist_init(&si->eps);
+    util_dlist_init(&si->gets);
+    util_dlist_init(&si->serves);
+    if ((st = seg_create(si, params->uuid)) != TMX_OK) {
+        free(si);
+        return st;
+    }
+    *out = &si->super;
+    return TMX_OK;
+}
+
+static void ep_unmap(shm_ep_t *ep)
+{
+    if (ep->seg != NULL)
+        munmap(ep->seg, SHM_SEG_SIZE);
+    if (ep->pidfd >= 0)
+        close(ep->pidfd);
+}
+
+static void shm_iface_close(tl_iface_t *iface)
+{
+    shm_iface_t *si = (shm_iface_t *)iface;
+    util_dlist_t *pos, *tmp;
+
+    util_dlist_foreach_safe(pos, tmp, &si->eps) {
+        shm_ep_t *ep = util_container_of(pos, shm_ep_t, link);
+        ep_unmap(ep);
+        free(ep);
+    }
+    shm_get_fini(si);
+    atomic_store_explicit(&si->seg->closed, 1, memory_order_release);
+    munmap(si->seg, SHM_SEG_SIZE);
+    close(si->fd);
+    free(si);
+}
+
+static tmx_status_t shm_address(tl_iface_t *iface, void *buf, size_t *len)
+{
+    shm_iface_t *si = (shm_iface_t *)iface;
+    shm_addr_t a = {htole64(si->host_id), htole32((uint32_t)getpid()), (int32_t)htole32((uint32_t)si->fd),
+                    htole64(SHM_SEG_SIZE)};
+
+    if (*len < sizeof(a))
+        return TMX_ERR_NO_SPACE;
+    memcpy(buf, &a, sizeof(a));
+    *len = sizeof(a);
+    return TMX_OK;
+}
+
+static tmx_status_t shm_reachable(tl_iface_t *iface, const void *addr, size_t len)
+{
+    shm_iface_t *si = (shm_iface_t *)iface;
+    shm_addr_t a;
+
+    if (len != sizeof(a))
+        return TMX_ERR_INVALID;
+    memcpy(&a, addr, sizeof(a));
+    if (le64toh(a.host_id) != si->host_id)
+        return TMX_ERR_UNREACHABLE;
+    if (le64toh(a.seg_size) != SHM_SEG_SIZE) {
+        util_warn("shm: peer's segment size %llu differs from ours (%zu): another tmx build?",
+                  (unsigned long long)le64toh(a.seg_size), (size_t)SHM_SEG_SIZE);
+        return TMX_ERR_UNREACHABLE;
+    }
+    return TMX_OK;
+}
+
+/* Maps the peer's segment through its memfd and checks that it is the
+ * segment of the context we were told about. */
+static tmx_status_t ep_map(shm_ep_t *ep, const shm_addr_t *a, uint64_t uuid)
+{
+    char path[64];
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%u/fd/%d", ep->pid, (int)le32toh((uint32_t)a->fd));
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        util_error("shm: cannot open peer %u's segment %s: %s", ep->super.peer, path, strerror(errno));
+        return errno == ENOENT ? TMX_ERR_PEER_FAILED : TMX_ERR_UNREACHABLE;
+    }
+    ep->seg = mmap(NULL, SHM_SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (ep->seg == MAP_FAILED) {
+        ep->seg = NULL;
+        util_error("shm: cannot map peer %u's segment: %s", ep->super.peer, strerror(errno));
+        return TMX_ERR_NOMEM;
+    }
+    if (ep->seg->magic != SHM_MAGIC || ep->seg->version != SHM_VERSION ||
+        ep->seg->hdr_size != sizeof(shm_seg_hdr_t) || ep->seg->n_cells != SHM_N_CELLS ||
+        ep->seg->cell_size != SHM_CELL_SIZE || ep->seg->owner_uuid != uuid) {
+        util_error("shm: %s is not the segment of peer %u", path, ep->super.peer);
+        return TMX_ERR_UNREACHABLE;
+    }
+    return TMX_OK;
+}
+
+static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
+                                  uint64_t uuid, tl_ep_t **out)
+{
+    shm_iface_t *si = (shm_iface_t *)iface;
+    shm_ep_t *ep;
+    shm_addr_t a;
+    tmx_status_t st = shm_reachable(iface, addr, len);
+
+    if (st != TMX_OK)
+        return st;
+    memcpy(&a, addr, sizeof(a));
+    if ((ep = calloc(1, sizeof(*ep))) == NULL)
+        return TMX_ERR_NOMEM;
+    ep->super.iface = iface;
+    ep->super.peer = peer;
+    ep->uuid = uuid;
+    ep->pid = le32toh(a.pid);
+    ep->pidfd = (int)syscall(SYS_pidfd_open, ep->pid, 0);
+    if ((st = ep_map(ep, &a, uuid)) != TMX_OK) {
+        ep_unmap(ep);
+        free(ep);
+        return st;
+    }
+    util_dlist_push_tail(&si->eps, &ep->link);
+    *out = &ep->super;
+    return TMX_OK;
+}
+
+static void shm_ep_destroy(tl_ep_t *tep)
+{
+    shm_ep_t *ep = (shm_ep_t *)tep;
+
+    util_dlist_unlink(&ep->link);
+    ep_unmap(ep);
+    free(ep);
+}
+
+shm_cell_t *shm_cell_claim(shm_seg_hdr_t *seg, uint64_t *out_pos)
+{
+    uint64_t pos = atomic_load_explicit(&seg->tail, memory_order_relaxed);
+
+    for (;;) {
+        shm_cell_t *cell = shm_cell(seg, pos);
+        uint64_t seq = atomic_load_explicit(&cell->seq, memory_order_acquire);
+        int64_t diff = (int64_t)(seq - pos);
+        if (diff == 0) {
+            if (atomic_compare_exchange_weak_explicit(&seg->tail, &pos, pos + 1, memory_order_relaxed,
+                                                      memory_order_relaxed)) {
+                *out_pos = pos;
+                return cell;
+            }
+        } else if (diff < 0) {
+            return NULL;
+        } else {
+            pos = atomic_load_explicit(&seg->tail, memory_order_relaxed);
+        }
+    }
+}
+
+/* Wakes the consumer if it announced that it sleeps. The seq_cst fence
+ * pairs with the one in shm_wait(): either the consumer sees our cell, or
+ * we see its flag. */
+static void seg_wake(shm_seg_hdr_t *seg)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&seg->sleeping, memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&seg->wake_seq, 1, memory_order_relaxed);
+        futex(&seg->wake_seq, FUTEX_WAKE, 1, NULL);
+    }
+}
+
+static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
+{
+    shm_ep_t *ep = (shm_ep_t *)tep;
+    shm_iface_t *si = (shm_iface_t *)tep->iface;
+    shm_cell_t *cell;
+    uint64_t pos;
+    size_t off = 0, total = 0;
+
+    for (int i = 0; i < iovcnt; i++)
+        total += iov[i].iov_len;
+    if (total > SHM_CELL_PAYLOAD) {
+        util_error("shm: packet of %zu bytes larger than a cell (%zu)", total, (size_t)SHM_CELL_PAYLOAD);
+        return TMX_ERR_INVALID;
+    }
+    if (ep->failed)
+        return TMX_ERR_PEER_FAILED;
+    if ((cell = shm_cell_claim(ep->seg, &pos)) == NULL)
+        return TMX_ERR_AGAIN;
+    for (int i = 0; i < iovcnt; i++) {
+        memcpy(cell->payload + off, iov[i].iov_base, iov[i].iov_len);
+        off += iov[i].iov_len;
+    }
+    shm_cell_publish(ep->seg, cell, pos, SHM_KIND_PACKET, (uint32_t)off, si->uuid);
+    return TMX_OK;
+}
+
+void shm_cell_publish(shm_seg_hdr_t *seg, shm_cell_t *cell, uint64_t pos, uint32_t kind,
+                      uint32_t len, uint64_t uuid)
+{
+    cell->len = len;
+    cell->kind = kind;
+    cell->src_uuid = uuid;
+    atomic_store_explicit(&cell->seq, pos + 1, memory_order_release);
+    seg_wake(seg);
+}
+
+/* Handles one published cell; a cell that does not parse is dropped. */
+static void cell_deliver(shm_iface_t *si, shm_cell_t *cell)
+{
+    uint32_t len = cell->len;
+
+    if (len == 0 || len > SHM_CELL_PAYLOAD) {
+        si->dropped++;
+        util_warn("shm: dropped a cell of length %u", len);
+        return;
+    }
+    if (cell->kind == SHM_KIND_PACKET)
+        si->super.recv_cb(si->super.recv_arg, cell->src_uuid, cell->payload, len);
+    else
+        shm_get_cell(si, cell);
+}
+
+static int shm_progress(tl_iface_t *iface)
+{
+    shm_iface_t *si = (shm_iface_t *)iface;
+    int events = 0;
+
+    while (events < SHM_RECV_BUDGET) {
+        shm_cell_t *cell = shm_cell(si->seg, si->head);
+        if (atomic_load_explicit(&cell->seq, memory_order_acquire) != si->head + 1)
+            break;
+        cell_deliver(si, cell);
+        atomic_store_explicit(&cell->seq, si->head + SHM_N_CELLS, memory_order_release);
+        si->head++;
+        events++;
+    }
+    if (!util_dlist_empty(&si->gets) || !util_dlist_empty(&si->serves))
+        events += shm_get_progress(si);
+    return events;
+}
+
+/* Sleeps until a producer publishes a cell or timeout_us passes. */
+static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
+{
+    shm_iface_t *si = (shm_iface_t *)iface;
+    shm_seg_hdr_t *seg = si->seg;
+    uint32_t seq = atomic_load_explicit(&seg->wake_seq, memory_order_relaxed);
+    struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000};
+
+    atomic_store_explicit(&seg->sleeping, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&shm_cell(seg, si->head)->seq, memory_order_acquire) == si->head + 1)
+        goto out_awake;
+    futex(&seg->wake_seq, FUTEX_WAIT, seq, timeout_us < 0 ? NULL : &ts);
+out_awake:
+    atomic_store_explicit(&seg->sleeping, 0, memory_order_relaxed);
+}
+
+/* Reports peers whose process has exited (seed: every operation on a dead
+ * peer fails instead of hanging). Cheap: one poll on the pidfds. */
+static void shm_check_peers(tl_iface_t *iface)
+{
+    shm_iface_t *si = (shm_iface_t *)iface;
+    util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &si->eps) {
+        shm_ep_t *ep = util_container_of(pos, shm_ep_t, link);
+        if (ep->failed || !shm_peer_dead(ep))
+            continue;
+        int clean = atomic_load_explicit(&ep->seg->closed, memory_order_acquire) != 0;
+        ep->failed = 1;
+        if (!clean)
+            util_warn("shm: peer %u (pid %u) died", ep->super.peer, ep->pid);
+        shm_get_fail_ep(si, ep);
+        si->super.fail_cb(si->super.recv_arg, ep->uuid, clean);
+    }
+}
+
+const tl_ops_t tl_shm_ops = {
+    .name = "shm",
+    .iface_open = shm_iface_open,
+    .iface_close = shm_iface_close,
+    .address = shm_address,
+    .reachable = shm_reachable,
+    .ep_create = shm_ep_create,
+    .ep_destroy = shm_ep_destroy,
+    .send = shm_send,
+    .get = shm_get,
+    .progress = shm_progress,
+    .wait = shm_wait,
+    .check_peers = shm_check_peers,
+};

@@ -1,0 +1,56 @@
+/* Internals of the shm transport, shared by its files. */
+#ifndef TMX_TL_SHM_H
+#define TMX_TL_SHM_H
+
+#include <endian.h>
+#include <stdint.h>
+
+#include "tl/shm/shm_layout.h"
+#include "tl/tl.h"
+#include "util/list.h"
+
+enum shm_cma {
+    SHM_CMA_ON = 0,   /* read peers' memory with process_vm_readv */
+    SHM_CMA_OFF = 1   /* copy through cells (refused, or TMX_SHM_CMA=off) */
+};
+
+typedef struct shm_ep {
+    tl_ep_t super;
+    util_dlist_t link;          /* in shm_iface_t.eps */
+    shm_seg_hdr_t *seg;         /* the peer's segment, mapped */
+    uint64_t uuid;              /* the peer's context */
+    uint32_t pid;
+    int pidfd;                  /* readable once the peer exits; -1 if none */
+    int failed;
+} shm_ep_t;
+
+typedef struct shm_iface {
+    tl_iface_t super;
+    shm_seg_hdr_t *seg;         /* our receive ring */
+    int fd;                     /* its memfd, named in our address */
+    uint64_t head;              /* next position we consume */
+    uint64_t uuid;
+    uint64_t host_id;
+    int cma;                    /* enum shm_cma */
+    util_dlist_t eps;
+    util_dlist_t gets;          /* copy-mode reads we wait for */
+    util_dlist_t serves;        /* copy-mode reads we answer */
+    uint64_t next_get_id;
+    uint64_t dropped;
+} shm_iface_t;
+
+shm_cell_t *shm_cell_claim(shm_seg_hdr_t *seg, uint64_t *pos);
+void shm_cell_publish(shm_seg_hdr_t *seg, shm_cell_t *cell, uint64_t pos, uint32_t kind,
+                      uint32_t len, uint64_t uuid);
+
+/* shm_get.c */
+int shm_cma_mode(void);
+tmx_status_t shm_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
+                     tl_get_op_t *op);
+void shm_get_cell(shm_iface_t *si, shm_cell_t *cell);
+int shm_get_progress(shm_iface_t *si);
+void shm_get_fail_ep(shm_iface_t *si, shm_ep_t *ep);
+void shm_get_fini(shm_iface_t *si);
+int shm_peer_dead(shm_ep_t *ep);
+
+#endif

@@ -1,0 +1,109 @@
+/*
+ * The shared-memory layout of the shm transport: one segment per receiving
+ * process, holding a bounded multi-producer single-consumer queue of fixed
+ * cells with inline payload (a sequence-numbered ring after D. Vyukov).
+ *
+ * Visibility (seed 004): a producer writes a cell's header and payload,
+ * then publishes it with a release store of the cell's seq; the consumer
+ * reads seq with an acquire load and only then touches the payload. No one
+ * ever polls on payload bytes.
+ *
+ * Flow control: the ring is bounded; a producer that finds the next cell
+ * still in use gets TMX_ERR_AGAIN, so a fast sender cannot grow memory.
+ *
+ * Offsets, not pointers: every process maps the segment at its own address.
+ */
+#ifndef TMX_TL_SHM_LAYOUT_H
+#define TMX_TL_SHM_LAYOUT_H
+
+#include <assert.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHM_MAGIC 0x4d48534du   /* "MSHM" */
+#define SHM_VERSION 1
+#define SHM_CACHE_LINE 64
+#define SHM_CELL_SIZE 8192      /* bytes per cell, header included */
+#define SHM_N_CELLS 128         /* a power of two */
+
+/* Segment header; the hot words sit on their own cache lines so that
+ * producers and the consumer do not false-share. */
+typedef struct shm_seg_hdr {
+    uint32_t magic;             /* SHM_MAGIC */
+    uint16_t version;           /* SHM_VERSION */
+    uint16_t hdr_size;          /* sizeof(shm_seg_hdr_t), checked on map */
+    uint32_t n_cells;           /* ring size, a power of two */
+    uint32_t cell_size;         /* bytes per cell */
+    uint64_t owner_uuid;        /* the receiving context */
+    _Atomic uint32_t closed;    /* set when the owner closed it cleanly */
+    uint8_t pad0[SHM_CACHE_LINE - 28];
+    _Atomic uint64_t tail;      /* next position producers claim */
+    uint8_t pad1[SHM_CACHE_LINE - 8];
+    _Atomic uint32_t sleeping;  /* the consumer is, or is about to be, asleep */
+    _Atomic uint32_t wake_seq;  /* futex word, bumped by producers to wake it */
+    uint8_t pad2[SHM_CACHE_LINE - 8];
+} shm_seg_hdr_t;
+
+enum shm_cell_kind {
+    SHM_KIND_PACKET = 0,        /* a packet for the layer above */
+    SHM_KIND_GET_REQ = 1,       /* copy-mode read: shm_get_req_t */
+    SHM_KIND_GET_DATA = 2       /* copy-mode read: shm_get_data_t + bytes */
+};
+
+/* Copy-mode remote read, used where process_vm_readv is refused: the
+ * reader asks, the owner of the memory streams it back in cells. */
+typedef struct shm_get_req {
+    uint64_t op_id;             /* the reader's operation */
+    uint64_t raddr;             /* the owner's address */
+    uint64_t rkey;              /* the key it was registered under */
+    uint64_t len;               /* bytes to read */
+} shm_get_req_t;
+
+typedef struct shm_get_data {
+    uint64_t op_id;             /* as in the request */
+    uint64_t offset;            /* where these bytes go */
+    int32_t status;             /* TMX_OK, or why the owner refused */
+    uint32_t len;               /* bytes that follow */
+} shm_get_data_t;
+
+static_assert(sizeof(shm_get_req_t) == 32, "get request layout");
+static_assert(sizeof(shm_get_data_t) == 24, "get data layout");
+
+/* One cell. seq == position: free for the producer of that position;
+ * seq == position + 1: published, for the consumer. */
+typedef struct shm_cell {
+    _Atomic uint64_t seq;       /* ring sequence, see above */
+    uint32_t len;               /* packet bytes in payload */
+    uint32_t kind;              /* enum shm_cell_kind */
+    uint64_t src_uuid;          /* the sending context */
+    unsigned char payload[];    /* the packet, inline */
+} shm_cell_t;
+
+#define SHM_CELL_PAYLOAD (SHM_CELL_SIZE - sizeof(shm_cell_t))
+#define SHM_SEG_SIZE (sizeof(shm_seg_hdr_t) + (size_t)SHM_N_CELLS * SHM_CELL_SIZE)
+
+static_assert(sizeof(shm_seg_hdr_t) == 3 * SHM_CACHE_LINE, "segment header is three lines");
+static_assert(offsetof(shm_seg_hdr_t, tail) == SHM_CACHE_LINE, "tail on its own line");
+static_assert(offsetof(shm_seg_hdr_t, sleeping) == 2 * SHM_CACHE_LINE, "wake words on their own line");
+static_assert(sizeof(shm_cell_t) == 24, "cell header is 24 bytes");
+static_assert(SHM_CELL_SIZE % SHM_CACHE_LINE == 0, "cells are whole cache lines");
+static_assert((SHM_N_CELLS & (SHM_N_CELLS - 1)) == 0, "ring size is a power of two");
+static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic uint32_t) == 4, "lock-free words");
+
+static inline shm_cell_t *shm_cell(shm_seg_hdr_t *seg, uint64_t pos)
+{
+    return (shm_cell_t *)((char *)seg + sizeof(*seg) + (pos & (SHM_N_CELLS - 1)) * SHM_CELL_SIZE);
+}
+
+/* The transport's address section, inside the address blob. */
+typedef struct shm_addr {
+    uint64_t host_id;           /* boot id, hostname and network namespace */
+    uint32_t pid;               /* the owner, for process_vm_readv and /proc */
+    int32_t fd;                 /* the owner's memfd of the segment */
+    uint64_t seg_size;          /* SHM_SEG_SIZE of the owner's build */
+} shm_addr_t;
+
+static_assert(sizeof(shm_addr_t) == 24, "shm address is 24 bytes");
+
+#endif

@@ -1,0 +1,380 @@
+/*
+ * tmx-perf point-to-point benchmarks, run under tmxrun with two ranks:
+ * latency (ping-pong, half round trip), uni- and bi-directional bandwidth
+ * (a window of sends), message rate. Rank 0 prints the table.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "perf.h"
+#include "tmx.h"
+
+#define P2P_MAX_SIZES 64
+#define P2P_DEFAULT_WINDOW 64
+#define P2P_TAG_DATA 1
+#define P2P_TAG_ACK 2
+
+typedef enum p2p_test { P2P_LAT, P2P_BW, P2P_BIBW, P2P_RATE } p2p_test_t;
+
+typedef struct p2p_opts {
+    p2p_test_t test;
+    size_t sizes[P2P_MAX_SIZES];
+    int n_sizes;
+    long iters;          /* 0: chosen per size */
+    int window;
+    const char *transport;
+    int csv;
+    int check;
+} p2p_opts_t;
+
+typedef struct p2p {
+    p2p_opts_t o;
+    tmx_context_h ctx;
+    uint32_t rank;
+    tmx_peer_t peer;
+    unsigned char *sbuf;
+    unsigned char *rbuf;
+    tmx_request_h *reqs;
+} p2p_t;
+
+static const char *const test_names[] = {"lat", "bw", "bibw", "rate"};
+static const char *const test_units[] = {"us", "MB/s", "MB/s", "msg/s"};
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void p2p_usage(FILE *f)
+{
+    fprintf(f, "usage: tmxrun -n 2 tmx-perf [-t lat|bw|bibw|rate] [-s SIZE[,SIZE...]] [-n ITER]\n"
+               "                [-w WINDOW] [-x TRANSPORT] [-c] [--csv]\n"
+               "  -t  test (default lat)\n"
+               "  -s  message sizes, suffixes k and m (default 1 to 16m, powers of two)\n"
+               "  -n  iterations per size (default: chosen per size)\n"
+               "  -w  sends in flight for bw, bibw and rate (default %d)\n"
+               "  -x  transport between the two ranks (default shm)\n"
+               "  -c  check every payload\n"
+               "  --csv  print test,transport,size,iterations,value,unit rows\n",
+            P2P_DEFAULT_WINDOW);
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    unsigned long long v;
+
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s || *s == '-')
+        return -1;
+    if (*end == 'k' || *end == 'K')
+        v <<= 10, end++;
+    else if (*end == 'm' || *end == 'M')
+        v <<= 20, end++;
+    if (*end != '\0' || v > (1ull << 32))
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_sizes(const char *arg, p2p_opts_t *o)
+{
+    char buf[1024], *save = NULL;
+
+    if (strlen(arg) >= sizeof(buf))
+        return -1;
+    strcpy(buf, arg);
+    o->n_sizes = 0;
+    for (char *t = strtok_r(buf, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        if (o->n_sizes == P2P_MAX_SIZES || parse_size(t, &o->sizes[o->n_sizes]) != 0)
+            return -1;
+        o->n_sizes++;
+    }
+    return o->n_sizes > 0 ? 0 : -1;
+}
+
+static int parse_test(const char *s, p2p_test_t *t)
+{
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(s, test_names[i]) == 0) {
+            *t = (p2p_test_t)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static void default_sizes(p2p_opts_t *o)
+{
+    o->n_sizes = 0;
+    for (size_t s = 1; s <= (16u << 20); s *= 2)
+        o->sizes[o->n_sizes++] = s;
+}
+
+static int parse_opts(int argc, char **argv, p2p_opts_t *o)
+{
+    static const struct option lopts[] = {{"csv", no_argument, NULL, 'C'}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+    char *end;
+    int c;
+
+    memset(o, 0, sizeof(*o));
+    o->window = P2P_DEFAULT_WINDOW;
+    o->transport = "shm";
+    default_sizes(o);
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "t:s:n:w:x:ch", lopts, NULL)) != -1) {
+        switch (c) {
+        case 't': if (parse_test(optarg, &o->test) != 0) goto err_usage; break;
+        case 's': if (parse_sizes(optarg, o) != 0) goto err_usage; break;
+        case 'n': o->iters = strtol(optarg, &end, 10); if (*end || o->iters <= 0) goto err_usage; break;
+        case 'w': o->window = (int)strtol(optarg, &end, 10); if (*end || o->window <= 0 || o->window > 4096) goto err_usage; break;
+        case 'x': o->transport = optarg; break;
+        case 'c': o->check = 1; break;
+        case 'C': o->csv = 1; break;
+        case 'h': p2p_usage(stdout); exit(0);
+        default: goto err_usage;
+        }
+    }
+    if (optind != argc)
+        goto err_usage;
+    return 0;
+
+err_usage:
+    p2p_usage(stderr);
+    return -1;
+}
+
+/* Enough iterations for a stable figure without minutes at 16 MiB. */
+static long iters_for(const p2p_t *p, size_t size)
+{
+    long n;
+
+    if (p->o.iters > 0)
+        return p->o.iters;
+    n = (long)((size_t)(1u << 30) / (size + 1024));
+    if (p->o.test == P2P_LAT)
+        n /= 8;
+    if (n > 20000)
+        n = 20000;
+    return n < 20 ? 20 : n;
+}
+
+static int die(const char *what, tmx_status_t st)
+{
+    fprintf(stderr, "tmx-perf: %s: %s\n", what, tmx_strerror(st));
+    exit(1);
+}
+
+static const tmx_op_params_t quiet = {.field_mask = TMX_OP_FIELD_FLAGS, .flags = TMX_OP_FLAG_NO_CQ};
+
+static void post_send(p2p_t *p, const void *buf, size_t len, uint64_t tag, tmx_request_h *req)
+{
+    tmx_status_t st;
+
+    while ((st = tmx_tsend(p->ctx, p->peer, buf, len, tag, &quiet, req)) == TMX_ERR_AGAIN)
+        tmx_progress(p->ctx);
+    if (st != TMX_OK)
+        die("send", st);
+}
+
+static void post_recv(p2p_t *p, void *buf, size_t len, uint64_t tag, tmx_request_h *req)
+{
+    tmx_status_t st = tmx_trecv(p->ctx, p->peer, buf, len, tag, 0, &quiet, req);
+
+    if (st != TMX_OK)
+        die("recv", st);
+}
+
+static void wait_free(tmx_request_h req)
+{
+    tmx_status_t st = tmx_request_wait(req, -1, NULL);
+
+    if (st != TMX_OK)
+        die("wait", st);
+    tmx_request_free(req);
+}
+
+static void check_payload(const p2p_t *p, const unsigned char *buf, size_t len, long iter)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (buf[i] != (unsigned char)(i + (size_t)iter)) {
+            fprintf(stderr, "tmx-perf: payload mismatch at byte %zu of %zu, iteration %ld\n", i, len, iter);
+            exit(1);
+        }
+    }
+}
+
+static void stamp(unsigned char *buf, size_t len, long iter)
+{
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (unsigned char)(i + (size_t)iter);
+}
+
+static double run_lat(p2p_t *p, size_t size, long n)
+{
+    double t0 = 0;
+    long warm = n / 10 + 1;
+
+    for (long i = -warm; i < n; i++) {
+        tmx_request_h r, s;
+        if (i == 0)
+            t0 = now_s();
+        if (p->o.check && p->rank == 0)
+            stamp(p->sbuf, size, i);
+        post_recv(p, p->rbuf, size, P2P_TAG_DATA, &r);
+        if (p->rank == 0) {
+            post_send(p, p->sbuf, size, P2P_TAG_DATA, &s);
+            wait_free(s);
+            wait_free(r);
+        } else {
+            wait_free(r);
+            post_send(p, p->rbuf, size, P2P_TAG_DATA, &s);
+            wait_free(s);
+        }
+        if (p->o.check && p->rank == 0)
+            check_payload(p, p->rbuf, size, i);
+    }
+    return (now_s() - t0) * 1e6 / (2.0 * (double)n);
+}
+
+/* One window: the sender posts w sends, the receiver w receives; the
+ * receiver answers with an empty ack so windows do not overlap. */
+static void window_send(p2p_t *p, size_t size, int w)
+{
+    tmx_request_h ack;
+
+    post_recv(p, NULL, 0, P2P_TAG_ACK, &ack);
+    for (int k = 0; k < w; k++)
+        post_send(p, p->sbuf, size, P2P_TAG_DATA, &p->reqs[k]);
+    for (int k = 0; k < w; k++)
+        wait_free(p->reqs[k]);
+    wait_free(ack);
+}
+
+static void window_recv(p2p_t *p, size_t size, int w)
+{
+    tmx_request_h ack;
+
+    for (int k = 0; k < w; k++)
+        post_recv(p, p->rbuf, size, P2P_TAG_DATA, &p->reqs[k]);
+    for (int k = 0; k < w; k++)
+        wait_free(p->reqs[k]);
+    post_send(p, NULL, 0, P2P_TAG_ACK, &ack);
+    wait_free(ack);
+}
+
+/* Both directions at once: each rank posts w receives and w sends. */
+static void window_both(p2p_t *p, size_t size, int w)
+{
+    tmx_request_h *rr = p->reqs + w;
+
+    for (int k = 0; k < w; k++)
+        post_recv(p, p->rbuf, size, P2P_TAG_DATA, &rr[k]);
+    for (int k = 0; k < w; k++)
+        post_send(p, p->sbuf, size, P2P_TAG_DATA, &p->reqs[k]);
+    for (int k = 0; k < w; k++)
+        wait_free(p->reqs[k]);
+    for (int k = 0; k < w; k++)
+        wait_free(rr[k]);
+}
+
+static double run_windows(p2p_t *p, size_t size, long n)
+{
+    int w = p->o.window;
+    long windows = (n + w - 1) / w, warm = windows / 10 + 1;
+    double t0 = 0, dt;
+
+    for (long i = -warm; i < windows; i++) {
+        if (i == 0)
+            t0 = now_s();
+        if (p->o.test == P2P_BIBW)
+            window_both(p, size, w);
+        else if (p->rank == 0)
+            window_send(p, size, w);
+        else
+            window_recv(p, size, w);
+    }
+    dt = now_s() - t0;
+    if (p->o.test == P2P_RATE)
+        return (double)(windows * w) / dt;
+    return (double)size * (double)(windows * w) * (p->o.test == P2P_BIBW ? 2.0 : 1.0) / dt / 1e6;
+}
+
+static void report(const p2p_t *p, size_t size, long n, double v)
+{
+    const char *name = test_names[p->o.test], *unit = test_units[p->o.test];
+
+    if (p->rank != 0)
+        return;
+    if (p->o.csv)
+        printf("%s,%s,%zu,%ld,%.3f,%s\n", name, p->o.transport, size, n, v, unit);
+    else
+        printf("%-6s %-6s %10zu %10ld %14.3f %s\n", name, p->o.transport, size, n, v, unit);
+    fflush(stdout);
+}
+
+static void p2p_setup(p2p_t *p)
+{
+    char tls[64];
+    size_t max = 1;
+    uint32_t size;
+    tmx_context_params_t cp = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS};
+    tmx_status_t st;
+
+    snprintf(tls, sizeof(tls), "self,%s", p->o.transport);
+    cp.transports = tls;
+    if ((st = tmx_context_create(&cp, &p->ctx)) != TMX_OK)
+        die("context", st);
+    if ((st = tmx_job_info(p->ctx, &p->rank, &size)) != TMX_OK || size != 2) {
+        fprintf(stderr, "tmx-perf: run it with two ranks: tmxrun -n 2 tmx-perf ...\n");
+        exit(2);
+    }
+    p->peer = 1 - p->rank;
+    for (int i = 0; i < p->o.n_sizes; i++)
+        max = p->o.sizes[i] > max ? p->o.sizes[i] : max;
+    p->sbuf = malloc(max);
+    p->rbuf = malloc(max);
+    p->reqs = malloc(2 * (size_t)p->o.window * sizeof(*p->reqs));
+    if (p->sbuf == NULL || p->rbuf == NULL || p->reqs == NULL)
+        die("buffers", TMX_ERR_NOMEM);
+    memset(p->sbuf, 1, max);
+    memset(p->rbuf, 2, max);
+}
+
+int perf_p2p_main(int argc, char **argv)
+{
+    p2p_t p;
+
+    memset(&p, 0, sizeof(p));
+    if (parse_opts(argc, argv, &p.o) != 0)
+        return 2;
+    p2p_setup(&p);
+    if (p.rank == 0 && p.o.csv)
+        printf("test,transport,size,iterations,value,unit\n");
+    else if (p.rank == 0)
+        printf("%-6s %-6s %10s %10s %14s %s\n", "test", "tl", "size", "iters", "value", "unit");
+    for (int i = 0; i < p.o.n_sizes; i++) {
+        size_t size = p.o.sizes[i];
+        long n = iters_for(&p, size);
+        double v;
+        if (p.rank == 0 && !p.o.csv && size >= (1u << 20))
+            fprintf(stderr, "tmx-perf: %s %zu bytes...\n", test_names[p.o.test], size);
+        tmx_job_barrier(p.ctx);
+        v = p.o.test == P2P_LAT ? run_lat(&p, size, n) : run_windows(&p, size, n);
+        report(&p, size, n, v);
+    }
+    tmx_job_barrier(p.ctx);
+    free(p.sbuf);
+    free(p.rbuf);
+    free(p.reqs);
+    tmx_context_destroy(p.ctx);
+    return 0;
+}

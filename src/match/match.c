@@ -126,6 +126,8 @@ tmx_status_t match_init(match_engine_t *m)
         goto err_pool;
     if (table_init(&m->unexp) != TMX_OK)
         goto err_posted;
+    util_dlist_init(&m->unexp_all);
+    m->unindexed = &m->unexp_all;
     return TMX_OK;
 
 err_posted:
@@ -266,7 +268,7 @@ void match_remove_recv(match_engine_t *m, match_recv_t *r)
 
 /* -------------------------------------------------------- unexpected side */
 
-static void msg_unlink(match_engine_t *m, match_msg_t *msg, int upto)
+static void msg_unbin(match_engine_t *m, match_msg_t *msg, int upto)
 {
     for (int i = 0; i < upto; i++) {
         match_bin_t *bin = msg->bin[i];
@@ -279,22 +281,48 @@ static void msg_unlink(match_engine_t *m, match_msg_t *msg, int upto)
 
 tmx_status_t match_add_msg(match_engine_t *m, match_msg_t *msg)
 {
-    static const uint64_t masks[MATCH_LINK_COUNT] = {0, 0, TMX_TAG_ANY, TMX_TAG_ANY};
-    int any[MATCH_LINK_COUNT] = {0, 1, 0, 1};
+    for (int i = 0; i < MATCH_LINK_BINS; i++)
+        msg->bin[i] = NULL;
+    msg->seq = m->arrive_seq++;
+    msg->stored = 1;
+    util_dlist_push_tail(&m->unexp_all, &msg->link[MATCH_LINK_ALL]);
+    if (m->unindexed == &m->unexp_all)
+        m->unindexed = &msg->link[MATCH_LINK_ALL];
+    m->n_unexp++;
+    return TMX_OK;
+}
 
-    for (int i = 0; i < MATCH_LINK_COUNT; i++) {
+/* Links one message into its three bins. */
+static tmx_status_t msg_index(match_engine_t *m, match_msg_t *msg)
+{
+    static const uint64_t masks[MATCH_LINK_BINS] = {0, 0, TMX_TAG_ANY};
+    static const int any[MATCH_LINK_BINS] = {0, 1, 0};
+
+    for (int i = 0; i < MATCH_LINK_BINS; i++) {
         uint32_t src = any[i] ? TMX_ANY_SOURCE : msg->src;
         match_bin_t *bin = table_get(m, &m->unexp, masks[i], src, msg->tag & ~masks[i], i);
         if (bin == NULL) {
-            msg_unlink(m, msg, i);
-            util_error("out of memory storing an unexpected message (%zu stored)", m->n_unexp);
+            msg_unbin(m, msg, i);
+            util_error("out of memory indexing an unexpected message (%zu stored)", m->n_unexp);
             return TMX_ERR_NOMEM;
         }
         msg->bin[i] = bin;
         util_dlist_push_tail(&bin->queue, &msg->link[i]);
     }
-    msg->seq = m->arrive_seq++;
-    m->n_unexp++;
+    return TMX_OK;
+}
+
+/* Indexes, in arrival order, every message that is not yet in its bins, so
+ * that each bin's FIFO stays in arrival order. */
+static tmx_status_t index_pending(match_engine_t *m)
+{
+    while (m->unindexed != &m->unexp_all) {
+        match_msg_t *msg = util_container_of(m->unindexed, match_msg_t, link[MATCH_LINK_ALL]);
+        tmx_status_t st = msg_index(m, msg);
+        if (st != TMX_OK)
+            return st;
+        m->unindexed = m->unindexed->next;
+    }
     return TMX_OK;
 }
 
@@ -303,15 +331,30 @@ static inline match_msg_t *bin_head_msg(const match_bin_t *bin)
     return util_container_of(bin->queue.next, match_msg_t, link[bin->slot]);
 }
 
-/* The slower path for partial masks: oldest first through one bin. */
-static match_msg_t *scan_bin(match_engine_t *m, match_bin_t *bin, uint64_t tag, uint64_t ignore)
+/* The slower path for partial masks: oldest first through one list. */
+static match_msg_t *scan_list(match_engine_t *m, util_dlist_t *head, int slot, uint64_t tag,
+                              uint64_t ignore)
 {
     util_dlist_t *pos;
 
-    util_dlist_foreach(pos, &bin->queue) {
-        match_msg_t *msg = util_container_of(pos, match_msg_t, link[bin->slot]);
+    util_dlist_foreach(pos, head) {
+        match_msg_t *msg = util_container_of(pos, match_msg_t, link[slot]);
         m->slow_scans++;
         if (((msg->tag ^ tag) & ~ignore) == 0)
+            return msg;
+    }
+    return NULL;
+}
+
+/* Without memory for bins, a correct answer the slow way. */
+static match_msg_t *scan_all(match_engine_t *m, uint32_t src, uint64_t tag, uint64_t ignore)
+{
+    util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &m->unexp_all) {
+        match_msg_t *msg = util_container_of(pos, match_msg_t, link[MATCH_LINK_ALL]);
+        m->slow_scans++;
+        if (match_matches(src, tag, ignore, msg->src, msg->tag))
             return msg;
     }
     return NULL;
@@ -325,16 +368,30 @@ match_msg_t *match_find_msg(match_engine_t *m, uint32_t src, uint64_t tag, uint6
 
     if (m->n_unexp == 0)
         return NULL;
+    if (src == TMX_ANY_SOURCE && key_mask == TMX_TAG_ANY) {
+        if (full)
+            return util_container_of(m->unexp_all.next, match_msg_t, link[MATCH_LINK_ALL]);
+        return scan_list(m, &m->unexp_all, MATCH_LINK_ALL, tag, ignore);
+    }
+    if (index_pending(m) != TMX_OK)
+        return scan_all(m, src, tag, ignore);
     bin = table_lookup(&m->unexp, key_mask, src, tag & ~key_mask);
     if (bin == NULL)
         return NULL;
     if (ignore == 0 || full)
         return bin_head_msg(bin);
-    return scan_bin(m, bin, tag, ignore);
+    return scan_list(m, &bin->queue, bin->slot, tag, ignore);
 }
 
 void match_remove_msg(match_engine_t *m, match_msg_t *msg)
 {
-    msg_unlink(m, msg, MATCH_LINK_COUNT);
+    util_dlist_t *all = &msg->link[MATCH_LINK_ALL];
+
+    if (m->unindexed == all)
+        m->unindexed = all->next;
+    if (msg->bin[0] != NULL)
+        msg_unbin(m, msg, MATCH_LINK_BINS);
+    util_dlist_unlink(all);
+    msg->stored = 0;
     m->n_unexp--;
 }

@@ -20,12 +20,16 @@
  *   That is O(1) expected for every wildcard kind, and O(M) for M distinct
  *   masks in use (MPI uses a handful).
  *
- *   unexpected side: a message is linked into four bins at once: exact
- *   (src, tag), by tag (ANY, tag), by source (src, any tag) and global
- *   (ANY, any tag). A receive whose mask is 0 or all ones looks at the head
- *   of one bin: O(1) expected. A receive with any other mask scans the
- *   by-source bin (or the global bin for ANY) from the oldest message; that
- *   is the documented slower path, linear in the messages it skips.
+ *   unexpected side: a message joins the global arrival list at once, and
+ *   is linked into three bins, exact (src, tag), by tag (ANY, tag) and by
+ *   source (src, any tag), lazily: by the first lookup that needs the bins,
+ *   which indexes every message not yet indexed, in arrival order. Each
+ *   message is indexed at most once, so the cost stays O(1) amortised, and
+ *   a queue drained by any-any receives never touches a bin. A receive
+ *   whose mask is 0 or all ones looks at the head of one bin (or of the
+ *   global list): O(1) expected. A receive with any other mask scans the
+ *   by-source bin (or the global list for ANY) from the oldest message;
+ *   that is the documented slower path, linear in the messages it skips.
  *
  * Entries are embedded in the caller's objects; the engine never allocates
  * them. It allocates bins from a pool, so match_post() and match_add_msg()
@@ -59,7 +63,8 @@ enum match_msg_link {
     MATCH_LINK_EXACT = 0,  /* bin (src, tag) */
     MATCH_LINK_TAG = 1,    /* bin (ANY, tag) */
     MATCH_LINK_SRC = 2,    /* bin (src, any) */
-    MATCH_LINK_ALL = 3,    /* bin (ANY, any) */
+    MATCH_LINK_BINS = 3,   /* links that live in bins */
+    MATCH_LINK_ALL = 3,    /* the engine's global arrival list */
     MATCH_LINK_COUNT = 4
 };
 
@@ -67,8 +72,9 @@ enum match_msg_link {
  * tag before match_add_msg(). */
 typedef struct match_msg {
     util_dlist_t link[MATCH_LINK_COUNT];
-    struct match_bin *bin[MATCH_LINK_COUNT]; /* bin[0] NULL when not stored */
+    struct match_bin *bin[MATCH_LINK_BINS];  /* NULL until indexed */
     uint64_t seq;                            /* arrival order */
+    int stored;
     uint64_t tag;
     uint32_t src;
 } match_msg_t;
@@ -90,6 +96,8 @@ typedef struct match_table {
 typedef struct match_engine {
     match_table_t posted;
     match_table_t unexp;
+    util_dlist_t unexp_all;   /* every unexpected message, arrival order */
+    util_dlist_t *unindexed;  /* first of unexp_all not in bins, or the head */
     util_pool_t bin_pool;
     match_mask_t *masks;   /* distinct masks in use on the posted side */
     size_t n_masks;
@@ -134,7 +142,7 @@ static inline int match_recv_is_posted(const match_recv_t *r)
 
 static inline int match_msg_is_stored(const match_msg_t *msg)
 {
-    return msg->bin[0] != NULL;
+    return msg->stored;
 }
 
 /* The matching predicate itself, shared with tests and tools. */

@@ -1,0 +1,311 @@
+#!/bin/bash
+# Multi-process tests of tmxrun and its key-value service.
+#   usage: tmxrun_test.sh PATH/TO/tmxrun PATH/TO/kvs_rank
+# Every job carries a unique marker argument, so that pgrep can tell whether
+# any of its processes outlived it. Prints each check; on failure, why, with
+# the job's output. Exit status 0 only when every check passed.
+set -u
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 TMXRUN KVS_RANK" >&2
+    exit 2
+fi
+TMXRUN=$1
+KVS_RANK=$2
+MARK="tmxrun-test-$$-$RANDOM$RANDOM"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/tmxrun-test.XXXXXX") || exit 1
+BG_PID=""
+FAILS=0
+CASE=""
+
+# Kills, by pid, whatever this script started that is still running.
+kill_ours() {
+    [ -n "$BG_PID" ] && kill -KILL "$BG_PID" 2>/dev/null
+    for p in $(pgrep -f -- "$MARK"); do
+        kill -KILL "$p" 2>/dev/null
+    done
+}
+
+cleanup() {
+    kill_ours
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'echo "interrupted"; exit 130' INT TERM HUP
+
+fail() {
+    echo "FAIL [$CASE]: $*"
+    echo "---- stdout"
+    cat "$TMP/out" 2>/dev/null
+    echo "---- stderr"
+    cat "$TMP/err" 2>/dev/null
+    echo "----"
+    FAILS=$((FAILS + 1))
+}
+
+begin() {
+    CASE=$1
+    echo "== $CASE"
+    : >"$TMP/out"
+    : >"$TMP/err"
+}
+
+now_ms() {
+    echo $(($(date +%s%N) / 1000000))
+}
+
+# Runs tmxrun in the foreground; sets RC and MS (elapsed milliseconds).
+run() {
+    local t0
+    t0=$(now_ms)
+    "$TMXRUN" "$@" >"$TMP/out" 2>"$TMP/err"
+    RC=$?
+    MS=$(($(now_ms) - t0))
+}
+
+expect_rc() {
+    if [ "$RC" -ne "$1" ]; then
+        fail "exit status $RC, expected $1: $2"
+    else
+        echo "   ok: exit status $RC ($2)"
+    fi
+}
+
+expect_faster() {
+    if [ "$MS" -ge "$1" ]; then
+        fail "took $MS ms, expected under $1 ms: $2"
+    else
+        echo "   ok: took $MS ms < $1 ms ($2)"
+    fi
+}
+
+expect_slower() {
+    if [ "$MS" -lt "$1" ]; then
+        fail "took $MS ms, expected at least $1 ms: $2"
+    else
+        echo "   ok: took $MS ms >= $1 ms ($2)"
+    fi
+}
+
+# expect_line FILE PATTERN WHY: some line of FILE matches the grep -E PATTERN.
+expect_line() {
+    if grep -Eq -- "$2" "$TMP/$1"; then
+        echo "   ok: $1 has /$2/ ($3)"
+    else
+        fail "$1 has no line matching /$2/: $3"
+    fi
+}
+
+expect_no_line() {
+    if grep -Eq -- "$2" "$TMP/$1"; then
+        fail "$1 has a line matching /$2/: $3"
+    else
+        echo "   ok: $1 has no /$2/ ($3)"
+    fi
+}
+
+# No process with the marker may survive its job (a killed process takes a
+# moment to disappear from the process table, hence the short wait).
+expect_no_leftovers() {
+    local i
+    for i in $(seq 1 50); do
+        pgrep -f -- "$MARK" >/dev/null || {
+            echo "   ok: no process left behind"
+            return
+        }
+        sleep 0.1
+    done
+    fail "processes left behind: $(pgrep -a -f -- "$MARK" | tr '\n' ';')"
+    kill_ours
+}
+
+# Waits until at least $1 processes carry the marker (tmxrun and its ranks).
+wait_for_procs() {
+    local i
+    for i in $(seq 1 200); do
+        [ "$(pgrep -c -f -- "$MARK")" -ge "$1" ] && return 0
+        sleep 0.05
+    done
+    fail "the job did not start $1 processes in 10 s"
+    return 1
+}
+
+# ---------------------------------------------------------------- cases
+
+begin "one rank exchanges with itself"
+run -n 1 "$KVS_RANK" "$MARK"
+expect_rc 0 "a 1-rank job succeeds"
+expect_line out '^kvs_rank: 1 ranks exchanged values$' "rank 0 reports the exchange"
+expect_no_leftovers
+
+begin "eight ranks exchange values through the key-value service"
+run -n 8 "$KVS_RANK" "$MARK"
+expect_rc 0 "every rank put, fenced, read and checked every other rank's values"
+expect_line out '^kvs_rank: 8 ranks exchanged values$' "rank 0 reports the exchange"
+expect_no_leftovers
+
+begin "64 ranks exchange values"
+run -n 64 "$KVS_RANK" "$MARK"
+expect_rc 0 "a larger job succeeds too"
+expect_no_leftovers
+
+begin "a rank's exit status is tmxrun's, and the other ranks are stopped"
+run -n 4 "$KVS_RANK" --exit-rank 2 3 --sleep 30 "$MARK"
+expect_rc 3 "rank 2 exited with 3"
+expect_faster 5000 "the ranks sleeping 30 s were terminated, not waited for"
+expect_line err 'rank 2 exited with status 3' "tmxrun says which rank failed"
+expect_no_leftovers
+
+begin "a rank killed by SIGKILL gives 137"
+run -n 3 "$KVS_RANK" --kill-rank 1 --sleep 30 "$MARK"
+expect_rc 137 "128 + SIGKILL"
+expect_faster 5000 "the other ranks were terminated"
+expect_line err 'rank 1 was killed by signal 9' "tmxrun names the signal"
+expect_no_leftovers
+
+begin "a rank killed while the others wait in FENCE"
+run -n 4 "$KVS_RANK" --kill-rank 3 "$MARK"
+expect_rc 137 "128 + SIGKILL"
+expect_faster 5000 "the others did not hang in the fence"
+expect_no_leftovers
+
+begin "a rank that exits 0 without fencing fails the others' fence"
+run -n 4 "$KVS_RANK" --leave-rank 3 "$MARK"
+expect_rc 42 "the waiting ranks got ERR from FENCE and exited 42"
+expect_faster 5000 "nobody hung in the fence"
+expect_line out 'fence failed as expected' "a waiting rank saw the error"
+expect_line err 'rank 3 exited before reaching the fence' "the reason reaches the ranks"
+expect_no_leftovers
+
+begin "--timeout stops the job with 124"
+run -n 2 --timeout 1 "$KVS_RANK" --sleep 30 "$MARK"
+expect_rc 124 "timeout"
+expect_slower 900 "not before the timeout"
+expect_faster 5000 "soon after the timeout"
+expect_line err 'timed out after 1 s' "tmxrun says why"
+expect_no_leftovers
+
+begin "ranks that ignore SIGTERM get SIGKILL 2 s later"
+run -n 2 --timeout 0.5 "$KVS_RANK" --ignore-term --sleep 30 "$MARK"
+expect_rc 124 "timeout"
+expect_slower 2400 "SIGTERM first, then a 2 s grace"
+expect_faster 7000 "then SIGKILL"
+expect_line err 'SIGKILL' "tmxrun says it escalated"
+expect_no_leftovers
+
+begin "--tag-output prefixes every line with [rank]"
+run -n 2 --tag-output sh -c 'echo "out$TMX_RANK"; echo "err$TMX_RANK" >&2; printf "part$TMX_RANK"' "$MARK"
+expect_rc 0 "the job succeeds"
+expect_line out '^\[0\] out0$' "rank 0's stdout line is tagged"
+expect_line out '^\[1\] out1$' "rank 1's stdout line is tagged"
+expect_line err '^\[0\] err0$' "rank 0's stderr line is tagged"
+expect_line err '^\[1\] err1$' "rank 1's stderr line is tagged"
+expect_line out '^\[1\] part1$' "a partial last line is flushed at exit, tagged"
+expect_no_leftovers
+
+begin "-p, and without it no tags"
+run -n 3 -p sh -c 'echo "r$TMX_RANK of $TMX_SIZE"' "$MARK"
+expect_line out '^\[2\] r2 of 3$' "-p is --tag-output"
+run -n 2 sh -c 'echo "line$TMX_RANK"; printf "tail$TMX_RANK"' "$MARK"
+expect_rc 0 "the job succeeds"
+expect_line out '^(line0|tail[01].*)$' "untagged output is passed as is"
+expect_no_line out '^\[' "no tags without --tag-output"
+if [ "$(grep -o 'tail[01]' "$TMP/out" | sort | tr -d '\n')" = "tail0tail1" ]; then
+    echo "   ok: both partial last lines were flushed"
+else
+    fail "partial last lines lost"
+fi
+expect_no_leftovers
+
+begin "the environment: rank, size, job id and service address"
+run -n 3 sh -c 'echo "$TMX_RANK $TMX_SIZE $TMX_JOBID $TMX_KVS"' "$MARK"
+expect_rc 0 "the job succeeds"
+expect_line out '^2 3 [0-9a-f]{16} unix:@tmx-kvs-[0-9]+-[0-9a-f]+$' "rank 2 sees its environment"
+if [ "$(cut -d' ' -f3,4 "$TMP/out" | sort -u | wc -l)" -eq 1 ]; then
+    echo "   ok: every rank sees the same job id and address"
+else
+    fail "the ranks disagree on the job id or address"
+fi
+expect_no_leftovers
+
+begin "malformed requests get ERR and a log line, and the service carries on"
+run -n 1 "$KVS_RANK" --bad-requests "$MARK"
+expect_rc 0 "every bad request got ERR, good ones still worked"
+expect_line err 'kvs: bad request' "tmxrun logged them"
+expect_no_leftovers
+
+begin "a program that cannot be run"
+run -n 2 "$TMP/no-such-program-$MARK"
+expect_rc 127 "as a shell would"
+expect_line err 'cannot run' "tmxrun says why"
+expect_no_leftovers
+
+begin "what a rank leaves running in its process group is killed"
+# shellcheck disable=SC2016 # expanded by the rank's shell
+run -n 2 sh -c '"$1" --sleep 30 "$0" & echo started' "$MARK" "$KVS_RANK"
+expect_rc 0 "the ranks exit 0"
+expect_faster 5000 "tmxrun did not wait for the background sleep"
+expect_no_leftovers
+
+begin "bad options give usage and exit 2"
+for args in "-n 0 true" "-n 4097 true" "-n x true" "-n -1 true" "-n 2" "true" \
+    "--bogus -n 1 true" "-n 1 --timeout 0 true" "-n 1 --timeout -3 true" \
+    "-n 1 --timeout abc true" "-n 1 --timeout" "-n"; do
+    # shellcheck disable=SC2086 # the words are the arguments
+    run $args
+    if [ "$RC" -eq 2 ] && grep -q '^usage: tmxrun' "$TMP/err"; then
+        echo "   ok: tmxrun $args -> 2 with usage"
+    else
+        fail "tmxrun $args -> exit status $RC, expected 2 with usage on stderr"
+    fi
+done
+run --help
+expect_rc 0 "--help succeeds"
+expect_line out '^usage: tmxrun' "--help prints usage on stdout"
+run -n 1 -- sh -c 'exit 0' "$MARK"
+expect_rc 0 "-- ends tmxrun's options"
+run -n 1 sh -c 'exit 5' -n 3 "$MARK"
+expect_rc 5 "options after the program are the program's"
+
+# A background tmxrun; sets BG_PID.
+start_bg() {
+    "$TMXRUN" "$@" >"$TMP/out" 2>"$TMP/err" &
+    BG_PID=$!
+}
+
+# Sends signal $1 to the background tmxrun once its ranks run; expects $2.
+signal_case() {
+    local t0
+    start_bg -n 3 "$KVS_RANK" --sleep 30 "$MARK"
+    wait_for_procs 4 || return
+    t0=$(now_ms)
+    kill "-$1" "$BG_PID"
+    wait "$BG_PID"
+    RC=$?
+    MS=$(($(now_ms) - t0))
+    BG_PID=""
+    expect_rc "$2" "tmxrun got SIG$1"
+    expect_faster 5000 "the ranks were terminated"
+    expect_no_leftovers
+}
+
+begin "Ctrl-C (SIGINT) to tmxrun"
+signal_case INT 130
+begin "SIGTERM to tmxrun"
+signal_case TERM 143
+
+begin "tmxrun killed by SIGKILL takes its ranks with it"
+start_bg -n 3 "$KVS_RANK" --sleep 30 "$MARK"
+if wait_for_procs 4; then
+    kill -KILL "$BG_PID"
+    wait "$BG_PID" 2>/dev/null
+    BG_PID=""
+    expect_no_leftovers
+fi
+
+echo
+if [ "$FAILS" -ne 0 ]; then
+    echo "tmxrun_test: $FAILS check(s) failed"
+    exit 1
+fi
+echo "tmxrun_test: all checks passed"

@@ -1,11 +1,24 @@
 #!/bin/sh
-# Builds and runs the whole test suite in the normal and the ASan+UBSan builds.
+# The whole test suite: the normal and the ASan+UBSan builds, ThreadSanitizer
+# on the single-process tests, valgrind on the API test, and a bounded
+# libFuzzer run on the wire parsers.
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/deps.sh
+jobs="$(nproc)"
 for preset in release asan; do
-    echo "== $preset build"
+    echo "== $preset build and tests"
     cmake --preset "$preset" >/dev/null
-    cmake --build --preset "$preset" -j "$(nproc)"
+    cmake --build --preset "$preset" -j "$jobs"
     ctest --preset "$preset" -j 2
 done
+echo "== ThreadSanitizer (single-process tests)"
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan -j "$jobs" --target api_test match_test
+ctest --preset tsan -R '^(api_test|match_test)$'
+echo "== valgrind"
+valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+    build/release/tests/api_test >/dev/null
+echo "== fuzzing (${TMX_FUZZ_SECONDS:-60} s)"
+sh scripts/fuzz.sh "${TMX_FUZZ_SECONDS:-60}" 2>&1 | tail -n 3
+echo "== all tests passed"

@@ -117,12 +117,20 @@ static tmx_status_t self_send(tl_ep_t *ep, const struct iovec *iov, int iovcnt)
     return TMX_OK;
 }
 
+/* The address comes from a packet: only a registered region under its key
+ * is read, as a remote device would check. */
 static tmx_status_t self_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                              tl_get_op_t *op)
 {
-    if (len != 0)
+    tl_iface_t *iface = ep->iface;
+    tmx_status_t st;
+
+    if (len == 0)
+        return TMX_OK;
+    st = iface->mem_check(iface->recv_arg, raddr, len, rkey);
+    if (st == TMX_OK)
         memcpy(dst, (const void *)(uintptr_t)raddr, len);
-    return TMX_OK;
+    return st;
 }
 
 /* Delivers only what was queued before this pass, so that packets sent by

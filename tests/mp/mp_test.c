@@ -1,0 +1,1185 @@
+/*
+ * Multi-process tests of the shm transport, one case per run:
+ *
+ *   tmxrun -n N mp_test CASE
+ *
+ *   pingpong   (2 ranks) every size boundary and powers of two to 64 MiB
+ *   anysource  (8 ranks) wildcard source and masked tags, per-sender order
+ *   order      (2 ranks) non-overtaking across eager and rendezvous
+ *   truncate   (2 ranks) short buffers, eager and rendezvous
+ *   probe      (2 ranks) peek, claim, mrecv, discard, no message, cancel
+ *   peerdeath  (3 ranks) rank 2 dies by SIGKILL; the others' operations on
+ *                        it fail, and theirs between each other still work
+ *   oversub    (N ranks) ring exchange, meant for more ranks than cores
+ *
+ * Every payload is a pattern derived from what identifies the message (size,
+ * iteration, sender, sequence), checked byte by byte, and every receive
+ * buffer is followed by a guard region that must come back untouched. A
+ * failed check prints "mp_test FAIL case=C rank=R: what, with the values"
+ * on stderr and exits 1, which makes tmxrun stop the job and exit non-zero.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tl/shm/shm_layout.h"
+#include "tmx.h"
+
+/* The shm transport's protocol switch (shm.c: eager_limit), computed from
+ * its layout so that the boundary tests follow the layout. */
+#define MP_EAGER ((size_t)(SHM_CELL_PAYLOAD - 64))
+#define MP_CELL ((size_t)SHM_CELL_PAYLOAD)
+#define MP_MIB ((size_t)1 << 20)
+
+#define MP_GUARD 4096               /* bytes checked after each receive buffer */
+#define MP_GUARD_BYTE 0xa5
+#define MP_WAIT_US 30000000         /* no single operation may take longer */
+#define MP_BATCH_MAX 100            /* unexpected batches fit in one shm ring */
+
+static tmx_context_h mp_ctx;
+static uint32_t mp_rank;
+static uint32_t mp_size;
+static const char *mp_case = "?";
+
+/* Operations report through their request only: no CQ to drain. */
+static const tmx_op_params_t mp_no_cq = {.field_mask = TMX_OP_FIELD_FLAGS,
+                                         .flags = TMX_OP_FLAG_NO_CQ};
+
+/* ------------------------------------------------------------ reporting */
+
+static void mp_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void mp_fail(const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    fprintf(stderr, "mp_test FAIL case=%s rank=%u: %s\n", mp_case, mp_rank, msg);
+    exit(1);
+}
+
+static int64_t mp_now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void mp_nap_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* ------------------------------------------------------------- patterns */
+
+static uint64_t mp_mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* The pattern's seed for a message identified by three numbers. */
+static uint64_t mp_seed(uint64_t a, uint64_t b, uint64_t c)
+{
+    return mp_mix(a ^ mp_mix(b ^ mp_mix(c)));
+}
+
+/* Byte i of a pattern is byte i%8 of mp_mix(seed + i - i%8). */
+static void mp_fill(unsigned char *p, size_t len, uint64_t seed)
+{
+    for (size_t i = 0; i < len; i += 8) {
+        uint64_t w = mp_mix(seed + i);
+        memcpy(p + i, &w, len - i < 8 ? len - i : 8);
+    }
+}
+
+/* The first byte of p[0..len) that is not the pattern's, or len. */
+static size_t mp_pattern_diff(const unsigned char *p, size_t len, uint64_t seed, unsigned *want)
+{
+    for (size_t i = 0; i < len; i += 8) {
+        uint64_t w = mp_mix(seed + i);
+        const unsigned char *wb = (const unsigned char *)&w;
+        size_t n = len - i < 8 ? len - i : 8;
+
+        if (memcmp(p + i, wb, n) == 0)
+            continue;
+        for (size_t k = 0; k < n; k++) {
+            if (p[i + k] != wb[k]) {
+                *want = wb[k];
+                return i + k;
+            }
+        }
+    }
+    return len;
+}
+
+static void mp_check_pattern(const char *what, const unsigned char *p, size_t len, uint64_t seed)
+{
+    unsigned want = 0;
+    size_t at = mp_pattern_diff(p, len, seed, &want);
+
+    if (at != len)
+        mp_fail("%s: payload byte %zu of %zu is 0x%02x, expected 0x%02x", what, at, len, p[at],
+                want);
+}
+
+/* A receive buffer of cap bytes and the guard after it. */
+static unsigned char *mp_buf_alloc(size_t cap)
+{
+    unsigned char *p = malloc(cap + MP_GUARD);
+
+    if (p == NULL)
+        mp_fail("out of memory for a %zu-byte buffer", cap);
+    memset(p, MP_GUARD_BYTE, cap + MP_GUARD);
+    return p;
+}
+
+static void mp_guard_set(unsigned char *p, size_t from, size_t to)
+{
+    memset(p + from, MP_GUARD_BYTE, to - from);
+}
+
+/* Bytes [from, to) must still hold the guard byte. */
+static void mp_check_guard(const char *what, const unsigned char *p, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++) {
+        if (p[i] != MP_GUARD_BYTE)
+            mp_fail("%s: byte %zu, past the %zu bytes that may be written, changed to 0x%02x",
+                    what, i, from, p[i]);
+    }
+}
+
+/* ------------------------------------------------------------ operations */
+
+static void mp_barrier(const char *where)
+{
+    tmx_status_t st = tmx_job_barrier(mp_ctx);
+
+    if (st != TMX_OK)
+        mp_fail("barrier %s: %s", where, tmx_strerror(st));
+}
+
+/* Starts a send, retrying while the peer's ring is full (TMX_ERR_AGAIN). */
+static tmx_request_h mp_send_p(tmx_peer_t peer, const void *buf, size_t len, uint64_t tag,
+                               const tmx_op_params_t *params)
+{
+    int64_t deadline = mp_now_us() + MP_WAIT_US;
+    tmx_request_h req = NULL;
+    unsigned tries = 0;
+
+    for (;;) {
+        tmx_status_t st = tmx_tsend(mp_ctx, peer, buf, len, tag, params, &req);
+        if (st == TMX_OK)
+            return req;
+        if (st != TMX_ERR_AGAIN)
+            mp_fail("tmx_tsend of %zu bytes to peer %u tag 0x%" PRIx64 ": %s", len, peer, tag,
+                    tmx_strerror(st));
+        if (tmx_progress(mp_ctx) < 0)
+            mp_fail("tmx_progress failed while a send waited for room");
+        if (++tries % 64 == 0) {
+            if (mp_now_us() > deadline)
+                mp_fail("send of %zu bytes to peer %u: TMX_ERR_AGAIN for %d s", len, peer,
+                        MP_WAIT_US / 1000000);
+            sched_yield();
+        }
+    }
+}
+
+static tmx_request_h mp_send(tmx_peer_t peer, const void *buf, size_t len, uint64_t tag)
+{
+    return mp_send_p(peer, buf, len, tag, &mp_no_cq);
+}
+
+/* A send carrying remote completion data. */
+static tmx_request_h mp_send_data(tmx_peer_t peer, const void *buf, size_t len, uint64_t tag,
+                                  uint64_t data)
+{
+    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_FLAGS | TMX_OP_FIELD_DATA,
+                         .flags = TMX_OP_FLAG_NO_CQ,
+                         .data = data};
+
+    return mp_send_p(peer, buf, len, tag, &p);
+}
+
+static tmx_request_h mp_recv(tmx_peer_t peer, void *buf, size_t cap, uint64_t tag, uint64_t ignore)
+{
+    tmx_request_h req = NULL;
+    tmx_status_t st = tmx_trecv(mp_ctx, peer, buf, cap, tag, ignore, &mp_no_cq, &req);
+
+    if (st != TMX_OK)
+        mp_fail("tmx_trecv of %zu bytes from peer %u tag 0x%" PRIx64 ": %s", cap, peer, tag,
+                tmx_strerror(st));
+    return req;
+}
+
+/* Waits at most timeout_us, releases the request, returns its status. */
+static tmx_status_t mp_wait_for(tmx_request_h req, int64_t timeout_us, tmx_completion_t *c,
+                                const char *what)
+{
+    int64_t t0 = mp_now_us();
+    tmx_status_t st = tmx_request_wait(req, timeout_us, c);
+
+    if (st == TMX_ERR_TIMEOUT)
+        mp_fail("%s: not complete after %.1f s", what, (double)(mp_now_us() - t0) / 1e6);
+    tmx_request_free(req);
+    return st;
+}
+
+static tmx_status_t mp_wait(tmx_request_h req, tmx_completion_t *c, const char *what)
+{
+    return mp_wait_for(req, MP_WAIT_US, c, what);
+}
+
+/* Checks a receive's completion against what the sender sent. */
+static void mp_check_recv(const char *what, tmx_status_t st, const tmx_completion_t *c,
+                          tmx_peer_t src, uint64_t tag, size_t cap, size_t msg_len)
+{
+    tmx_status_t want = msg_len > cap ? TMX_ERR_TRUNCATED : TMX_OK;
+    size_t len = msg_len > cap ? cap : msg_len;
+
+    if (st != want || c->status != want)
+        mp_fail("%s: receive returned %s (completion %s), expected %s", what, tmx_strerror(st),
+                tmx_strerror(c->status), tmx_strerror(want));
+    if (c->op != TMX_OP_TRECV || c->source != src || c->tag != tag)
+        mp_fail("%s: completion op %d source %u tag 0x%" PRIx64 ", expected op %d source %u "
+                "tag 0x%" PRIx64, what, (int)c->op, c->source, c->tag, (int)TMX_OP_TRECV, src, tag);
+    if (c->length != len || c->msg_length != msg_len)
+        mp_fail("%s: completion length %zu msg_length %zu, expected %zu and %zu", what,
+                c->length, c->msg_length, len, msg_len);
+}
+
+static void mp_check_data(const char *what, const tmx_completion_t *c, uint64_t data)
+{
+    if (!c->has_data || c->data != data)
+        mp_fail("%s: remote data %s0x%" PRIx64 ", expected 0x%" PRIx64, what,
+                c->has_data ? "" : "absent, ", c->data, data);
+}
+
+/* Waits for a send and checks its completion. */
+static void mp_wait_send(tmx_request_h req, tmx_peer_t dst, uint64_t tag, size_t len,
+                         const char *what)
+{
+    tmx_completion_t c;
+    tmx_status_t st = mp_wait(req, &c, what);
+
+    if (st != TMX_OK || c.status != TMX_OK)
+        mp_fail("%s: send completed with %s", what, tmx_strerror(st));
+    if (c.op != TMX_OP_TSEND || c.source != dst || c.tag != tag || c.length != len)
+        mp_fail("%s: send completion op %d dest %u tag 0x%" PRIx64 " length %zu, expected "
+                "op %d dest %u tag 0x%" PRIx64 " length %zu", what, (int)c.op, c.source, c.tag,
+                c.length, (int)TMX_OP_TSEND, dst, tag, len);
+}
+
+/* Eager sends complete inside tmx_tsend(); rendezvous ones only on the
+ * receiver's FIN, which needs a later progress call. This proves that the
+ * sizes around the limit really take the protocols they are meant to. */
+static void mp_check_protocol(tmx_request_h req, size_t len, const char *what)
+{
+    tmx_status_t st = tmx_request_test(req, NULL);
+    int eager = len <= MP_EAGER;
+
+    if (eager && st != TMX_OK)
+        mp_fail("%s: a %zu-byte send (eager limit %zu) was not complete at once: %s", what, len,
+                MP_EAGER, tmx_strerror(st));
+    if (!eager && st != TMX_INPROGRESS)
+        mp_fail("%s: a %zu-byte send (eager limit %zu) completed before any FIN: %s", what, len,
+                MP_EAGER, tmx_strerror(st));
+}
+
+/* Takes every packet already in our ring into the matcher. */
+static void mp_drain(void)
+{
+    int n;
+
+    while ((n = tmx_progress(mp_ctx)) > 0)
+        ;
+    if (n < 0)
+        mp_fail("tmx_progress: %s", tmx_strerror((tmx_status_t)n));
+}
+
+/* Polls tmx_tprobe until a message matches (peek), for at most MP_WAIT_US. */
+static void mp_probe_until(tmx_peer_t src, uint64_t tag, uint64_t ignore, tmx_completion_t *info,
+                           const char *what)
+{
+    int64_t deadline = mp_now_us() + MP_WAIT_US;
+    tmx_status_t st;
+
+    while ((st = tmx_tprobe(mp_ctx, src, tag, ignore, 0, info, NULL)) == TMX_ERR_NO_MESSAGE) {
+        if (mp_now_us() > deadline)
+            mp_fail("%s: no message from peer %u tag 0x%" PRIx64 " after %d s", what, src, tag,
+                    MP_WAIT_US / 1000000);
+        sched_yield();
+    }
+    if (st != TMX_OK)
+        mp_fail("%s: tmx_tprobe: %s", what, tmx_strerror(st));
+}
+
+/* -------------------------------------------------------------- pingpong */
+
+#define PP_TAG 0x5050000000000000ULL
+
+static size_t pp_sizes(size_t *out)
+{
+    static const size_t fixed[] = {0, 1, MP_EAGER - 1, MP_EAGER, MP_EAGER + 1, MP_CELL - 1,
+                                   MP_CELL, MP_CELL + 1, 12345, 65537, MP_MIB - 1,
+                                   3 * MP_MIB + 7};
+    size_t n = 0;
+
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        out[n++] = fixed[i];
+    for (size_t s = 2; s <= 64 * MP_MIB; s *= 2)
+        out[n++] = s;
+    return n;
+}
+
+/* Big messages get few rounds: the byte checks, not the copies, cost. */
+static unsigned pp_iters(size_t size)
+{
+    return size < MP_MIB ? 4 : size < 16 * MP_MIB ? 2 : 1;
+}
+
+static uint64_t pp_tag(size_t size, unsigned iter, unsigned dir)
+{
+    return PP_TAG | ((uint64_t)size << 8) | (iter << 1) | dir;
+}
+
+/* One direction: send the pattern for (size, iter, dir) to peer. */
+static void pp_send(tmx_peer_t peer, unsigned char *sbuf, size_t size, unsigned iter, unsigned dir,
+                    const char *what)
+{
+    uint64_t tag = pp_tag(size, iter, dir);
+    tmx_request_h req;
+
+    mp_fill(sbuf, size, mp_seed(size, iter, dir));
+    req = mp_send(peer, sbuf, size, tag);
+    mp_check_protocol(req, size, what);
+    mp_wait_send(req, peer, tag, size, what);
+}
+
+/* One direction: receive and check. Odd iterations let the message arrive
+ * first (peek until it is there), so both the expected and the unexpected
+ * paths are taken at every size. */
+static void pp_recv(tmx_peer_t peer, unsigned char *rbuf, size_t size, unsigned iter, unsigned dir,
+                    const char *what)
+{
+    uint64_t tag = pp_tag(size, iter, dir);
+    tmx_completion_t c, info;
+    tmx_status_t st;
+
+    mp_guard_set(rbuf, size, size + MP_GUARD);
+    if (iter % 2 == 1) {
+        mp_probe_until(peer, tag, TMX_TAG_EXACT, &info, what);
+        if (info.msg_length != size || info.source != peer || info.tag != tag)
+            mp_fail("%s: probe saw %zu bytes from %u tag 0x%" PRIx64, what, info.msg_length,
+                    info.source, info.tag);
+    }
+    st = mp_wait(mp_recv(peer, rbuf, size, tag, TMX_TAG_EXACT), &c, what);
+    mp_check_recv(what, st, &c, peer, tag, size, size);
+    if (c.has_data)
+        mp_fail("%s: remote data reported, none was sent", what);
+    mp_check_pattern(what, rbuf, size, mp_seed(size, iter, dir));
+    mp_check_guard(what, rbuf, size, size + MP_GUARD);
+}
+
+static void case_pingpong(void)
+{
+    size_t sizes[64];
+    size_t n = pp_sizes(sizes);
+    unsigned char *sbuf = mp_buf_alloc(64 * MP_MIB), *rbuf = mp_buf_alloc(64 * MP_MIB);
+    tmx_peer_t peer = 1 - mp_rank;
+    char what[128];
+
+    for (size_t i = 0; i < n; i++) {
+        for (unsigned it = 0; it < pp_iters(sizes[i]); it++) {
+            size_t sz = sizes[i];
+
+            snprintf(what, sizeof(what), "pingpong size=%zu iter=%u (ping 0->1, pong 1->0)", sz,
+                     it);
+            if (mp_rank == 0) {
+                pp_send(peer, sbuf, sz, it, 0, what);
+                pp_recv(peer, rbuf, sz, it, 1, what);
+            } else {
+                pp_recv(peer, rbuf, sz, it, 0, what);
+                pp_send(peer, sbuf, sz, it, 1, what);
+            }
+        }
+    }
+    free(sbuf);
+    free(rbuf);
+    if (mp_rank == 0)
+        printf("pingpong: %zu sizes from 0 to %zu bytes, eager limit %zu\n", n, sizes[n - 1],
+               MP_EAGER);
+}
+
+/* ------------------------------------------------------------- anysource */
+
+#define AS_K 24                         /* messages per sender */
+#define AS_WINDOW 32                    /* receives rank 0 keeps posted */
+#define AS_CLASS 0xa5ULL                /* top byte of every counted tag */
+#define AS_DECOY 0x5aULL                /* top byte of one decoy per sender */
+#define AS_MAX_SIZE (MP_MIB + 1)
+
+static size_t as_size(uint32_t sender, uint32_t seq)
+{
+    static const size_t sizes[] = {0, 1, 64, MP_EAGER - 1, MP_EAGER, MP_EAGER + 1, MP_CELL,
+                                   3000, 100000, 65539, MP_MIB + 1, 17};
+    return sizes[(seq + sender) % (sizeof(sizes) / sizeof(sizes[0]))];
+}
+
+static uint64_t as_tag(uint64_t cls, uint32_t sender, uint32_t seq)
+{
+    return cls << 56 | (uint64_t)sender << 32 | seq;
+}
+
+/* Masks that all keep the class bits apart (0xa5 vs 0x5a differ in both
+ * nibbles) but otherwise ignore sender and sequence. */
+static uint64_t as_ignore(unsigned i)
+{
+    static const uint64_t masks[] = {0x00ffffffffffffffULL, 0x0fffffffffffffffULL,
+                                     0xf0ffffffffffffffULL};
+    return masks[i % 3];
+}
+
+static void as_send_all(void)
+{
+    unsigned char *bufs[AS_K];
+    tmx_request_h reqs[AS_K + 1];
+    char what[96];
+    uint64_t decoy = as_tag(AS_DECOY, mp_rank, 0);
+
+    /* The decoy goes first: a receive that ignored its mask would take it. */
+    reqs[AS_K] = mp_send_data(0, &mp_rank, sizeof(mp_rank), decoy, decoy);
+    for (uint32_t s = 0; s < AS_K; s++) {
+        size_t len = as_size(mp_rank, s);
+        uint64_t tag = as_tag(AS_CLASS, mp_rank, s);
+
+        bufs[s] = mp_buf_alloc(len);
+        mp_fill(bufs[s], len, mp_seed(mp_rank, s, len));
+        reqs[s] = mp_send_data(0, bufs[s], len, tag, mp_mix(tag));
+    }
+    for (uint32_t s = 0; s <= AS_K; s++) {
+        snprintf(what, sizeof(what), "anysource send seq=%u", s);
+        if (s < AS_K)
+            mp_wait_send(reqs[s], 0, as_tag(AS_CLASS, mp_rank, s), as_size(mp_rank, s), what);
+        else
+            mp_wait_send(reqs[s], 0, decoy, sizeof(mp_rank), what);
+    }
+    for (uint32_t s = 0; s < AS_K; s++)
+        free(bufs[s]);
+}
+
+typedef struct as_state {
+    uint32_t next_seq[64];              /* per sender: the seq due next */
+    unsigned char seen[64][AS_K];
+} as_state_t;
+
+/* Checks the n-th completed wildcard receive. */
+static void as_check_one(as_state_t *s, unsigned n, tmx_status_t st, const tmx_completion_t *c,
+                         const unsigned char *buf)
+{
+    uint32_t sender = (uint32_t)(c->tag >> 32) & 0xffffff, seq = (uint32_t)c->tag;
+    char what[128];
+
+    snprintf(what, sizeof(what), "anysource receive #%u (tag 0x%" PRIx64 " from %u, %zu bytes)",
+             n, c->tag, c->source, c->msg_length);
+    if (c->tag >> 56 != AS_CLASS)
+        mp_fail("%s: a receive masked for class 0x%llx took another class", what, AS_CLASS);
+    if (sender == 0 || sender >= mp_size || seq >= AS_K)
+        mp_fail("%s: tag names no message that was sent", what);
+    mp_check_recv(what, st, c, sender, c->tag, AS_MAX_SIZE, as_size(sender, seq));
+    mp_check_data(what, c, mp_mix(c->tag));
+    if (s->seen[sender][seq]++)
+        mp_fail("%s: sender %u seq %u received twice", what, sender, seq);
+    if (seq != s->next_seq[sender])
+        mp_fail("%s: sender %u's seq %u overtook seq %u", what, sender, seq, s->next_seq[sender]);
+    s->next_seq[sender]++;
+    mp_check_pattern(what, buf, c->length, mp_seed(sender, seq, c->length));
+    mp_check_guard(what, buf, AS_MAX_SIZE, AS_MAX_SIZE + MP_GUARD);
+}
+
+static void as_post(tmx_request_h *req, unsigned char *buf, unsigned i)
+{
+    *req = mp_recv(TMX_ANY_SOURCE, buf, AS_MAX_SIZE, as_tag(AS_CLASS, 0, 0), as_ignore(i));
+}
+
+/* The decoys, received by exact source and tag once the rest are in. */
+static void as_recv_decoys(unsigned char *buf)
+{
+    char what[64];
+
+    for (uint32_t r = 1; r < mp_size; r++) {
+        uint64_t tag = as_tag(AS_DECOY, r, 0);
+        tmx_completion_t c;
+        tmx_status_t st = mp_wait(mp_recv(r, buf, AS_MAX_SIZE, tag, TMX_TAG_EXACT), &c, "decoy");
+
+        snprintf(what, sizeof(what), "anysource decoy from %u", r);
+        mp_check_recv(what, st, &c, r, tag, AS_MAX_SIZE, sizeof(uint32_t));
+        mp_check_data(what, &c, tag);
+        if (memcmp(buf, &r, sizeof(r)) != 0)
+            mp_fail("%s: wrong payload", what);
+    }
+}
+
+static void as_recv_all(void)
+{
+    unsigned total = (mp_size - 1) * AS_K, posted = 0;
+    tmx_request_h reqs[AS_WINDOW];
+    unsigned char *bufs[AS_WINDOW];
+    as_state_t *s = calloc(1, sizeof(*s));
+
+    if (mp_size > 64 || s == NULL)
+        mp_fail("anysource: at most 64 ranks");
+    for (unsigned w = 0; w < AS_WINDOW; w++)
+        bufs[w] = mp_buf_alloc(AS_MAX_SIZE);
+    for (; posted < AS_WINDOW && posted < total; posted++)
+        as_post(&reqs[posted], bufs[posted], posted);
+    for (unsigned n = 0; n < total; n++) {
+        unsigned w = n % AS_WINDOW;
+        tmx_completion_t c;
+        tmx_status_t st = mp_wait(reqs[w], &c, "anysource receive");
+
+        as_check_one(s, n, st, &c, bufs[w]);
+        if (posted < total)
+            as_post(&reqs[w], bufs[w], posted++);
+    }
+    for (uint32_t r = 1; r < mp_size; r++) {
+        if (s->next_seq[r] != AS_K)
+            mp_fail("anysource: got %u of sender %u's %u messages", s->next_seq[r], r, AS_K);
+    }
+    as_recv_decoys(bufs[0]);
+    printf("anysource: %u messages from %u senders, each once and in order\n", total, mp_size - 1);
+    for (unsigned w = 0; w < AS_WINDOW; w++)
+        free(bufs[w]);
+    free(s);
+}
+
+static void case_anysource(void)
+{
+    if (mp_rank == 0)
+        as_recv_all();
+    else
+        as_send_all();
+}
+
+/* ---------------------------------------------------------------- batches */
+
+/* One message of a batch: its length and the receive buffer's capacity. */
+typedef struct mp_msg {
+    size_t len;
+    size_t cap;
+} mp_msg_t;
+
+enum batch_mode {
+    BATCH_UNEXPECTED, /* every message is in the matcher before any receive */
+    BATCH_PREPOSTED,  /* every receive is posted before any message is sent */
+    BATCH_MIXED       /* the first half unexpected, the rest preposted */
+};
+
+static const char *const batch_mode_names[] = {"unexpected", "preposted", "mixed"};
+
+typedef struct batch {
+    const char *label;
+    const mp_msg_t *m;
+    unsigned n;
+    uint64_t tag;
+    int same_tag;       /* one tag for all: order is the only thing to go by */
+    enum batch_mode mode;
+    unsigned round;
+} batch_t;
+
+static uint64_t batch_tag(const batch_t *b, unsigned i)
+{
+    return b->same_tag ? b->tag : b->tag | i;
+}
+
+static uint64_t batch_data(const batch_t *b, unsigned i)
+{
+    return ((uint64_t)b->round << 32) | i;
+}
+
+static void batch_send_range(const batch_t *b, unsigned char **bufs, tmx_request_h *reqs,
+                             unsigned from, unsigned to)
+{
+    for (unsigned i = from; i < to; i++) {
+        bufs[i] = mp_buf_alloc(b->m[i].len);
+        mp_fill(bufs[i], b->m[i].len, mp_seed(b->round, i, b->m[i].len));
+        reqs[i] = mp_send_data(0, bufs[i], b->m[i].len, batch_tag(b, i), batch_data(b, i));
+    }
+}
+
+/* Rank 1's side; the barriers pair with batch_recv()'s. */
+static void batch_send(const batch_t *b)
+{
+    unsigned char *bufs[MP_BATCH_MAX];
+    tmx_request_h reqs[MP_BATCH_MAX];
+    unsigned half = b->mode == BATCH_MIXED ? b->n / 2 : b->n;
+    char what[128];
+
+    if (b->mode == BATCH_PREPOSTED)
+        mp_barrier("before preposted sends");
+    else
+        batch_send_range(b, bufs, reqs, 0, half);
+    if (b->mode != BATCH_PREPOSTED)
+        mp_barrier("after unexpected sends");
+    if (b->mode == BATCH_MIXED)
+        mp_barrier("after the receives are posted");
+    if (b->mode != BATCH_UNEXPECTED)
+        batch_send_range(b, bufs, reqs, b->mode == BATCH_MIXED ? half : 0, b->n);
+    for (unsigned i = 0; i < b->n; i++) {
+        snprintf(what, sizeof(what), "%s %s send #%u (%zu bytes)", b->label,
+                 batch_mode_names[b->mode], i, b->m[i].len);
+        mp_wait_send(reqs[i], 0, batch_tag(b, i), b->m[i].len, what);
+        free(bufs[i]);
+    }
+}
+
+static void batch_check(const batch_t *b, unsigned i, tmx_status_t st, const tmx_completion_t *c,
+                        const unsigned char *buf)
+{
+    char what[160];
+
+    snprintf(what, sizeof(what), "%s %s round %u receive #%u (message %zu bytes, buffer %zu)",
+             b->label, batch_mode_names[b->mode], b->round, i, b->m[i].len, b->m[i].cap);
+    if (c->has_data && c->data != batch_data(b, i) && (c->data >> 32) == b->round)
+        mp_fail("%s: got message #%" PRIu64 " instead: order broken", what,
+                c->data & 0xffffffffu);
+    mp_check_data(what, c, batch_data(b, i));
+    mp_check_recv(what, st, c, 1, batch_tag(b, i), b->m[i].cap, b->m[i].len);
+    mp_check_pattern(what, buf, c->length, mp_seed(b->round, i, b->m[i].len));
+    mp_check_guard(what, buf, b->m[i].cap, b->m[i].cap + MP_GUARD);
+}
+
+/* Rank 0's side. Packets sent before a barrier are in our ring after it;
+ * mp_drain() moves them into the matcher, so they are truly unexpected. */
+static void batch_recv(const batch_t *b)
+{
+    unsigned char *bufs[MP_BATCH_MAX];
+    tmx_request_h reqs[MP_BATCH_MAX];
+
+    if (b->mode != BATCH_PREPOSTED) {
+        mp_barrier("after unexpected sends");
+        mp_drain();
+    }
+    for (unsigned i = 0; i < b->n; i++) {
+        bufs[i] = mp_buf_alloc(b->m[i].cap);
+        reqs[i] = mp_recv(1, bufs[i], b->m[i].cap, batch_tag(b, i), TMX_TAG_EXACT);
+    }
+    if (b->mode == BATCH_PREPOSTED)
+        mp_barrier("before preposted sends");
+    if (b->mode == BATCH_MIXED)
+        mp_barrier("after the receives are posted");
+    for (unsigned i = 0; i < b->n; i++) {
+        tmx_completion_t c;
+        tmx_status_t st = mp_wait(reqs[i], &c, b->label);
+
+        batch_check(b, i, st, &c, bufs[i]);
+        free(bufs[i]);
+    }
+}
+
+static void batch_run(const batch_t *b)
+{
+    if (b->n > MP_BATCH_MAX)
+        mp_fail("%s: batch of %u messages, at most %d fit", b->label, b->n, MP_BATCH_MAX);
+    if (mp_rank == 0)
+        batch_recv(b);
+    else
+        batch_send(b);
+    mp_barrier(b->label);
+}
+
+/* ------------------------------------------------------------------ order */
+
+#define ORDER_N 48
+
+static void case_order(void)
+{
+    static const size_t cycle[] = {MP_EAGER - 1, MP_EAGER + 1, MP_EAGER, MP_CELL + 1, 0,
+                                   200001, 1, MP_MIB, MP_CELL - 1, 65536, MP_EAGER + 1, MP_EAGER};
+    mp_msg_t m[ORDER_N];
+
+    for (unsigned i = 0; i < ORDER_N; i++) {
+        m[i].len = cycle[i % (sizeof(cycle) / sizeof(cycle[0]))];
+        m[i].cap = m[i].len;
+    }
+    for (unsigned mode = BATCH_UNEXPECTED; mode <= BATCH_MIXED; mode++) {
+        batch_t b = {"order", m, ORDER_N, 0x0d0d000000000000ULL, 1, mode, mode + 1};
+        batch_run(&b);
+    }
+    if (mp_rank == 0)
+        printf("order: %d same-tag messages in order, unexpected, preposted and mixed\n", ORDER_N);
+}
+
+/* --------------------------------------------------------------- truncate */
+
+static void case_truncate(void)
+{
+    static const mp_msg_t m[] = {
+        {100, 50}, {MP_EAGER, MP_EAGER - 1}, {MP_EAGER, 0}, {1, 0}, {MP_EAGER, 1},
+        {MP_EAGER + 1, MP_EAGER}, {MP_EAGER + 1, 1}, {MP_CELL + 1, MP_CELL},
+        {MP_MIB, 1000}, {3 * MP_MIB + 7, MP_MIB - 1}, {2 * MP_MIB, 0},
+        /* not truncated, between the others: the same checks must pass */
+        {MP_EAGER, MP_EAGER}, {MP_EAGER + 1, MP_EAGER + 1}, {1000, 4000}, {MP_MIB, 2 * MP_MIB},
+    };
+    unsigned n = sizeof(m) / sizeof(m[0]);
+
+    for (unsigned mode = BATCH_UNEXPECTED; mode <= BATCH_PREPOSTED; mode++) {
+        batch_t b = {"truncate", m, n, 0x7700000000000000ULL, 0, mode, 10 + mode};
+        batch_run(&b);
+    }
+    if (mp_rank == 0)
+        printf("truncate: %u messages into short buffers, unexpected and preposted\n", n);
+}
+
+/* ------------------------------------------------------------------ probe */
+
+#define PR_TAG 0x9900000000000000ULL
+#define PR_EAGER_LEN 1000
+#define PR_RNDV_LEN (MP_MIB + 3)
+#define PR_DISCARD_LEN (2 * MP_MIB)
+
+enum { PR_T_EAGER = 1, PR_T_RNDV, PR_T_DISCARD, PR_T_DISCARD_EAGER, PR_T_NONE, PR_T_CANCEL };
+
+static void pr_expect_probe(tmx_peer_t src, unsigned t, size_t len, const char *what)
+{
+    tmx_completion_t info;
+    tmx_status_t st = tmx_tprobe(mp_ctx, src, PR_TAG | t, TMX_TAG_EXACT, 0, &info, NULL);
+
+    if (st != TMX_OK)
+        mp_fail("%s: peek found nothing (%s)", what, tmx_strerror(st));
+    if (info.source != 1 || info.tag != (PR_TAG | t) || info.msg_length != len)
+        mp_fail("%s: peek saw source %u tag 0x%" PRIx64 " length %zu, expected 1, 0x%" PRIx64
+                ", %zu", what, info.source, info.tag, info.msg_length, PR_TAG | t, len);
+}
+
+static void pr_expect_none(tmx_peer_t src, unsigned t, const char *what)
+{
+    tmx_status_t st = tmx_tprobe(mp_ctx, src, PR_TAG | t, TMX_TAG_EXACT, 0, NULL, NULL);
+
+    if (st != TMX_ERR_NO_MESSAGE)
+        mp_fail("%s: probe returned %s, expected TMX_ERR_NO_MESSAGE", what, tmx_strerror(st));
+}
+
+static tmx_message_h pr_claim(unsigned t, size_t len, const char *what)
+{
+    tmx_completion_t info;
+    tmx_message_h msg = NULL;
+    tmx_status_t st = tmx_tprobe(mp_ctx, TMX_ANY_SOURCE, PR_TAG | t, TMX_TAG_EXACT,
+                                 TMX_PROBE_FLAG_CLAIM, &info, &msg);
+
+    if (st != TMX_OK || msg == NULL)
+        mp_fail("%s: claim: %s", what, tmx_strerror(st));
+    if (info.source != 1 || info.msg_length != len)
+        mp_fail("%s: claim saw source %u length %zu", what, info.source, info.msg_length);
+    pr_expect_none(1, t, what); /* claimed: out of matching */
+    return msg;
+}
+
+static void pr_mrecv(unsigned t, size_t len, const char *what)
+{
+    unsigned char *buf = mp_buf_alloc(len);
+    tmx_message_h msg = pr_claim(t, len, what);
+    tmx_request_h req = NULL;
+    tmx_completion_t c;
+    tmx_status_t st = tmx_mrecv(mp_ctx, msg, buf, len, &mp_no_cq, &req);
+
+    if (st != TMX_OK)
+        mp_fail("%s: tmx_mrecv: %s", what, tmx_strerror(st));
+    st = mp_wait(req, &c, what);
+    mp_check_recv(what, st, &c, 1, PR_TAG | t, len, len);
+    mp_check_pattern(what, buf, len, mp_seed(t, 0, len));
+    mp_check_guard(what, buf, len, len + MP_GUARD);
+    free(buf);
+}
+
+/* Nothing matches: tmx_tprobe must say so, every time, for a while. */
+static void pr_no_message(void)
+{
+    int64_t end = mp_now_us() + 200000;
+    unsigned polls = 0;
+
+    while (mp_now_us() < end) {
+        pr_expect_none(TMX_ANY_SOURCE, PR_T_NONE, "probe of a tag nobody sent");
+        pr_expect_none(1, PR_T_NONE, "probe of a tag nobody sent");
+        polls++;
+    }
+    if (polls == 0)
+        mp_fail("probe: no poll in 200 ms");
+}
+
+/* Rank 0, step 1: peek, claim and receive, discard. */
+static void pr_recv_step1(void)
+{
+    tmx_completion_t info;
+
+    mp_probe_until(1, PR_TAG | PR_T_DISCARD_EAGER, TMX_TAG_EXACT, &info, "probe wait");
+    for (int k = 0; k < 2; k++) { /* a peek leaves the message where it is */
+        pr_expect_probe(1, PR_T_EAGER, PR_EAGER_LEN, "peek eager");
+        pr_expect_probe(TMX_ANY_SOURCE, PR_T_RNDV, PR_RNDV_LEN, "peek rendezvous");
+    }
+    pr_mrecv(PR_T_EAGER, PR_EAGER_LEN, "claim+mrecv eager");
+    pr_mrecv(PR_T_RNDV, PR_RNDV_LEN, "claim+mrecv rendezvous");
+    if (tmx_message_discard(mp_ctx, pr_claim(PR_T_DISCARD, PR_DISCARD_LEN, "discard rndv")) != TMX_OK)
+        mp_fail("tmx_message_discard of a rendezvous message failed");
+    if (tmx_message_discard(mp_ctx, pr_claim(PR_T_DISCARD_EAGER, 8, "discard eager")) != TMX_OK)
+        mp_fail("tmx_message_discard of an eager message failed");
+    pr_expect_none(TMX_ANY_SOURCE, PR_T_DISCARD, "after discard");
+    pr_no_message();
+}
+
+static tmx_request_h pr_send(unsigned t, size_t len, unsigned char **buf)
+{
+    *buf = mp_buf_alloc(len);
+    mp_fill(*buf, len, mp_seed(t, 0, len));
+    return mp_send(0, *buf, len, PR_TAG | t);
+}
+
+static void pr_send_step1(void)
+{
+    static const struct { unsigned t; size_t len; } s[] = {
+        {PR_T_EAGER, PR_EAGER_LEN}, {PR_T_RNDV, PR_RNDV_LEN}, {PR_T_DISCARD, PR_DISCARD_LEN},
+        {PR_T_DISCARD_EAGER, 8}};
+    unsigned char *bufs[4];
+    tmx_request_h reqs[4];
+
+    for (int i = 0; i < 4; i++)
+        reqs[i] = pr_send(s[i].t, s[i].len, &bufs[i]);
+    for (int i = 0; i < 4; i++) {
+        mp_wait_send(reqs[i], 0, PR_TAG | s[i].t, s[i].len,
+                     s[i].t == PR_T_DISCARD ? "rendezvous send whose message was discarded"
+                                            : "probe step 1 send");
+        free(bufs[i]);
+    }
+}
+
+/* Rank 0, step 2: canceled receives complete TMX_ERR_CANCELED and take
+ * nothing; the messages sent after them go to the next receives. */
+static void pr_cancel_posted(unsigned char *old, size_t cap)
+{
+    tmx_request_h req = mp_recv(1, old, cap, PR_TAG | PR_T_CANCEL, TMX_TAG_EXACT);
+    tmx_completion_t c;
+    tmx_status_t st = tmx_request_cancel(req);
+
+    if (st != TMX_OK)
+        mp_fail("cancel of a posted receive: %s", tmx_strerror(st));
+    st = mp_wait(req, &c, "canceled receive");
+    if (st != TMX_ERR_CANCELED || c.status != TMX_ERR_CANCELED || c.op != TMX_OP_TRECV)
+        mp_fail("canceled receive completed with %s, expected TMX_ERR_CANCELED",
+                tmx_strerror(st));
+}
+
+static void pr_recv_step2(void)
+{
+    unsigned char *old = mp_buf_alloc(PR_RNDV_LEN), *buf = mp_buf_alloc(PR_RNDV_LEN);
+    const char *what = "receive after a canceled one";
+
+    pr_cancel_posted(old, PR_RNDV_LEN);
+    pr_cancel_posted(old, 10); /* one the eager message would truncate */
+    mp_barrier("probe: receives canceled");
+    for (unsigned k = 0; k < 2; k++) {
+        size_t len = k == 0 ? PR_EAGER_LEN : PR_RNDV_LEN;
+        tmx_completion_t c;
+        tmx_status_t st;
+
+        mp_guard_set(buf, 0, PR_RNDV_LEN + MP_GUARD);
+        st = mp_wait(mp_recv(1, buf, PR_RNDV_LEN, PR_TAG | PR_T_CANCEL, TMX_TAG_EXACT), &c, what);
+        mp_check_recv(what, st, &c, 1, PR_TAG | PR_T_CANCEL, PR_RNDV_LEN, len);
+        mp_check_pattern(what, buf, len, mp_seed(PR_T_CANCEL, k, len));
+        mp_check_guard(what, buf, len, PR_RNDV_LEN + MP_GUARD);
+    }
+    mp_check_guard("a canceled receive's buffer", old, 0, PR_RNDV_LEN + MP_GUARD);
+    free(old);
+    free(buf);
+}
+
+static void pr_send_step2(void)
+{
+    unsigned char *buf = mp_buf_alloc(PR_RNDV_LEN);
+
+    mp_barrier("probe: receives canceled");
+    for (unsigned k = 0; k < 2; k++) {
+        size_t len = k == 0 ? PR_EAGER_LEN : PR_RNDV_LEN;
+
+        mp_fill(buf, len, mp_seed(PR_T_CANCEL, k, len));
+        mp_wait_send(mp_send(0, buf, len, PR_TAG | PR_T_CANCEL), 0, PR_TAG | PR_T_CANCEL, len,
+                     "send after the receiver canceled");
+    }
+    free(buf);
+}
+
+/* A receive that has completed can no longer be canceled. */
+static void pr_cancel_done(void)
+{
+    unsigned char one = 0;
+    tmx_request_h req;
+    tmx_status_t st;
+
+    if (mp_rank == 1) {
+        mp_wait_send(mp_send(0, &one, 1, PR_TAG), 0, PR_TAG, 1, "send for cancel-after-done");
+        return;
+    }
+    req = mp_recv(1, &one, 1, PR_TAG, TMX_TAG_EXACT);
+    while ((st = tmx_request_test(req, NULL)) == TMX_INPROGRESS)
+        tmx_wait(mp_ctx, 100000);
+    if (st != TMX_OK)
+        mp_fail("receive for cancel-after-done: %s", tmx_strerror(st));
+    st = tmx_request_cancel(req);
+    if (st != TMX_ERR_BUSY)
+        mp_fail("cancel of a completed receive returned %s, expected TMX_ERR_BUSY",
+                tmx_strerror(st));
+    tmx_request_free(req);
+}
+
+static void case_probe(void)
+{
+    if (mp_rank == 0)
+        pr_recv_step1();
+    else
+        pr_send_step1();
+    mp_barrier("probe step 1");
+    if (mp_rank == 0)
+        pr_recv_step2();
+    else
+        pr_send_step2();
+    mp_barrier("probe step 2");
+    pr_cancel_done();
+    if (mp_rank == 0)
+        printf("probe: peek, claim, mrecv, discard, no message, cancel\n");
+}
+
+/* -------------------------------------------------------------- peerdeath */
+
+/* tmxrun reacts to rank 2's death by sending SIGTERM to the others and
+ * SIGKILL 2 s later (RUN_KILL_GRACE_MS). Ranks 0 and 1 ignore the SIGTERM
+ * (a handler, so that their sleeps see EINTR as they would in real life)
+ * and must finish inside the grace period: detection is bounded by
+ * PD_LIMIT_US, well below it, so a failure is reported, not cut short. */
+#define PD_LIMIT_US 1500000
+#define PD_TAG 0xdead000000000000ULL
+#define PD_RNDV_LEN (MP_MIB + 5)
+
+static volatile sig_atomic_t pd_got_term;
+
+static void pd_on_term(int sig)
+{
+    (void)sig;
+    pd_got_term = 1;
+}
+
+static void pd_expect_failed(tmx_request_h req, int64_t t0, const char *what)
+{
+    tmx_completion_t c;
+    int64_t left = PD_LIMIT_US - (mp_now_us() - t0);
+    tmx_status_t st = mp_wait_for(req, left > 0 ? left : 0, &c, what);
+
+    if (st != TMX_ERR_PEER_FAILED)
+        mp_fail("%s: completed with %s, expected TMX_ERR_PEER_FAILED", what, tmx_strerror(st));
+    fprintf(stderr, "mp_test rank %u: %s failed as expected after %.0f ms\n", mp_rank, what,
+            (double)(mp_now_us() - t0) / 1000.0);
+}
+
+/* Operations started once rank 2 is known dead fail too, at once or soon. */
+static void pd_after_death(int64_t t0)
+{
+    unsigned char b[16] = {0};
+    tmx_request_h req = NULL;
+    tmx_status_t st = tmx_tsend(mp_ctx, 2, b, sizeof(b), PD_TAG, &mp_no_cq, &req);
+
+    if (st == TMX_OK)
+        pd_expect_failed(req, t0, "eager send to dead rank 2");
+    else if (st != TMX_ERR_PEER_FAILED)
+        mp_fail("send to dead rank 2 returned %s", tmx_strerror(st));
+    st = tmx_trecv(mp_ctx, 2, b, sizeof(b), PD_TAG, TMX_TAG_EXACT, &mp_no_cq, &req);
+    if (st == TMX_OK)
+        pd_expect_failed(req, t0, "receive from dead rank 2, posted after its death");
+    else if (st != TMX_ERR_PEER_FAILED)
+        mp_fail("receive from dead rank 2 returned %s", tmx_strerror(st));
+}
+
+/* Ranks 0 and 1 still talk: eager and rendezvous, both ways. */
+static void pd_survivors(void)
+{
+    static const size_t lens[] = {100, MP_EAGER + 1, PD_RNDV_LEN};
+    tmx_peer_t peer = 1 - mp_rank;
+    unsigned char *buf = mp_buf_alloc(PD_RNDV_LEN);
+
+    for (unsigned i = 0; i < 3; i++) {
+        for (unsigned dir = 0; dir < 2; dir++) {
+            uint64_t tag = PD_TAG | 0x100 | (i << 1) | dir;
+            tmx_completion_t c;
+            tmx_status_t st;
+
+            if (dir == mp_rank) {
+                mp_fill(buf, lens[i], mp_seed(i, dir, lens[i]));
+                mp_wait_send(mp_send(peer, buf, lens[i], tag), peer, tag, lens[i],
+                             "send between survivors");
+                continue;
+            }
+            mp_guard_set(buf, lens[i], PD_RNDV_LEN + MP_GUARD);
+            st = mp_wait(mp_recv(peer, buf, PD_RNDV_LEN, tag, TMX_TAG_EXACT), &c,
+                         "receive between survivors");
+            mp_check_recv("receive between survivors", st, &c, peer, tag, PD_RNDV_LEN, lens[i]);
+            mp_check_pattern("receive between survivors", buf, lens[i], mp_seed(i, dir, lens[i]));
+            mp_check_guard("receive between survivors", buf, lens[i], PD_RNDV_LEN + MP_GUARD);
+        }
+    }
+    free(buf);
+}
+
+static void case_peerdeath(void)
+{
+    struct sigaction sa = {.sa_handler = pd_on_term};
+    unsigned char *sbuf, rbuf[64], abuf[64];
+    tmx_request_h from2, any, to2;
+    int64_t t0;
+
+    if (mp_rank == 2) {
+        mp_barrier("before rank 2 dies");
+        kill(getpid(), SIGKILL);
+        pause();
+    }
+    sigaction(SIGTERM, &sa, NULL);
+    sbuf = mp_buf_alloc(PD_RNDV_LEN);
+    mp_fill(sbuf, PD_RNDV_LEN, 1);
+    from2 = mp_recv(2, rbuf, sizeof(rbuf), PD_TAG, TMX_TAG_EXACT);
+    any = mp_recv(TMX_ANY_SOURCE, abuf, sizeof(abuf), PD_TAG | 1, TMX_TAG_EXACT);
+    to2 = mp_send(2, sbuf, PD_RNDV_LEN, PD_TAG);
+    mp_check_protocol(to2, PD_RNDV_LEN, "rendezvous send to rank 2");
+    mp_barrier("before rank 2 dies");
+    t0 = mp_now_us();
+    pd_expect_failed(to2, t0, "rendezvous send to rank 2 (no FIN can come)");
+    pd_expect_failed(from2, t0, "receive from rank 2");
+    pd_expect_failed(any, t0, "TMX_ANY_SOURCE receive");
+    pd_after_death(t0);
+    pd_survivors();
+    free(sbuf);
+    fprintf(stderr, "mp_test rank %u: survivors done %.0f ms after the barrier%s\n", mp_rank,
+            (double)(mp_now_us() - t0) / 1000.0, pd_got_term ? " (SIGTERM from tmxrun ignored)" : "");
+    printf("peerdeath ok rank %u\n", mp_rank);
+}
+
+/* ---------------------------------------------------------------- oversub */
+
+#define OS_ROUNDS 12
+#define OS_LIMIT_S 30.0
+
+static size_t os_size(unsigned round)
+{
+    static const size_t sizes[] = {64, 300000, MP_EAGER + 1, MP_MIB, 0, MP_EAGER};
+    return sizes[round % (sizeof(sizes) / sizeof(sizes[0]))];
+}
+
+static void case_oversub(void)
+{
+    tmx_peer_t right = (mp_rank + 1) % mp_size, left = (mp_rank + mp_size - 1) % mp_size;
+    unsigned char *sbuf = mp_buf_alloc(MP_MIB), *rbuf = mp_buf_alloc(MP_MIB);
+    int64_t t0 = mp_now_us();
+    char what[96];
+
+    for (unsigned r = 0; r < OS_ROUNDS; r++) {
+        size_t len = os_size(r);
+        uint64_t tag = 0x0505000000000000ULL | r;
+        tmx_request_h rreq = mp_recv(left, rbuf, MP_MIB, tag, TMX_TAG_EXACT), sreq;
+        tmx_completion_t c;
+        tmx_status_t st;
+
+        snprintf(what, sizeof(what), "oversub round %u (%zu bytes, %u -> %u -> %u)", r, len, left,
+                 mp_rank, right);
+        mp_fill(sbuf, len, mp_seed(mp_rank, r, len));
+        mp_guard_set(rbuf, len, MP_MIB + MP_GUARD);
+        sreq = mp_send(right, sbuf, len, tag);
+        st = mp_wait(rreq, &c, what);
+        mp_check_recv(what, st, &c, left, tag, MP_MIB, len);
+        mp_check_pattern(what, rbuf, len, mp_seed(left, r, len));
+        mp_check_guard(what, rbuf, len, MP_MIB + MP_GUARD);
+        mp_wait_send(sreq, right, tag, len, what);
+    }
+    free(sbuf);
+    free(rbuf);
+    double s = (double)(mp_now_us() - t0) / 1e6;
+    if (s > OS_LIMIT_S)
+        mp_fail("oversub: %d rounds took %.1f s (limit %.0f s): waiting does not give way",
+                OS_ROUNDS, s, OS_LIMIT_S);
+    if (mp_rank == 0)
+        printf("oversub: %u ranks, %d ring rounds in %.2f s\n", mp_size, OS_ROUNDS, s);
+}
+
+/* ------------------------------------------------------------------- main */
+
+typedef struct mp_case {
+    const char *name;
+    uint32_t min_ranks;
+    uint32_t max_ranks;
+    void (*run)(void);
+    int final_barrier;  /* peerdeath cannot: the launcher's barrier fails */
+} mp_case_t;
+
+static const mp_case_t mp_cases[] = {
+    {"pingpong", 2, 2, case_pingpong, 1}, {"anysource", 2, 64, case_anysource, 1},
+    {"order", 2, 2, case_order, 1},       {"truncate", 2, 2, case_truncate, 1},
+    {"probe", 2, 2, case_probe, 1},       {"peerdeath", 3, 3, case_peerdeath, 0},
+    {"oversub", 2, 4096, case_oversub, 1},
+};
+
+static const mp_case_t *mp_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof(mp_cases) / sizeof(mp_cases[0]); i++) {
+        if (strcmp(mp_cases[i].name, name) == 0)
+            return &mp_cases[i];
+    }
+    return NULL;
+}
+
+static void mp_usage(void)
+{
+    fprintf(stderr, "usage: tmxrun -n N mp_test CASE\ncases:");
+    for (size_t i = 0; i < sizeof(mp_cases) / sizeof(mp_cases[0]); i++)
+        fprintf(stderr, " %s (%u..%u ranks)", mp_cases[i].name, mp_cases[i].min_ranks,
+                mp_cases[i].max_ranks);
+    fprintf(stderr, "\n");
+}
+
+int main(int argc, char **argv)
+{
+    const mp_case_t *tc = argc == 2 ? mp_find(argv[1]) : NULL;
+    int64_t t0 = mp_now_us();
+    tmx_status_t st;
+
+    if (tc == NULL) {
+        mp_usage();
+        return 2;
+    }
+    mp_case = tc->name;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if ((st = tmx_context_create(NULL, &mp_ctx)) != TMX_OK)
+        mp_fail("tmx_context_create: %s", tmx_strerror(st));
+    if ((st = tmx_job_info(mp_ctx, &mp_rank, &mp_size)) != TMX_OK)
+        mp_fail("tmx_job_info: %s (run me under tmxrun)", tmx_strerror(st));
+    if (mp_size < tc->min_ranks || mp_size > tc->max_ranks)
+        mp_fail("needs %u..%u ranks, got %u", tc->min_ranks, tc->max_ranks, mp_size);
+    tc->run();
+    if (tc->final_barrier)
+        mp_barrier("at the end");
+    tmx_context_destroy(mp_ctx);
+    if (mp_rank == 0 && tc->final_barrier)
+        printf("mp_test %s: ok, %u ranks, %.2f s\n", tc->name, mp_size,
+               (double)(mp_now_us() - t0) / 1e6);
+    return 0;
+}

@@ -1,3 +1,4 @@
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +135,24 @@ static void context_apply(tmx_context_h ctx, const tmx_context_params_t *p)
     snprintf(ctx->name, sizeof(ctx->name), "%s", name);
 }
 
+/* Busy polling pays only while the process that will answer has a core of
+ * its own. When the job has more ranks than this process may run on
+ * cores, a rank that spins steals the time of the rank it waits for, so
+ * it yields almost at once instead. */
+static unsigned spin_budget(tmx_context_h ctx)
+{
+    cpu_set_t set;
+    int ncpu = 0;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        ncpu = CPU_COUNT(&set);
+    if (ctx->job.kvs != NULL && ncpu > 0 && ctx->job.size > (uint32_t)ncpu) {
+        util_debug("%u ranks on %d cores: yielding when idle", ctx->job.size, ncpu);
+        return CORE_SPIN_POLLS_SHARED;
+    }
+    return CORE_SPIN_POLLS;
+}
+
 TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_context_h *out)
 {
     tmx_context_h ctx;
@@ -174,6 +193,7 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
         if (st != TMX_OK && st != TMX_ERR_NOT_FOUND)
             goto err_free;
     }
+    ctx->spin_polls = spin_budget(ctx);
     *out = ctx;
     return TMX_OK;
 

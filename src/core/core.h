@@ -16,6 +16,8 @@
 #include "util/pool.h"
 
 #define CORE_MAX_TLS 4
+#define CORE_SPIN_POLLS 4000        /* a core of our own: spin this long */
+#define CORE_SPIN_POLLS_SHARED 16   /* more ranks than cores: yield early */
 
 typedef struct core_peer {
     uint64_t uuid;              /* the remote context's identity */
@@ -103,6 +105,7 @@ struct tmx_context {
     uint64_t last_uuid;         /* one-entry cache in front of the table */
     tmx_peer_t last_peer;
     int64_t next_peer_check_us;
+    unsigned spin_polls;        /* fruitless polls before yielding */
     boot_job_t job;             /* the launched job, if any */
     match_engine_t match;
     util_pool_t req_pool;

@@ -10,7 +10,6 @@
 
 #define TMX_API __attribute__((visibility("default")))
 #define RNDV_FREE_BIT ((uintptr_t)1)
-#define CORE_SPIN_POLLS 4000      /* pure polls before yielding */
 #define CORE_YIELD_POLLS 200      /* polls with sched_yield before sleeping */
 #define CORE_PEER_CHECK_US 20000  /* dead-peer checks while idle */
 #define CORE_SHARED_SLEEP_US 500  /* slice per transport when several sleep */
@@ -198,9 +197,9 @@ void core_idle(tmx_context_h ctx, unsigned *spins, int64_t deadline_us)
 {
     int64_t now;
 
-    if (++*spins < CORE_SPIN_POLLS)
+    if (++*spins < ctx->spin_polls)
         return;
-    if (*spins < CORE_SPIN_POLLS + CORE_YIELD_POLLS) {
+    if (*spins < ctx->spin_polls + CORE_YIELD_POLLS) {
         sched_yield();
         return;
     }

@@ -18,7 +18,6 @@
  * failed check prints "mp_test FAIL case=C rank=R: what, with the values"
  * on stderr and exits 1, which makes tmxrun stop the job and exit non-zero.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <sched.h>
 #include <signal.h>
@@ -77,21 +76,13 @@ static int64_t mp_now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static void mp_nap_us(long us)
-{
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 /* ------------------------------------------------------------- patterns */
 
 static uint64_t mp_mix(uint64_t x)
 {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    x += UINT64_C(0x9e3779b97f4a7c15);
+    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
     return x ^ (x >> 31);
 }
 
@@ -333,7 +324,7 @@ static void mp_probe_until(tmx_peer_t src, uint64_t tag, uint64_t ignore, tmx_co
 
 /* -------------------------------------------------------------- pingpong */
 
-#define PP_TAG 0x5050000000000000ULL
+#define PP_TAG UINT64_C(0x5050000000000000)
 
 static size_t pp_sizes(size_t *out)
 {
@@ -432,8 +423,8 @@ static void case_pingpong(void)
 
 #define AS_K 24                         /* messages per sender */
 #define AS_WINDOW 32                    /* receives rank 0 keeps posted */
-#define AS_CLASS 0xa5ULL                /* top byte of every counted tag */
-#define AS_DECOY 0x5aULL                /* top byte of one decoy per sender */
+#define AS_CLASS UINT64_C(0xa5)                /* top byte of every counted tag */
+#define AS_DECOY UINT64_C(0x5a)                /* top byte of one decoy per sender */
 #define AS_MAX_SIZE (MP_MIB + 1)
 
 static size_t as_size(uint32_t sender, uint32_t seq)
@@ -452,8 +443,8 @@ static uint64_t as_tag(uint64_t cls, uint32_t sender, uint32_t seq)
  * nibbles) but otherwise ignore sender and sequence. */
 static uint64_t as_ignore(unsigned i)
 {
-    static const uint64_t masks[] = {0x00ffffffffffffffULL, 0x0fffffffffffffffULL,
-                                     0xf0ffffffffffffffULL};
+    static const uint64_t masks[] = {UINT64_C(0x00ffffffffffffff), UINT64_C(0x0fffffffffffffff),
+                                     UINT64_C(0xf0ffffffffffffff)};
     return masks[i % 3];
 }
 
@@ -500,7 +491,7 @@ static void as_check_one(as_state_t *s, unsigned n, tmx_status_t st, const tmx_c
     snprintf(what, sizeof(what), "anysource receive #%u (tag 0x%" PRIx64 " from %u, %zu bytes)",
              n, c->tag, c->source, c->msg_length);
     if (c->tag >> 56 != AS_CLASS)
-        mp_fail("%s: a receive masked for class 0x%llx took another class", what, AS_CLASS);
+        mp_fail("%s: a receive masked for class 0x%" PRIx64 " took another class", what, AS_CLASS);
     if (sender == 0 || sender >= mp_size || seq >= AS_K)
         mp_fail("%s: tag names no message that was sent", what);
     mp_check_recv(what, st, c, sender, c->tag, AS_MAX_SIZE, as_size(sender, seq));
@@ -720,7 +711,7 @@ static void case_order(void)
         m[i].cap = m[i].len;
     }
     for (unsigned mode = BATCH_UNEXPECTED; mode <= BATCH_MIXED; mode++) {
-        batch_t b = {"order", m, ORDER_N, 0x0d0d000000000000ULL, 1, mode, mode + 1};
+        batch_t b = {"order", m, ORDER_N, UINT64_C(0x0d0d000000000000), 1, mode, mode + 1};
         batch_run(&b);
     }
     if (mp_rank == 0)
@@ -741,7 +732,7 @@ static void case_truncate(void)
     unsigned n = sizeof(m) / sizeof(m[0]);
 
     for (unsigned mode = BATCH_UNEXPECTED; mode <= BATCH_PREPOSTED; mode++) {
-        batch_t b = {"truncate", m, n, 0x7700000000000000ULL, 0, mode, 10 + mode};
+        batch_t b = {"truncate", m, n, UINT64_C(0x7700000000000000), 0, mode, 10 + mode};
         batch_run(&b);
     }
     if (mp_rank == 0)
@@ -750,7 +741,7 @@ static void case_truncate(void)
 
 /* ------------------------------------------------------------------ probe */
 
-#define PR_TAG 0x9900000000000000ULL
+#define PR_TAG UINT64_C(0x9900000000000000)
 #define PR_EAGER_LEN 1000
 #define PR_RNDV_LEN (MP_MIB + 3)
 #define PR_DISCARD_LEN (2 * MP_MIB)
@@ -972,7 +963,7 @@ static void case_probe(void)
  * and must finish inside the grace period: detection is bounded by
  * PD_LIMIT_US, well below it, so a failure is reported, not cut short. */
 #define PD_LIMIT_US 1500000
-#define PD_TAG 0xdead000000000000ULL
+#define PD_TAG UINT64_C(0xdead000000000000)
 #define PD_RNDV_LEN (MP_MIB + 5)
 
 static volatile sig_atomic_t pd_got_term;
@@ -1095,7 +1086,7 @@ static void case_oversub(void)
 
     for (unsigned r = 0; r < OS_ROUNDS; r++) {
         size_t len = os_size(r);
-        uint64_t tag = 0x0505000000000000ULL | r;
+        uint64_t tag = UINT64_C(0x0505000000000000) | r;
         tmx_request_h rreq = mp_recv(left, rbuf, MP_MIB, tag, TMX_TAG_EXACT), sreq;
         tmx_completion_t c;
         tmx_status_t st;

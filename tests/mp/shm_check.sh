@@ -1,0 +1,43 @@
+#!/bin/bash
+# Leftovers of the multi-process tests in /dev/shm. The shm transport uses
+# memfds, never linked into a file system, so no entry with "tmx" in its
+# name may appear there, whatever the tests did or how their ranks died.
+#   shm_check.sh snapshot FILE   record the "tmx" entries present now
+#   shm_check.sh check FILE      fail on any "tmx" entry not in FILE
+#                                (every one, if FILE is missing)
+set -u
+
+DIR=${TMX_SHM_DIR:-/dev/shm}
+
+if [ $# -ne 2 ] || { [ "$1" != snapshot ] && [ "$1" != check ]; }; then
+    echo "usage: $0 snapshot|check FILE" >&2
+    exit 2
+fi
+MODE=$1
+FILE=$2
+
+tmx_entries() {
+    ls -A "$DIR" 2>/dev/null | grep -i tmx | sort
+}
+
+if [ "$MODE" = snapshot ]; then
+    tmx_entries >"$FILE" || true
+    echo "$(wc -l <"$FILE") entries with 'tmx' in $DIR before the tests"
+    exit 0
+fi
+
+NOW=$(tmx_entries)
+if [ -f "$FILE" ]; then
+    OLD=$(cat "$FILE")
+    [ -n "$OLD" ] && echo "(present before the tests, ignored:)" && echo "$OLD"
+    NEW=$(comm -13 <(echo "$OLD") <(echo "$NOW") | grep -v '^$')
+else
+    echo "no snapshot $FILE: every 'tmx' entry counts"
+    NEW=$NOW
+fi
+if [ -n "$NEW" ]; then
+    echo "FAIL: the tests left these entries in $DIR:"
+    echo "$NEW"
+    exit 1
+fi
+echo "ok: no new entry with 'tmx' in $DIR"

@@ -7,12 +7,18 @@
 
 static void print_transports(void)
 {
-    static const char *const names[] = {"self"};
+    tmx_context_h ctx;
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_BOOT | TMX_CONTEXT_FIELD_TRANSPORTS,
+                              .boot = TMX_BOOT_NONE};
 
     printf("transports:\n");
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        const tl_ops_t *ops = tl_find(names[i]);
-        printf("  %-8s %s\n", names[i], ops != NULL ? "available" : "not built");
+    for (int i = 0; tl_names[i] != NULL; i++) {
+        tmx_status_t st;
+        p.transports = tl_names[i];
+        st = tmx_context_create(&p, &ctx);
+        printf("  %-8s %s\n", tl_names[i], st == TMX_OK ? "usable" : tmx_strerror(st));
+        if (st == TMX_OK)
+            tmx_context_destroy(ctx);
     }
 }
 

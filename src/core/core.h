@@ -106,6 +106,7 @@ struct tmx_context {
     tmx_peer_t last_peer;
     int64_t next_peer_check_us;
     unsigned spin_polls;        /* fruitless polls before yielding */
+    int watch_all;              /* every peer connected, so watched */
     boot_job_t job;             /* the launched job, if any */
     match_engine_t match;
     util_pool_t req_pool;
@@ -158,6 +159,7 @@ void core_idle(tmx_context_h ctx, unsigned *spins, int64_t deadline_us);
 
 /* fail.c */
 void core_peer_failed_cb(void *arg, uint64_t uuid, int clean);
+void core_watch_for_wildcards(tmx_context_h ctx);
 tmx_status_t core_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t rkey);
 
 /* peer.c */

@@ -246,6 +246,7 @@ tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_
     if (peer.uuid == ctx->uuid && ctx->self_peer == TMX_PEER_NONE)
         ctx->self_peer = ctx->n_peers;
     ctx->peers[ctx->n_peers] = peer;
+    ctx->watch_all = 0;
     *out = ctx->n_peers++;
     return TMX_OK;
 }

@@ -168,6 +168,7 @@ static void check_peers(tmx_context_h ctx, int64_t now)
     if (now < ctx->next_peer_check_us)
         return;
     ctx->next_peer_check_us = now + CORE_PEER_CHECK_US;
+    core_watch_for_wildcards(ctx);
     for (int i = 0; i < ctx->n_ifaces; i++)
         ctx->ifaces[i]->ops->check_peers(ctx->ifaces[i]);
 }

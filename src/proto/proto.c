@@ -229,13 +229,29 @@ void proto_msg_discard(tmx_context_h ctx, struct tmx_message *msg)
     core_msg_free(ctx, msg);
 }
 
+/* A receive naming a peer must fail if the peer dies, and the transports
+ * watch only the peers they have endpoints to: connect now, as a send
+ * would. A peer known dead (or gone before we connected) fails the receive
+ * unless what it sent before dying, perhaps still in our ring, matches. */
+static match_msg_t *recv_watch(tmx_context_h ctx, match_recv_t *r, tmx_status_t *st)
+{
+    tl_ep_t *ep;
+
+    if (r->src == TMX_ANY_SOURCE || (*st = core_peer_ep(ctx, r->src, &ep)) == TMX_OK)
+        return NULL;
+    while (core_progress(ctx) > 0)
+        ;
+    return match_find_msg(&ctx->match, r->src, r->tag, r->ignore);
+}
+
 tmx_status_t proto_recv(tmx_context_h ctx, struct tmx_request *req)
 {
     match_recv_t *r = &req->recv;
     match_msg_t *m = match_find_msg(&ctx->match, r->src, r->tag, r->ignore);
+    tmx_status_t st = TMX_OK;
 
-    if (m == NULL)
-        return match_post(&ctx->match, r);
+    if (m == NULL && (m = recv_watch(ctx, r, &st)) == NULL)
+        return st == TMX_OK ? match_post(&ctx->match, r) : st;
     match_remove_msg(&ctx->match, m);
     proto_msg_deliver(ctx, util_container_of(m, struct tmx_message, m), req);
     return TMX_OK;

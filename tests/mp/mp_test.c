@@ -340,10 +340,11 @@ static size_t pp_sizes(size_t *out)
     return n;
 }
 
-/* Big messages get few rounds: the byte checks, not the copies, cost. */
+/* Big messages get two rounds, one preposted and one unexpected: the
+ * byte checks, not the copies, cost. */
 static unsigned pp_iters(size_t size)
 {
-    return size < MP_MIB ? 4 : size < 16 * MP_MIB ? 2 : 1;
+    return size < MP_MIB ? 10 : 2;
 }
 
 static uint64_t pp_tag(size_t size, unsigned iter, unsigned dir)
@@ -421,7 +422,7 @@ static void case_pingpong(void)
 
 /* ------------------------------------------------------------- anysource */
 
-#define AS_K 24                         /* messages per sender */
+#define AS_K 64                         /* messages per sender */
 #define AS_WINDOW 32                    /* receives rank 0 keeps posted */
 #define AS_CLASS UINT64_C(0xa5)                /* top byte of every counted tag */
 #define AS_DECOY UINT64_C(0x5a)                /* top byte of one decoy per sender */
@@ -698,7 +699,7 @@ static void batch_run(const batch_t *b)
 
 /* ------------------------------------------------------------------ order */
 
-#define ORDER_N 48
+#define ORDER_N 96
 
 static void case_order(void)
 {
@@ -819,6 +820,7 @@ static void pr_no_message(void)
 static void pr_recv_step1(void)
 {
     tmx_completion_t info;
+    tmx_message_h msg;
 
     mp_probe_until(1, PR_TAG | PR_T_DISCARD_EAGER, TMX_TAG_EXACT, &info, "probe wait");
     for (int k = 0; k < 2; k++) { /* a peek leaves the message where it is */
@@ -827,9 +829,11 @@ static void pr_recv_step1(void)
     }
     pr_mrecv(PR_T_EAGER, PR_EAGER_LEN, "claim+mrecv eager");
     pr_mrecv(PR_T_RNDV, PR_RNDV_LEN, "claim+mrecv rendezvous");
-    if (tmx_message_discard(mp_ctx, pr_claim(PR_T_DISCARD, PR_DISCARD_LEN, "discard rndv")) != TMX_OK)
+    msg = pr_claim(PR_T_DISCARD, PR_DISCARD_LEN, "discard rendezvous");
+    if (tmx_message_discard(mp_ctx, msg) != TMX_OK)
         mp_fail("tmx_message_discard of a rendezvous message failed");
-    if (tmx_message_discard(mp_ctx, pr_claim(PR_T_DISCARD_EAGER, 8, "discard eager")) != TMX_OK)
+    msg = pr_claim(PR_T_DISCARD_EAGER, 8, "discard eager");
+    if (tmx_message_discard(mp_ctx, msg) != TMX_OK)
         mp_fail("tmx_message_discard of an eager message failed");
     pr_expect_none(TMX_ANY_SOURCE, PR_T_DISCARD, "after discard");
     pr_no_message();
@@ -862,18 +866,23 @@ static void pr_send_step1(void)
 
 /* Rank 0, step 2: canceled receives complete TMX_ERR_CANCELED and take
  * nothing; the messages sent after them go to the next receives. */
-static void pr_cancel_posted(unsigned char *old, size_t cap)
+static void pr_cancel_posted_req(tmx_request_h req, const char *what)
 {
-    tmx_request_h req = mp_recv(1, old, cap, PR_TAG | PR_T_CANCEL, TMX_TAG_EXACT);
     tmx_completion_t c;
     tmx_status_t st = tmx_request_cancel(req);
 
     if (st != TMX_OK)
-        mp_fail("cancel of a posted receive: %s", tmx_strerror(st));
-    st = mp_wait(req, &c, "canceled receive");
+        mp_fail("cancel of a posted %s: %s", what, tmx_strerror(st));
+    st = mp_wait(req, &c, what);
     if (st != TMX_ERR_CANCELED || c.status != TMX_ERR_CANCELED || c.op != TMX_OP_TRECV)
-        mp_fail("canceled receive completed with %s, expected TMX_ERR_CANCELED",
+        mp_fail("canceled %s completed with %s, expected TMX_ERR_CANCELED", what,
                 tmx_strerror(st));
+}
+
+static void pr_cancel_posted(unsigned char *old, size_t cap)
+{
+    pr_cancel_posted_req(mp_recv(1, old, cap, PR_TAG | PR_T_CANCEL, TMX_TAG_EXACT),
+                         "receive");
 }
 
 static void pr_recv_step2(void)
@@ -881,8 +890,14 @@ static void pr_recv_step2(void)
     unsigned char *old = mp_buf_alloc(PR_RNDV_LEN), *buf = mp_buf_alloc(PR_RNDV_LEN);
     const char *what = "receive after a canceled one";
 
+    unsigned char spare[16];
+    tmx_request_h spacer;
+
     pr_cancel_posted(old, PR_RNDV_LEN);
     pr_cancel_posted(old, 10); /* one the eager message would truncate */
+    /* Holds the request object just released, so that a canceled receive
+     * left in the matcher is not hidden by the next one reusing it. */
+    spacer = mp_recv(1, spare, sizeof(spare), PR_TAG | PR_T_NONE, TMX_TAG_EXACT);
     mp_barrier("probe: receives canceled");
     for (unsigned k = 0; k < 2; k++) {
         size_t len = k == 0 ? PR_EAGER_LEN : PR_RNDV_LEN;
@@ -896,6 +911,7 @@ static void pr_recv_step2(void)
         mp_check_guard(what, buf, len, PR_RNDV_LEN + MP_GUARD);
     }
     mp_check_guard("a canceled receive's buffer", old, 0, PR_RNDV_LEN + MP_GUARD);
+    pr_cancel_posted_req(spacer, "spacer receive");
     free(old);
     free(buf);
 }
@@ -1034,9 +1050,9 @@ static void pd_survivors(void)
     free(buf);
 }
 
-/* Rank 0 sends to rank 2 before it dies, so it holds an endpoint to it;
- * rank 1 only waits for rank 2 and has never touched it: its operations
- * must fail all the same. */
+/* Rank 0 sends to rank 2 before it dies, so it holds an endpoint to it,
+ * and waits for it by name and by wildcard; rank 1 has never touched rank
+ * 2 and waits only with a wildcard receive: it must fail all the same. */
 static void case_peerdeath(void)
 {
     struct sigaction sa = {.sa_handler = pd_on_term};
@@ -1052,7 +1068,7 @@ static void case_peerdeath(void)
     sigaction(SIGTERM, &sa, NULL);
     sbuf = mp_buf_alloc(PD_RNDV_LEN);
     mp_fill(sbuf, PD_RNDV_LEN, 1);
-    from2 = mp_recv(2, rbuf, sizeof(rbuf), PD_TAG, TMX_TAG_EXACT);
+    from2 = mp_rank == 0 ? mp_recv(2, rbuf, sizeof(rbuf), PD_TAG, TMX_TAG_EXACT) : NULL;
     any = mp_recv(TMX_ANY_SOURCE, abuf, sizeof(abuf), PD_TAG | 1, TMX_TAG_EXACT);
     if (mp_rank == 0) {
         to2 = mp_send(2, sbuf, PD_RNDV_LEN, PD_TAG);
@@ -1062,19 +1078,21 @@ static void case_peerdeath(void)
     t0 = mp_now_us();
     if (to2 != NULL)
         pd_expect_failed(to2, t0, "rendezvous send to rank 2 (no FIN can come)");
-    pd_expect_failed(from2, t0, "receive from rank 2");
+    if (from2 != NULL)
+        pd_expect_failed(from2, t0, "receive from rank 2");
     pd_expect_failed(any, t0, "TMX_ANY_SOURCE receive");
     pd_after_death(t0);
     pd_survivors();
     free(sbuf);
     fprintf(stderr, "mp_test rank %u: survivors done %.0f ms after the barrier%s\n", mp_rank,
-            (double)(mp_now_us() - t0) / 1000.0, pd_got_term ? " (SIGTERM from tmxrun ignored)" : "");
+            (double)(mp_now_us() - t0) / 1000.0,
+            pd_got_term ? " (SIGTERM from tmxrun ignored)" : "");
     printf("peerdeath ok rank %u\n", mp_rank);
 }
 
 /* ---------------------------------------------------------------- oversub */
 
-#define OS_ROUNDS 12
+#define OS_ROUNDS 48
 #define OS_LIMIT_S 30.0
 
 static size_t os_size(unsigned round)

@@ -4,6 +4,7 @@
 # Every job carries a unique marker argument, so that pgrep can tell whether
 # any of its processes outlived it. Prints each check; on failure, why, with
 # the job's output. Exit status 0 only when every check passed.
+# shellcheck disable=SC2016 # $TMX_* in single quotes are the ranks' to expand
 set -u
 
 if [ $# -ne 2 ]; then
@@ -54,13 +55,18 @@ now_ms() {
     echo $(($(date +%s%N) / 1000000))
 }
 
-# Runs tmxrun in the foreground; sets RC and MS (elapsed milliseconds).
+# Runs tmxrun in the foreground, but for RUN_LIMIT seconds at most, so that
+# a hang is a failure that says so; sets RC and MS (elapsed milliseconds).
+RUN_LIMIT=20
 run() {
     local t0
     t0=$(now_ms)
-    "$TMXRUN" "$@" >"$TMP/out" 2>"$TMP/err"
+    timeout -k 2 "$RUN_LIMIT" "$TMXRUN" "$@" >"$TMP/out" 2>"$TMP/err"
     RC=$?
     MS=$(($(now_ms) - t0))
+    if [ "$MS" -ge $((RUN_LIMIT * 1000)) ]; then
+        fail "tmxrun $* hung: stopped by the test after $RUN_LIMIT s"
+    fi
 }
 
 expect_rc() {
@@ -107,8 +113,7 @@ expect_no_line() {
 # No process with the marker may survive its job (a killed process takes a
 # moment to disappear from the process table, hence the short wait).
 expect_no_leftovers() {
-    local i
-    for i in $(seq 1 50); do
+    for _ in $(seq 1 50); do
         pgrep -f -- "$MARK" >/dev/null || {
             echo "   ok: no process left behind"
             return
@@ -121,8 +126,7 @@ expect_no_leftovers() {
 
 # Waits until at least $1 processes carry the marker (tmxrun and its ranks).
 wait_for_procs() {
-    local i
-    for i in $(seq 1 200); do
+    for _ in $(seq 1 200); do
         [ "$(pgrep -c -f -- "$MARK")" -ge "$1" ] && return 0
         sleep 0.05
     done
@@ -194,13 +198,26 @@ expect_line err 'SIGKILL' "tmxrun says it escalated"
 expect_no_leftovers
 
 begin "--tag-output prefixes every line with [rank]"
-run -n 2 --tag-output sh -c 'echo "out$TMX_RANK"; echo "err$TMX_RANK" >&2; printf "part$TMX_RANK"' "$MARK"
+run -n 2 --tag-output \
+    sh -c 'echo "out$TMX_RANK"; echo "err$TMX_RANK" >&2; printf "part$TMX_RANK"' "$MARK"
 expect_rc 0 "the job succeeds"
 expect_line out '^\[0\] out0$' "rank 0's stdout line is tagged"
 expect_line out '^\[1\] out1$' "rank 1's stdout line is tagged"
 expect_line err '^\[0\] err0$' "rank 0's stderr line is tagged"
 expect_line err '^\[1\] err1$' "rank 1's stderr line is tagged"
 expect_line out '^\[1\] part1$' "a partial last line is flushed at exit, tagged"
+expect_no_leftovers
+
+begin "--tag-output: a line longer than 64 KiB is split into tagged lines"
+run -n 2 -p sh -c 'head -c 200000 /dev/zero | tr "\0" a; echo' "$MARK"
+expect_rc 0 "the job succeeds"
+expect_no_line out '^[^[]' "every line of output is tagged"
+expect_no_line out '.\[' "no rank's output runs into another's line"
+if [ "$(tr -cd a <"$TMP/out" | wc -c)" -eq 400000 ]; then
+    echo "   ok: all 400000 bytes arrived"
+else
+    fail "expected 400000 bytes of 'a', got $(tr -cd a <"$TMP/out" | wc -c)"
+fi
 expect_no_leftovers
 
 begin "-p, and without it no tags"
@@ -241,7 +258,6 @@ expect_line err 'cannot run' "tmxrun says why"
 expect_no_leftovers
 
 begin "what a rank leaves running in its process group is killed"
-# shellcheck disable=SC2016 # expanded by the rank's shell
 run -n 2 sh -c '"$1" --sleep 30 "$0" & echo started' "$MARK" "$KVS_RANK"
 expect_rc 0 "the ranks exit 0"
 expect_faster 5000 "tmxrun did not wait for the background sleep"

@@ -190,6 +190,10 @@ static void out_writev(run_job_t *job, int fd, struct iovec *iov, int cnt)
 
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0 && errno == EAGAIN) { /* someone made our stdout non-blocking */
+            poll(&(struct pollfd){.fd = fd, .events = POLLOUT}, 1, -1);
+            continue;
+        }
         if (n < 0) {
             job->out_broken[fd] = 1;
             return;
@@ -284,12 +288,12 @@ static run_parse_t opts_parse(int argc, char **argv, run_opts_t *o)
 
 /* ------------------------------------------------------- output forwarding */
 
-/* Writes the unfinished line and then p[0..n) as one piece, prefixed when
- * it starts a line. */
-static void stream_emit(run_job_t *job, run_stream_t *s, const char *p, size_t n)
+/* Writes the unfinished line and then p[0..n) as one piece, tagged when it
+ * starts a line, with a newline added when end_line is set. */
+static void stream_emit(run_job_t *job, run_stream_t *s, const char *p, size_t n, int end_line)
 {
     char prefix[16];
-    struct iovec iov[3];
+    struct iovec iov[4];
     int cnt = 0;
 
     if (job->opts.tag_output && !s->midline) {
@@ -300,34 +304,32 @@ static void stream_emit(run_job_t *job, run_stream_t *s, const char *p, size_t n
     iov[cnt++].iov_len = s->part_len;
     iov[cnt].iov_base = (void *)p;
     iov[cnt++].iov_len = n;
+    iov[cnt].iov_base = "\n";
+    iov[cnt++].iov_len = end_line ? 1 : 0;
     if (s->part_len + n > 0)
-        s->midline = (n > 0 ? p[n - 1] : s->part[s->part_len - 1]) != '\n';
+        s->midline = !end_line && (n > 0 ? p[n - 1] : s->part[s->part_len - 1]) != '\n';
     out_writev(job, s->out_fd, iov, cnt);
     s->part_len = 0;
 }
 
-/* Keeps an unfinished line until its end comes; a line longer than
- * RUN_LINE_MAX goes out in pieces, or everything if memory runs out. */
+/* Keeps an unfinished line until its end comes. A line longer than
+ * RUN_LINE_MAX (or any, if memory runs out) goes out in pieces: when lines
+ * are tagged each piece becomes a tagged line of its own, so that every
+ * line of output still says whose it is. */
 static void stream_keep(run_job_t *job, run_stream_t *s, const char *p, size_t n)
 {
-    if (s->part_len + n > RUN_LINE_MAX) {
-        stream_emit(job, s, p, n);
+    size_t cap = s->part_cap ? s->part_cap : 256;
+    char *part = s->part;
+
+    while (cap < s->part_len + n)
+        cap *= 2;
+    if (s->part_len + n > RUN_LINE_MAX ||
+        (cap > s->part_cap && (part = realloc(s->part, cap)) == NULL)) {
+        stream_emit(job, s, p, n, job->opts.tag_output);
         return;
     }
-    if (s->part_len + n > s->part_cap) {
-        size_t cap = s->part_cap ? s->part_cap : 256;
-        char *part;
-
-        while (cap < s->part_len + n)
-            cap *= 2;
-        part = realloc(s->part, cap);
-        if (part == NULL) {
-            stream_emit(job, s, p, n);
-            return;
-        }
-        s->part = part;
-        s->part_cap = cap;
-    }
+    s->part = part;
+    s->part_cap = cap;
     memcpy(s->part + s->part_len, p, n);
     s->part_len += n;
 }
@@ -339,7 +341,7 @@ static void stream_feed(run_job_t *job, run_stream_t *s, const char *p, size_t n
     while ((nl = memchr(p, '\n', n)) != NULL) {
         size_t len = (size_t)(nl - p) + 1;
 
-        stream_emit(job, s, p, len);
+        stream_emit(job, s, p, len, 0);
         p += len;
         n -= len;
     }
@@ -351,12 +353,8 @@ static void stream_feed(run_job_t *job, run_stream_t *s, const char *p, size_t n
  * are tagged, so that the next rank's tag starts a line. */
 static void stream_close(run_job_t *job, run_stream_t *s)
 {
-    int end_line = job->opts.tag_output && (s->part_len > 0 || s->midline);
-
     if (s->part_len > 0)
-        stream_emit(job, s, NULL, 0);
-    if (end_line)
-        stream_emit(job, s, "\n", 1);
+        stream_emit(job, s, NULL, 0, job->opts.tag_output);
     free(s->part);
     s->part = NULL;
     s->part_len = s->part_cap = 0;
@@ -423,8 +421,9 @@ static void waiters_fail(run_job_t *job, int gets_too, const char *reason)
     job->fence_waiting = 0;
 }
 
-/* The first failure sets the exit status; every one asks the ranks to stop,
- * and they get SIGKILL if they have not within RUN_KILL_GRACE_MS. */
+/* Only the first failure counts: it sets the exit status, answers every
+ * waiting request with ERR, sends SIGTERM to the ranks and arms SIGKILL for
+ * RUN_KILL_GRACE_MS later. */
 static void job_fail(run_job_t *job, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -478,7 +477,7 @@ static int rank_of(run_job_t *job, pid_t pid)
 static void ranks_reap(run_job_t *job)
 {
     siginfo_t si;
-    int status;
+    int status, r;
 
     for (;;) {
         memset(&si, 0, sizeof(si));
@@ -487,7 +486,7 @@ static void ranks_reap(run_job_t *job)
         kill(-si.si_pid, SIGKILL);
         if (waitpid(si.si_pid, &status, 0) != si.si_pid)
             return;
-        int r = rank_of(job, si.si_pid);
+        r = rank_of(job, si.si_pid);
         if (r >= 0)
             rank_exited(job, r, status);
     }
@@ -1022,16 +1021,16 @@ static int rank_spawn(run_job_t *job, int r)
 
     if (pipe2(outp, O_CLOEXEC) != 0) {
         err = errno;
-        goto err_log;
+        goto err_fail_job;
     }
     if (pipe2(errp, O_CLOEXEC) != 0) {
         err = errno;
-        goto err_close_out;
+        goto err_close_out_pipe;
     }
     pid = fork();
     if (pid < 0) {
         err = errno;
-        goto err_close_err;
+        goto err_close_err_pipe;
     }
     if (pid == 0)
         rank_exec(job, r, outp[1], errp[1]);
@@ -1045,13 +1044,13 @@ static int rank_spawn(run_job_t *job, int r)
     job->live++;
     return 0;
 
-err_close_err:
+err_close_err_pipe:
     close(errp[0]);
     close(errp[1]);
-err_close_out:
+err_close_out_pipe:
     close(outp[0]);
     close(outp[1]);
-err_log:
+err_fail_job:
     job_fail(job, RUN_EXIT_INTERNAL, "cannot start rank %d: %s", r, strerror(err));
     return -1;
 }
@@ -1171,11 +1170,23 @@ static void job_fini(run_job_t *job)
         close(job->null_fd);
 }
 
+/* Makes sure 0, 1 and 2 are open, so that no pipe of ours lands there. */
+static void std_fds_open(void)
+{
+    int fd;
+
+    while ((fd = open("/dev/null", O_RDWR)) >= 0 && fd <= 2)
+        ;
+    if (fd > 2)
+        close(fd);
+}
+
 static int job_init(run_job_t *job)
 {
     job->first_gone = -1;
     job->sig_fd = job->listen_fd = job->null_fd = -1;
     job->self = getpid();
+    std_fds_open();
     snprintf(job->jobid, sizeof(job->jobid), "%016llx", (unsigned long long)random64());
     if (fds_reserve(job) != 0)
         return -1;

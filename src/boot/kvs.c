@@ -28,9 +28,9 @@ static tmx_status_t addr_unix(const char *name, boot_addr_t *out)
 
     /* An abstract name is '\0' then the bytes, with no terminator; the
      * length passed to bind/connect says where it ends. */
-    if (len < 2 || len >= sizeof(un->sun_path)) {
-        util_error("kvs address 'unix:%s': name must have 1..%zu characters", name,
-                   sizeof(un->sun_path) - 2);
+    if (len == 0 || strcmp(name, "@") == 0 || len >= sizeof(un->sun_path)) {
+        util_error("kvs address 'unix:%s': expected @NAME or PATH of 1..%zu characters", name,
+                   sizeof(un->sun_path) - 1);
         return TMX_ERR_INVALID;
     }
     memset(out, 0, sizeof(*out));
@@ -88,14 +88,17 @@ tmx_status_t boot_kvs_connect(const char *addr, boot_kvs_t **out)
     if (st != TMX_OK)
         return st;
     kvs = calloc(1, sizeof(*kvs));
-    if (kvs == NULL)
+    if (kvs == NULL) {
+        util_error("kvs connect: out of memory");
         return TMX_ERR_NOMEM;
+    }
     kvs->fd = socket(a.sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (kvs->fd < 0) {
         util_error("kvs socket: %s", strerror(errno));
         goto err_free_kvs;
     }
-    while (connect(kvs->fd, (struct sockaddr *)&a.sa, a.len) != 0) {
+    /* After EINTR the connection may complete anyway: EISCONN is success. */
+    while (connect(kvs->fd, (struct sockaddr *)&a.sa, a.len) != 0 && errno != EISCONN) {
         if (errno != EINTR) {
             util_error("kvs connect to %s: %s", addr, strerror(errno));
             goto err_close_socket;

@@ -17,9 +17,25 @@ typedef struct config_entry {
 
 static const config_entry_t config_table[] = {
     {"TMX_LOG_LEVEL", "warn", "log level: error, warn, info or debug (debug names each protocol chosen)"},
-    {"TMX_TRANSPORTS", "self,shm", "comma-separated transports a context opens (self, shm)"},
+    {"TMX_TRANSPORTS", "self,shm,udp", "transports a context opens, in order of preference (self, shm, udp)"},
     {"TMX_SHM_CMA", "auto", "shm rendezvous reads: auto (process_vm_readv, copy if refused) or off (always copy)"},
+    {"TMX_UDP_ADDR", "auto", "udp: IPv4 address to bind (auto: first up, non-loopback interface)"},
+    {"TMX_UDP_MTU", "0", "udp: data datagram MTU in bytes (0: the interface's)"},
+    {"TMX_UDP_WINDOW", "4096", "udp: segments in flight per peer and channel"},
+    {"TMX_UDP_ACK_DELAY_US", "50", "udp: delayed ACK, microseconds"},
+    {"TMX_UDP_RTO_MS", "100", "udp: first retransmit timeout, milliseconds (doubles up to 1 s)"},
+    {"TMX_UDP_PEER_TIMEOUT_MS", "5000", "udp: silence after which a peer is declared failed"},
+    {"TMX_UDP_FAULTS", "", "udp: injected faults, e.g. drop=0.05,dup=0.01,reorder=0.05,corrupt=0.001"},
 };
+
+const char *config_default(const char *name)
+{
+    for (size_t i = 0; i < sizeof(config_table) / sizeof(config_table[0]); i++) {
+        if (strcmp(config_table[i].name, name) == 0)
+            return config_table[i].def;
+    }
+    return NULL;
+}
 
 const char *config_get(const char *name)
 {

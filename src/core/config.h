@@ -6,4 +6,7 @@
 /* The value of a setting: the environment's, else the default. */
 const char *config_get(const char *name);
 
+/* The built-in default of a setting. */
+const char *config_default(const char *name);
+
 #endif

@@ -59,7 +59,9 @@ static tmx_status_t params_check(const tmx_context_params_t *p)
 static tmx_status_t open_one(tmx_context_h ctx, const char *name)
 {
     const tl_ops_t *ops = tl_find(name);
-    tl_iface_params_t ip = {ctx->uuid, proto_recv_cb, core_peer_failed_cb, core_mem_check_cb, ctx};
+    boot_env_t env;
+    tl_iface_params_t ip = {ctx->uuid, boot_env(&env) == TMX_OK ? env.jobid : 0, proto_recv_cb,
+                            core_peer_failed_cb, core_mem_check_cb, ctx};
     tmx_status_t st;
 
     if (ops == NULL) {
@@ -83,7 +85,10 @@ static tmx_status_t open_one(tmx_context_h ctx, const char *name)
     return TMX_OK;
 }
 
-static tmx_status_t open_transports(tmx_context_h ctx, const char *list)
+/* A transport named explicitly must open; one opened only because it is
+ * in the default list may be missing here (no network, say): it is then
+ * skipped with a warning. */
+static tmx_status_t open_transports(tmx_context_h ctx, const char *list, int strict)
 {
     char buf[128];
     char *save = NULL;
@@ -94,8 +99,13 @@ static tmx_status_t open_transports(tmx_context_h ctx, const char *list)
         return TMX_ERR_INVALID;
     }
     strcpy(buf, list);
-    for (char *tok = strtok_r(buf, ", ", &save); tok && st == TMX_OK; tok = strtok_r(NULL, ", ", &save))
+    for (char *tok = strtok_r(buf, ", ", &save); tok && st == TMX_OK; tok = strtok_r(NULL, ", ", &save)) {
         st = open_one(ctx, tok);
+        if (st != TMX_OK && st != TMX_ERR_INVALID && !strict) {
+            util_warn("transport %s unavailable (%s); going on without it", tok, tmx_strerror(st));
+            st = TMX_OK;
+        }
+    }
     if (st == TMX_OK && ctx->n_ifaces == 0) {
         util_error("no transport in '%s'", list);
         st = TMX_ERR_INVALID;
@@ -186,7 +196,7 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
         goto err_free;
     tls = params && (params->field_mask & TMX_CONTEXT_FIELD_TRANSPORTS) ? params->transports
                                                                        : config_get("TMX_TRANSPORTS");
-    if ((st = open_transports(ctx, tls)) != TMX_OK)
+    if ((st = open_transports(ctx, tls, tls != config_default("TMX_TRANSPORTS"))) != TMX_OK)
         goto err_free;
     if (!(params && (params->field_mask & TMX_CONTEXT_FIELD_BOOT) && params->boot == TMX_BOOT_NONE)) {
         st = boot_job_join(ctx, &ctx->job);

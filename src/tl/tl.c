@@ -8,9 +8,9 @@
 #include "util/hash.h"
 #include "util/log.h"
 
-static const tl_ops_t *const tl_all[] = {&tl_self_ops, &tl_shm_ops};
+static const tl_ops_t *const tl_all[] = {&tl_self_ops, &tl_shm_ops, &tl_udp_ops};
 
-const char *const tl_names[] = {"self", "shm", NULL};
+const char *const tl_names[] = {"self", "shm", "udp", NULL};
 
 const tl_ops_t *tl_find(const char *name)
 {

@@ -44,6 +44,7 @@ typedef struct tl_get_op {
 
 typedef struct tl_iface_params {
     uint64_t uuid;          /* this context's identity */
+    uint64_t job_key;       /* the launched job's key, 0 outside a job */
     tl_recv_cb_t recv_cb;   /* packets */
     tl_fail_cb_t fail_cb;   /* dead peers */
     tl_mem_check_t mem_check; /* remote reads served by emulation */
@@ -120,6 +121,7 @@ struct tl_ops {
 
 extern const tl_ops_t tl_self_ops;
 extern const tl_ops_t tl_shm_ops;
+extern const tl_ops_t tl_udp_ops;
 
 /* Fallbacks for transports without the operation. */
 void tl_no_wait(tl_iface_t *iface, int64_t timeout_us);

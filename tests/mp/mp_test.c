@@ -283,9 +283,14 @@ static void mp_wait_send(tmx_request_h req, tmx_peer_t dst, uint64_t tag, size_t
  * sizes around the limit really take the protocols they are meant to. */
 static void mp_check_protocol(tmx_request_h req, size_t len, const char *what)
 {
+    const char *tls = getenv("TMX_TRANSPORTS");
     tmx_status_t st = tmx_request_test(req, NULL);
     int eager = len <= MP_EAGER;
 
+    /* The sizes are shm's boundaries; other transports have their own
+     * limits, and these cases then only check the data. */
+    if (tls != NULL && strstr(tls, "shm") == NULL)
+        return;
     if (eager && st != TMX_OK)
         mp_fail("%s: a %zu-byte send (eager limit %zu) was not complete at once: %s", what, len,
                 MP_EAGER, tmx_strerror(st));

@@ -1,0 +1,572 @@
+/*
+ * The udp transport: reliable, ordered delivery per peer over unreliable
+ * datagrams, after seed 001 (Open MPI's usNIC BTL). This file holds the
+ * socket, the endpoints, segmentation and the receive path; udp_rel.c the
+ * sequence numbers, ACKs and retransmission; udp_get.c the emulated
+ * remote read; udp_fault.c fault injection.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "tl/udp/udp.h"
+#include "util/crc32c.h"
+#include "util/log.h"
+
+#define UDP_SOCKBUF (8 << 20)
+#define UDP_EAGER_LIMIT (32 * 1024)
+#define UDP_KEEPALIVE_US 500000
+
+uint64_t udp_now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static uint64_t setting_u64(const char *name, uint64_t lo, uint64_t hi)
+{
+    const char *v = config_get(name);
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+
+    if (*v == '\0' || *end != '\0' || x < lo || x > hi) {
+        util_warn("%s=%s is not a number in [%llu, %llu]; using the default", name, v,
+                  (unsigned long long)lo, (unsigned long long)hi);
+        x = strtoull(config_default(name), NULL, 10);
+    }
+    return x;
+}
+
+/* --------------------------------------------------------------- socket */
+
+/* The address peers reach us at: TMX_UDP_ADDR, else the first IPv4
+ * interface that is up and not loopback, else loopback. Also its MTU. */
+static void pick_local(struct in_addr *ip, uint32_t *ifmtu)
+{
+    const char *want = config_get("TMX_UDP_ADDR");
+    struct ifaddrs *ifs, *i;
+    struct ifreq ifr;
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    const char *name = "lo";
+
+    ip->s_addr = htonl(INADDR_LOOPBACK);
+    *ifmtu = 65536;
+    if (getifaddrs(&ifs) == 0) {
+        for (i = ifs; i != NULL; i = i->ifa_next) {
+            struct sockaddr_in *sa = (struct sockaddr_in *)i->ifa_addr;
+            char buf[INET_ADDRSTRLEN];
+            int lo = (i->ifa_flags & IFF_LOOPBACK) != 0;
+            if (sa == NULL || sa->sin_family != AF_INET || !(i->ifa_flags & IFF_UP))
+                continue;
+            inet_ntop(AF_INET, &sa->sin_addr, buf, sizeof(buf));
+            if ((strcmp(want, "auto") == 0 && !lo) || strcmp(want, buf) == 0) {
+                *ip = sa->sin_addr;
+                name = i->ifa_name;
+                break;
+            }
+        }
+        memset(&ifr, 0, sizeof(ifr));
+        snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+        if (fd >= 0 && ioctl(fd, SIOCGIFMTU, &ifr) == 0)
+            *ifmtu = (uint32_t)ifr.ifr_mtu;
+        freeifaddrs(ifs);
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
+static tmx_status_t sock_open(udp_iface_t *ui, uint32_t *ifmtu)
+{
+    socklen_t slen = sizeof(ui->self_sa);
+    int sz = UDP_SOCKBUF;
+
+    memset(&ui->self_sa, 0, sizeof(ui->self_sa));
+    ui->self_sa.sin_family = AF_INET;
+    pick_local(&ui->self_sa.sin_addr, ifmtu);
+    ui->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (ui->fd < 0)
+        goto err_log;
+    if (setsockopt(ui->fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)) != 0)
+        setsockopt(ui->fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+    if (setsockopt(ui->fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
+        setsockopt(ui->fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    if (bind(ui->fd, (struct sockaddr *)&ui->self_sa, sizeof(ui->self_sa)) != 0 ||
+        getsockname(ui->fd, (struct sockaddr *)&ui->self_sa, &slen) != 0)
+        goto err_close;
+    return TMX_OK;
+
+err_close:
+    close(ui->fd);
+err_log:
+    util_error("udp: cannot open a socket on %s: %s", inet_ntoa(ui->self_sa.sin_addr), strerror(errno));
+    return TMX_ERR_IO;
+}
+
+static void settings_apply(udp_iface_t *ui, uint32_t ifmtu)
+{
+    uint64_t mtu = setting_u64("TMX_UDP_MTU", 0, 65535);
+
+    ui->window = (uint32_t)setting_u64("TMX_UDP_WINDOW", 16, 1u << 20);
+    ui->ack_delay_us = setting_u64("TMX_UDP_ACK_DELAY_US", 0, 1000000);
+    ui->rto_us = setting_u64("TMX_UDP_RTO_MS", 1, 60000) * 1000;
+    ui->peer_timeout_us = setting_u64("TMX_UDP_PEER_TIMEOUT_MS", 10, 3600000) * 1000;
+    if (mtu == 0)
+        mtu = ifmtu;
+    mtu = mtu > 28 ? mtu - 28 : 576; /* IPv4 and UDP headers */
+    if (mtu > UDP_MAX_DGRAM)
+        mtu = UDP_MAX_DGRAM;
+    if (mtu < UDP_PRIO_MTU)
+        mtu = UDP_PRIO_MTU;
+    ui->mtu = (uint32_t)mtu;
+}
+
+static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t **out)
+{
+    udp_iface_t *ui = calloc(1, sizeof(*ui));
+    uint32_t ifmtu;
+
+    if (ui == NULL)
+        return TMX_ERR_NOMEM;
+    ui->super.ops = &tl_udp_ops;
+    ui->super.recv_cb = params->recv_cb;
+    ui->super.fail_cb = params->fail_cb;
+    ui->super.mem_check = params->mem_check;
+    ui->super.recv_arg = params->recv_arg;
+    ui->super.eager_limit = UDP_EAGER_LIMIT;
+    ui->super.max_packet = UDP_MAX_PACKET;
+    ui->uuid = params->uuid;
+    ui->job_key = params->job_key;
+    util_dlist_init(&ui->eps);
+    util_dlist_init(&ui->acks);
+    util_dlist_init(&ui->gets);
+    util_dlist_init(&ui->serves);
+    util_wheel_init(&ui->wheel, 1000, udp_now_us());
+    udp_faults_init(&ui->faults, params->uuid);
+    ui->rbufs = malloc((size_t)UDP_RECV_BATCH * 65536);
+    if (ui->rbufs == NULL || sock_open(ui, &ifmtu) != TMX_OK) {
+        free(ui->rbufs);
+        udp_faults_fini(&ui->faults);
+        free(ui);
+        return TMX_ERR_IO;
+    }
+    settings_apply(ui, ifmtu);
+    util_info("udp: %s:%u, datagrams of %u bytes, window %u", inet_ntoa(ui->self_sa.sin_addr),
+              ntohs(ui->self_sa.sin_port), ui->mtu, ui->window);
+    *out = &ui->super;
+    return TMX_OK;
+}
+
+static void ep_free(udp_iface_t *ui, udp_ep_t *ep)
+{
+    for (int ch = 0; ch < UDP_N_CH; ch++) {
+        util_timer_cancel(&ep->tx[ch].timer);
+        udp_tx_fini(&ep->tx[ch], ui->window);
+        udp_rx_fini(&ep->rx[ch], ui->window);
+    }
+    if (ep->ack_queued)
+        util_dlist_unlink(&ep->ack_link);
+    util_dlist_unlink(&ep->link);
+    free(ep);
+}
+
+static void udp_iface_close(tl_iface_t *iface)
+{
+    udp_iface_t *ui = (udp_iface_t *)iface;
+
+    udp_ack_flush(ui, UINT64_MAX);
+    udp_get_fini(ui);
+    while (!util_dlist_empty(&ui->eps))
+        ep_free(ui, util_container_of(ui->eps.next, udp_ep_t, link));
+    udp_faults_fini(&ui->faults);
+    close(ui->fd);
+    free(ui->rbufs);
+    free(ui);
+}
+
+static tmx_status_t udp_address(tl_iface_t *iface, void *buf, size_t *len)
+{
+    udp_iface_t *ui = (udp_iface_t *)iface;
+    udp_addr_t a = {ui->self_sa.sin_addr.s_addr, ui->self_sa.sin_port, 0, htole64(ui->job_key)};
+
+    if (*len < sizeof(a))
+        return TMX_ERR_NO_SPACE;
+    memcpy(buf, &a, sizeof(a));
+    *len = sizeof(a);
+    return TMX_OK;
+}
+
+static tmx_status_t udp_reachable(tl_iface_t *iface, const void *addr, size_t len)
+{
+    udp_iface_t *ui = (udp_iface_t *)iface;
+    udp_addr_t a;
+
+    if (len != sizeof(a))
+        return TMX_ERR_INVALID;
+    memcpy(&a, addr, sizeof(a));
+    return le64toh(a.job_key) == ui->job_key ? TMX_OK : TMX_ERR_UNREACHABLE;
+}
+
+/* ------------------------------------------------------------ endpoints */
+
+udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid)
+{
+    util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &ui->eps) {
+        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+        if (ep->uuid == uuid)
+            return ep;
+    }
+    return NULL;
+}
+
+/* Per-peer state is made on first contact either way (seed 002), and is
+ * small until traffic flows: the windows are allocated here but their
+ * slots only fill with segments in flight. */
+static udp_ep_t *ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa)
+{
+    udp_ep_t *ep = calloc(1, sizeof(*ep));
+
+    if (ep == NULL)
+        return NULL;
+    ep->super.iface = &ui->super;
+    ep->super.peer = TMX_PEER_NONE;
+    ep->uuid = uuid;
+    ep->sa = *sa;
+    ep->last_rx_us = udp_now_us();
+    util_dlist_init(&ep->ack_link);
+    for (int ch = 0; ch < UDP_N_CH; ch++) {
+        udp_tx_init(ui, ep, ch);
+        ep->rx[ch].ooo = calloc(ui->window, sizeof(*ep->rx[ch].ooo));
+        if (ep->tx[ch].win == NULL || ep->rx[ch].ooo == NULL) {
+            util_dlist_init(&ep->link);
+            ep_free(ui, ep);
+            return NULL;
+        }
+    }
+    util_dlist_push_tail(&ui->eps, &ep->link);
+    return ep;
+}
+
+static tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
+                                  uint64_t uuid, tl_ep_t **out)
+{
+    udp_iface_t *ui = (udp_iface_t *)iface;
+    udp_ep_t *ep = udp_ep_find(ui, uuid);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    udp_addr_t a;
+    tmx_status_t st = udp_reachable(iface, addr, len);
+
+    if (st != TMX_OK)
+        return st;
+    memcpy(&a, addr, sizeof(a));
+    sa.sin_addr.s_addr = a.ip;
+    sa.sin_port = a.port;
+    if (ep == NULL && (ep = ep_new(ui, uuid, &sa)) == NULL)
+        return TMX_ERR_NOMEM;
+    if (ep->failed)
+        return TMX_ERR_PEER_FAILED;
+    ep->super.peer = peer;
+    ep->connected = 1;
+    *out = &ep->super;
+    return TMX_OK;
+}
+
+/* The endpoint stays until the interface closes: the peer may still be
+ * owed ACKs or retransmissions. */
+static void udp_ep_destroy(tl_ep_t *tep)
+{
+    ((udp_ep_t *)tep)->connected = 0;
+}
+
+void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep)
+{
+    if (ep->failed)
+        return;
+    ep->failed = 1;
+    util_warn("udp: peer %u at %s:%u stopped answering", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
+              ntohs(ep->sa.sin_port));
+    for (int ch = 0; ch < UDP_N_CH; ch++)
+        util_timer_cancel(&ep->tx[ch].timer);
+    udp_get_fail_ep(ui, ep);
+    ui->super.fail_cb(ui->super.recv_arg, ep->uuid, 0);
+}
+
+/* ----------------------------------------------------------------- send */
+
+static void iov_gather(unsigned char *dst, const struct iovec *iov, int iovcnt, size_t off, size_t n)
+{
+    for (int i = 0; i < iovcnt && n > 0; i++) {
+        size_t l = iov[i].iov_len, take;
+        if (off >= l) {
+            off -= l;
+            continue;
+        }
+        take = l - off < n ? l - off : n;
+        memcpy(dst, (const char *)iov[i].iov_base + off, take);
+        dst += take;
+        n -= take;
+        off = 0;
+    }
+}
+
+static udp_seg_t *seg_build(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags, uint32_t frag_id,
+                            uint64_t offset, uint32_t aux, const struct iovec *iov, int iovcnt,
+                            size_t off, size_t n)
+{
+    udp_seg_t *seg = malloc(sizeof(*seg) + sizeof(udp_hdr_t) + n);
+    udp_hdr_t h = {UDP_WIRE_VERSION, (uint8_t)ch, htole16(flags), htole32((uint32_t)n),
+                   htole64(ui->job_key), htole64(ui->uuid), htole64(ep->uuid),
+                   htole32(ep->tx[ch].next_seq), {0, 0}, htole32(frag_id), htole64(offset), 0, htole32(aux)};
+
+    if (seg == NULL)
+        return NULL;
+    seg->seq = ep->tx[ch].next_seq;
+    seg->len = (uint32_t)(sizeof(h) + n);
+    iov_gather(seg->buf + sizeof(h), iov, iovcnt, off, n);
+    memcpy(seg->buf, &h, sizeof(h));
+    return seg;
+}
+
+/* Stamps the current ACKs and the checksum into a datagram image. */
+static void seg_stamp(const udp_ep_t *ep, unsigned char *buf, size_t len)
+{
+    udp_hdr_t h;
+
+    memcpy(&h, buf, sizeof(h));
+    udp_hdr_fill_acks(ep, &h);
+    h.csum = 0;
+    memcpy(buf, &h, sizeof(h));
+    h.csum = htole32(util_crc32c(0, buf, len));
+    memcpy(buf, &h, sizeof(h));
+}
+
+static void seg_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg)
+{
+    seg_stamp(ep, seg->buf, seg->len);
+    seg->sent_us = udp_now_us();
+    udp_datagram_send(ui, &ep->sa, seg->buf, seg->len);
+}
+
+void udp_seg_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg)
+{
+    ui->retransmits++;
+    seg_transmit(ui, ep, seg);
+}
+
+/* Cuts a packet into segments of one channel, all or nothing: if the window
+ * cannot take every segment, nothing is sent and the caller retries. */
+tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags,
+                           uint32_t frag_id, uint64_t offset, uint32_t aux,
+                           const struct iovec *iov, int iovcnt, size_t len)
+{
+    size_t per = (ch == UDP_CH_PRIO ? UDP_PRIO_MTU : ui->mtu) - sizeof(udp_hdr_t);
+    size_t nseg = len == 0 ? 1 : (len + per - 1) / per;
+    int whole = !(flags & UDP_FLAG_GET_DATA);
+
+    if (ep->failed)
+        return TMX_ERR_PEER_FAILED;
+    if (nseg > udp_tx_room(ui, &ep->tx[ch]))
+        return TMX_ERR_AGAIN;
+    for (size_t i = 0; i < nseg; i++) {
+        size_t off = i * per, n = len - off < per ? len - off : per;
+        uint16_t f = flags | (whole && i == 0 ? UDP_FLAG_FIRST : 0) | (whole && i == nseg - 1 ? UDP_FLAG_LAST : 0);
+        udp_seg_t *seg = seg_build(ui, ep, ch, f, frag_id, whole ? (i == 0 ? len : off) : offset + off,
+                                   aux, iov, iovcnt, off, n);
+        if (seg == NULL)
+            return i == 0 ? TMX_ERR_AGAIN : TMX_ERR_NOMEM;
+        udp_tx_track(ui, ep, ch, seg);
+        seg_transmit(ui, ep, seg);
+    }
+    if (ep->ack_queued) {
+        util_dlist_unlink(&ep->ack_link);
+        ep->ack_queued = 0;
+        for (int c = 0; c < UDP_N_CH; c++)
+            ep->rx[c].unacked = ep->rx[c].ack_now = 0;
+    }
+    return TMX_OK;
+}
+
+static tmx_status_t udp_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
+{
+    udp_ep_t *ep = (udp_ep_t *)tep;
+    size_t len = 0;
+
+    for (int i = 0; i < iovcnt; i++)
+        len += iov[i].iov_len;
+    if (len > UDP_MAX_PACKET) {
+        util_error("udp: packet of %zu bytes exceeds %d", len, UDP_MAX_PACKET);
+        return TMX_ERR_INVALID;
+    }
+    return udp_send_segs((udp_iface_t *)tep->iface, ep, UDP_CH_DATA, 0, 0, 0, 0, iov, iovcnt, len);
+}
+
+/* -------------------------------------------------------------- receive */
+
+static int dgram_drop(udp_iface_t *ui, const char *why, size_t len)
+{
+    ui->dropped++;
+    util_debug("udp: dropped a %zu-byte datagram: %s", len, why);
+    return -1;
+}
+
+/* Checks a datagram before any of it is trusted; converts the header. */
+static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_t *h)
+{
+    uint32_t csum;
+
+    if (len < sizeof(*h))
+        return dgram_drop(ui, "shorter than a header", len);
+    memcpy(h, buf, sizeof(*h));
+    csum = le32toh(h->csum);
+    memset(buf + offsetof(udp_hdr_t, csum), 0, sizeof(h->csum));
+    if (util_crc32c(0, buf, len) != csum)
+        return dgram_drop(ui, "bad checksum", len);
+    h->flags = le16toh(h->flags);
+    h->len = le32toh(h->len);
+    h->job_key = le64toh(h->job_key);
+    h->src_id = le64toh(h->src_id);
+    h->dst_id = le64toh(h->dst_id);
+    h->seq = le32toh(h->seq);
+    for (int ch = 0; ch < UDP_N_CH; ch++)
+        h->ack[ch] = le32toh(h->ack[ch]);
+    h->frag_id = le32toh(h->frag_id);
+    h->offset = le64toh(h->offset);
+    if (h->version != UDP_WIRE_VERSION || h->channel >= UDP_N_CH || (h->flags & ~UDP_FLAG_MASK) ||
+        h->len != len - sizeof(*h))
+        return dgram_drop(ui, "malformed header", len);
+    if (h->job_key != ui->job_key)
+        return dgram_drop(ui, "another job's key", len);
+    if (h->dst_id != ui->uuid)
+        return dgram_drop(ui, "addressed to another context", len);
+    return 0;
+}
+
+static void dgram_handle(udp_iface_t *ui, unsigned char *buf, size_t len, const struct sockaddr_in *from)
+{
+    udp_hdr_t h;
+    udp_ep_t *ep;
+
+    if (dgram_parse(ui, buf, len, &h) != 0)
+        return;
+    ep = udp_ep_find(ui, h.src_id);
+    if (ep == NULL && (ep = ep_new(ui, h.src_id, from)) == NULL) {
+        dgram_drop(ui, "out of memory for a new peer", len);
+        return;
+    }
+    if (ep->failed) {
+        dgram_drop(ui, "peer declared failed", len);
+        return;
+    }
+    ep->last_rx_us = udp_now_us();
+    for (int ch = 0; ch < UDP_N_CH; ch++)
+        udp_tx_acked(ui, ep, ch, h.ack[ch]);
+    if (!(h.flags & UDP_FLAG_ACK_ONLY))
+        udp_rx_segment(ui, ep, &h, buf + sizeof(h));
+}
+
+static int recv_batch(udp_iface_t *ui)
+{
+    struct mmsghdr msgs[UDP_RECV_BATCH];
+    struct iovec iov[UDP_RECV_BATCH];
+    struct sockaddr_in from[UDP_RECV_BATCH];
+    int n;
+
+    for (int i = 0; i < UDP_RECV_BATCH; i++) {
+        iov[i] = (struct iovec){ui->rbufs + (size_t)i * 65536, 65536};
+        msgs[i].msg_hdr = (struct msghdr){&from[i], sizeof(from[i]), &iov[i], 1, NULL, 0, 0};
+    }
+    n = recvmmsg(ui->fd, msgs, UDP_RECV_BATCH, MSG_DONTWAIT, NULL);
+    if (n < 0) {
+        if (errno != EAGAIN && errno != EINTR)
+            util_warn("udp: recvmmsg: %s", strerror(errno));
+        return 0;
+    }
+    for (int i = 0; i < n; i++)
+        dgram_handle(ui, iov[i].iov_base, msgs[i].msg_len, &from[i]);
+    return n;
+}
+
+static int udp_progress(tl_iface_t *iface)
+{
+    udp_iface_t *ui = (udp_iface_t *)iface;
+    uint64_t now;
+    int events = 0, n;
+
+    while ((n = recv_batch(ui)) > 0 && events < 4 * UDP_RECV_BATCH)
+        events += n;
+    if (!util_dlist_empty(&ui->gets) || !util_dlist_empty(&ui->serves))
+        events += udp_get_progress(ui);
+    now = udp_now_us();
+    events += util_wheel_expire(&ui->wheel, now);
+    if (!util_dlist_empty(&ui->acks))
+        udp_ack_flush(ui, now);
+    if (ui->faults.held != NULL)
+        udp_datagram_send(ui, NULL, NULL, 0);
+    return events;
+}
+
+/* The kernel's receive work needs the CPU, so a waiter sleeps in poll
+ * rather than spinning (blocking beats spinning across namespaces). ACKs
+ * and retransmissions fall due while asleep: wake for the earliest. */
+static void udp_wait(tl_iface_t *iface, int64_t timeout_us)
+{
+    udp_iface_t *ui = (udp_iface_t *)iface;
+    struct pollfd pfd = {ui->fd, POLLIN, 0};
+    int64_t t = timeout_us;
+    struct timespec ts;
+
+    if (!util_dlist_empty(&ui->acks) || ui->faults.held != NULL)
+        t = t < 0 || (int64_t)ui->ack_delay_us < t ? (int64_t)ui->ack_delay_us : t;
+    if (t < 0 || t > 1000)
+        t = t < 0 ? 1000 : (t > 1000 ? 1000 : t); /* the timer wheel's tick */
+    ts.tv_sec = t / 1000000;
+    ts.tv_nsec = (t % 1000000) * 1000;
+    ppoll(&pfd, 1, &ts, NULL);
+}
+
+/* Keepalives while someone waits: a reliable empty segment to each peer
+ * not heard from lately, so that a dead peer times out even when nothing
+ * else is in flight to it. */
+static void udp_check_peers(tl_iface_t *iface)
+{
+    udp_iface_t *ui = (udp_iface_t *)iface;
+    uint64_t now = udp_now_us();
+    util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &ui->eps) {
+        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+        udp_tx_t *tx = &ep->tx[UDP_CH_PRIO];
+        if (ep->failed || !ep->connected || now - ep->last_rx_us < UDP_KEEPALIVE_US ||
+            tx->una != tx->next_seq)
+            continue;
+        udp_send_segs(ui, ep, UDP_CH_PRIO, 0, 0, 0, 0, NULL, 0, 0);
+    }
+}
+
+const tl_ops_t tl_udp_ops = {
+    .name = "udp",
+    .iface_open = udp_iface_open,
+    .iface_close = udp_iface_close,
+    .address = udp_address,
+    .reachable = udp_reachable,
+    .ep_create = udp_ep_create,
+    .ep_destroy = udp_ep_destroy,
+    .send = udp_send,
+    .get = udp_get,
+    .progress = udp_progress,
+    .wait = udp_wait,
+    .check_peers = udp_check_peers,
+};

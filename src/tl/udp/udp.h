@@ -1,0 +1,136 @@
+/* Internals of the udp transport, shared by its files. */
+#ifndef TMX_TL_UDP_H
+#define TMX_TL_UDP_H
+
+#include <netinet/in.h>
+#include <stdint.h>
+
+#include "tl/tl.h"
+#include "tl/udp/udp_wire.h"
+#include "util/list.h"
+#include "util/wheel.h"
+
+#define UDP_PRIO_MTU 512         /* priority channel datagrams, bytes */
+#define UDP_MAX_DGRAM 65507      /* IPv4 UDP payload limit */
+#define UDP_RECV_BATCH 32        /* datagrams per recvmmsg */
+#define UDP_MAX_PACKET (256 * 1024) /* upper-layer packet, before fragments */
+
+/* A segment sent and not yet acknowledged: the datagram image, kept for
+ * retransmission. */
+typedef struct udp_seg {
+    uint64_t sent_us;
+    uint32_t seq;
+    uint32_t len;                /* datagram bytes */
+    unsigned char buf[];
+} udp_seg_t;
+
+typedef struct udp_tx {
+    uint32_t next_seq;           /* the next segment's number */
+    uint32_t una;                /* oldest unacknowledged */
+    udp_seg_t **win;             /* in flight, by seq % window */
+    uint32_t dup_acks;
+    uint64_t rto_us;             /* current retransmit timeout, backs off */
+    uint64_t last_progress_us;   /* when una last moved, for failure */
+    util_timer_t timer;          /* retransmit */
+    struct udp_iface *ui;        /* for the timer's callback */
+    struct udp_ep *ep;
+    int ch;
+} udp_tx_t;
+
+typedef struct udp_rx {
+    uint32_t expected;           /* the next segment to deliver */
+    udp_seg_t **ooo;             /* arrived early, by seq % window */
+    uint32_t unacked;            /* delivered since our last ACK */
+    int ack_now;                 /* an ACK must go out at once */
+    unsigned char *reasm;        /* a packet being reassembled */
+    size_t reasm_len;
+    size_t reasm_total;
+} udp_rx_t;
+
+typedef struct udp_ep {
+    tl_ep_t super;
+    uint64_t last_rx_us;         /* when the peer was last heard */
+    util_dlist_t link;           /* in udp_iface_t.eps */
+    util_dlist_t ack_link;       /* in udp_iface_t.acks while an ACK is due */
+    struct sockaddr_in sa;
+    uint64_t uuid;
+    int connected;               /* the core made it (not just a receive) */
+    int failed;
+    int ack_queued;
+    uint64_t ack_due_us;
+    udp_tx_t tx[UDP_N_CH];
+    udp_rx_t rx[UDP_N_CH];
+} udp_ep_t;
+
+typedef struct udp_faults {
+    double drop, dup, reorder, corrupt;
+    unsigned char *held;         /* a datagram held back for reordering */
+    size_t held_len;
+    struct sockaddr_in held_sa;
+    uint64_t rng;
+    uint64_t dropped, duplicated, reordered, corrupted;
+} udp_faults_t;
+
+typedef struct udp_iface {
+    tl_iface_t super;
+    int fd;
+    struct sockaddr_in self_sa;
+    uint64_t uuid;
+    uint64_t job_key;
+    uint32_t window;
+    uint32_t mtu;                /* data channel datagram payload bytes */
+    uint64_t ack_delay_us;
+    uint64_t rto_us;
+    uint64_t peer_timeout_us;
+    util_dlist_t eps;
+    util_dlist_t acks;           /* endpoints owing an ACK */
+    util_dlist_t gets;           /* reads we wait for */
+    util_dlist_t serves;         /* reads we answer */
+    uint32_t next_get_id;
+    util_wheel_t wheel;
+    udp_faults_t faults;
+    unsigned char *rbufs;        /* UDP_RECV_BATCH receive buffers */
+    uint64_t dropped;            /* datagrams that did not parse or belong */
+    uint64_t retransmits;
+} udp_iface_t;
+
+/* udp.c */
+udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
+/* Sends len bytes gathered from iov as segments of channel ch; aux goes
+ * into the header's reserved word (a read's status). All or nothing:
+ * TMX_ERR_AGAIN when the window cannot take every segment. */
+tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags,
+                           uint32_t frag_id, uint64_t offset, uint32_t aux,
+                           const struct iovec *iov, int iovcnt, size_t len);
+void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep);
+uint64_t udp_now_us(void);
+
+/* udp_rel.c: reliability */
+void udp_tx_init(udp_iface_t *ui, udp_ep_t *ep, int ch);
+void udp_tx_fini(udp_tx_t *tx, uint32_t window);
+uint32_t udp_tx_room(const udp_iface_t *ui, const udp_tx_t *tx);
+void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg);
+void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack);
+void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p);
+void udp_rx_fini(udp_rx_t *rx, uint32_t window);
+void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep);
+int udp_ack_flush(udp_iface_t *ui, uint64_t now);
+void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h);
+void udp_datagram_send(udp_iface_t *ui, const struct sockaddr_in *sa, unsigned char *buf,
+                       size_t len);
+
+/* udp_get.c: receiver-driven reads */
+tmx_status_t udp_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
+                     tl_get_op_t *op);
+void udp_get_req_arrive(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len);
+void udp_get_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h,
+                         const unsigned char *p);
+int udp_get_progress(udp_iface_t *ui);
+void udp_get_fail_ep(udp_iface_t *ui, udp_ep_t *ep);
+void udp_get_fini(udp_iface_t *ui);
+
+/* udp_fault.c: fault injection */
+void udp_faults_init(udp_faults_t *f, uint64_t seed);
+void udp_faults_fini(udp_faults_t *f);
+
+#endif

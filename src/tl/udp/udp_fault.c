@@ -1,0 +1,127 @@
+/*
+ * Fault injection inside the transport, independent of the kernel: the
+ * TMX_UDP_FAULTS setting (e.g. "drop=0.05,dup=0.01,reorder=0.05,
+ * corrupt=0.001") drops, duplicates, reorders (holds a datagram back until
+ * the next one has gone) and corrupts (flips a byte after the checksum) the
+ * given fraction of outgoing datagrams. Also the one place datagrams leave.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/config.h"
+#include "tl/udp/udp.h"
+#include "util/hash.h"
+#include "util/log.h"
+
+static int parse_rate(const char *tok, const char *name, double *out)
+{
+    size_t n = strlen(name);
+    char *end;
+    double v;
+
+    if (strncmp(tok, name, n) != 0 || tok[n] != '=')
+        return 0;
+    v = strtod(tok + n + 1, &end);
+    if (*end != '\0' || v < 0 || v > 1) {
+        util_warn("TMX_UDP_FAULTS: %s is not a fraction in [0, 1]; ignored", tok);
+        return 1;
+    }
+    *out = v;
+    return 1;
+}
+
+void udp_faults_init(udp_faults_t *f, uint64_t seed)
+{
+    const char *spec = config_get("TMX_UDP_FAULTS");
+    char buf[256], *save = NULL;
+
+    memset(f, 0, sizeof(*f));
+    f->rng = seed | 1;
+    if (spec == NULL || *spec == '\0' || strlen(spec) >= sizeof(buf))
+        return;
+    strcpy(buf, spec);
+    for (char *t = strtok_r(buf, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        if (!parse_rate(t, "drop", &f->drop) && !parse_rate(t, "dup", &f->dup) &&
+            !parse_rate(t, "reorder", &f->reorder) && !parse_rate(t, "corrupt", &f->corrupt))
+            util_warn("TMX_UDP_FAULTS: unknown fault '%s' (drop, dup, reorder, corrupt)", t);
+    }
+    util_info("udp: injecting faults drop=%g dup=%g reorder=%g corrupt=%g", f->drop, f->dup,
+              f->reorder, f->corrupt);
+}
+
+void udp_faults_fini(udp_faults_t *f)
+{
+    free(f->held);
+    f->held = NULL;
+}
+
+static double roll(udp_faults_t *f)
+{
+    f->rng = util_hash64(f->rng + 0x9e3779b97f4a7c15ULL);
+    return (double)(f->rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static void raw_send(udp_iface_t *ui, const struct sockaddr_in *sa, const void *buf, size_t len)
+{
+    ssize_t n;
+
+    do {
+        n = sendto(ui->fd, buf, len, 0, (const struct sockaddr *)sa, sizeof(*sa));
+    } while (n < 0 && errno == EINTR);
+    /* A full socket buffer is a loss like any other: retransmission covers it. */
+    if (n < 0 && errno != EAGAIN && errno != ENOBUFS)
+        util_debug("udp: sendto: %s", strerror(errno));
+}
+
+static void release_held(udp_iface_t *ui)
+{
+    udp_faults_t *f = &ui->faults;
+
+    raw_send(ui, &f->held_sa, f->held, f->held_len);
+    free(f->held);
+    f->held = NULL;
+}
+
+/* buf == NULL: only release a held datagram (called from progress). */
+void udp_datagram_send(udp_iface_t *ui, const struct sockaddr_in *sa, unsigned char *buf, size_t len)
+{
+    udp_faults_t *f = &ui->faults;
+    unsigned char tmp[UDP_MAX_DGRAM];
+
+    if (buf == NULL) {
+        if (f->held != NULL)
+            release_held(ui);
+        return;
+    }
+    if (f->drop == 0 && f->dup == 0 && f->reorder == 0 && f->corrupt == 0) {
+        raw_send(ui, sa, buf, len);
+        return;
+    }
+    if (f->drop > 0 && roll(f) < f->drop) {
+        f->dropped++;
+        return;
+    }
+    if (f->corrupt > 0 && roll(f) < f->corrupt) {
+        memcpy(tmp, buf, len);
+        tmp[(size_t)(roll(f) * (double)len)] ^= (unsigned char)(1u << (f->rng & 7));
+        f->corrupted++;
+        buf = tmp;
+    }
+    if (f->reorder > 0 && f->held == NULL && roll(f) < f->reorder && (f->held = malloc(len)) != NULL) {
+        memcpy(f->held, buf, len);
+        f->held_len = len;
+        f->held_sa = *sa;
+        f->reordered++;
+        return;
+    }
+    raw_send(ui, sa, buf, len);
+    if (f->dup > 0 && roll(f) < f->dup) {
+        raw_send(ui, sa, buf, len);
+        f->duplicated++;
+    }
+    if (f->held != NULL)
+        release_held(ui);
+}

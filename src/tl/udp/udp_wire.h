@@ -1,0 +1,74 @@
+/*
+ * The udp transport's wire header, after seed 001 (the usNIC BTL): every
+ * datagram carries one segment of one channel of one peer pair, with a
+ * sequence number, a cumulative ACK of each channel piggy-backed, and a
+ * fragment's place in the packet it belongs to. Little endian; a receiver
+ * checks every field, and the checksum over header and payload, before it
+ * trusts any of them.
+ */
+#ifndef TMX_TL_UDP_WIRE_H
+#define TMX_TL_UDP_WIRE_H
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define UDP_WIRE_VERSION 1
+
+enum udp_channel {
+    UDP_CH_PRIO = 0,  /* small MTU: control packets (FIN, read requests) */
+    UDP_CH_DATA = 1,  /* tagged messages and read data, in order */
+    UDP_N_CH = 2
+};
+
+enum udp_flag {
+    UDP_FLAG_ACK_ONLY = 1u << 0,  /* no segment: only the ACK fields count */
+    UDP_FLAG_FIRST = 1u << 1,     /* first segment of a packet */
+    UDP_FLAG_LAST = 1u << 2,      /* last segment of a packet */
+    UDP_FLAG_GET_REQ = 1u << 3,   /* payload is a udp_get_req_t */
+    UDP_FLAG_GET_DATA = 1u << 4,  /* payload is read data for op frag_id */
+    UDP_FLAG_MASK = 0x1f
+};
+
+typedef struct udp_hdr {
+    uint8_t version;      /* UDP_WIRE_VERSION */
+    uint8_t channel;      /* enum udp_channel */
+    uint16_t flags;       /* enum udp_flag */
+    uint32_t len;         /* payload bytes after this header */
+    uint64_t job_key;     /* the job's key: other jobs' packets are dropped */
+    uint64_t src_id;      /* the sending context */
+    uint64_t dst_id;      /* the receiving context */
+    uint32_t seq;         /* the segment's number in its channel */
+    uint32_t ack[UDP_N_CH]; /* per channel: all below this were received */
+    uint32_t frag_id;     /* GET_DATA: the read's id; else 0 */
+    uint64_t offset;      /* GET_DATA: where the bytes go; FIRST: packet length */
+    uint32_t csum;        /* CRC-32C of header (with csum 0) and payload */
+    uint32_t reserved;    /* zero */
+} udp_hdr_t;
+
+static_assert(sizeof(udp_hdr_t) == 64, "udp header is 64 bytes");
+static_assert(offsetof(udp_hdr_t, job_key) == 8, "udp header layout");
+static_assert(offsetof(udp_hdr_t, seq) == 32, "udp header layout");
+static_assert(offsetof(udp_hdr_t, offset) == 48, "udp header layout");
+
+/* A receiver-driven read (seed 001's PUT emulation turned into a GET). */
+typedef struct udp_get_req {
+    uint64_t op_id;       /* the reader's operation, echoed in frag_id */
+    uint64_t raddr;       /* the owner's address */
+    uint64_t rkey;        /* its key */
+    uint64_t len;         /* bytes */
+} udp_get_req_t;
+
+static_assert(sizeof(udp_get_req_t) == 32, "udp read request is 32 bytes");
+
+/* The transport's address section. */
+typedef struct udp_addr {
+    uint32_t ip;          /* IPv4, network order */
+    uint16_t port;        /* network order */
+    uint16_t reserved;    /* zero */
+    uint64_t job_key;     /* the job this context belongs to */
+} udp_addr_t;
+
+static_assert(sizeof(udp_addr_t) == 16, "udp address is 16 bytes");
+
+#endif

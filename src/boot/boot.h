@@ -99,6 +99,10 @@ tmx_status_t boot_kvs_get(boot_kvs_t *kvs, const char *key, char *value, size_t 
  * a rank exited or failed, so that the fence can never complete. */
 tmx_status_t boot_kvs_fence(boot_kvs_t *kvs);
 
+/* Has idle(arg) called about every millisecond while a call waits for the
+ * server's reply (NULL: just block). */
+void boot_kvs_set_idle(boot_kvs_t *kvs, void (*idle)(void *arg), void *arg);
+
 /* Closes the connection and frees kvs. NULL is accepted. */
 tmx_status_t boot_kvs_close(boot_kvs_t *kvs);
 

@@ -3,6 +3,7 @@
 #include "boot/boot.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,8 @@
 
 struct boot_kvs {
     int fd;
+    void (*idle)(void *arg);      /* runs while a reply is awaited */
+    void *idle_arg;
     int broken;                   /* out of step with the server: unusable */
     size_t len;                   /* bytes received into buf */
     size_t used;                  /* bytes of buf that the last reply took */
@@ -141,6 +144,24 @@ static tmx_status_t kvs_send(boot_kvs_t *kvs, const char *req, size_t len)
     return TMX_OK;
 }
 
+/* Lets the owner keep its transports going while the service is slow to
+ * answer: a peer may need our ACKs to reach the same fence. */
+static void kvs_await(boot_kvs_t *kvs)
+{
+    struct pollfd pfd = {kvs->fd, POLLIN, 0};
+
+    if (kvs->idle == NULL)
+        return;
+    while (poll(&pfd, 1, 1) == 0)
+        kvs->idle(kvs->idle_arg);
+}
+
+void boot_kvs_set_idle(boot_kvs_t *kvs, void (*idle)(void *arg), void *arg)
+{
+    kvs->idle = idle;
+    kvs->idle_arg = arg;
+}
+
 static tmx_status_t kvs_fill(boot_kvs_t *kvs)
 {
     ssize_t n;
@@ -149,6 +170,7 @@ static tmx_status_t kvs_fill(boot_kvs_t *kvs)
         util_error("kvs reply longer than %zu bytes", sizeof(kvs->buf));
         return TMX_ERR_PROTO;
     }
+    kvs_await(kvs);
     do {
         n = recv(kvs->fd, kvs->buf + kvs->len, sizeof(kvs->buf) - kvs->len, 0);
     } while (n < 0 && errno == EINTR);

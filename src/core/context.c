@@ -252,6 +252,12 @@ TMX_API tmx_status_t tmx_job_info(tmx_context_h ctx, uint32_t *rank, uint32_t *s
     return TMX_OK;
 }
 
+/* Peers may need our ACKs or FINs to reach the barrier at all. */
+static void barrier_idle(void *arg)
+{
+    core_progress(arg);
+}
+
 TMX_API tmx_status_t tmx_job_barrier(tmx_context_h ctx)
 {
     tmx_status_t st;
@@ -265,7 +271,9 @@ TMX_API tmx_status_t tmx_job_barrier(tmx_context_h ctx)
         return TMX_ERR_NOT_FOUND;
     }
     core_lock(ctx);
+    boot_kvs_set_idle(ctx->job.kvs, barrier_idle, ctx);
     st = boot_kvs_fence(ctx->job.kvs);
+    boot_kvs_set_idle(ctx->job.kvs, NULL, NULL);
     core_unlock(ctx);
     return st;
 }

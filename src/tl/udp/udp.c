@@ -26,6 +26,7 @@
 #define UDP_SOCKBUF (8 << 20)
 #define UDP_EAGER_LIMIT (32 * 1024)
 #define UDP_KEEPALIVE_US 500000
+#define UDP_LINGER_US 1000000
 
 uint64_t udp_now_us(void)
 {
@@ -181,10 +182,40 @@ static void ep_free(udp_iface_t *ui, udp_ep_t *ep)
     free(ep);
 }
 
+static int tx_idle(udp_iface_t *ui)
+{
+    util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &ui->eps) {
+        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+        for (int ch = 0; ch < UDP_N_CH && !ep->failed; ch++) {
+            if (ep->tx[ch].una != ep->tx[ch].next_seq)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+static int udp_progress(tl_iface_t *iface);
+
+/* Our last segments (a FIN, say) may still need retransmitting for a peer
+ * to finish: keep the transport going a little while they are unacked. */
+static void linger(udp_iface_t *ui)
+{
+    uint64_t end = udp_now_us() + UDP_LINGER_US;
+
+    while (!tx_idle(ui) && udp_now_us() < end) {
+        struct pollfd pfd = {ui->fd, POLLIN, 0};
+        udp_progress(&ui->super);
+        poll(&pfd, 1, 1);
+    }
+}
+
 static void udp_iface_close(tl_iface_t *iface)
 {
     udp_iface_t *ui = (udp_iface_t *)iface;
 
+    linger(ui);
     udp_ack_flush(ui, UINT64_MAX);
     udp_get_fini(ui);
     while (!util_dlist_empty(&ui->eps))
@@ -334,6 +365,7 @@ static udp_seg_t *seg_build(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flag
     if (seg == NULL)
         return NULL;
     seg->seq = ep->tx[ch].next_seq;
+    seg->sacked = 0;
     seg->len = (uint32_t)(sizeof(h) + n);
     iov_gather(seg->buf + sizeof(h), iov, iovcnt, off, n);
     memcpy(seg->buf, &h, sizeof(h));
@@ -473,6 +505,8 @@ static void dgram_handle(udp_iface_t *ui, unsigned char *buf, size_t len, const 
     ep->last_rx_us = udp_now_us();
     for (int ch = 0; ch < UDP_N_CH; ch++)
         udp_tx_acked(ui, ep, ch, h.ack[ch]);
+    if (h.flags & UDP_FLAG_SACK)
+        udp_tx_sacked(ui, ep, buf + sizeof(h), h.len);
     if (!(h.flags & UDP_FLAG_ACK_ONLY))
         udp_rx_segment(ui, ep, &h, buf + sizeof(h));
 }

@@ -21,6 +21,7 @@ typedef struct udp_seg {
     uint64_t sent_us;
     uint32_t seq;
     uint32_t len;                /* datagram bytes */
+    uint32_t sacked;             /* the receiver holds it (selective ACK) */
     unsigned char buf[];
 } udp_seg_t;
 
@@ -41,6 +42,8 @@ typedef struct udp_rx {
     uint32_t expected;           /* the next segment to deliver */
     udp_seg_t **ooo;             /* arrived early, by seq % window */
     uint32_t unacked;            /* delivered since our last ACK */
+    uint32_t n_ooo;              /* segments held in ooo */
+    uint32_t highest;            /* highest segment number seen */
     int ack_now;                 /* an ACK must go out at once */
     unsigned char *reasm;        /* a packet being reassembled */
     size_t reasm_len;
@@ -111,6 +114,7 @@ void udp_tx_fini(udp_tx_t *tx, uint32_t window);
 uint32_t udp_tx_room(const udp_iface_t *ui, const udp_tx_t *tx);
 void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg);
 void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack);
+void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len);
 void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p);
 void udp_rx_fini(udp_rx_t *rx, uint32_t window);
 void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep);

@@ -16,6 +16,8 @@
 #define UDP_ACK_EVERY 32        /* segments delivered before an ACK is forced */
 #define UDP_DUP_ACKS 3          /* duplicate ACKs that trigger a retransmit */
 #define UDP_RTO_MAX_US 1000000
+#define UDP_SACK_RETX_US 500     /* a hole older than this is resent on SACK */
+#define UDP_SACK_BURST 256       /* segments resent per SACK, at most */
 
 void udp_seg_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg);
 
@@ -68,7 +70,23 @@ void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg)
         util_timer_arm(&ui->wheel, &tx->timer, udp_now_us() + tx->rto_us);
 }
 
-/* The oldest segment went unanswered for a timeout: send it again with a
+/* After a timeout every segment the receiver has not reported holding and
+ * that has waited as long is presumed lost, not only the oldest: one
+ * timeout then repairs a whole tail of losses. */
+static void rto_resend(udp_iface_t *ui, udp_tx_t *tx, uint64_t now)
+{
+    uint32_t sent = 0;
+
+    for (uint32_t seq = tx->una; seq != tx->next_seq && sent < UDP_SACK_BURST; seq++) {
+        udp_seg_t *seg = tx->win[seq % ui->window];
+        if (seq != tx->una && (seg->sacked || now - seg->sent_us < tx->rto_us))
+            continue;
+        udp_seg_retransmit(ui, tx->ep, seg);
+        sent++;
+    }
+}
+
+/* The oldest segment went unanswered for a timeout: send again with a
  * longer timeout, or give the peer up. */
 static void tx_timer_fire(util_timer_t *t)
 {
@@ -78,11 +96,13 @@ static void tx_timer_fire(util_timer_t *t)
 
     if (tx->una == tx->next_seq || tx->ep->failed)
         return;
-    if (now - tx->last_progress_us > ui->peer_timeout_us) {
+    /* Silence is what counts: a peer that still answers, even only with
+     * ACKs of duplicates, is alive however lossy the path. */
+    if (now - tx->ep->last_rx_us > ui->peer_timeout_us && now - tx->last_progress_us > ui->peer_timeout_us) {
         udp_ep_fail(ui, tx->ep);
         return;
     }
-    udp_seg_retransmit(ui, tx->ep, tx->win[tx->una % ui->window]);
+    rto_resend(ui, tx, now);
     tx->rto_us = tx->rto_us * 2 > UDP_RTO_MAX_US ? UDP_RTO_MAX_US : tx->rto_us * 2;
     util_timer_arm(&ui->wheel, &tx->timer, now + tx->rto_us);
 }
@@ -126,17 +146,73 @@ void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep)
     util_dlist_push_tail(&ui->acks, &ep->ack_link);
 }
 
+/* The data channel's early segments as a bitmap; 0 when there are none. */
+static size_t sack_fill(const udp_iface_t *ui, const udp_rx_t *rx, udp_sack_t *s)
+{
+    uint32_t span = rx->highest - rx->expected;
+
+    if (rx->n_ooo == 0 || (int32_t)span <= 0)
+        return 0;
+    if (span > UDP_SACK_BITS)
+        span = UDP_SACK_BITS;
+    memset(s->bits, 0, (span + 7) / 8);
+    for (uint32_t i = 0; i < span; i++) {
+        const udp_seg_t *seg = rx->ooo[(rx->expected + 1 + i) % ui->window];
+        if (seg != NULL && seg->seq == rx->expected + 1 + i)
+            s->bits[i / 8] |= (uint8_t)(1u << (i % 8));
+    }
+    s->base = htole32(rx->expected);
+    s->nbits = htole32(span);
+    return offsetof(udp_sack_t, bits) + (span + 7) / 8;
+}
+
 static void ack_send(udp_iface_t *ui, udp_ep_t *ep)
 {
     udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY), 0,
                    htole64(ui->job_key), htole64(ui->uuid), htole64(ep->uuid), 0, {0, 0}, 0, 0, 0, 0};
-    unsigned char buf[sizeof(h)];
+    unsigned char buf[sizeof(h) + sizeof(udp_sack_t)];
+    size_t n = sack_fill(ui, &ep->rx[UDP_CH_DATA], (udp_sack_t *)(buf + sizeof(h)));
 
     udp_hdr_fill_acks(ep, &h);
+    if (n != 0)
+        h.flags = htole16(UDP_FLAG_ACK_ONLY | UDP_FLAG_SACK);
+    h.len = htole32((uint32_t)n);
     memcpy(buf, &h, sizeof(h));
-    h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
+    h.csum = htole32(util_crc32c(0, buf, sizeof(h) + n));
     memcpy(buf, &h, sizeof(h));
-    udp_datagram_send(ui, &ep->sa, buf, sizeof(buf));
+    udp_datagram_send(ui, &ep->sa, buf, sizeof(h) + n);
+}
+
+/* Marks what the receiver holds, then resends the holes below the highest
+ * segment it holds that have not been sent for a while. */
+void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len)
+{
+    udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
+    uint64_t now = udp_now_us();
+    udp_sack_t s;
+    uint32_t top = tx->una, sent = 0;
+
+    if (len < offsetof(udp_sack_t, bits) || len > sizeof(s))
+        return;
+    memcpy(&s, p, len);
+    s.base = le32toh(s.base);
+    s.nbits = le32toh(s.nbits);
+    if (s.nbits > UDP_SACK_BITS || len < offsetof(udp_sack_t, bits) + (s.nbits + 7) / 8)
+        return;
+    for (uint32_t i = 0; i < s.nbits; i++) {
+        uint32_t seq = s.base + 1 + i;
+        if (!(s.bits[i / 8] & (1u << (i % 8))) || seq_before(seq, tx->una) || !seq_before(seq, tx->next_seq))
+            continue;
+        tx->win[seq % ui->window]->sacked = 1;
+        top = seq;
+    }
+    for (uint32_t seq = tx->una; seq_before(seq, top) && sent < UDP_SACK_BURST; seq++) {
+        udp_seg_t *seg = tx->win[seq % ui->window];
+        if (seg->sacked || now - seg->sent_us < UDP_SACK_RETX_US)
+            continue;
+        udp_seg_retransmit(ui, ep, seg);
+        sent++;
+    }
 }
 
 /* Sends the ACKs that fell due (delayed ACK) or must go now. */
@@ -242,6 +318,8 @@ static void ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const u
     udp_seg_t **slot = &rx->ooo[h->seq % ui->window];
     udp_seg_t *seg;
 
+    if (seq_before(rx->highest, h->seq))
+        rx->highest = h->seq;
     if (*slot != NULL)
         return; /* a duplicate of one already kept */
     seg = malloc(sizeof(*seg) + sizeof(*h) + h->len);
@@ -252,6 +330,7 @@ static void ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const u
     memcpy(seg->buf, h, sizeof(*h));
     memcpy(seg->buf + sizeof(*h), p, h->len);
     *slot = seg;
+    rx->n_ooo++;
 }
 
 static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
@@ -261,6 +340,7 @@ static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
     while (*(slot = &rx->ooo[rx->expected % ui->window]) != NULL && (*slot)->seq == rx->expected) {
         udp_seg_t *seg = *slot;
         *slot = NULL;
+        rx->n_ooo--;
         rx->expected++;
         deliver(ui, ep, (const udp_hdr_t *)seg->buf, seg->buf + sizeof(udp_hdr_t));
         free(seg);

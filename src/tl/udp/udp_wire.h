@@ -27,7 +27,8 @@ enum udp_flag {
     UDP_FLAG_LAST = 1u << 2,      /* last segment of a packet */
     UDP_FLAG_GET_REQ = 1u << 3,   /* payload is a udp_get_req_t */
     UDP_FLAG_GET_DATA = 1u << 4,  /* payload is read data for op frag_id */
-    UDP_FLAG_MASK = 0x1f
+    UDP_FLAG_SACK = 1u << 5,      /* ACK_ONLY with a udp_sack_t payload */
+    UDP_FLAG_MASK = 0x3f
 };
 
 typedef struct udp_hdr {
@@ -50,6 +51,17 @@ static_assert(sizeof(udp_hdr_t) == 64, "udp header is 64 bytes");
 static_assert(offsetof(udp_hdr_t, job_key) == 8, "udp header layout");
 static_assert(offsetof(udp_hdr_t, seq) == 32, "udp header layout");
 static_assert(offsetof(udp_hdr_t, offset) == 48, "udp header layout");
+
+/* Selective ACK of the data channel: which segments after the cumulative
+ * ACK have arrived, so the sender repairs every hole, not only the first. */
+#define UDP_SACK_BITS 1024
+typedef struct udp_sack {
+    uint32_t base;        /* bit i stands for segment base + 1 + i */
+    uint32_t nbits;       /* bits that follow, at most UDP_SACK_BITS */
+    uint8_t bits[UDP_SACK_BITS / 8];
+} udp_sack_t;
+
+static_assert(sizeof(udp_sack_t) == 8 + UDP_SACK_BITS / 8, "sack layout");
 
 /* A receiver-driven read (seed 001's PUT emulation turned into a GET). */
 typedef struct udp_get_req {

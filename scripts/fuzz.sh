@@ -1,12 +1,20 @@
 #!/bin/sh
 # Builds the libFuzzer targets with clang and runs each for a bounded time
-# (default 60 s) on a scratch copy of the seed corpus.
+# (default 60 s each) on a scratch copy of the seed corpus.
 set -eu
 cd "$(dirname "$0")/.."
 secs="${1:-60}"
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j "$(nproc)" --target fuzz_wire
+cmake --build --preset fuzz -j "$(nproc)" --target fuzz_wire fuzz_udp
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-cp tests/fuzz/corpus/* "$work/"
-build/fuzz/tests/fuzz_wire -max_total_time="$secs" -max_len=1024 -rss_limit_mb=2048 "$work"
+for t in wire udp; do mkdir -p "$work/$t"; cp tests/fuzz/corpus_$t/* "$work/$t/"; done
+for t in wire udp; do
+    echo "fuzz_$t: $secs s"
+    if ! build/fuzz/tests/fuzz_$t -max_total_time="$secs" -max_len=2048 -rss_limit_mb=2048 \
+        "$work/$t" >"$work/$t.log" 2>&1; then
+        tail -n 40 "$work/$t.log"
+        exit 1
+    fi
+    grep -E "DONE" "$work/$t.log" || true
+done

@@ -8,13 +8,17 @@
  *   TMX_SIZE   the number of processes in the job, decimal, >= 1
  *   TMX_JOBID  16 hex digits, random per job
  *   TMX_KVS    the address of tmxrun's key-value service
+ *   TMX_HOST   with tmxrun --hosts: the name of the host the rank was
+ *              started on (boot_env() does not read it)
  *
  * Addresses of the key-value service:
  *
  *   unix:@NAME   Unix stream socket in the abstract namespace (what tmxrun
  *                uses: nothing is ever left in the filesystem)
  *   unix:PATH    Unix stream socket bound to a filesystem path
- *   tcp:HOST:PORT  reserved for multi-host jobs; not supported yet
+ *   tcp:HOST:PORT  TCP over IPv4 (what tmxrun --hosts uses); HOST is a
+ *                dotted quad or a name resolved with getaddrinfo, PORT
+ *                1..65535. Both ends set TCP_NODELAY.
  *
  * Protocol: text, one request per line, one reply line per request, in
  * order. Keys and values are tokens of 1..BOOT_KVS_TOKEN_MAX printable
@@ -45,6 +49,7 @@
 #define BOOT_KVS_TOKEN_MAX 4096 /* longest key or value, in bytes */
 #define BOOT_ADDR_MAX 256       /* longest TMX_KVS address, with its NUL */
 #define BOOT_JOBID_DIGITS 16    /* hex digits in TMX_JOBID */
+#define BOOT_TCP_CONNECT_MS 5000 /* how long a tcp: connect keeps trying */
 
 /* Longest request line, newline included: "PUT " key " " value "\n". */
 #define BOOT_KVS_LINE_MAX (4 + BOOT_KVS_TOKEN_MAX + 1 + BOOT_KVS_TOKEN_MAX + 1)
@@ -68,10 +73,11 @@ typedef struct boot_addr {
     socklen_t len;
 } boot_addr_t;
 
-/* Parses an address string (see the top of this file). Returns
- * TMX_ERR_INVALID for a malformed one, TMX_ERR_UNSUPPORTED for "tcp:".
- * Errors are logged. The server and the clients both use this, so that an
- * abstract name means the same bytes on both sides. */
+/* Parses an address string (see the top of this file), resolving a tcp:
+ * host name (which may block). Returns TMX_ERR_INVALID for a malformed
+ * address, TMX_ERR_NOT_FOUND for a name that does not resolve. Errors are
+ * logged. The server and the clients both use this, so that an abstract
+ * name means the same bytes on both sides. */
 tmx_status_t boot_addr_parse(const char *addr, boot_addr_t *out);
 
 /* True when tok[0..len) is a valid key or value: 1..BOOT_KVS_TOKEN_MAX
@@ -83,7 +89,11 @@ int boot_kvs_token_ok(const char *tok, size_t len);
 typedef struct boot_kvs boot_kvs_t;
 
 /* Connects to the key-value service at addr. Blocks for the connection
- * only. *out is set on success; on failure nothing is left open. */
+ * only: a unix: address is tried once (the server listens before any rank
+ * starts); a tcp: one is tried again for up to BOOT_TCP_CONNECT_MS, since
+ * the network of another host or namespace may come up late. TMX_ERR_IO
+ * when it cannot connect. *out is set on success; on failure nothing is
+ * left open. */
 tmx_status_t boot_kvs_connect(const char *addr, boot_kvs_t **out);
 
 /* Stores value under key; returns once the server has stored it. */

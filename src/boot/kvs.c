@@ -2,12 +2,18 @@
  * sets, and the hex encoding of the blobs exchanged through it. */
 #include "boot/boot.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/log.h"
@@ -48,6 +54,67 @@ static tmx_status_t addr_unix(const char *name, boot_addr_t *out)
     return TMX_OK;
 }
 
+static int tcp_port(const char *s, uint16_t *port)
+{
+    unsigned v = 0;
+    size_t i;
+
+    for (i = 0; s[i] >= '0' && s[i] <= '9' && v <= 65535; i++)
+        v = v * 10 + (unsigned)(s[i] - '0');
+    if (i == 0 || s[i] != '\0' || v == 0 || v > 65535)
+        return -1;
+    *port = (uint16_t)v;
+    return 0;
+}
+
+/* A dotted quad as it is; a name through getaddrinfo (IPv4 only: tmxrun
+ * listens on IPv4). */
+static tmx_status_t tcp_host(const char *addr, const char *host, struct in_addr *out)
+{
+    const struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res;
+    int rc;
+
+    if (inet_pton(AF_INET, host, out) == 1)
+        return TMX_OK;
+    rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0) {
+        util_error("kvs address '%s': cannot resolve '%s': %s", addr, host,
+                   rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+        return TMX_ERR_NOT_FOUND;
+    }
+    *out = ((const struct sockaddr_in *)res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+    return TMX_OK;
+}
+
+/* "HOST:PORT": the host is everything before the last colon. */
+static tmx_status_t addr_tcp(const char *addr, const char *hostport, boot_addr_t *out)
+{
+    const char *colon = strrchr(hostport, ':');
+    struct sockaddr_in in = {.sin_family = AF_INET};
+    char host[BOOT_ADDR_MAX];
+    uint16_t port;
+    tmx_status_t st;
+
+    if (colon == NULL || colon == hostport || (size_t)(colon - hostport) >= sizeof(host) ||
+        tcp_port(colon + 1, &port) != 0) {
+        util_error("kvs address '%s': expected tcp:HOST:PORT, HOST an IPv4 address or a name, "
+                   "PORT in 1..65535", addr);
+        return TMX_ERR_INVALID;
+    }
+    memcpy(host, hostport, (size_t)(colon - hostport));
+    host[colon - hostport] = '\0';
+    st = tcp_host(addr, host, &in.sin_addr);
+    if (st != TMX_OK)
+        return st;
+    in.sin_port = htons(port);
+    memset(out, 0, sizeof(*out));
+    memcpy(&out->sa, &in, sizeof(in));
+    out->len = sizeof(in);
+    return TMX_OK;
+}
+
 tmx_status_t boot_addr_parse(const char *addr, boot_addr_t *out)
 {
     if (addr == NULL || out == NULL) {
@@ -56,10 +123,8 @@ tmx_status_t boot_addr_parse(const char *addr, boot_addr_t *out)
     }
     if (strncmp(addr, "unix:", 5) == 0)
         return addr_unix(addr + 5, out);
-    if (strncmp(addr, "tcp:", 4) == 0) {
-        util_error("kvs address '%s': tcp is not supported yet", addr);
-        return TMX_ERR_UNSUPPORTED;
-    }
+    if (strncmp(addr, "tcp:", 4) == 0)
+        return addr_tcp(addr, addr + 4, out);
     util_error("kvs address '%s': expected unix:@NAME, unix:PATH or tcp:HOST:PORT", addr);
     return TMX_ERR_INVALID;
 }
@@ -76,6 +141,102 @@ int boot_kvs_token_ok(const char *tok, size_t len)
 }
 
 /* ------------------------------------------------------------ connection */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The server listens before any rank starts: a refusal is final. */
+static int connect_unix(const boot_addr_t *a, const char *addr)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    if (fd < 0) {
+        util_error("kvs socket: %s", strerror(errno));
+        return -1;
+    }
+    /* After EINTR the connection may complete anyway: EISCONN is success. */
+    while (connect(fd, (const struct sockaddr *)&a->sa, a->len) != 0 && errno != EISCONN) {
+        if (errno != EINTR) {
+            util_error("kvs connect to %s: %s", addr, strerror(errno));
+            close(fd);
+            return -1;
+        }
+    }
+    return fd;
+}
+
+/* Waits for a non-blocking connect to finish; returns its errno value. */
+static int tcp_wait(int fd, int64_t deadline)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+    socklen_t len = sizeof(int);
+    int64_t left;
+    int err, rc;
+
+    do {
+        left = deadline - mono_ms();
+        rc = poll(&pfd, 1, left > 0 ? (int)left : 0);
+    } while (rc < 0 && errno == EINTR);
+    if (rc < 0)
+        return errno;
+    if (rc == 0)
+        return ETIMEDOUT;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        return errno;
+    return err;
+}
+
+/* One attempt, given until deadline (monotonic ms), so that a host that
+ * drops the SYNs cannot hold it for minutes. Returns the connected socket,
+ * blocking again, or -1 with errno set. */
+static int tcp_try(const boot_addr_t *a, int64_t deadline)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int err, one = 1;
+
+    if (fd < 0)
+        return -1;
+    err = connect(fd, (const struct sockaddr *)&a->sa, a->len) == 0 ? 0 : errno;
+    if (err == EINPROGRESS || err == EINTR)
+        err = tcp_wait(fd, deadline);
+    if (err == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        err = errno;
+    if (err != 0) {
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* small, awaited lines */
+    return fd;
+}
+
+/* Tries again until BOOT_TCP_CONNECT_MS have passed: on another host, or in
+ * a network namespace, the route to the server may come up after the rank
+ * has started. */
+static int connect_tcp(const boot_addr_t *a, const char *addr)
+{
+    int64_t deadline = mono_ms() + BOOT_TCP_CONNECT_MS;
+    int pause_ms = 10, fd;
+
+    while ((fd = tcp_try(a, deadline)) < 0) {
+        int64_t left = deadline - mono_ms();
+
+        if (left <= 0) {
+            util_error("kvs connect to %s: %s (still, after trying for %d ms)", addr,
+                       strerror(errno), BOOT_TCP_CONNECT_MS);
+            return -1;
+        }
+        util_debug("kvs connect to %s: %s; trying again", addr, strerror(errno));
+        poll(NULL, 0, (int)(left < pause_ms ? left : pause_ms));
+        pause_ms = pause_ms < 200 ? 2 * pause_ms : 200;
+    }
+    return fd;
+}
 
 tmx_status_t boot_kvs_connect(const char *addr, boot_kvs_t **out)
 {
@@ -95,26 +256,13 @@ tmx_status_t boot_kvs_connect(const char *addr, boot_kvs_t **out)
         util_error("kvs connect: out of memory");
         return TMX_ERR_NOMEM;
     }
-    kvs->fd = socket(a.sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    kvs->fd = a.sa.ss_family == AF_INET ? connect_tcp(&a, addr) : connect_unix(&a, addr);
     if (kvs->fd < 0) {
-        util_error("kvs socket: %s", strerror(errno));
-        goto err_free_kvs;
-    }
-    /* After EINTR the connection may complete anyway: EISCONN is success. */
-    while (connect(kvs->fd, (struct sockaddr *)&a.sa, a.len) != 0 && errno != EISCONN) {
-        if (errno != EINTR) {
-            util_error("kvs connect to %s: %s", addr, strerror(errno));
-            goto err_close_socket;
-        }
+        free(kvs);
+        return TMX_ERR_IO;
     }
     *out = kvs;
     return TMX_OK;
-
-err_close_socket:
-    close(kvs->fd);
-err_free_kvs:
-    free(kvs);
-    return TMX_ERR_IO;
 }
 
 tmx_status_t boot_kvs_close(boot_kvs_t *kvs)

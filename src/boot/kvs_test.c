@@ -1,5 +1,8 @@
 /* boot_env parsing, the hex helpers, address parsing, and the key-value
- * client against a scripted server on an abstract socket. */
+ * client against a scripted server on an abstract socket and on TCP. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +12,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -237,11 +242,46 @@ static void test_addr_parse(void **state)
     assert_int_equal(boot_addr_parse("unix:/tmp/s", &a), TMX_OK);
     assert_int_equal(a.len, offsetof(struct sockaddr_un, sun_path) + strlen("/tmp/s") + 1);
     assert_string_equal(un->sun_path, "/tmp/s");
-    assert_int_equal(boot_addr_parse("tcp:host:1", &a), TMX_ERR_UNSUPPORTED);
     assert_int_equal(boot_addr_parse("unix:", &a), TMX_ERR_INVALID);
     assert_int_equal(boot_addr_parse("unix:@", &a), TMX_ERR_INVALID);
     assert_int_equal(boot_addr_parse("http://x", &a), TMX_ERR_INVALID);
     assert_int_equal(boot_addr_parse(NULL, &a), TMX_ERR_INVALID);
+}
+
+static void expect_tcp(const char *addr, const char *ip, unsigned port)
+{
+    boot_addr_t a;
+    const struct sockaddr_in *in = (const struct sockaddr_in *)&a.sa;
+    char shown[INET_ADDRSTRLEN];
+
+    assert_int_equal(boot_addr_parse(addr, &a), TMX_OK);
+    assert_int_equal(a.sa.ss_family, AF_INET);
+    assert_int_equal(a.len, sizeof(struct sockaddr_in));
+    assert_int_equal(ntohs(in->sin_port), port);
+    assert_non_null(inet_ntop(AF_INET, &in->sin_addr, shown, sizeof(shown)));
+    assert_string_equal(shown, ip);
+}
+
+static void test_addr_tcp(void **state)
+{
+    static const char *const bad[] = {
+        "tcp:", "tcp:host", "tcp::4000", "tcp:1.2.3.4:", "tcp:1.2.3.4:0", "tcp:1.2.3.4:65536",
+        "tcp:1.2.3.4:99999999999", "tcp:1.2.3.4:+80", "tcp:1.2.3.4:-1", "tcp:1.2.3.4:80x",
+        "tcp:1.2.3.4: 80", "tcp:1.2.3.4:0x50",
+    };
+    boot_addr_t a;
+
+    expect_tcp("tcp:10.1.2.3:4000", "10.1.2.3", 4000);
+    expect_tcp("tcp:0.0.0.0:1", "0.0.0.0", 1);
+    expect_tcp("tcp:255.255.255.255:65535", "255.255.255.255", 65535);
+    expect_tcp("tcp:localhost:80", "127.0.0.1", 80); /* a name, through getaddrinfo */
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memset(&a, 0x5a, sizeof(a));
+        assert_int_equal(boot_addr_parse(bad[i], &a), TMX_ERR_INVALID);
+        assert_int_equal(((unsigned char *)&a)[0], 0x5a); /* untouched */
+    }
+    /* (No check of a name that does not resolve: it would ask DNS, which
+     * may be slow or missing where tests run.) */
 }
 
 static void test_addr_too_long(void **state)
@@ -287,6 +327,15 @@ typedef struct fake {
     char addr[64];
 } fake_t;
 
+static fake_t *fake_connect(fake_t *f)
+{
+    assert_int_equal(listen(f->listen_fd, 4), 0);
+    assert_int_equal(boot_kvs_connect(f->addr, &f->kvs), TMX_OK);
+    f->fd = accept(f->listen_fd, NULL, NULL);
+    assert_true(f->fd >= 0);
+    return f;
+}
+
 static int fake_setup(void **state)
 {
     fake_t *f = calloc(1, sizeof(*f));
@@ -298,12 +347,46 @@ static int fake_setup(void **state)
     f->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(f->listen_fd >= 0);
     assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&a.sa, a.len), 0);
-    assert_int_equal(listen(f->listen_fd, 4), 0);
-    assert_int_equal(boot_kvs_connect(f->addr, &f->kvs), TMX_OK);
-    f->fd = accept(f->listen_fd, NULL, NULL);
-    assert_true(f->fd >= 0);
-    *state = f;
+    *state = fake_connect(f);
     return 0;
+}
+
+/* A TCP socket bound to 127.0.0.1 at a port the kernel picks, not listening
+ * yet (a connection to it is refused); its port in *port. */
+static int tcp_bound(unsigned *port)
+{
+    struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(in);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&in, sizeof(in)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&in, &len), 0);
+    *port = ntohs(in.sin_port);
+    return fd;
+}
+
+/* host: "127.0.0.1" or "localhost". */
+static int fake_setup_tcp_host(void **state, const char *host)
+{
+    fake_t *f = calloc(1, sizeof(*f));
+    unsigned port;
+
+    assert_non_null(f);
+    f->listen_fd = tcp_bound(&port);
+    snprintf(f->addr, sizeof(f->addr), "tcp:%s:%u", host, port);
+    *state = fake_connect(f);
+    return 0;
+}
+
+static int fake_setup_tcp(void **state)
+{
+    return fake_setup_tcp_host(state, "127.0.0.1");
+}
+
+static int fake_setup_tcp_name(void **state)
+{
+    return fake_setup_tcp_host(state, "localhost");
 }
 
 static int fake_teardown(void **state)
@@ -455,11 +538,61 @@ static void test_client_connect_errors(void **state)
 
     snprintf(addr, sizeof(addr), "unix:@tmx-kvs-test-nobody-%d", (int)getpid());
     assert_int_equal(boot_kvs_connect(addr, &kvs), TMX_ERR_IO);
-    assert_int_equal(boot_kvs_connect("tcp:localhost:1", &kvs), TMX_ERR_UNSUPPORTED);
+    assert_int_equal(boot_kvs_connect("tcp:localhost", &kvs), TMX_ERR_INVALID);
     assert_int_equal(boot_kvs_connect("nonsense", &kvs), TMX_ERR_INVALID);
     assert_int_equal(boot_kvs_connect(NULL, &kvs), TMX_ERR_INVALID);
     assert_true(kvs == (boot_kvs_t *)(uintptr_t)1); /* untouched */
     assert_int_equal(boot_kvs_connect(addr, NULL), TMX_ERR_INVALID);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The server starts listening 300 ms after the client first tries. */
+static void test_client_tcp_retries(void **state)
+{
+    boot_kvs_t *kvs = NULL;
+    char addr[64];
+    unsigned port;
+    int fd = tcp_bound(&port), status;
+    int64_t t0 = mono_ms();
+    pid_t pid = fork();
+
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        usleep(300 * 1000);
+        _exit(listen(fd, 4) == 0 ? 0 : 1); /* the socket is shared: it stays listening */
+    }
+    snprintf(addr, sizeof(addr), "tcp:127.0.0.1:%u", port);
+    assert_int_equal(boot_kvs_connect(addr, &kvs), TMX_OK);
+    assert_true(mono_ms() - t0 >= 250);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(status, 0);
+    boot_kvs_close(kvs);
+    close(fd);
+}
+
+/* Refused all along: gives up after BOOT_TCP_CONNECT_MS, not sooner. */
+static void test_client_tcp_gives_up(void **state)
+{
+    boot_kvs_t *kvs = (boot_kvs_t *)(uintptr_t)1;
+    char addr[64];
+    unsigned port;
+    int fd = tcp_bound(&port);
+    int64_t t0 = mono_ms(), took;
+
+    snprintf(addr, sizeof(addr), "tcp:127.0.0.1:%u", port);
+    assert_int_equal(boot_kvs_connect(addr, &kvs), TMX_ERR_IO);
+    took = mono_ms() - t0;
+    assert_true(took >= BOOT_TCP_CONNECT_MS - 50);
+    assert_true(took < BOOT_TCP_CONNECT_MS + 2000);
+    assert_true(kvs == (boot_kvs_t *)(uintptr_t)1);
+    close(fd);
 }
 
 int main(void)
@@ -478,6 +611,7 @@ int main(void)
         cmocka_unit_test(test_hex_decode_bad),
         cmocka_unit_test(test_hex_null),
         cmocka_unit_test(test_addr_parse),
+        cmocka_unit_test(test_addr_tcp),
         cmocka_unit_test(test_addr_too_long),
         cmocka_unit_test(test_token_ok),
         cmocka_unit_test_setup_teardown(test_client_put_get_fence, fake_setup, fake_teardown),
@@ -488,6 +622,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_client_server_gone, fake_setup, fake_teardown),
         cmocka_unit_test_setup_teardown(test_client_bad_args, fake_setup, fake_teardown),
         cmocka_unit_test(test_client_connect_errors),
+        cmocka_unit_test_setup_teardown(test_client_put_get_fence, fake_setup_tcp, fake_teardown),
+        cmocka_unit_test_setup_teardown(test_client_put_get_fence, fake_setup_tcp_name,
+                                        fake_teardown),
+        cmocka_unit_test_setup_teardown(test_client_server_gone, fake_setup_tcp, fake_teardown),
+        cmocka_unit_test(test_client_tcp_retries),
+        cmocka_unit_test(test_client_tcp_gives_up),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

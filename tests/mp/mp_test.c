@@ -331,16 +331,26 @@ static void mp_probe_until(tmx_peer_t src, uint64_t tag, uint64_t ignore, tmx_co
 
 #define PP_TAG UINT64_C(0x5050000000000000)
 
+/* MP_MAX_BYTES caps the sizes, for lossy links where 64 MiB takes long. */
+static size_t pp_max(void)
+{
+    const char *v = getenv("MP_MAX_BYTES");
+
+    return v != NULL && atol(v) > 0 ? (size_t)atol(v) : 64 * MP_MIB;
+}
+
 static size_t pp_sizes(size_t *out)
 {
     static const size_t fixed[] = {0, 1, MP_EAGER - 1, MP_EAGER, MP_EAGER + 1, MP_CELL - 1,
                                    MP_CELL, MP_CELL + 1, 12345, 65537, MP_MIB - 1,
                                    3 * MP_MIB + 7};
-    size_t n = 0;
+    size_t n = 0, max = pp_max();
 
-    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
-        out[n++] = fixed[i];
-    for (size_t s = 2; s <= 64 * MP_MIB; s *= 2)
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
+        if (fixed[i] <= max)
+            out[n++] = fixed[i];
+    }
+    for (size_t s = 2; s <= 64 * MP_MIB && s <= max; s *= 2)
         out[n++] = s;
     return n;
 }

@@ -25,8 +25,8 @@
 
 #define UDP_SOCKBUF (8 << 20)
 #define UDP_EAGER_LIMIT (32 * 1024)
-#define UDP_KEEPALIVE_US 500000
 #define UDP_LINGER_US 1000000
+#define UDP_MAX_EPS 65536       /* peers, a bound on state made by strangers */
 
 uint64_t udp_now_us(void)
 {
@@ -179,6 +179,7 @@ static void ep_free(udp_iface_t *ui, udp_ep_t *ep)
     if (ep->ack_queued)
         util_dlist_unlink(&ep->ack_link);
     util_dlist_unlink(&ep->link);
+    ui->n_eps--;
     free(ep);
 }
 
@@ -263,9 +264,10 @@ udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid)
     return NULL;
 }
 
+
 /* Per-peer state is made on first contact either way (seed 002), and is
- * small until traffic flows: the windows are allocated here but their
- * slots only fill with segments in flight. */
+ * small while the peer is idle: the windows are allocated when the first
+ * segment is sent, or arrives early. */
 static udp_ep_t *ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa)
 {
     udp_ep_t *ep = calloc(1, sizeof(*ep));
@@ -278,16 +280,10 @@ static udp_ep_t *ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in
     ep->sa = *sa;
     ep->last_rx_us = udp_now_us();
     util_dlist_init(&ep->ack_link);
-    for (int ch = 0; ch < UDP_N_CH; ch++) {
+    for (int ch = 0; ch < UDP_N_CH; ch++)
         udp_tx_init(ui, ep, ch);
-        ep->rx[ch].ooo = calloc(ui->window, sizeof(*ep->rx[ch].ooo));
-        if (ep->tx[ch].win == NULL || ep->rx[ch].ooo == NULL) {
-            util_dlist_init(&ep->link);
-            ep_free(ui, ep);
-            return NULL;
-        }
-    }
     util_dlist_push_tail(&ui->eps, &ep->link);
+    ui->n_eps++;
     return ep;
 }
 
@@ -410,6 +406,8 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags
 
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
+    if (ep->tx[ch].win == NULL && (ep->tx[ch].win = calloc(ui->window, sizeof(udp_seg_t *))) == NULL)
+        return TMX_ERR_AGAIN;
     if (nseg > udp_tx_room(ui, &ep->tx[ch]))
         return TMX_ERR_AGAIN;
     for (size_t i = 0; i < nseg; i++) {
@@ -486,7 +484,7 @@ static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_
     return 0;
 }
 
-static void dgram_handle(udp_iface_t *ui, unsigned char *buf, size_t len, const struct sockaddr_in *from)
+void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const struct sockaddr_in *from)
 {
     udp_hdr_t h;
     udp_ep_t *ep;
@@ -494,8 +492,8 @@ static void dgram_handle(udp_iface_t *ui, unsigned char *buf, size_t len, const 
     if (dgram_parse(ui, buf, len, &h) != 0)
         return;
     ep = udp_ep_find(ui, h.src_id);
-    if (ep == NULL && (ep = ep_new(ui, h.src_id, from)) == NULL) {
-        dgram_drop(ui, "out of memory for a new peer", len);
+    if (ep == NULL && (ui->n_eps >= UDP_MAX_EPS || (ep = ep_new(ui, h.src_id, from)) == NULL)) {
+        dgram_drop(ui, "no room for a new peer", len);
         return;
     }
     if (ep->failed) {
@@ -529,7 +527,7 @@ static int recv_batch(udp_iface_t *ui)
         return 0;
     }
     for (int i = 0; i < n; i++)
-        dgram_handle(ui, iov[i].iov_base, msgs[i].msg_len, &from[i]);
+        udp_dgram_input(ui, iov[i].iov_base, msgs[i].msg_len, &from[i]);
     return n;
 }
 
@@ -583,7 +581,7 @@ static void udp_check_peers(tl_iface_t *iface)
     util_dlist_foreach(pos, &ui->eps) {
         udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
         udp_tx_t *tx = &ep->tx[UDP_CH_PRIO];
-        if (ep->failed || !ep->connected || now - ep->last_rx_us < UDP_KEEPALIVE_US ||
+        if (ep->failed || !ep->connected || now - ep->last_rx_us < ui->peer_timeout_us / 4 ||
             tx->una != tx->next_seq)
             continue;
         udp_send_segs(ui, ep, UDP_CH_PRIO, 0, 0, 0, 0, NULL, 0, 0);

@@ -22,7 +22,7 @@ typedef struct udp_seg {
     uint32_t seq;
     uint32_t len;                /* datagram bytes */
     uint32_t sacked;             /* the receiver holds it (selective ACK) */
-    unsigned char buf[];
+    _Alignas(8) unsigned char buf[]; /* a udp_hdr_t is read in place */
 } udp_seg_t;
 
 typedef struct udp_tx {
@@ -86,6 +86,7 @@ typedef struct udp_iface {
     uint64_t rto_us;
     uint64_t peer_timeout_us;
     util_dlist_t eps;
+    uint32_t n_eps;
     util_dlist_t acks;           /* endpoints owing an ACK */
     util_dlist_t gets;           /* reads we wait for */
     util_dlist_t serves;         /* reads we answer */
@@ -93,11 +94,14 @@ typedef struct udp_iface {
     util_wheel_t wheel;
     udp_faults_t faults;
     unsigned char *rbufs;        /* UDP_RECV_BATCH receive buffers */
+    uint64_t ooo_bytes;          /* payload held in early segments */
     uint64_t dropped;            /* datagrams that did not parse or belong */
     uint64_t retransmits;
 } udp_iface_t;
 
 /* udp.c */
+/* Handles one received datagram; everything in it is checked first. */
+void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const struct sockaddr_in *from);
 udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
 /* Sends len bytes gathered from iov as segments of channel ch; aux goes
  * into the header's reserved word (a read's status). All or nothing:

@@ -18,6 +18,7 @@
 #define UDP_RTO_MAX_US 1000000
 #define UDP_SACK_RETX_US 500     /* a hole older than this is resent on SACK */
 #define UDP_SACK_BURST 256       /* segments resent per SACK, at most */
+#define UDP_OOO_MAX_BYTES (256u << 20) /* early segments held, all peers */
 
 void udp_seg_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg);
 
@@ -34,7 +35,7 @@ void udp_tx_init(udp_iface_t *ui, udp_ep_t *ep, int ch)
 {
     udp_tx_t *tx = &ep->tx[ch];
 
-    tx->win = calloc(ui->window, sizeof(*tx->win));
+    tx->win = NULL; /* allocated by the first send */
     tx->rto_us = ui->rto_us;
     tx->ui = ui;
     tx->ep = ep;
@@ -315,11 +316,16 @@ static void deliver(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const uns
 /* A segment kept for later is the whole datagram: header, then payload. */
 static void ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const unsigned char *p)
 {
-    udp_seg_t **slot = &rx->ooo[h->seq % ui->window];
+    udp_seg_t **slot;
     udp_seg_t *seg;
 
     if (seq_before(rx->highest, h->seq))
         rx->highest = h->seq;
+    if (ui->ooo_bytes + h->len > UDP_OOO_MAX_BYTES)
+        return; /* dropped: the sender will retransmit */
+    if (rx->ooo == NULL && (rx->ooo = calloc(ui->window, sizeof(*rx->ooo))) == NULL)
+        return;
+    slot = &rx->ooo[h->seq % ui->window];
     if (*slot != NULL)
         return; /* a duplicate of one already kept */
     seg = malloc(sizeof(*seg) + sizeof(*h) + h->len);
@@ -331,16 +337,20 @@ static void ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const u
     memcpy(seg->buf + sizeof(*h), p, h->len);
     *slot = seg;
     rx->n_ooo++;
+    ui->ooo_bytes += h->len;
 }
 
 static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
 {
     udp_seg_t **slot;
 
+    if (rx->n_ooo == 0)
+        return;
     while (*(slot = &rx->ooo[rx->expected % ui->window]) != NULL && (*slot)->seq == rx->expected) {
         udp_seg_t *seg = *slot;
         *slot = NULL;
         rx->n_ooo--;
+        ui->ooo_bytes -= seg->len - sizeof(udp_hdr_t);
         rx->expected++;
         deliver(ui, ep, (const udp_hdr_t *)seg->buf, seg->buf + sizeof(udp_hdr_t));
         free(seg);

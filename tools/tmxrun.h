@@ -1,0 +1,203 @@
+/*
+ * tmxrun: what its files share.
+ *
+ *   tmxrun.c        options, set-up and tear-down, the poll() loop, and the
+ *                   job's fate (signals, reaping, timeout)
+ *   tmxrun_io.c     forwarding the ranks' stdout and stderr, line by line
+ *   tmxrun_kvs.c    the key-value service (protocol in src/boot/boot.h)
+ *   tmxrun_spawn.c  starting the ranks: fork/exec here, or through an agent
+ *                   command on other hosts
+ *
+ * One process, one thread: nothing here locks.
+ */
+#ifndef TMX_TMXRUN_H
+#define TMX_TMXRUN_H
+
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "boot/boot.h"
+
+#define RUN_MAX_RANKS 4096
+#define RUN_KILL_GRACE_MS 2000          /* from SIGTERM to SIGKILL */
+#define RUN_LINE_MAX 65536              /* longer lines are forwarded in pieces */
+#define RUN_CONNS_PER_RANK 4            /* service connections allowed, per rank */
+#define RUN_OUT_HIGH 65536              /* a client's unread replies that pause its requests */
+#define RUN_STORE_MAX ((size_t)256 << 20) /* bytes of keys and values held at most */
+#define RUN_PEER_MAX 64                 /* "pid N" or "IP:PORT" of a client, for log lines */
+
+#define RUN_EXIT_USAGE 2
+#define RUN_EXIT_TIMEOUT 124
+#define RUN_EXIT_INTERNAL 125           /* tmxrun itself failed, as timeout(1) */
+
+typedef struct run_opts {
+    int nranks;
+    double timeout_s;   /* 0: no timeout */
+    int tag_output;
+    char **argv;        /* program and its arguments, NULL-terminated */
+    char **hosts;       /* --hosts, split at commas; NULL: every rank here */
+    char *hosts_buf;    /* the names hosts[] points into */
+    int nhosts;
+    const char *agent;  /* --agent: the command that starts a rank on {host} */
+    const char *kvs_ip; /* --kvs-addr: IPv4 address to bind and advertise */
+} run_opts_t;
+
+/* One forwarded output stream (stdout or stderr) of one rank. */
+typedef struct run_stream {
+    int fd;             /* read end of the rank's pipe; -1 once closed */
+    int out_fd;         /* where it goes: 1 or 2 */
+    int rank;
+    int midline;        /* the last piece written did not end a line */
+    char *part;         /* the unfinished line so far */
+    size_t part_len;
+    size_t part_cap;
+} run_stream_t;
+
+typedef struct run_rank {
+    pid_t pid;          /* also its process group; 0 if never started */
+    int exited;
+    run_stream_t out;
+    run_stream_t err;
+} run_rank_t;
+
+typedef enum run_conn_state {
+    CONN_READY,         /* handling requests as they come */
+    CONN_WAIT_GET,      /* a GET waits for its key to be PUT */
+    CONN_WAIT_FENCE     /* a FENCE waits for the other ranks */
+} run_conn_state_t;
+
+/* One client connection to the key-value service. */
+typedef struct run_conn {
+    int fd;
+    char peer[RUN_PEER_MAX]; /* who the client is, for log lines */
+    run_conn_state_t state;
+    int eof;            /* the client closed its side */
+    int dead;           /* to be freed at the end of this loop pass */
+    int skipping;       /* dropping an over-long request up to its newline */
+    char *wait_key;     /* the key a deferred GET waits for */
+    char *out;          /* replies not yet sent */
+    size_t out_len;
+    size_t out_cap;
+    size_t in_len;
+    char in[BOOT_KVS_LINE_MAX];
+} run_conn_t;
+
+typedef struct run_kv {
+    struct run_kv *next;
+    char *value;
+    char key[];
+} run_kv_t;
+
+typedef enum run_poll_kind { POLL_SIGNAL, POLL_LISTEN, POLL_STREAM, POLL_CONN } run_poll_kind_t;
+
+typedef struct run_poll_tag {
+    run_poll_kind_t kind;
+    void *obj;
+} run_poll_tag_t;
+
+typedef struct run_job {
+    run_opts_t opts;
+    run_rank_t *ranks;
+    int started;            /* ranks forked */
+    int live;               /* ranks forked and not reaped */
+    int first_gone;         /* first rank to exit, -1 while none has */
+    int exit_code;          /* the first failure's status, 0 while none */
+    int signals;            /* stop signals received */
+    char fail_reason[160];  /* non-empty once the job is failing */
+    int64_t timeout_at;     /* monotonic ms; 0 when not armed */
+    int64_t kill_at;
+    pid_t self;
+    int sig_fd;
+    int listen_fd;
+    int null_fd;
+    int out_broken[3];      /* our stdout/stderr went away: drop output */
+    sigset_t old_mask;
+    struct rlimit nofile;   /* as we found it, restored in the ranks */
+    char kvs_addr[BOOT_ADDR_MAX];
+    char jobid[BOOT_JOBID_DIGITS + 1];
+    run_conn_t **conns;
+    size_t nconns;
+    size_t max_conns;
+    size_t fence_waiting;
+    run_kv_t **buckets;
+    size_t nbuckets;        /* a power of two */
+    size_t store_bytes;
+    struct pollfd *pfds;
+    run_poll_tag_t *tags;
+} run_job_t;
+
+/* ------------------------------------------------------------- tmxrun.c */
+
+/* "tmxrun: " fmt "\n" on stderr. */
+void run_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Monotonic milliseconds. */
+int64_t now_ms(void);
+
+/* 64 random bits, for names nobody should guess or collide with. */
+uint64_t random64(void);
+
+/* Copies at most cap-1 bytes of untrusted text for a log line, with every
+ * unprintable byte shown as '?'. Returns out. */
+const char *printable(const char *p, size_t n, char *out, size_t cap);
+
+/* Only the first failure counts: it sets the exit status, answers every
+ * waiting request with ERR, sends SIGTERM to the ranks and arms SIGKILL for
+ * RUN_KILL_GRACE_MS later. */
+void job_fail(run_job_t *job, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---------------------------------------------------------- tmxrun_io.c */
+
+/* Writes everything or gives up on the descriptor for good (reader gone). */
+void out_writev(run_job_t *job, int fd, struct iovec *iov, int cnt);
+
+/* Takes fd (made non-blocking) as rank's stream, going to out_fd. */
+void stream_init(run_stream_t *s, int fd, int out_fd, int rank);
+
+/* Reads and forwards what the pipe holds; returns 0 when it is empty but
+ * open, or closed (at end of file or on error). */
+int stream_read(run_job_t *job, run_stream_t *s);
+
+/* Forwards the unfinished last line, closes the pipe, frees the buffer.
+ * Safe to call again. */
+void stream_close(run_job_t *job, run_stream_t *s);
+
+/* After the last rank: forward what the pipes still hold, then close them. */
+void streams_drain(run_job_t *job);
+
+/* --------------------------------------------------------- tmxrun_kvs.c */
+
+/* Opens the service's listening socket and sets job->kvs_addr: an abstract
+ * Unix socket, or TCP when the job has hosts. Returns -1 with a log line. */
+int kvs_listen(run_job_t *job);
+
+/* Accepts every pending connection (beyond job->max_conns: closes it). */
+void conns_accept(run_job_t *job);
+
+/* Flushes replies (POLLOUT) and reads requests (POLLIN) of one connection. */
+void conn_event(run_conn_t *c, short revents);
+
+/* Runs every connection until none can go further, then frees the dead. */
+void conns_run(run_job_t *job);
+
+/* Answers the deferred FENCEs (and GETs, if gets_too) with ERR reason. */
+void waiters_fail(run_job_t *job, int gets_too, const char *reason);
+
+/* Frees the connections and the store. Safe on a half-built job. */
+void kvs_fini(run_job_t *job);
+
+/* ------------------------------------------------------- tmxrun_spawn.c */
+
+/* Starts rank r: forks a child that leads its own process group and dies
+ * with tmxrun, with stdin from /dev/null and stdout, stderr into pipes,
+ * running the program here or the agent command for the rank's host.
+ * Returns -1 after job_fail() when it cannot. */
+int rank_spawn(run_job_t *job, int r);
+
+#endif

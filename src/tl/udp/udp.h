@@ -95,6 +95,8 @@ typedef struct udp_iface {
     udp_faults_t faults;
     unsigned char *rbufs;        /* UDP_RECV_BATCH receive buffers */
     uint64_t ooo_bytes;          /* payload held in early segments */
+    uint64_t last_dgram_us;      /* when a datagram last arrived */
+    uint32_t idle_polls;
     uint64_t dropped;            /* datagrams that did not parse or belong */
     uint64_t retransmits;
 } udp_iface_t;

@@ -8,21 +8,14 @@
 # that reach tmxrun's service over veth pairs; otherwise they say why they
 # are skipped. Every job carries a unique marker argument, so that pgrep can
 # tell whether any of its processes outlived it. Exit status 0 only when
-# every check that ran passed.
+# every check that ran passed. The helpers it shares with tmxrun_test.sh
+# are in tmxrun_lib.sh.
 # shellcheck disable=SC2016 # $TMX_* in single quotes are the ranks' to expand
 set -u
+TEST_NAME=tmxrun_hosts_test
+# shellcheck source-path=SCRIPTDIR source=tmxrun_lib.sh
+. "$(dirname "$0")/tmxrun_lib.sh"
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 TMXRUN KVS_RANK" >&2
-    exit 2
-fi
-TMXRUN=$1
-KVS_RANK=$2
-MARK="tmxrun-hosts-test-$$-$RANDOM$RANDOM"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/tmxrun-hosts-test.XXXXXX") || exit 1
-BG_PID=""
-FAILS=0
-CASE=""
 # The network namespaces, and the root side of their veth pairs (at most
 # 15 characters), once created.
 NS_A="tmxrt-$$-a"
@@ -35,13 +28,6 @@ NETNS_MADE=0
 # PATH, so that what a rank sees came through the command line.
 AGENT="env -i PATH='$PATH' TMX_TEST_HOST={host}"
 
-kill_ours() {
-    [ -n "$BG_PID" ] && kill -KILL "$BG_PID" 2>/dev/null
-    for p in $(pgrep -f -- "$MARK"); do
-        kill -KILL "$p" 2>/dev/null
-    done
-}
-
 netns_delete() {
     [ "$NETNS_MADE" -eq 1 ] || return 0
     ip netns delete "$NS_A" 2>/dev/null
@@ -51,117 +37,17 @@ netns_delete() {
     NETNS_MADE=0
 }
 
-cleanup() {
-    kill_ours
+cleanup_more() {
     netns_delete
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'echo "interrupted"; exit 130' INT TERM HUP
-
-fail() {
-    echo "FAIL [$CASE]: $*"
-    echo "---- stdout"
-    cat "$TMP/out" 2>/dev/null
-    echo "---- stderr"
-    cat "$TMP/err" 2>/dev/null
-    echo "----"
-    FAILS=$((FAILS + 1))
 }
 
-begin() {
-    CASE=$1
-    echo "== $CASE"
-    : >"$TMP/out"
-    : >"$TMP/err"
-}
-
-now_ms() {
-    echo $(($(date +%s%N) / 1000000))
-}
-
-# Runs tmxrun for RUN_LIMIT seconds at most; sets RC and MS.
-RUN_LIMIT=20
-run() {
-    local t0
-    t0=$(now_ms)
-    timeout -k 2 "$RUN_LIMIT" "$TMXRUN" "$@" >"$TMP/out" 2>"$TMP/err"
-    RC=$?
-    MS=$(($(now_ms) - t0))
-    if [ "$MS" -ge $((RUN_LIMIT * 1000)) ]; then
-        fail "tmxrun $* hung: stopped by the test after $RUN_LIMIT s"
-    fi
-}
-
-expect_rc() {
-    if [ "$RC" -ne "$1" ]; then
-        fail "exit status $RC, expected $1: $2"
-    else
-        echo "   ok: exit status $RC ($2)"
-    fi
-}
-
-expect_faster() {
-    if [ "$MS" -ge "$1" ]; then
-        fail "took $MS ms, expected under $1 ms: $2"
-    else
-        echo "   ok: took $MS ms < $1 ms ($2)"
-    fi
-}
-
-expect_slower() {
-    if [ "$MS" -lt "$1" ]; then
-        fail "took $MS ms, expected at least $1 ms: $2"
-    else
-        echo "   ok: took $MS ms >= $1 ms ($2)"
-    fi
-}
-
-# expect_line FILE PATTERN WHY: some line of FILE matches the grep -E PATTERN.
-expect_line() {
-    if grep -Eq -- "$2" "$TMP/$1"; then
-        echo "   ok: $1 has /$2/ ($3)"
-    else
-        fail "$1 has no line matching /$2/: $3"
-    fi
-}
-
-expect_no_line() {
-    if grep -Eq -- "$2" "$TMP/$1"; then
-        fail "$1 has a line matching /$2/: $3"
-    else
-        echo "   ok: $1 has no /$2/ ($3)"
-    fi
-}
-
-# expect_file FILE EXPECTED WHY: FILE, sorted, is exactly EXPECTED.
+# expect_sorted FILE EXPECTED WHY: FILE, sorted, is exactly EXPECTED.
 expect_sorted() {
     if [ "$(sort "$TMP/$1")" = "$2" ]; then
         echo "   ok: $1 is as expected ($3)"
     else
         fail "$1 differs from the expected:"$'\n'"$2"$'\n'"($3)"
     fi
-}
-
-expect_no_leftovers() {
-    for _ in $(seq 1 50); do
-        pgrep -f -- "$MARK" >/dev/null || {
-            echo "   ok: no process left behind"
-            return
-        }
-        sleep 0.1
-    done
-    fail "processes left behind: $(pgrep -a -f -- "$MARK" | tr '\n' ';')"
-    kill_ours
-}
-
-wait_for_procs() {
-    for _ in $(seq 1 200); do
-        [ "$(pgrep -c -f -- "$MARK")" -ge "$1" ] && return 0
-        sleep 0.05
-    done
-    fail "the job did not start $1 processes in 10 s"
-    return 1
 }
 
 # ---------------------------------------------------------------- cases
@@ -321,21 +207,13 @@ expect_line err 'not found' "the shell says why"
 expect_no_leftovers
 
 begin "bad multi-host options give usage and exit 2"
-for args in "--hosts a -n 1 true" "--hosts a --agent ssh -n 1 true" \
+expect_usage "--hosts a -n 1 true" "--hosts a --agent ssh -n 1 true" \
     "--agent ssh{host} -n 1 true" "--kvs-addr 127.0.0.1 -n 1 true" \
     "--hosts a --agent {host} --kvs-addr 1.2.3 -n 1 true" \
     "--hosts a --agent {host} --kvs-addr localhost -n 1 true" \
     "--hosts , --agent {host} -n 1 true" "--hosts a,,b --agent {host} -n 1 true" \
     "--hosts a, --agent {host} -n 1 true" "--hosts ,a --agent {host} -n 1 true" \
-    "--hosts a --agent {host} -n 1 A=b" "--hosts a --agent {host} -n 1" "--hosts"; do
-    # shellcheck disable=SC2086 # the words are the arguments
-    run $args
-    if [ "$RC" -eq 2 ] && grep -q '^usage: tmxrun' "$TMP/err"; then
-        echo "   ok: tmxrun $args -> 2 with usage"
-    else
-        fail "tmxrun $args -> exit status $RC, expected 2 with usage on stderr"
-    fi
-done
+    "--hosts a --agent {host} -n 1 A=b" "--hosts a --agent {host} -n 1" "--hosts"
 run --hosts "$(printf 'h%d,' $(seq 1 4097))x" --agent '{host}' -n 1 true
 expect_rc 2 "more than 4096 hosts"
 run --hosts a --agent "$AGENT" --kvs-addr 198.51.100.254 -n 1 true "$MARK"
@@ -490,9 +368,4 @@ else
     fi
 fi
 
-echo
-if [ "$FAILS" -ne 0 ]; then
-    echo "tmxrun_hosts_test: $FAILS check(s) failed"
-    exit 1
-fi
-echo "tmxrun_hosts_test: all checks passed"
+finish

@@ -3,136 +3,13 @@
 #   usage: tmxrun_test.sh PATH/TO/tmxrun PATH/TO/kvs_rank
 # Every job carries a unique marker argument, so that pgrep can tell whether
 # any of its processes outlived it. Prints each check; on failure, why, with
-# the job's output. Exit status 0 only when every check passed.
+# the job's output. Exit status 0 only when every check passed. The helpers
+# it shares with tmxrun_hosts_test.sh are in tmxrun_lib.sh.
 # shellcheck disable=SC2016 # $TMX_* in single quotes are the ranks' to expand
 set -u
-
-if [ $# -ne 2 ]; then
-    echo "usage: $0 TMXRUN KVS_RANK" >&2
-    exit 2
-fi
-TMXRUN=$1
-KVS_RANK=$2
-MARK="tmxrun-test-$$-$RANDOM$RANDOM"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/tmxrun-test.XXXXXX") || exit 1
-BG_PID=""
-FAILS=0
-CASE=""
-
-# Kills, by pid, whatever this script started that is still running.
-kill_ours() {
-    [ -n "$BG_PID" ] && kill -KILL "$BG_PID" 2>/dev/null
-    for p in $(pgrep -f -- "$MARK"); do
-        kill -KILL "$p" 2>/dev/null
-    done
-}
-
-cleanup() {
-    kill_ours
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'echo "interrupted"; exit 130' INT TERM HUP
-
-fail() {
-    echo "FAIL [$CASE]: $*"
-    echo "---- stdout"
-    cat "$TMP/out" 2>/dev/null
-    echo "---- stderr"
-    cat "$TMP/err" 2>/dev/null
-    echo "----"
-    FAILS=$((FAILS + 1))
-}
-
-begin() {
-    CASE=$1
-    echo "== $CASE"
-    : >"$TMP/out"
-    : >"$TMP/err"
-}
-
-now_ms() {
-    echo $(($(date +%s%N) / 1000000))
-}
-
-# Runs tmxrun in the foreground, but for RUN_LIMIT seconds at most, so that
-# a hang is a failure that says so; sets RC and MS (elapsed milliseconds).
-RUN_LIMIT=20
-run() {
-    local t0
-    t0=$(now_ms)
-    timeout -k 2 "$RUN_LIMIT" "$TMXRUN" "$@" >"$TMP/out" 2>"$TMP/err"
-    RC=$?
-    MS=$(($(now_ms) - t0))
-    if [ "$MS" -ge $((RUN_LIMIT * 1000)) ]; then
-        fail "tmxrun $* hung: stopped by the test after $RUN_LIMIT s"
-    fi
-}
-
-expect_rc() {
-    if [ "$RC" -ne "$1" ]; then
-        fail "exit status $RC, expected $1: $2"
-    else
-        echo "   ok: exit status $RC ($2)"
-    fi
-}
-
-expect_faster() {
-    if [ "$MS" -ge "$1" ]; then
-        fail "took $MS ms, expected under $1 ms: $2"
-    else
-        echo "   ok: took $MS ms < $1 ms ($2)"
-    fi
-}
-
-expect_slower() {
-    if [ "$MS" -lt "$1" ]; then
-        fail "took $MS ms, expected at least $1 ms: $2"
-    else
-        echo "   ok: took $MS ms >= $1 ms ($2)"
-    fi
-}
-
-# expect_line FILE PATTERN WHY: some line of FILE matches the grep -E PATTERN.
-expect_line() {
-    if grep -Eq -- "$2" "$TMP/$1"; then
-        echo "   ok: $1 has /$2/ ($3)"
-    else
-        fail "$1 has no line matching /$2/: $3"
-    fi
-}
-
-expect_no_line() {
-    if grep -Eq -- "$2" "$TMP/$1"; then
-        fail "$1 has a line matching /$2/: $3"
-    else
-        echo "   ok: $1 has no /$2/ ($3)"
-    fi
-}
-
-# No process with the marker may survive its job (a killed process takes a
-# moment to disappear from the process table, hence the short wait).
-expect_no_leftovers() {
-    for _ in $(seq 1 50); do
-        pgrep -f -- "$MARK" >/dev/null || {
-            echo "   ok: no process left behind"
-            return
-        }
-        sleep 0.1
-    done
-    fail "processes left behind: $(pgrep -a -f -- "$MARK" | tr '\n' ';')"
-    kill_ours
-}
-
-# Waits until at least $1 processes carry the marker (tmxrun and its ranks).
-wait_for_procs() {
-    for _ in $(seq 1 200); do
-        [ "$(pgrep -c -f -- "$MARK")" -ge "$1" ] && return 0
-        sleep 0.05
-    done
-    fail "the job did not start $1 processes in 10 s"
-    return 1
-}
+TEST_NAME=tmxrun_test
+# shellcheck source-path=SCRIPTDIR source=tmxrun_lib.sh
+. "$(dirname "$0")/tmxrun_lib.sh"
 
 # ---------------------------------------------------------------- cases
 
@@ -264,17 +141,9 @@ expect_faster 5000 "tmxrun did not wait for the background sleep"
 expect_no_leftovers
 
 begin "bad options give usage and exit 2"
-for args in "-n 0 true" "-n 4097 true" "-n x true" "-n -1 true" "-n 2" "true" \
+expect_usage "-n 0 true" "-n 4097 true" "-n x true" "-n -1 true" "-n 2" "true" \
     "--bogus -n 1 true" "-n 1 --timeout 0 true" "-n 1 --timeout -3 true" \
-    "-n 1 --timeout abc true" "-n 1 --timeout" "-n"; do
-    # shellcheck disable=SC2086 # the words are the arguments
-    run $args
-    if [ "$RC" -eq 2 ] && grep -q '^usage: tmxrun' "$TMP/err"; then
-        echo "   ok: tmxrun $args -> 2 with usage"
-    else
-        fail "tmxrun $args -> exit status $RC, expected 2 with usage on stderr"
-    fi
-done
+    "-n 1 --timeout abc true" "-n 1 --timeout" "-n"
 run --help
 expect_rc 0 "--help succeeds"
 expect_line out '^usage: tmxrun' "--help prints usage on stdout"
@@ -319,9 +188,4 @@ if wait_for_procs 4; then
     expect_no_leftovers
 fi
 
-echo
-if [ "$FAILS" -ne 0 ]; then
-    echo "tmxrun_test: $FAILS check(s) failed"
-    exit 1
-fi
-echo "tmxrun_test: all checks passed"
+finish

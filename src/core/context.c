@@ -148,7 +148,7 @@ static void context_apply(tmx_context_h ctx, const tmx_context_params_t *p)
 /* Busy polling pays only while the process that will answer has a core of
  * its own. When the job has more ranks than this process may run on
  * cores, a rank that spins steals the time of the rank it waits for, so
- * it yields almost at once instead. */
+ * it starts out yielding almost at once. Waits then adapt (core_idle). */
 static unsigned spin_budget(tmx_context_h ctx)
 {
     cpu_set_t set;

@@ -13,6 +13,7 @@
 #define CORE_YIELD_POLLS 200      /* polls with sched_yield before sleeping */
 #define CORE_PEER_CHECK_US 20000  /* dead-peer checks while idle */
 #define CORE_SHARED_SLEEP_US 500  /* slice per transport when several sleep */
+#define CORE_YIELD_SHARED_US 2    /* a yield this long ran someone else */
 
 static const uint64_t op_field_mask =
     TMX_OP_FIELD_FLAGS | TMX_OP_FIELD_USER_CONTEXT | TMX_OP_FIELD_DATA;
@@ -191,6 +192,23 @@ static void idle_sleep(tmx_context_h ctx, int64_t timeout_us)
         sched_yield();
 }
 
+/* Yields the core, and learns from it whether spinning pays: a yield that
+ * comes back at once found nobody else wanting this core, so the peer that
+ * will answer runs elsewhere and long spins are cheap; a yield that took
+ * long gave the core to someone (perhaps that very peer), so from now on
+ * waits yield after a handful of polls. Spinning grows back step by step,
+ * since a yield is also quick when the peer it waits for is asleep. */
+static void idle_yield(tmx_context_h ctx)
+{
+    int64_t t0 = core_now_us();
+
+    sched_yield();
+    if (core_now_us() - t0 >= CORE_YIELD_SHARED_US)
+        ctx->spin_polls = CORE_SPIN_POLLS_SHARED;
+    else if (ctx->spin_polls < CORE_SPIN_POLLS)
+        ctx->spin_polls *= 2;
+}
+
 /* Spin while an answer is likely within microseconds, then yield so that a
  * peer sharing this core runs, then sleep until a sender wakes us. The
  * caller holds the context lock; it is dropped while sleeping. */
@@ -201,7 +219,7 @@ void core_idle(tmx_context_h ctx, unsigned *spins, int64_t deadline_us)
     if (++*spins < ctx->spin_polls)
         return;
     if (*spins < ctx->spin_polls + CORE_YIELD_POLLS) {
-        sched_yield();
+        idle_yield(ctx);
         return;
     }
     now = core_now_us();

@@ -41,6 +41,15 @@ tmx_status_t tl_always_reachable(tl_iface_t *iface, const void *addr, size_t len
     return TMX_OK;
 }
 
+tmx_status_t tl_address_put(void *buf, size_t *len, const void *addr, size_t n)
+{
+    if (*len < n)
+        return TMX_ERR_NO_SPACE;
+    memcpy(buf, addr, n);
+    *len = n;
+    return TMX_OK;
+}
+
 static uint64_t hash_bytes(uint64_t h, const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)

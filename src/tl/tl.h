@@ -128,6 +128,9 @@ void tl_no_wait(tl_iface_t *iface, int64_t timeout_us);
 void tl_no_check_peers(tl_iface_t *iface);
 tmx_status_t tl_always_reachable(tl_iface_t *iface, const void *addr, size_t len);
 
+/* Writes an address section of n bytes for tl_ops_t.address(). */
+tmx_status_t tl_address_put(void *buf, size_t *len, const void *addr, size_t n);
+
 /* This host's identity: boot id, host name and network namespace, so that
  * test hosts made of network namespaces count as different hosts. */
 uint64_t tl_host_id(void);

@@ -128,11 +128,7 @@ static tmx_status_t shm_address(tl_iface_t *iface, void *buf, size_t *len)
     shm_addr_t a = {htole64(si->host_id), htole32((uint32_t)getpid()), (int32_t)htole32((uint32_t)si->fd),
                     htole64(SHM_SEG_SIZE)};
 
-    if (*len < sizeof(a))
-        return TMX_ERR_NO_SPACE;
-    memcpy(buf, &a, sizeof(a));
-    *len = sizeof(a);
-    return TMX_OK;
+    return tl_address_put(buf, len, &a, sizeof(a));
 }
 
 static tmx_status_t shm_reachable(tl_iface_t *iface, const void *addr, size_t len)

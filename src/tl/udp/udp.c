@@ -234,11 +234,7 @@ static tmx_status_t udp_address(tl_iface_t *iface, void *buf, size_t *len)
     udp_iface_t *ui = (udp_iface_t *)iface;
     udp_addr_t a = {ui->self_sa.sin_addr.s_addr, ui->self_sa.sin_port, 0, htole64(ui->job_key)};
 
-    if (*len < sizeof(a))
-        return TMX_ERR_NO_SPACE;
-    memcpy(buf, &a, sizeof(a));
-    *len = sizeof(a);
-    return TMX_OK;
+    return tl_address_put(buf, len, &a, sizeof(a));
 }
 
 static tmx_status_t udp_reachable(tl_iface_t *iface, const void *addr, size_t len)

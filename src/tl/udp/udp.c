@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #define UDP_SOCKBUF (8 << 20)
 #define UDP_EAGER_LIMIT (32 * 1024)
 #define UDP_LINGER_US 1000000
+#define UDP_GSO_MAX 64          /* datagrams per GSO send, the kernel's limit */
 #define UDP_BUSY_US 10000       /* after a datagram, poll the socket every time */
 #define UDP_IDLE_POLL_EVERY 64  /* otherwise once in this many polls */
 #define UDP_MAX_EPS 65536       /* peers, a bound on state made by strangers */
@@ -93,7 +95,7 @@ static void pick_local(struct in_addr *ip, uint32_t *ifmtu)
 static tmx_status_t sock_open(udp_iface_t *ui, uint32_t *ifmtu)
 {
     socklen_t slen = sizeof(ui->self_sa);
-    int sz = UDP_SOCKBUF;
+    int sz = UDP_SOCKBUF, one = 1;
 
     memset(&ui->self_sa, 0, sizeof(ui->self_sa));
     ui->self_sa.sin_family = AF_INET;
@@ -105,6 +107,9 @@ static tmx_status_t sock_open(udp_iface_t *ui, uint32_t *ifmtu)
         setsockopt(ui->fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
     if (setsockopt(ui->fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
         setsockopt(ui->fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    ui->gso = 1; /* tried on first use; refused once, never again */
+    if (setsockopt(ui->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) != 0)
+        util_info("udp: no UDP GRO here (%s)", strerror(errno));
     if (bind(ui->fd, (struct sockaddr *)&ui->self_sa, sizeof(ui->self_sa)) != 0 ||
         getsockname(ui->fd, (struct sockaddr *)&ui->self_sa, &slen) != 0)
         goto err_close;
@@ -392,6 +397,59 @@ void udp_seg_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg)
     seg_transmit(ui, ep, seg);
 }
 
+/* Sends segments of equal size (the last may be shorter) in one system
+ * call: the kernel cuts the buffer into datagrams (UDP GSO). 0 if the
+ * kernel refused, so the caller sends them one by one. */
+static int gso_send(udp_iface_t *ui, const struct sockaddr_in *sa, udp_seg_t **segs, size_t n)
+{
+    struct iovec iov[UDP_GSO_MAX];
+    char ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
+    struct msghdr mh = {(void *)sa, sizeof(*sa), iov, (int)n, ctl, sizeof(ctl), 0};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    uint16_t gso = (uint16_t)segs[0]->len;
+    ssize_t r;
+
+    for (size_t i = 0; i < n; i++)
+        iov[i] = (struct iovec){segs[i]->buf, segs[i]->len};
+    cm->cmsg_level = SOL_UDP;
+    cm->cmsg_type = UDP_SEGMENT;
+    cm->cmsg_len = CMSG_LEN(sizeof(gso));
+    memcpy(CMSG_DATA(cm), &gso, sizeof(gso));
+    do {
+        r = sendmsg(ui->fd, &mh, 0);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0 && (errno == EINVAL || errno == EIO || errno == ENOPROTOOPT || errno == EOPNOTSUPP)) {
+        util_info("udp: the kernel refused GSO (%s); sending datagrams one by one", strerror(errno));
+        ui->gso = 0;
+        return 0;
+    }
+    return 1; /* a full buffer loses them all, like a loss: retransmission covers it */
+}
+
+/* Stamps and sends freshly built segments, batching runs of equal size
+ * when GSO is available and no faults are injected. */
+static void segs_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n)
+{
+    int batch = ui->gso && !udp_faults_active(&ui->faults);
+    size_t i = 0;
+
+    for (size_t k = 0; k < n; k++) {
+        seg_stamp(ep, segs[k]->buf, segs[k]->len);
+        segs[k]->sent_us = udp_now_us();
+    }
+    while (i < n) {
+        size_t j = i + 1, bytes = segs[i]->len;
+        while (batch && j < n && j - i < UDP_GSO_MAX && segs[j]->len <= segs[i]->len &&
+               bytes + segs[j]->len <= UDP_MAX_DGRAM && segs[j - 1]->len == segs[i]->len)
+            bytes += segs[j++]->len;
+        if (j - i == 1 || !gso_send(ui, &ep->sa, segs + i, j - i)) {
+            for (size_t k = i; k < j; k++)
+                udp_datagram_send(ui, &ep->sa, segs[k]->buf, segs[k]->len);
+        }
+        i = j;
+    }
+}
+
 /* Cuts a packet into segments of one channel, all or nothing: if the window
  * cannot take every segment, nothing is sent and the caller retries. */
 tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags,
@@ -401,6 +459,7 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags
     size_t per = (ch == UDP_CH_PRIO ? UDP_PRIO_MTU : ui->mtu) - sizeof(udp_hdr_t);
     size_t nseg = len == 0 ? 1 : (len + per - 1) / per;
     int whole = !(flags & UDP_FLAG_GET_DATA);
+    udp_seg_t *batch[UDP_GSO_MAX];
 
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
@@ -408,15 +467,21 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags
         return TMX_ERR_AGAIN;
     if (nseg > udp_tx_room(ui, &ep->tx[ch]))
         return TMX_ERR_AGAIN;
-    for (size_t i = 0; i < nseg; i++) {
+    for (size_t i = 0, nb = 0; i < nseg; i++) {
         size_t off = i * per, n = len - off < per ? len - off : per;
         uint16_t f = flags | (whole && i == 0 ? UDP_FLAG_FIRST : 0) | (whole && i == nseg - 1 ? UDP_FLAG_LAST : 0);
         udp_seg_t *seg = seg_build(ui, ep, ch, f, frag_id, whole ? (i == 0 ? len : off) : offset + off,
                                    aux, iov, iovcnt, off, n);
-        if (seg == NULL)
+        if (seg == NULL) {
+            segs_transmit(ui, ep, batch, nb);
             return i == 0 ? TMX_ERR_AGAIN : TMX_ERR_NOMEM;
+        }
         udp_tx_track(ui, ep, ch, seg);
-        seg_transmit(ui, ep, seg);
+        batch[nb++] = seg;
+        if (nb == UDP_GSO_MAX || i == nseg - 1) {
+            segs_transmit(ui, ep, batch, nb);
+            nb = 0;
+        }
     }
     if (ep->ack_queued) {
         util_dlist_unlink(&ep->ack_link);
@@ -507,16 +572,42 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         udp_rx_segment(ui, ep, &h, buf + sizeof(h));
 }
 
+/* The size of the datagrams the kernel coalesced into this buffer (UDP
+ * GRO), or 0 for a single datagram. */
+static size_t gro_size(struct msghdr *mh)
+{
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm != NULL; cm = CMSG_NXTHDR(mh, cm)) {
+        int v;
+        if (cm->cmsg_level != SOL_UDP || cm->cmsg_type != UDP_GRO)
+            continue;
+        memcpy(&v, CMSG_DATA(cm), sizeof(v));
+        return v > 0 ? (size_t)v : 0;
+    }
+    return 0;
+}
+
+static void buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gro,
+                      const struct sockaddr_in *from)
+{
+    if (gro == 0 || gro >= len) {
+        udp_dgram_input(ui, buf, len, from);
+        return;
+    }
+    for (size_t off = 0; off < len; off += gro)
+        udp_dgram_input(ui, buf + off, len - off < gro ? len - off : gro, from);
+}
+
 static int recv_batch(udp_iface_t *ui)
 {
     struct mmsghdr msgs[UDP_RECV_BATCH];
     struct iovec iov[UDP_RECV_BATCH];
     struct sockaddr_in from[UDP_RECV_BATCH];
+    char ctl[UDP_RECV_BATCH][CMSG_SPACE(sizeof(int))];
     int n;
 
     for (int i = 0; i < UDP_RECV_BATCH; i++) {
         iov[i] = (struct iovec){ui->rbufs + (size_t)i * 65536, 65536};
-        msgs[i].msg_hdr = (struct msghdr){&from[i], sizeof(from[i]), &iov[i], 1, NULL, 0, 0};
+        msgs[i].msg_hdr = (struct msghdr){&from[i], sizeof(from[i]), &iov[i], 1, ctl[i], sizeof(ctl[i]), 0};
     }
     n = recvmmsg(ui->fd, msgs, UDP_RECV_BATCH, MSG_DONTWAIT, NULL);
     if (n < 0) {
@@ -525,7 +616,7 @@ static int recv_batch(udp_iface_t *ui)
         return 0;
     }
     for (int i = 0; i < n; i++)
-        udp_dgram_input(ui, iov[i].iov_base, msgs[i].msg_len, &from[i]);
+        buf_input(ui, iov[i].iov_base, msgs[i].msg_len, gro_size(&msgs[i].msg_hdr), &from[i]);
     return n;
 }
 

@@ -96,6 +96,7 @@ typedef struct udp_iface {
     unsigned char *rbufs;        /* UDP_RECV_BATCH receive buffers */
     uint64_t ooo_bytes;          /* payload held in early segments */
     uint64_t last_dgram_us;      /* when a datagram last arrived */
+    int gso;                     /* the kernel takes UDP_SEGMENT sends */
     uint32_t idle_polls;
     uint64_t dropped;            /* datagrams that did not parse or belong */
     uint64_t retransmits;
@@ -142,5 +143,6 @@ void udp_get_fini(udp_iface_t *ui);
 /* udp_fault.c: fault injection */
 void udp_faults_init(udp_faults_t *f, uint64_t seed);
 void udp_faults_fini(udp_faults_t *f);
+int udp_faults_active(const udp_faults_t *f);
 
 #endif

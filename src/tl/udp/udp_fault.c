@@ -52,6 +52,11 @@ void udp_faults_init(udp_faults_t *f, uint64_t seed)
               f->reorder, f->corrupt);
 }
 
+int udp_faults_active(const udp_faults_t *f)
+{
+    return f->drop > 0 || f->dup > 0 || f->reorder > 0 || f->corrupt > 0;
+}
+
 void udp_faults_fini(udp_faults_t *f)
 {
     free(f->held);
@@ -96,7 +101,7 @@ void udp_datagram_send(udp_iface_t *ui, const struct sockaddr_in *sa, unsigned c
             release_held(ui);
         return;
     }
-    if (f->drop == 0 && f->dup == 0 && f->reorder == 0 && f->corrupt == 0) {
+    if (!udp_faults_active(f)) {
         raw_send(ui, sa, buf, len);
         return;
     }

@@ -12,6 +12,8 @@
 #include "tl/udp/udp.h"
 #include "util/log.h"
 
+#define UDP_SERVE_SEGS 32 /* segments per send: one GSO batch */
+
 typedef struct udp_get_op {
     util_dlist_t link;
     uint32_t id;
@@ -133,7 +135,7 @@ void udp_get_req_arrive(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, s
  * status travels in the header's reserved word (see udp_wire.h). */
 static int serve_push(udp_iface_t *ui, udp_serve_t *s)
 {
-    size_t per = ui->mtu - sizeof(udp_hdr_t);
+    size_t per = (ui->mtu - sizeof(udp_hdr_t)) * UDP_SERVE_SEGS;
 
     do {
         uint64_t left = s->len - s->offset;

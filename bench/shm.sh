@@ -13,6 +13,8 @@
 #
 # Writes results/shm.md, results/shm.png and results/raw/shm/ (see
 # bench/README.md). Usage: bench/shm.sh [-r ROUNDS] [--quick] [-h]
+# The helpers it shares with udp.sh (options, process hygiene, waiting for
+# quiet cores, statistics, report tables) are in bench/lib.sh.
 set -euo pipefail
 
 usage() {
@@ -29,130 +31,15 @@ usage: bench/shm.sh [-r ROUNDS] [--quick] [--no-wait] [--no-install] [--no-build
 EOF
 }
 
-ROUNDS=3 QUICK=0 INSTALL=1 BUILD=1 OUT="" QUIET_MAX=20
-while [ $# -gt 0 ]; do
-    case "$1" in
-    -r) [ $# -ge 2 ] || { usage >&2; exit 2; }; ROUNDS=$2; shift 2 ;;
-    -r*) ROUNDS=${1#-r}; shift ;;
-    --quick) QUICK=1; shift ;;
-    --no-install) INSTALL=0; shift ;;
-    --no-wait) QUIET_MAX=0; shift ;;
-    --no-build) BUILD=0; shift ;;
-    -o) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT=$2; shift 2 ;;
-    -h | --help) usage; exit 0 ;;
-    *) echo "shm.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
-    esac
-done
-case "$ROUNDS" in '' | *[!0-9]* | 0) echo "shm.sh: -r wants a positive integer" >&2; exit 2 ;; esac
-[ "$QUICK" = 1 ] && ROUNDS=1
-
+BENCH=shm
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(dirname "$HERE")
-if [ -z "$OUT" ]; then
-    if [ "$QUICK" = 1 ]; then OUT=$HERE/results/quick; else OUT=$HERE/results; fi
-fi
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-BIN=$ROOT/build/release/tools
-TMXRUN=$BIN/tmxrun
-PERF=$BIN/tmx-perf
-TO=180                                   # bound on any single measurement (s)
-
-# ------------------------------------------------------------ process hygiene
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/tmx-shm-bench.XXXXXX")
-PIDS=" "
-cleanup() {
-    local p
-    for p in $PIDS; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in $PIDS; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$TMP"
-    rm -rf "${RAWNEW:-/nonexistent-shm-bench}"
-}
-trap cleanup EXIT
-trap 'echo "shm.sh: interrupted" >&2; exit 130' INT TERM HUP
-
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
-# Runs "$@" in the background with stdout+stderr appended to $1, remembers
-# its pid for the trap, and sets BG.
-start_bg() {
-    local file=$1; shift
-    { printf '### %s\n' "$(printf '%q ' "$@")"; } >>"$file"
-    "$@" >>"$file" 2>&1 &
-    BG=$!
-    PIDS="$PIDS$BG "
-}
-# Waits for a pid started by start_bg; sets RC.
-wait_bg() {
-    RC=0
-    wait "$1" || RC=$?
-    PIDS=${PIDS/ $1 / }
-}
-# Runs "$@" to completion (in the background, so the trap can end it), output
-# appended to $1; sets RC. Also logs the command to commands.txt.
-run() {
-    local file=$1; shift
-    logcmd "$(printf '%q ' "$@")"
-    start_bg "$file" "$@"
-    wait_bg "$BG"
-}
-SWEEPING=0
-logcmd() { printf 'r%s%s  %s\n' "$ROUND" "$([ "$SWEEPING" = 1 ] && echo s)" "$1" >>"$RAWNEW/commands.txt"; }
-fail() { # SYSTEM WHAT RC FILE
-    printf 'round %s: %s %s failed (exit %s; output in raw/shm/%s)\n' "$ROUND" "$1" "$2" "$3" "$(basename "$4")" >>"$TMP/failures.txt"
-    log "FAILED: $1 $2 (exit $3)"
-}
-# Waits until something listens on TCP port $1 (pid $2 must stay alive).
-wait_listen() {
-    local hex i
-    hex=$(printf '%04X' "$1")
-    for i in $(seq 200); do
-        if awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
-            /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
-            return 0
-        fi
-        kill -0 "$2" 2>/dev/null || return 1
-        sleep 0.05
-    done
-    return 1
-}
-PORT=14000
-next_port() { PORT=$((PORT + 1)); [ $PORT -lt 14900 ] || PORT=14001; }
-
-# ------------------------------------------------------------------ install
-need_cmds="ucx_perftest fi_pingpong NPopenmpi mpirun gnuplot taskset gcc cmake"
-missing=""
-for c in $need_cmds; do command -v "$c" >/dev/null 2>&1 || missing="$missing $c"; done
-if [ -n "$missing" ]; then
-    [ "$INSTALL" = 1 ] || { echo "shm.sh: missing:$missing (and --no-install)" >&2; exit 1; }
-    SUDO=""
-    [ "$(id -u)" = 0 ] || SUDO=sudo
-    log "installing from Debian (missing:$missing)"
-    export DEBIAN_FRONTEND=noninteractive
-    $SUDO apt-get update -qq
-    gp=gnuplot-nox
-    apt-cache show gnuplot-nox >/dev/null 2>&1 || gp=gnuplot
-    $SUDO apt-get install -y -qq ucx-utils libfabric-bin netpipe-openmpi openmpi-bin "$gp" util-linux \
-        gcc cmake make >/dev/null
-fi
-for c in $need_cmds; do command -v "$c" >/dev/null || { echo "shm.sh: $c still missing" >&2; exit 1; }; done
-[ "$(nproc)" -ge 2 ] || { echo "shm.sh: needs at least 2 cores (cores 0 and 1)" >&2; exit 1; }
-
-# -------------------------------------------------------------------- build
-if [ "$BUILD" = 1 ]; then
-    log "building tmx (release)"
-    (cd "$ROOT" && cmake --preset release >/dev/null && cmake --build build/release -j2 >"$TMP/build.log" 2>&1) || {
-        tail -30 "$TMP/build.log" >&2
-        echo "shm.sh: building tmx failed" >&2
-        exit 1
-    }
-fi
-[ -x "$PERF" ] && [ -x "$TMXRUN" ] || { echo "shm.sh: $PERF or $TMXRUN missing" >&2; exit 1; }
-LIM=$TMP/limits
-mkdir -p "$LIM"
-for p in pingpong memcpy_bw cma_bw; do
-    gcc -O2 -Wall -o "$LIM/$p" "$HERE/limits/$p.c"
-done
+# shellcheck source=bench/lib.sh
+. "$HERE/lib.sh"
+bench_args "$@"
+bench_init
+bench_need "ucx_perftest fi_pingpong NPopenmpi mpirun gnuplot taskset gcc cmake" \
+    ucx-utils libfabric-bin netpipe-openmpi openmpi-bin gnuplot-nox util-linux gcc cmake make
+bench_build pingpong memcpy_bw cma_bw
 
 # ------------------------------------------------------------------- sizes
 if [ "$QUICK" = 1 ]; then
@@ -185,17 +72,7 @@ SWEEP_CSV=$(echo $SWEEP | tr ' ' ',')
 export UCX_TLS=posix,cma,self            # UCX shared memory (+self); no network transport
 export UCX_WARN_UNUSED_ENV_VARS=n
 
-# Output staging: the new raw folder replaces the old one only after a
-# complete run, so shm.md, shm.png and raw/ always come from the same run.
-RAWNEW=$OUT/raw/.shm.new.$$
-rm -rf "$RAWNEW"
-mkdir -p "$RAWNEW"
-DATA=$TMP/data.tsv
-: >"$DATA"
-: >"$TMP/failures.txt"
-: >"$TMP/busy.tsv"
-rec() { printf '%s\t%s\t%s\t%s\t%s\n' "$ROUND" "$1" "$2" "$3" "$4" >>"$DATA"; } # SYSTEM METRIC SIZE VALUE
-ROUND=0
+bench_staging
 
 # ------------------------------------------------------------------ systems
 tmx_pinned() { # FILE tmx-perf args...: rank r runs on core r
@@ -397,50 +274,6 @@ sys_limits() {
         while IFS=$'\t' read -r y m s v; do rec "$y" "$m" "$s" "$v"; done
 }
 
-# Percent of cores 0 and 1 kept busy by other processes during ${1:-1} s in
-# which this script runs nothing (the machine is shared): "busy0 busy1".
-foreign_busy() {
-    local a b
-    a=$(grep -E '^cpu[01] ' /proc/stat)
-    sleep "${1:-1}"
-    b=$(grep -E '^cpu[01] ' /proc/stat)
-    printf '%s\n%s\n' "$a" "$b" | awk '{
-        t = 0; for (i = 2; i <= NF; i++) t += $i; idle = $5 + $6
-        if ($1 in T) printf "%s%.0f", (n++ ? " " : ""), 100 * (1 - (idle - I[$1]) / (t - T[$1]))
-        else { T[$1] = t; I[$1] = idle } } END { print "" }'
-}
-# Before each step: measures how busy other processes keep cores 0 and 1 and,
-# unless --no-wait, waits (up to QUIET_MAX s per step, WAIT_BUDGET s per run)
-# until both are below QUIET_PCT %. Records round, step, busy0, busy1, waited.
-QUIET_PCT=25 WAIT_BUDGET=180 WAITED_HALF=0
-quiet() { # STEP
-    local step=$1 t0=$SECONDS b0 b1 n=0 w
-    while :; do
-        read -r b0 b1 <<<"$(foreign_busy 0.5)"
-        n=$((n + 1))
-        if [ "$b0" -lt $QUIET_PCT ] && [ "$b1" -lt $QUIET_PCT ]; then break; fi
-        if [ $((SECONDS - t0)) -ge "$QUIET_MAX" ] || [ $(((WAITED_HALF + n) / 2)) -ge $WAIT_BUDGET ]; then break; fi
-    done
-    WAITED_HALF=$((WAITED_HALF + n - 1)) # half seconds spent waiting beyond the first sample
-    w=$(awk -v n="$n" 'BEGIN { print (n - 1) / 2 }')
-    printf '%s\t%s\t%s\t%s\t%s\n' "$ROUND" "$step" "$b0" "$b1" "$w" >>"$TMP/busy.tsv"
-    [ $n = 1 ] || log "waited $w s for cores 0 and 1 to quieten (now $b0 % / $b1 % busy)"
-}
-calibrate() {
-    local f=$RAWNEW/r${ROUND}_calibration.txt busy
-    date '+%F %T %Z' >"$f"
-    busy=$(foreign_busy)
-    echo "busy % of cores 0 and 1 during 1 s with this benchmark idle: $busy" >>"$f"
-    echo "loadavg: $(cat /proc/loadavg)" >>"$f"
-    ps -eo pid,pcpu,etimes,args --sort=-pcpu 2>/dev/null | head -6 | cut -c1-120 >>"$f" || true
-    printf '%s\t%s\n' "$ROUND" "$busy" >>"$TMP/round_load"
-    run "$f" "$LIM/memcpy_bw" -c 0 -t 3 -m 100 1048576 16777216
-    [ $RC = 0 ] || fail calibration memcpy $RC "$f"
-    awk '/^memcpy size=/ { split($2, s, "="); split($3, b, "="); print s[2] "\t" b[2] }' "$f" |
-        while IFS=$'\t' read -r s v; do rec calib memcpy "$s" "$v"; done
-    printf '%s\t%s\n' "$ROUND" "$(date +%T)" >>"$TMP/round_times"
-}
-
 one_core() {
     local f=$RAWNEW/r${ROUND}_onecore_tmx.txt b=$TMP/one.batch
     run "$f" taskset -c 0 "$TMXRUN" -n 2 --timeout 60 "$PERF" -t lat -s 8 -n "$N_ONE_TMX" -x shm --csv
@@ -479,49 +312,7 @@ ELAPSED=$(($(date +%s) - T0))
 cp "$DATA" "$RAWNEW/data.tsv"
 
 # --------------------------------------------------------------- statistics
-# stats.tsv: system metric size n median min max per-round-values
-sort -t$'\t' -k2,2 -k3,3 -k4,4n -k1,1n "$DATA" | awk -F'\t' '
-    { k = $2 FS $3 FS $4; if (k != prev && NR > 1) out(); prev = k; n++; v[n] = $5 + 0; r[n] = $5 }
-    END { if (NR) out() }
-    function out(   i, j, t, med, list) {
-        list = r[1]; for (i = 2; i <= n; i++) list = list "/" r[i]
-        for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
-        med = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-        printf "%s\t%d\t%.6g\t%.6g\t%.6g\t%s\n", prev, n, med, v[1], v[n], list; n = 0 }' >"$TMP/stats.tsv"
-cp "$TMP/stats.tsv" "$RAWNEW/stats.tsv"
-
-st() { # SYSTEM METRIC SIZE FIELD(n|med|min|max|list) -> value or empty
-    awk -F'\t' -v y="$1" -v m="$2" -v s="$3" -v f="$4" '$1 == y && $2 == m && $3 == s {
-        print (f == "n" ? $4 : f == "med" ? $5 : f == "min" ? $6 : f == "max" ? $7 : $8); exit }' "$TMP/stats.tsv"
-}
-fmt() { # KIND VALUE
-    [ -n "$2" ] || { echo "n/a"; return; }
-    case "$1" in
-    us) awk -v v="$2" 'BEGIN { printf (v < 10 ? "%.3f" : v < 1000 ? "%.1f" : "%.0f"), v }' ;;
-    ns) awk -v v="$2" 'BEGIN { printf "%.0f", v * 1000 }' ;;
-    mbs) awk -v v="$2" 'BEGIN { printf "%.0f", v }' ;;
-    gbs) awk -v v="$2" 'BEGIN { printf "%.2f", v }' ;;
-    rate) awk -v v="$2" 'BEGIN { printf "%.2f M", v / 1e6 }' ;;
-    esac
-}
-fmtlist() { # KIND "a/b/c"
-    local out="" x
-    [ -n "$2" ] || { echo "n/a"; return; }
-    for x in ${2//\// }; do out="$out${out:+ / }$(fmt "$1" "$x")"; done
-    echo "$out"
-}
-ratio() { # A B -> A/B (2 decimals, or 2 significant digits when below 0.1)
-    if [ -n "$1" ] && [ -n "$2" ]; then
-        awk -v a="$1" -v b="$2" 'BEGIN { if (b <= 0) { printf "n/a"; exit } r = a / b; printf (r < 0.1 ? "%.2g" : "%.2f"), r }'
-    else echo "n/a"; fi
-}
-row() { # LABEL SYSTEM METRIC SIZE KIND [TMX-METRIC TMX-SIZE]: last column = tmx's median / this median
-    local med min max list r=""
-    med=$(st "$2" "$3" "$4" med); min=$(st "$2" "$3" "$4" min); max=$(st "$2" "$3" "$4" max)
-    list=$(st "$2" "$3" "$4" list)
-    [ -z "${6:-}" ] || r=" | $(ratio "$(st tmx "$6" "$7" med)" "$med")"
-    echo "| $1 | **$(fmt "$5" "$med")** | $(fmt "$5" "$min") | $(fmt "$5" "$max") | $(fmtlist "$5" "$list")$r |"
-}
+bench_stats
 
 # -------------------------------------------------------------------- plot
 for y in tmx ucx libfabric openmpi; do
@@ -534,11 +325,6 @@ for y in memcpy process_vm_readv; do
 done
 awk -F'\t' '$1 == "openmpi" && $2 == "bw" { print $3, $5 }' "$TMP/stats.tsv" | sort -n >"$TMP/p_openmpi_bw.dat"
 PP_US=$(st cacheline lat 64 med)
-series() { # FILE SPEC: one "plot" item, only when FILE has data (gnuplot refuses empty files)
-    [ -s "$1" ] || return 0
-    printf "%s'%s' %s" "${SEP:-}" "$1" "$2"
-    SEP=", "
-}
 {
     echo "set terminal pngcairo noenhanced size 1600,720 font 'DejaVu Sans,10'"
     echo "set output '$RAWNEW/shm.png'"
@@ -580,13 +366,6 @@ gnuplot "$TMP/plot.gp" 2>"$TMP/gnuplot.err" || { cat "$TMP/gnuplot.err" >&2; fai
 
 # ------------------------------------------------------------------- report
 MD=$TMP/shm.md
-CPU=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-MEM=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576; exit }' /proc/meminfo)
-HV=$(grep -q '^flags.* hypervisor' /proc/cpuinfo && echo "virtual machine (hypervisor flag set)" || echo "bare metal")
-pkgv() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo "?"; }
-GIT=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo "?")
-DIRTY=$(cd "$ROOT" && git status --porcelain --untracked-files=no 2>/dev/null | wc -l)
-med() { st "$1" "$2" "$3" med; }
 {
     echo "# Shared memory: tmx vs UCX vs libfabric vs Open MPI"
     echo
@@ -597,12 +376,7 @@ med() { st "$1" "$2" "$3" med; }
     echo
     echo "| | |"
     echo "|---|---|"
-    echo "| cores (nproc) | $(nproc) |"
-    echo "| CPU | $CPU ($HV) |"
-    echo "| memory | $MEM |"
-    echo "| kernel | $(uname -r) ($(uname -m)) |"
-    echo "| OS | $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME") |"
-    echo "| tmx | commit $GIT$([ "$DIRTY" != 0 ] && echo " plus $DIRTY uncommitted tracked change(s) in the work tree"), build/release |"
+    machine_rows
     echo "| UCX | ucx-utils $(pkgv ucx-utils), UCX_TLS=$UCX_TLS |"
     echo "| libfabric | libfabric-bin $(pkgv libfabric-bin), provider shm |"
     echo "| Open MPI | openmpi-bin $(pkgv openmpi-bin), netpipe-openmpi $(pkgv netpipe-openmpi), pml ob1 + btl vader |"
@@ -710,34 +484,7 @@ med() { st "$1" "$2" "$3" med; }
     echo "they competed with the round's measurements. raw/shm/r<round>_calibration.txt also has the"
     echo "load average and the busiest processes at that moment."
     echo
-    echo "| round | started | others' use of core 0 / core 1 | memcpy 1 MiB | memcpy 16 MiB |"
-    echo "|---|---|---|---|---|"
-    for r in $(seq 1 "$ROUNDS"); do
-        c1=$(awk -F'\t' -v r="$r" '$1 == r && $2 == "calib" && $4 == 1048576 { print $5 }' "$DATA")
-        c16=$(awk -F'\t' -v r="$r" '$1 == r && $2 == "calib" && $4 == 16777216 { print $5 }' "$DATA")
-        t=$(awk -v r="$r" '$1 == r { print $2 }' "$TMP/round_times")
-        l=$(awk -F'\t' -v r="$r" '$1 == r { split($2, a, " "); print a[1] " % / " a[2] " %" }' "$TMP/round_load")
-        echo "| $r | $t | $l | $(fmt gbs "$c1") | $(fmt gbs "$c16") |"
-    done
-    echo
-    echo "### Other processes on cores 0 and 1 just before each step"
-    echo
-    echo "Busy % of core 0 / core 1 taken by other processes over 0.5 s while this script ran nothing,"
-    echo "$([ "$QUIET_MAX" = 0 ] && echo "measured once (--no-wait)." || echo "after waiting up to $QUIET_MAX s for both to drop below $QUIET_PCT % (waited $(awk -v h="$WAITED_HALF" 'BEGIN { print h / 2 }') s in all, budget $WAIT_BUDGET s).") A step that"
-    echo "started above that (bold) was measured while something else competed for its cores."
-    echo
-    steps="calibration ${SYSTEMS[*]} onecore"
-    echo "| round | $(echo $steps | sed 's/ / | /g') |"
-    echo "|---$(for x in $steps; do printf '|---'; done)|"
-    for r in $(seq 1 "$ROUNDS"); do
-        printf '| %s ' "$r"
-        for x in $steps; do
-            awk -F'\t' -v r="$r" -v x="$x" -v q="$QUIET_PCT" '$1 == r && $2 == x {
-                c = $3 "/" $4 " %"; if ($3 >= q || $4 >= q) c = "**" c "**"
-                if ($5 > 0) c = c " (waited " $5 " s)"; printf "| %s ", c; f = 1 } END { if (!f) printf "| n/a " }' "$TMP/busy.tsv"
-        done
-        echo "|"
-    done
+    calibration_tables "calibration ${SYSTEMS[*]} onecore"
     echo
     echo "## Size sweeps (median over rounds; plotted in shm.png)"
     echo
@@ -795,22 +542,11 @@ med() { st "$1" "$2" "$3" med; }
     echo "#   (ucx_sweep.batch: swlat_SIZE -t tag_lat -s SIZE -n N -w N/10+1 and swbw_SIZE -t tag_bw -s SIZE -n N -w N/10+1 -O $WINDOW per size)"
     echo '```'
     echo
-    echo "## Problems seen in this run"
-    echo
-    if [ -s "$TMP/failures.txt" ]; then
-        sed 's/^/- /' "$TMP/failures.txt"
-    else
-        echo "None: every command exited 0 and every figure was parsed."
-    fi
+    problems_section
     echo
     echo "Raw outputs: \`raw/shm/\` (r<round>_<system>*.txt, data.tsv with every figure, stats.tsv with"
     echo "the medians, plot.gp)."
 } >"$MD"
 
 # ----------------------------------------------------------------- publish
-mv "$RAWNEW/shm.png" "$OUT/shm.png" 2>/dev/null || true
-cp "$MD" "$OUT/shm.md"
-rm -rf "$OUT/raw/shm"
-mv "$RAWNEW" "$OUT/raw/shm"
-RAWNEW=""
-log "done in $((ELAPSED / 60)) min $((ELAPSED % 60)) s: $OUT/shm.md, $OUT/shm.png, $OUT/raw/shm/"
+bench_publish

@@ -1,4 +1,4 @@
-/* Shared helpers for the physical-limit probes of bench/shm.sh. */
+/* Shared helpers for the physical-limit probes of bench/shm.sh and bench/udp.sh. */
 #ifndef LIMITS_COMMON_H
 #define LIMITS_COMMON_H
 #define _GNU_SOURCE

@@ -58,81 +58,21 @@ cp "$PERF" "$TMXRUN" "$TMP/bin/"
 PERF=$TMP/bin/tmx-perf TMXRUN=$TMP/bin/tmxrun
 
 # ------------------------------------------------------------- test hosts
-# Two hosts: namespaces $NS1 and $NS2, each with eth0 (a veth whose other end
-# is in the bridge $BR of the root namespace), 10.214.X.1 and .2/24; the
-# bridge has .254, where tmxrun's key-value service listens. Unique names
-# (the pid), removed on exit by the trap, with whatever still runs inside.
-PFX="tmxub$$"
-NS1=$PFX-h1 NS2=$PFX-h2 BR=${PFX}br
-NET=""
-IN_USE="$(ip -4 route show) $(ip -4 addr show)"
-for k in $(seq 0 199); do
-    x=$((($$ + k) % 200 + 20))
-    if ! grep -q "10\.214\.$x\." <<<"$IN_USE"; then
-        NET=10.214.$x
-        break
-    fi
-done
-[ -n "$NET" ] || { echo "udp.sh: no free 10.214.X.0/24 subnet" >&2; exit 1; }
-IP1=$NET.1 IP2=$NET.2 KVS=$NET.254
+# Two hosts made by tests/fault/hosts.sh, as the fault tests make them:
+# namespaces $NS1 and $NS2, each with eth0 (a veth whose other end is in a
+# bridge of the root namespace) at .1 and .2 of a free /24; the bridge has
+# .254, where tmxrun's key-value service listens. Unique names (the pid),
+# removed on exit by the trap, with whatever still runs inside.
+FAULT_PREFIX="tmxub$$"
+# shellcheck source=../tests/fault/hosts.sh
+. "$ROOT/tests/fault/hosts.sh" || exit 1
+NS1=$FAULT_PREFIX-h1 NS2=$FAULT_PREFIX-h2 BR=$FAULT_BR
+IP1=$FAULT_NET.1 IP2=$FAULT_NET.2 KVS=$FAULT_KVS
 HOSTS_UP=0
-hosts_down() {
-    local ns
-    for ns in "$NS1" "$NS2"; do
-        if [ -e "/run/netns/$ns" ]; then
-            ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-            ip netns del "$ns" 2>/dev/null || true
-        fi
-    done
-    ip link del "${PFX}v1" 2>/dev/null || true
-    ip link del "${PFX}v2" 2>/dev/null || true
-    ip link del "$BR" 2>/dev/null || true
-}
-bench_cleanup_extra() { [ "$HOSTS_UP" = 0 ] || hosts_down; }
+bench_cleanup_extra() { [ "$HOSTS_UP" = 0 ] || fault_hosts_down; }
 hosts_up() {
-    local i ns out
     HOSTS_UP=1
-    ip link add "$BR" type bridge
-    ip addr add "$KVS/24" dev "$BR"
-    ip link set "$BR" up
-    for i in 1 2; do
-        ns=$PFX-h$i
-        ip netns add "$ns"
-        ip link add "${PFX}v$i" type veth peer name eth0 netns "$ns"
-        ip link set "${PFX}v$i" master "$BR" up
-        ip -n "$ns" addr add "$NET.$i/24" dev eth0
-        ip -n "$ns" link set eth0 up
-        ip -n "$ns" link set lo up
-    done
-    # wait for the bridge ports to forward (no STP on a new bridge: at once, but check)
-    # (a TCP connect to a closed port of host 1 from host 2: "refused" means it got there)
-    for i in $(seq 50); do
-        out=$(ip netns exec "$NS2" timeout 1 bash -c "exec 3<>/dev/tcp/$IP1/9" 2>&1 || true)
-        case "$out" in *refused*) return 0 ;; esac
-        sleep 0.1
-    done
-    echo "udp.sh: host 2 cannot reach host 1 ($IP1)" >&2
-    exit 1
-}
-# nft_drop NS PERCENT: the kernel drops PERCENT % of the UDP datagrams the
-# host sends (TCP, tmxrun's service and fi_pingpong's control port, is spared),
-# counting all UDP datagrams and the dropped ones (as tests/fault/hosts.sh).
-nft_drop() {
-    ip netns exec "$1" nft -f - <<NFT
-table inet tmxudpbench {
-    chain out {
-        type filter hook output priority 0; policy accept;
-        meta l4proto udp counter
-        meta l4proto udp numgen random mod 100 < $2 counter drop
-    }
-}
-NFT
-}
-nft_clear() { ip netns exec "$1" nft delete table inet tmxudpbench 2>/dev/null || true; }
-nft_counts() { # NS -> "udp_sent dropped"
-    ip netns exec "$1" nft list table inet tmxudpbench 2>/dev/null |
-        awk '/counter packets/ { for (i = 1; i <= NF; i++) if ($i == "packets") v[++n] = $(i + 1) }
-             END { printf "%d %d\n", v[1], v[2] }'
+    fault_hosts_up 2 || exit 1
 }
 
 # ------------------------------------------------------------------- sizes
@@ -417,8 +357,8 @@ loss_level() { # PERCENT
     echo "=== drop $pct % of UDP datagrams sent by each host" >>"$f"
     if [ "$pct" != 0 ]; then
         for ns in "$NS1" "$NS2"; do
-            nft_clear "$ns"
-            nft_drop "$ns" "$pct" || fail loss "nft rule $pct %" $? "$f"
+            fault_nft_clear "$ns"
+            fault_nft_drop "$ns" "$pct" || fail loss "nft rule $pct %" $? "$f"
         done
         logcmd "ip netns exec NS nft -f - (table inet tmxudpbench: meta l4proto udp numgen random mod 100 < $pct drop, in both hosts)"
     fi
@@ -453,12 +393,12 @@ loss_level() { # PERCENT
     awk -F'\t' -v OFS='\t' -v r="$ROUND" -v p="$pct" '$1 == r && $3 ~ /^loss_/ && $4 !~ /^p/ { $4 = "p" p } { print }' "$DATA" >"$TMP/data.fix"
     mv "$TMP/data.fix" "$DATA"
     if [ "$pct" != 0 ]; then
-        read -r c1 c2 <<<"$(nft_counts "$NS1")"
-        read -r s1 s2 <<<"$(nft_counts "$NS2")"
+        read -r c1 c2 <<<"$(fault_nft_counts "$NS1")"
+        read -r s1 s2 <<<"$(fault_nft_counts "$NS2")"
         echo "nft: host 1 sent $c1 UDP datagrams, dropped $c2; host 2 sent $s1, dropped $s2" >>"$f"
         awk -v a="$c1" -v b="$c2" -v c="$s1" -v d="$s2" 'BEGIN { if (a + c > 0) printf "%.3f\n", 100 * (b + d) / (a + c) }' |
             while read -r v; do rec nft dropped "p$pct" "$v"; done
-        for ns in "$NS1" "$NS2"; do nft_clear "$ns"; done
+        for ns in "$NS1" "$NS2"; do fault_nft_clear "$ns"; done
     fi
     LOSS_NOW=""
 }

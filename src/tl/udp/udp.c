@@ -170,6 +170,8 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
         return TMX_ERR_IO;
     }
     settings_apply(ui, ifmtu);
+    ui->seg_cap = ui->mtu;
+    util_pool_init(&ui->segs, sizeof(udp_seg_t) + ui->seg_cap, 64);
     util_info("udp: %s:%u, datagrams of %u bytes, window %u", inet_ntoa(ui->self_sa.sin_addr),
               ntohs(ui->self_sa.sin_port), ui->mtu, ui->window);
     *out = &ui->super;
@@ -180,8 +182,8 @@ static void ep_free(udp_iface_t *ui, udp_ep_t *ep)
 {
     for (int ch = 0; ch < UDP_N_CH; ch++) {
         util_timer_cancel(&ep->tx[ch].timer);
-        udp_tx_fini(&ep->tx[ch], ui->window);
-        udp_rx_fini(&ep->rx[ch], ui->window);
+        udp_tx_fini(&ep->tx[ch]);
+        udp_rx_fini(ui, &ep->rx[ch]);
     }
     if (ep->ack_queued)
         util_dlist_unlink(&ep->ack_link);
@@ -229,6 +231,7 @@ static void udp_iface_close(tl_iface_t *iface)
     while (!util_dlist_empty(&ui->eps))
         ep_free(ui, util_container_of(ui->eps.next, udp_ep_t, link));
     udp_faults_fini(&ui->faults);
+    util_pool_fini(&ui->segs);
     close(ui->fd);
     free(ui->rbufs);
     free(ui);
@@ -336,6 +339,24 @@ void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep)
 
 /* ----------------------------------------------------------------- send */
 
+udp_seg_t *udp_seg_alloc(udp_iface_t *ui, size_t len)
+{
+    int pooled = len <= ui->seg_cap;
+    udp_seg_t *seg = pooled ? util_pool_get(&ui->segs) : malloc(sizeof(*seg) + len);
+
+    if (seg != NULL)
+        seg->pooled = (uint32_t)pooled;
+    return seg;
+}
+
+void udp_seg_free(udp_iface_t *ui, udp_seg_t *seg)
+{
+    if (seg->pooled)
+        util_pool_put(&ui->segs, seg);
+    else
+        free(seg);
+}
+
 static void iov_gather(unsigned char *dst, const struct iovec *iov, int iovcnt, size_t off, size_t n)
 {
     for (int i = 0; i < iovcnt && n > 0; i++) {
@@ -356,7 +377,7 @@ static udp_seg_t *seg_build(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flag
                             uint64_t offset, uint32_t aux, const struct iovec *iov, int iovcnt,
                             size_t off, size_t n)
 {
-    udp_seg_t *seg = malloc(sizeof(*seg) + sizeof(udp_hdr_t) + n);
+    udp_seg_t *seg = udp_seg_alloc(ui, sizeof(udp_hdr_t) + n);
     udp_hdr_t h = {UDP_WIRE_VERSION, (uint8_t)ch, htole16(flags), htole32((uint32_t)n),
                    htole64(ui->job_key), htole64(ui->uuid), htole64(ep->uuid),
                    htole32(ep->tx[ch].next_seq), {0, 0}, htole32(frag_id), htole64(offset), 0, htole32(aux)};

@@ -8,6 +8,7 @@
 #include "tl/tl.h"
 #include "tl/udp/udp_wire.h"
 #include "util/list.h"
+#include "util/pool.h"
 #include "util/wheel.h"
 
 #define UDP_PRIO_MTU 512         /* priority channel datagrams, bytes */
@@ -22,6 +23,7 @@ typedef struct udp_seg {
     uint32_t seq;
     uint32_t len;                /* datagram bytes */
     uint32_t sacked;             /* the receiver holds it (selective ACK) */
+    uint32_t pooled;             /* from udp_iface_t.segs, not malloc */
     _Alignas(8) unsigned char buf[]; /* a udp_hdr_t is read in place */
 } udp_seg_t;
 
@@ -94,6 +96,8 @@ typedef struct udp_iface {
     util_wheel_t wheel;
     udp_faults_t faults;
     unsigned char *rbufs;        /* UDP_RECV_BATCH receive buffers */
+    util_pool_t segs;            /* segment buffers up to seg_cap bytes */
+    uint32_t seg_cap;
     uint64_t ooo_bytes;          /* payload held in early segments */
     uint64_t last_dgram_us;      /* when a datagram last arrived */
     int gso;                     /* the kernel takes UDP_SEGMENT sends */
@@ -113,17 +117,21 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags
                            uint32_t frag_id, uint64_t offset, uint32_t aux,
                            const struct iovec *iov, int iovcnt, size_t len);
 void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep);
+/* Segments holding up to len datagram bytes: from the pool when they fit
+ * (every segment we build does), so the data path never calls malloc. */
+udp_seg_t *udp_seg_alloc(udp_iface_t *ui, size_t len);
+void udp_seg_free(udp_iface_t *ui, udp_seg_t *seg);
 uint64_t udp_now_us(void);
 
 /* udp_rel.c: reliability */
 void udp_tx_init(udp_iface_t *ui, udp_ep_t *ep, int ch);
-void udp_tx_fini(udp_tx_t *tx, uint32_t window);
+void udp_tx_fini(udp_tx_t *tx);
 uint32_t udp_tx_room(const udp_iface_t *ui, const udp_tx_t *tx);
 void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg);
 void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack);
 void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len);
 void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p);
-void udp_rx_fini(udp_rx_t *rx, uint32_t window);
+void udp_rx_fini(udp_iface_t *ui, udp_rx_t *rx);
 void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep);
 int udp_ack_flush(udp_iface_t *ui, uint64_t now);
 void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h);

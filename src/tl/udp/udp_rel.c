@@ -44,12 +44,12 @@ void udp_tx_init(udp_iface_t *ui, udp_ep_t *ep, int ch)
     util_dlist_init(&tx->timer.link);
 }
 
-void udp_tx_fini(udp_tx_t *tx, uint32_t window)
+void udp_tx_fini(udp_tx_t *tx)
 {
     if (tx->win == NULL)
         return;
     for (uint32_t s = tx->una; s != tx->next_seq; s++)
-        free(tx->win[s % window]);
+        udp_seg_free(tx->ui, tx->win[s % tx->ui->window]);
     free(tx->win);
     tx->win = NULL;
 }
@@ -114,7 +114,7 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
 
     if (seq_before(tx->una, ack) && !seq_before(tx->next_seq, ack)) {
         for (; tx->una != ack; tx->una++) {
-            free(tx->win[tx->una % ui->window]);
+            udp_seg_free(ui, tx->win[tx->una % ui->window]);
             tx->win[tx->una % ui->window] = NULL;
         }
         tx->dup_acks = 0;
@@ -240,11 +240,12 @@ int udp_ack_flush(udp_iface_t *ui, uint64_t now)
 
 /* --------------------------------------------------------------- receive */
 
-void udp_rx_fini(udp_rx_t *rx, uint32_t window)
+void udp_rx_fini(udp_iface_t *ui, udp_rx_t *rx)
 {
     if (rx->ooo != NULL) {
-        for (uint32_t i = 0; i < window; i++)
-            free(rx->ooo[i]);
+        for (uint32_t i = 0; i < ui->window; i++)
+            if (rx->ooo[i] != NULL)
+                udp_seg_free(ui, rx->ooo[i]);
         free(rx->ooo);
         rx->ooo = NULL;
     }
@@ -328,7 +329,7 @@ static void ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const u
     slot = &rx->ooo[h->seq % ui->window];
     if (*slot != NULL)
         return; /* a duplicate of one already kept */
-    seg = malloc(sizeof(*seg) + sizeof(*h) + h->len);
+    seg = udp_seg_alloc(ui, sizeof(*h) + h->len);
     if (seg == NULL)
         return; /* dropped: the sender will retransmit */
     seg->seq = h->seq;
@@ -353,7 +354,7 @@ static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
         ui->ooo_bytes -= seg->len - sizeof(udp_hdr_t);
         rx->expected++;
         deliver(ui, ep, (const udp_hdr_t *)seg->buf, seg->buf + sizeof(udp_hdr_t));
-        free(seg);
+        udp_seg_free(ui, seg);
         rx->unacked++;
     }
 }

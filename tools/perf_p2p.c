@@ -40,6 +40,7 @@ typedef struct p2p {
     unsigned char *sbuf;
     unsigned char *rbuf;
     tmx_request_h *reqs;
+    double *rtt;         /* lat on rank 0: each round trip, seconds */
 } p2p_t;
 
 static const char *const test_names[] = {"lat", "bw", "bibw", "rate"};
@@ -219,15 +220,32 @@ static void stamp(unsigned char *buf, size_t len, long iter)
         buf[i] = (unsigned char)(i + (size_t)iter);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile (nearest rank) of n sorted values. */
+static double quantile(const double *v, long n, double q)
+{
+    long k = (long)(q * (double)n + 0.999999) - 1;
+    return v[k < 0 ? 0 : (k >= n ? n - 1 : k)];
+}
+
+/* Ping-pong: the mean half round trip; rank 0 also keeps every round trip
+ * in p->rtt, for percentiles. */
 static double run_lat(p2p_t *p, size_t size, long n)
 {
-    double t0 = 0;
+    double t0 = 0, ti = 0;
     long warm = n / 10 + 1;
 
     for (long i = -warm; i < n; i++) {
         tmx_request_h r, s;
         if (i == 0)
             t0 = now_s();
+        if (i >= 0 && p->rtt != NULL)
+            ti = now_s();
         if (p->o.check && p->rank == 0)
             stamp(p->sbuf, size, i);
         post_recv(p, p->rbuf, size, P2P_TAG_DATA, &r);
@@ -240,6 +258,8 @@ static double run_lat(p2p_t *p, size_t size, long n)
             post_send(p, p->rbuf, size, P2P_TAG_DATA, &s);
             wait_free(s);
         }
+        if (i >= 0 && p->rtt != NULL)
+            p->rtt[i] = now_s() - ti;
         if (p->o.check && p->rank == 0)
             check_payload(p, p->rbuf, size, i);
     }
@@ -309,16 +329,26 @@ static double run_windows(p2p_t *p, size_t size, long n)
     return (double)size * (double)(windows * w) * (p->o.test == P2P_BIBW ? 2.0 : 1.0) / dt / 1e6;
 }
 
-static void report(const p2p_t *p, size_t size, long n, double v)
+static void report_row(const p2p_t *p, const char *name, const char *unit, size_t size, long n,
+                       double v)
 {
-    const char *name = test_names[p->o.test], *unit = test_units[p->o.test];
-
-    if (p->rank != 0)
-        return;
     if (p->o.csv)
         printf("%s,%s,%zu,%ld,%.3f,%s\n", name, p->o.transport, size, n, v, unit);
     else
-        printf("%-6s %-6s %10zu %10ld %14.3f %s\n", name, p->o.transport, size, n, v, unit);
+        printf("%-7s %-6s %10zu %10ld %14.3f %s\n", name, p->o.transport, size, n, v, unit);
+}
+
+/* lat also gives the median and 99th percentile of the half round trip. */
+static void report(const p2p_t *p, size_t size, long n, double v)
+{
+    if (p->rank != 0)
+        return;
+    report_row(p, test_names[p->o.test], test_units[p->o.test], size, n, v);
+    if (p->o.test == P2P_LAT && p->rtt != NULL) {
+        qsort(p->rtt, (size_t)n, sizeof(double), cmp_double);
+        report_row(p, "lat_p50", "us", size, n, quantile(p->rtt, n, 0.50) * 1e6 / 2);
+        report_row(p, "lat_p99", "us", size, n, quantile(p->rtt, n, 0.99) * 1e6 / 2);
+    }
     fflush(stdout);
 }
 
@@ -375,11 +405,13 @@ int perf_p2p_main(int argc, char **argv)
     if (p.rank == 0 && p.o.csv)
         printf("test,transport,size,iterations,value,unit\n");
     else if (p.rank == 0)
-        printf("%-6s %-6s %10s %10s %14s %s\n", "test", "tl", "size", "iters", "value", "unit");
+        printf("%-7s %-6s %10s %10s %14s %s\n", "test", "tl", "size", "iters", "value", "unit");
     for (int i = 0; i < p.o.n_sizes; i++) {
         size_t size = p.o.sizes[i];
         long n = iters_for(&p, size);
         double v;
+        if (p.o.test == P2P_LAT && p.rank == 0 && (p.rtt = realloc(p.rtt, (size_t)n * sizeof(double))) == NULL)
+            die("buffers", TMX_ERR_NOMEM);
         if (p.rank == 0 && !p.o.csv && size >= (1u << 20))
             fprintf(stderr, "tmx-perf: %s %zu bytes...\n", test_names[p.o.test], size);
         tmx_job_barrier(p.ctx);
@@ -390,6 +422,7 @@ int perf_p2p_main(int argc, char **argv)
     free(p.sbuf);
     free(p.rbuf);
     free(p.reqs);
+    free(p.rtt);
     tmx_context_destroy(p.ctx);
     return 0;
 }

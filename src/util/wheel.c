@@ -6,25 +6,31 @@ void util_wheel_init(util_wheel_t *w, uint64_t tick_us, uint64_t now_us)
         util_dlist_init(&w->slots[i]);
     w->tick_us = tick_us;
     w->now_tick = now_us / tick_us;
+    w->n_armed = 0;
 }
 
 void util_timer_arm(util_wheel_t *w, util_timer_t *t, uint64_t due_us)
 {
-    uint64_t tick = due_us / w->tick_us;
+    /* Rounded up: the slot is expired once now reaches the tick's start,
+     * which must not be before due_us, or the timer waits a whole turn. */
+    uint64_t tick = (due_us + w->tick_us - 1) / w->tick_us;
 
-    if (t->armed)
-        util_dlist_unlink(&t->link);
+    util_timer_cancel(t);
     if (tick <= w->now_tick)
         tick = w->now_tick + 1;
     t->due_us = due_us;
     t->armed = 1;
+    t->wheel = w;
+    w->n_armed++;
     util_dlist_push_tail(&w->slots[tick % UTIL_WHEEL_SLOTS], &t->link);
 }
 
 void util_timer_cancel(util_timer_t *t)
 {
-    if (t->armed)
-        util_dlist_unlink(&t->link);
+    if (!t->armed)
+        return;
+    util_dlist_unlink(&t->link);
+    t->wheel->n_armed--;
     t->armed = 0;
 }
 
@@ -44,8 +50,7 @@ static int expire_slot(util_dlist_t *slot, uint64_t now_us)
     }
     while (!util_dlist_empty(&due)) {
         util_timer_t *t = util_container_of(due.next, util_timer_t, link);
-        util_dlist_unlink(&t->link);
-        t->armed = 0;
+        util_timer_cancel(t);
         t->fire(t);
         n++;
     }

@@ -17,6 +17,7 @@ typedef struct util_timer {
     util_dlist_t link;
     uint64_t due_us;
     int armed;
+    struct util_wheel *wheel; /* while armed */
     void (*fire)(struct util_timer *t);
 } util_timer_t;
 
@@ -24,6 +25,7 @@ typedef struct util_wheel {
     util_dlist_t slots[UTIL_WHEEL_SLOTS];
     uint64_t tick_us;   /* slot width */
     uint64_t now_tick;  /* last tick expired */
+    uint32_t n_armed;   /* timers armed */
 } util_wheel_t;
 
 void util_wheel_init(util_wheel_t *w, uint64_t tick_us, uint64_t now_us);

@@ -64,6 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         h.csum = htole32(csum);
         memcpy(buf, &h, sizeof(h));
     }
+    ui->rx_now_us = udp_now_us();
     udp_dgram_input(ui, buf, size, &from);
     tl_udp_ops.progress(&ui->super);
     return 0;

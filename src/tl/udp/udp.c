@@ -160,7 +160,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     util_dlist_init(&ui->acks);
     util_dlist_init(&ui->gets);
     util_dlist_init(&ui->serves);
-    util_wheel_init(&ui->wheel, 1000, udp_now_us());
+    util_wheel_init(&ui->wheel, UDP_TICK_US, udp_now_us());
     udp_faults_init(&ui->faults, params->uuid);
     ui->rbufs = malloc((size_t)UDP_RECV_BATCH * 65536);
     if (ui->rbufs == NULL || sock_open(ui, &ifmtu) != TMX_OK) {
@@ -180,6 +180,10 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
 
 static void ep_free(udp_iface_t *ui, udp_ep_t *ep)
 {
+    util_debug("udp: peer %u: round trip %llu us (deviation %llu us), timeout %llu us",
+               ep->super.peer, (unsigned long long)ep->tx[UDP_CH_DATA].srtt_us,
+               (unsigned long long)ep->tx[UDP_CH_DATA].rttvar_us,
+               (unsigned long long)ep->tx[UDP_CH_DATA].rto_us);
     for (int ch = 0; ch < UDP_N_CH; ch++) {
         util_timer_cancel(&ep->tx[ch].timer);
         udp_tx_fini(&ep->tx[ch]);
@@ -227,6 +231,10 @@ static void udp_iface_close(tl_iface_t *iface)
 
     linger(ui);
     udp_ack_flush(ui, UINT64_MAX);
+    util_info("udp: %llu segments sent, %llu resent, %llu timeouts; %llu datagrams received, %llu dropped",
+              (unsigned long long)ui->segs_sent, (unsigned long long)ui->retransmits,
+              (unsigned long long)ui->timeouts, (unsigned long long)ui->dgrams_in,
+              (unsigned long long)ui->dropped);
     udp_get_fini(ui);
     while (!util_dlist_empty(&ui->eps))
         ep_free(ui, util_container_of(ui->eps.next, udp_ep_t, link));
@@ -386,6 +394,7 @@ static udp_seg_t *seg_build(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flag
         return NULL;
     seg->seq = ep->tx[ch].next_seq;
     seg->sacked = 0;
+    seg->resent = 0;
     seg->len = (uint32_t)(sizeof(h) + n);
     iov_gather(seg->buf + sizeof(h), iov, iovcnt, off, n);
     memcpy(seg->buf, &h, sizeof(h));
@@ -415,6 +424,7 @@ static void seg_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg)
 void udp_seg_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg)
 {
     ui->retransmits++;
+    seg->resent = 1;
     seg_transmit(ui, ep, seg);
 }
 
@@ -454,9 +464,12 @@ static void segs_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_
     int batch = ui->gso && !udp_faults_active(&ui->faults);
     size_t i = 0;
 
+    uint64_t now = udp_now_us();
+
+    ui->segs_sent += n;
     for (size_t k = 0; k < n; k++) {
         seg_stamp(ep, segs[k]->buf, segs[k]->len);
-        segs[k]->sent_us = udp_now_us();
+        segs[k]->sent_us = now;
     }
     while (i < n) {
         size_t j = i + 1, bytes = segs[i]->len;
@@ -584,7 +597,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         dgram_drop(ui, "peer declared failed", len);
         return;
     }
-    ep->last_rx_us = udp_now_us();
+    ep->last_rx_us = ui->rx_now_us;
     for (int ch = 0; ch < UDP_N_CH; ch++)
         udp_tx_acked(ui, ep, ch, h.ack[ch]);
     if (h.flags & UDP_FLAG_SACK)
@@ -636,6 +649,8 @@ static int recv_batch(udp_iface_t *ui)
             util_warn("udp: recvmmsg: %s", strerror(errno));
         return 0;
     }
+    ui->rx_now_us = udp_now_us();
+    ui->dgrams_in += (uint64_t)n;
     for (int i = 0; i < n; i++)
         buf_input(ui, iov[i].iov_base, msgs[i].msg_len, gro_size(&msgs[i].msg_hdr), &from[i]);
     return n;
@@ -676,18 +691,19 @@ static int udp_progress(tl_iface_t *iface)
 
 /* The kernel's receive work needs the CPU, so a waiter sleeps in poll
  * rather than spinning (blocking beats spinning across namespaces). ACKs
- * and retransmissions fall due while asleep: wake for the earliest. */
+ * and retransmissions fall due while asleep: wake for the earliest, to
+ * the wheel's tick while a retransmit timer runs, else every millisecond. */
 static void udp_wait(tl_iface_t *iface, int64_t timeout_us)
 {
     udp_iface_t *ui = (udp_iface_t *)iface;
     struct pollfd pfd = {ui->fd, POLLIN, 0};
-    int64_t t = timeout_us;
+    int64_t t = timeout_us, cap = ui->wheel.n_armed > 0 ? UDP_TICK_US : 1000;
     struct timespec ts;
 
     if (!util_dlist_empty(&ui->acks) || ui->faults.held != NULL)
         t = t < 0 || (int64_t)ui->ack_delay_us < t ? (int64_t)ui->ack_delay_us : t;
-    if (t < 0 || t > 1000)
-        t = t < 0 ? 1000 : (t > 1000 ? 1000 : t); /* the timer wheel's tick */
+    if (t < 0 || t > cap)
+        t = cap;
     ts.tv_sec = t / 1000000;
     ts.tv_nsec = (t % 1000000) * 1000;
     ppoll(&pfd, 1, &ts, NULL);

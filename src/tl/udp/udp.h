@@ -14,6 +14,7 @@
 #define UDP_PRIO_MTU 512         /* priority channel datagrams, bytes */
 #define UDP_MAX_DGRAM 65507      /* IPv4 UDP payload limit */
 #define UDP_RECV_BATCH 32        /* datagrams per recvmmsg */
+#define UDP_TICK_US 50           /* timer wheel slot: timers fire this late at most */
 #define UDP_MAX_PACKET (256 * 1024) /* upper-layer packet, before fragments */
 
 /* A segment sent and not yet acknowledged: the datagram image, kept for
@@ -24,6 +25,7 @@ typedef struct udp_seg {
     uint32_t len;                /* datagram bytes */
     uint32_t sacked;             /* the receiver holds it (selective ACK) */
     uint32_t pooled;             /* from udp_iface_t.segs, not malloc */
+    uint32_t resent;             /* sent more than once: no RTT sample (Karn) */
     _Alignas(8) unsigned char buf[]; /* a udp_hdr_t is read in place */
 } udp_seg_t;
 
@@ -33,6 +35,8 @@ typedef struct udp_tx {
     udp_seg_t **win;             /* in flight, by seq % window */
     uint32_t dup_acks;
     uint64_t rto_us;             /* current retransmit timeout, backs off */
+    uint64_t srtt_us, rttvar_us; /* smoothed round trip and its deviation;
+                                    srtt 0 until the first sample */
     uint64_t last_progress_us;   /* when una last moved, for failure */
     util_timer_t timer;          /* retransmit */
     struct udp_iface *ui;        /* for the timer's callback */
@@ -100,14 +104,18 @@ typedef struct udp_iface {
     uint32_t seg_cap;
     uint64_t ooo_bytes;          /* payload held in early segments */
     uint64_t last_dgram_us;      /* when a datagram last arrived */
+    uint64_t rx_now_us;          /* the clock when the current batch came */
     int gso;                     /* the kernel takes UDP_SEGMENT sends */
     uint32_t idle_polls;
     uint64_t dropped;            /* datagrams that did not parse or belong */
-    uint64_t retransmits;
+    uint64_t retransmits;        /* segments sent again, for any reason */
+    uint64_t timeouts;           /* retransmit timers that fired */
+    uint64_t segs_sent, dgrams_in; /* new segments sent; datagrams received */
 } udp_iface_t;
 
 /* udp.c */
-/* Handles one received datagram; everything in it is checked first. */
+/* Handles one received datagram; everything in it is checked first.
+ * ui->rx_now_us is the time it arrived. */
 void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const struct sockaddr_in *from);
 udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
 /* Sends len bytes gathered from iov as segments of channel ch; aux goes

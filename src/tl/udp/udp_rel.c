@@ -16,7 +16,9 @@
 #define UDP_ACK_EVERY 32        /* segments delivered before an ACK is forced */
 #define UDP_DUP_ACKS 3          /* duplicate ACKs that trigger a retransmit */
 #define UDP_RTO_MAX_US 1000000
-#define UDP_SACK_RETX_US 500     /* a hole older than this is resent on SACK */
+#define UDP_RTO_MIN_US 200       /* a timeout never comes sooner */
+#define UDP_SACK_RETX_US 500     /* before an RTT sample: a hole older than
+                                    this is resent on SACK */
 #define UDP_SACK_BURST 256       /* segments resent per SACK, at most */
 #define UDP_OOO_MAX_BYTES (256u << 20) /* early segments held, all peers */
 
@@ -57,6 +59,46 @@ void udp_tx_fini(udp_tx_t *tx)
 uint32_t udp_tx_room(const udp_iface_t *ui, const udp_tx_t *tx)
 {
     return ui->window - (tx->next_seq - tx->una);
+}
+
+/* Jacobson/Karels: srtt += (m - srtt) / 8, rttvar += (|m - srtt| - rttvar) / 4. */
+static void rtt_sample(udp_tx_t *tx, uint64_t m)
+{
+    if (tx->srtt_us == 0) {
+        tx->srtt_us = m > 0 ? m : 1;
+        tx->rttvar_us = m / 2;
+        return;
+    }
+    uint64_t err = m > tx->srtt_us ? m - tx->srtt_us : tx->srtt_us - m;
+    tx->rttvar_us = (3 * tx->rttvar_us + err) / 4;
+    tx->srtt_us = (7 * tx->srtt_us + m) / 8;
+    if (tx->srtt_us == 0)
+        tx->srtt_us = 1;
+}
+
+/* The timeout before backoff: the setting until the first RTT sample;
+ * then a round trip plus four deviations plus the peer's ACK delay, which
+ * the sample may or may not have included. Losses at the tail of a burst,
+ * which no later ACK reports, are repaired within about this. */
+static uint64_t rto_base(const udp_iface_t *ui, const udp_tx_t *tx)
+{
+    uint64_t rto;
+
+    if (tx->srtt_us == 0)
+        return ui->rto_us;
+    rto = tx->srtt_us + 4 * tx->rttvar_us + ui->ack_delay_us;
+    if (rto < UDP_RTO_MIN_US)
+        rto = UDP_RTO_MIN_US;
+    return rto > ui->rto_us ? ui->rto_us : rto;
+}
+
+/* How long a hole below a selectively acknowledged segment may be in
+ * flight before it counts as lost: a round trip and some. */
+static uint64_t hole_age(const udp_tx_t *tx)
+{
+    if (tx->srtt_us == 0)
+        return UDP_SACK_RETX_US;
+    return tx->srtt_us + 2 * tx->rttvar_us;
 }
 
 void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg)
@@ -103,6 +145,10 @@ static void tx_timer_fire(util_timer_t *t)
         udp_ep_fail(ui, tx->ep);
         return;
     }
+    ui->timeouts++;
+    util_debug("udp: timeout on channel %d to peer %u after %llu us (timeout %llu us)", tx->ch,
+               tx->ep->super.peer, (unsigned long long)(now - tx->last_progress_us),
+               (unsigned long long)tx->rto_us);
     rto_resend(ui, tx, now);
     tx->rto_us = tx->rto_us * 2 > UDP_RTO_MAX_US ? UDP_RTO_MAX_US : tx->rto_us * 2;
     util_timer_arm(&ui->wheel, &tx->timer, now + tx->rto_us);
@@ -113,12 +159,15 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
     udp_tx_t *tx = &ep->tx[ch];
 
     if (seq_before(tx->una, ack) && !seq_before(tx->next_seq, ack)) {
+        udp_seg_t *newest = tx->win[(ack - 1) % ui->window];
+        if (!newest->resent && ui->rx_now_us > newest->sent_us)
+            rtt_sample(tx, ui->rx_now_us - newest->sent_us);
         for (; tx->una != ack; tx->una++) {
             udp_seg_free(ui, tx->win[tx->una % ui->window]);
             tx->win[tx->una % ui->window] = NULL;
         }
         tx->dup_acks = 0;
-        tx->rto_us = ui->rto_us;
+        tx->rto_us = rto_base(ui, tx);
         tx->last_progress_us = udp_now_us();
         if (tx->una == tx->next_seq)
             util_timer_cancel(&tx->timer);
@@ -209,7 +258,7 @@ void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t
     }
     for (uint32_t seq = tx->una; seq_before(seq, top) && sent < UDP_SACK_BURST; seq++) {
         udp_seg_t *seg = tx->win[seq % ui->window];
-        if (seg->sacked || now - seg->sent_us < UDP_SACK_RETX_US)
+        if (seg->sacked || now - seg->sent_us < hole_age(tx))
             continue;
         udp_seg_retransmit(ui, ep, seg);
         sent++;

@@ -140,6 +140,8 @@ static void settings_apply(udp_iface_t *ui, uint32_t ifmtu)
     ui->mtu = (uint32_t)mtu;
 }
 
+static void rmsgs_init(udp_iface_t *ui);
+
 static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t **out)
 {
     udp_iface_t *ui = calloc(1, sizeof(*ui));
@@ -170,6 +172,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
         return TMX_ERR_IO;
     }
     settings_apply(ui, ifmtu);
+    rmsgs_init(ui);
     ui->seg_cap = ui->mtu;
     util_pool_init(&ui->segs, sizeof(udp_seg_t) + ui->seg_cap, 64);
     util_info("udp: %s:%u, datagrams of %u bytes, window %u", inet_ntoa(ui->self_sa.sin_addr),
@@ -631,19 +634,24 @@ static void buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gr
         udp_dgram_input(ui, buf + off, len - off < gro ? len - off : gro, from);
 }
 
+static void rmsg_reset(udp_iface_t *ui, int i)
+{
+    ui->rmsgs[i].msg_hdr = (struct msghdr){&ui->rfrom[i], sizeof(ui->rfrom[i]), &ui->riov[i], 1,
+                                           ui->rctl[i], sizeof(ui->rctl[i]), 0};
+}
+
+static void rmsgs_init(udp_iface_t *ui)
+{
+    for (int i = 0; i < UDP_RECV_BATCH; i++) {
+        ui->riov[i] = (struct iovec){ui->rbufs + (size_t)i * 65536, 65536};
+        rmsg_reset(ui, i);
+    }
+}
+
 static int recv_batch(udp_iface_t *ui)
 {
-    struct mmsghdr msgs[UDP_RECV_BATCH];
-    struct iovec iov[UDP_RECV_BATCH];
-    struct sockaddr_in from[UDP_RECV_BATCH];
-    char ctl[UDP_RECV_BATCH][CMSG_SPACE(sizeof(int))];
-    int n;
+    int n = recvmmsg(ui->fd, ui->rmsgs, UDP_RECV_BATCH, MSG_DONTWAIT, NULL);
 
-    for (int i = 0; i < UDP_RECV_BATCH; i++) {
-        iov[i] = (struct iovec){ui->rbufs + (size_t)i * 65536, 65536};
-        msgs[i].msg_hdr = (struct msghdr){&from[i], sizeof(from[i]), &iov[i], 1, ctl[i], sizeof(ctl[i]), 0};
-    }
-    n = recvmmsg(ui->fd, msgs, UDP_RECV_BATCH, MSG_DONTWAIT, NULL);
     if (n < 0) {
         if (errno != EAGAIN && errno != EINTR)
             util_warn("udp: recvmmsg: %s", strerror(errno));
@@ -651,8 +659,11 @@ static int recv_batch(udp_iface_t *ui)
     }
     ui->rx_now_us = udp_now_us();
     ui->dgrams_in += (uint64_t)n;
-    for (int i = 0; i < n; i++)
-        buf_input(ui, iov[i].iov_base, msgs[i].msg_len, gro_size(&msgs[i].msg_hdr), &from[i]);
+    for (int i = 0; i < n; i++) {
+        buf_input(ui, ui->riov[i].iov_base, ui->rmsgs[i].msg_len, gro_size(&ui->rmsgs[i].msg_hdr),
+                  &ui->rfrom[i]);
+        rmsg_reset(ui, i);
+    }
     return n;
 }
 

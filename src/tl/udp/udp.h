@@ -3,6 +3,8 @@
 #define TMX_TL_UDP_H
 
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <stdint.h>
 
 #include "tl/tl.h"
@@ -100,6 +102,12 @@ typedef struct udp_iface {
     util_wheel_t wheel;
     udp_faults_t faults;
     unsigned char *rbufs;        /* UDP_RECV_BATCH receive buffers */
+    /* recvmmsg's arguments, built once: a receive resets only what the
+     * kernel wrote into the messages it filled. */
+    struct mmsghdr rmsgs[UDP_RECV_BATCH];
+    struct iovec riov[UDP_RECV_BATCH];
+    struct sockaddr_in rfrom[UDP_RECV_BATCH];
+    char rctl[UDP_RECV_BATCH][CMSG_SPACE(sizeof(int))];
     util_pool_t segs;            /* segment buffers up to seg_cap bytes */
     uint32_t seg_cap;
     uint64_t ooo_bytes;          /* payload held in early segments */

@@ -1,0 +1,221 @@
+/*
+ * Internals of the tmx libfabric provider: a thin adapter from libfabric's
+ * tagged and message API onto include/tmx.h. One tmx context per endpoint;
+ * an endpoint's tmx peer i is entry i of the address vector bound to it, so
+ * fi_addr_t values are tmx peer numbers. Completions flow from the context's
+ * queue into the libfabric CQs the endpoint is bound to.
+ */
+#ifndef FAB_H
+#define FAB_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+#include <rdma/providers/fi_log.h>
+#include <rdma/providers/fi_prov.h>
+
+#include "tmx.h"
+
+#define FAB_PROV_NAME "tmx"
+#define FAB_FABRIC_NAME "tmx"
+#define FAB_DOMAIN_NAME "tmx"
+#define FAB_PROV_VERSION FI_VERSION(TMX_VERSION_MAJOR, TMX_VERSION_MINOR)
+#define FAB_FI_VERSION FI_VERSION(1, 17)
+
+/* The fi name: a length byte, then the tmx address blob with zero runs
+ * folded (a zero byte followed by the run's length). Fixed at FI_NAME_MAX
+ * because fi_av_insert takes packed addresses of one size and Open MPI
+ * reads names into FI_NAME_MAX bytes. */
+#define FAB_ADDR_LEN FI_NAME_MAX
+
+#define FAB_INJECT_SIZE 4096        /* below every transport's eager limit */
+#define FAB_MAX_MSG_SIZE ((size_t)1 << 40)
+#define FAB_CQ_DATA_SIZE 8
+#define FAB_QUEUE_SIZE 65536        /* tx/rx depth reported; tmx queues grow */
+#define FAB_MAX_EP_PER_OBJ 64       /* endpoints bound to one AV or CQ */
+
+/* With FI_MSG and FI_TAGGED together, tag bit 63 marks untagged messages, so
+ * tagged traffic has 63 bits. Without FI_MSG, all 64 bits are the app's. */
+#define FAB_MSG_BIT ((uint64_t)1 << 63)
+#define FAB_TAG_FORMAT_64 0xaaaaaaaaaaaaaaaaULL
+#define FAB_TAG_FORMAT_63 0x5555555555555555ULL
+
+#define FAB_CAPS (FI_TAGGED | FI_MSG | FI_SEND | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE | \
+                  FI_LOCAL_COMM | FI_REMOTE_COMM | FI_REMOTE_CQ_DATA)
+#define FAB_TX_OP_FLAGS (FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | \
+                         FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_REMOTE_CQ_DATA)
+#define FAB_RX_OP_FLAGS (FI_COMPLETION | FI_PEEK | FI_CLAIM | FI_DISCARD)
+
+extern struct fi_provider fab_prov;
+
+#define FAB_WARN(subsys, ...) FI_WARN(&fab_prov, subsys, __VA_ARGS__)
+
+typedef struct fab_domain fab_domain_t;
+typedef struct fab_ep fab_ep_t;
+typedef struct fab_cq fab_cq_t;
+typedef struct fab_av fab_av_t;
+
+typedef struct fab_fabric {
+    struct fid_fabric fid;
+    atomic_int refs;
+} fab_fabric_t;
+
+struct fab_domain {
+    struct fid_domain fid;
+    fab_fabric_t *fab;
+    atomic_int refs;
+    int mt;                     /* FI_THREAD_SAFE: tmx contexts and our lock */
+    pthread_mutex_t lock;       /* guards provider state when mt */
+    struct fi_info *info;
+};
+
+typedef struct fab_av_entry {
+    unsigned char name[FAB_ADDR_LEN];
+    int valid;                  /* cleared by fi_av_remove */
+} fab_av_entry_t;
+
+struct fab_av {
+    struct fid_av fid;
+    fab_domain_t *dom;
+    atomic_int refs;
+    enum fi_av_type type;
+    fab_av_entry_t *ent;
+    size_t n, cap;
+    fab_ep_t *eps[FAB_MAX_EP_PER_OBJ];
+    int n_eps;
+};
+
+/* One completion as kept until the application reads it. */
+typedef struct fab_cqe {
+    struct fi_cq_tagged_entry e;
+    fi_addr_t src;
+    int err;                    /* positive FI_E* code, 0 for success */
+    size_t olen;                /* truncation: bytes that did not fit */
+    int prov_errno;             /* the tmx status */
+} fab_cqe_t;
+
+struct fab_cq {
+    struct fid_cq fid;
+    fab_domain_t *dom;
+    atomic_int refs;
+    enum fi_cq_format format;
+    fab_cqe_t *ring;
+    size_t cap, head, count;    /* cap a power of two; grows */
+    fab_ep_t *eps[FAB_MAX_EP_PER_OBJ];
+    int n_eps;
+    atomic_int signaled;
+};
+
+/* An operation in flight: carried as the tmx user context. */
+typedef struct fab_op {
+    struct fab_op *next, *prev; /* free list, or ep->posted / ep->claimed */
+    void *context;              /* the application's */
+    uint64_t flags;             /* FI_TAGGED|FI_MSG, FI_SEND|FI_RECV */
+    int report;                 /* a successful completion is wanted */
+    int listed;                 /* in ep->posted */
+    tmx_request_h req;          /* posted receives: for fi_cancel */
+    tmx_message_h msg;          /* claimed messages (ep->claimed) */
+} fab_op_t;
+
+struct fab_ep {
+    struct fid_ep fid;
+    fab_domain_t *dom;
+    struct fi_info *info;
+    tmx_context_h tmx;
+    fab_av_t *av;
+    fab_cq_t *tx_cq, *rx_cq;
+    int tx_selective, rx_selective;
+    uint64_t tx_op_flags, rx_op_flags;
+    uint64_t msg_bit;           /* FAB_MSG_BIT with FI_MSG|FI_TAGGED, else 0 */
+    int enabled;
+    fab_op_t posted;            /* receives that may be canceled */
+    fab_op_t claimed;           /* claimed messages, by context */
+    fab_op_t *free_ops;
+    struct fab_op_chunk *chunks; /* every op ever allocated, freed at close */
+    uint64_t caps;
+};
+
+static inline int64_t fab_now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static inline void fab_lock(fab_domain_t *dom)
+{
+    if (dom->mt)
+        pthread_mutex_lock(&dom->lock);
+}
+
+static inline void fab_unlock(fab_domain_t *dom)
+{
+    if (dom->mt)
+        pthread_mutex_unlock(&dom->lock);
+}
+
+/* fab_stubs.c: fi_no_* operations, for dispatch that never tests NULL */
+int fab_no_bind(struct fid *fid, struct fid *bfid, uint64_t flags);
+int fab_no_control(struct fid *fid, int command, void *arg);
+int fab_no_ops_open(struct fid *fid, const char *name, uint64_t flags, void **ops, void *context);
+int fab_no_tostr(const struct fid *fid, char *buf, size_t len);
+int fab_no_ops_set(struct fid *fid, const char *name, uint64_t flags, void *ops, void *context);
+extern struct fi_ops_cm fab_cm_ops;
+extern struct fi_ops_rma fab_no_rma_ops;
+extern struct fi_ops_atomic fab_no_atomic_ops;
+extern struct fi_ops_collective fab_no_coll_ops;
+
+/* fab_info.c */
+int fab_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
+                const struct fi_info *hints, struct fi_info **info);
+int fab_info_check(const struct fi_info *info);
+
+/* fab_prov.c */
+int fab_errno(tmx_status_t st);
+int fab_fabric_open(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
+
+/* fab_domain.c */
+int fab_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_domain **dom,
+                    void *context);
+
+/* fab_av.c */
+int fab_av_open(struct fid_domain *domain, struct fi_av_attr *attr, struct fid_av **av,
+                void *context);
+int fab_av_attach(fab_av_t *av, fab_ep_t *ep);
+void fab_av_detach(fab_av_t *av, fab_ep_t *ep);
+int fab_av_valid(const fab_av_t *av, fi_addr_t addr);
+int fab_name_encode(const void *blob, size_t len, unsigned char *name);
+int fab_name_decode(const unsigned char *name, void *blob, size_t *len);
+
+/* fab_cq.c */
+int fab_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_cq **cq,
+                void *context);
+int fab_cq_attach(fab_cq_t *cq, fab_ep_t *ep);
+void fab_cq_detach(fab_cq_t *cq, fab_ep_t *ep);
+int fab_cq_push(fab_cq_t *cq, const fab_cqe_t *c);
+
+/* fab_ep.c */
+int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **ep,
+                void *context);
+fab_op_t *fab_op_get(fab_ep_t *ep, void *context, uint64_t flags, int report);
+void fab_op_put(fab_ep_t *ep, fab_op_t *op);
+void fab_op_list_add(fab_op_t *head, fab_op_t *op);
+void fab_op_list_del(fab_op_t *op);
+void fab_ep_drain(fab_ep_t *ep);
+void fab_ep_complete(fab_ep_t *ep, const tmx_completion_t *c);
+
+/* fab_msg.c */
+extern struct fi_ops_tagged fab_tagged_ops;
+extern struct fi_ops_msg fab_msg_ops;
+
+#endif

@@ -1,0 +1,343 @@
+/*
+ * Address vectors. Entry i holds a peer's fi name; every endpoint bound to
+ * the AV adds the entries to its tmx context in the same order, so entry i
+ * is tmx peer i there and fi_addr_t values are tmx peer numbers, for
+ * FI_AV_MAP and FI_AV_TABLE alike. tmx cannot forget a peer: fi_av_remove
+ * only marks the entry unusable.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fab.h"
+
+/* ------------------------------------------------------------ fi names */
+
+/* Folds runs of zero bytes (the tmx blob is mostly padding) so that a
+ * blob with several transports fits in FI_NAME_MAX bytes. */
+int fab_name_encode(const void *blob, size_t len, unsigned char *name)
+{
+    const unsigned char *b = blob;
+    size_t o = 1;
+
+    memset(name, 0, FAB_ADDR_LEN);
+    for (size_t i = 0; i < len;) {
+        size_t run = 0;
+        while (i + run < len && b[i + run] == 0 && run < 255)
+            run++;
+        if (o + (run > 0 ? 2 : 1) > FAB_ADDR_LEN)
+            return -FI_EOVERFLOW;
+        if (run > 0) {
+            name[o++] = 0;
+            name[o++] = (unsigned char)run;
+            i += run;
+        } else {
+            name[o++] = b[i++];
+        }
+    }
+    name[0] = (unsigned char)(o - 1);
+    return 0;
+}
+
+int fab_name_decode(const unsigned char *name, void *blob, size_t *len)
+{
+    unsigned char *b = blob;
+    size_t n = name[0], o = 0;
+
+    if (n == 0 || n > FAB_ADDR_LEN - 1)
+        return -FI_EINVAL;
+    for (size_t i = 1; i <= n;) {
+        size_t run = name[i] == 0 ? (i + 1 <= n ? name[i + 1] : 0) : 1;
+        if (run == 0 || o + run > TMX_ADDRESS_MAX)
+            return -FI_EINVAL;
+        if (name[i] == 0) {
+            memset(b + o, 0, run);
+            i += 2;
+        } else {
+            b[o] = name[i++];
+        }
+        o += run;
+    }
+    *len = o;
+    return 0;
+}
+
+/* ------------------------------------------------------------- entries */
+
+static int ep_add_peer(fab_ep_t *ep, const unsigned char *name, size_t index)
+{
+    unsigned char blob[TMX_ADDRESS_MAX];
+    size_t len;
+    tmx_peer_t peer;
+    tmx_status_t st;
+
+    if (fab_name_decode(name, blob, &len) != 0) {
+        FAB_WARN(FI_LOG_AV, "AV entry %zu is not a tmx address\n", index);
+        return -FI_EINVAL;
+    }
+    st = tmx_peer_add(ep->tmx, blob, len, &peer);
+    if (st != TMX_OK) {
+        FAB_WARN(FI_LOG_AV, "tmx_peer_add for AV entry %zu: %s\n", index, tmx_strerror(st));
+        return -fab_errno(st);
+    }
+    if (peer != index) {
+        FAB_WARN(FI_LOG_AV, "AV entry %zu became tmx peer %u\n", index, peer);
+        return -FI_EOTHER;
+    }
+    return 0;
+}
+
+static int av_reserve(fab_av_t *av, size_t more)
+{
+    size_t cap = av->cap ? av->cap : 64;
+    fab_av_entry_t *e;
+
+    while (cap < av->n + more)
+        cap *= 2;
+    if (cap == av->cap)
+        return 0;
+    if ((e = realloc(av->ent, cap * sizeof(*e))) == NULL)
+        return -FI_ENOMEM;
+    av->ent = e;
+    av->cap = cap;
+    return 0;
+}
+
+/* Checks a name before it takes a slot: a blob a tmx context accepts. */
+static int name_ok(const unsigned char *name)
+{
+    unsigned char blob[TMX_ADDRESS_MAX];
+    size_t len;
+
+    return fab_name_decode(name, blob, &len) == 0 && len >= 8 && memcmp(blob, "TMXA", 4) == 0;
+}
+
+static int av_insert_one(fab_av_t *av, const unsigned char *name, fi_addr_t *out)
+{
+    size_t i = av->n;
+
+    if (!name_ok(name)) {
+        FAB_WARN(FI_LOG_AV, "fi_av_insert: address %zu is not a tmx address\n", i);
+        return -FI_EINVAL;
+    }
+    memcpy(av->ent[i].name, name, FAB_ADDR_LEN);
+    av->ent[i].valid = 1;
+    av->n++;
+    for (int k = 0; k < av->n_eps; k++) {
+        if (ep_add_peer(av->eps[k], name, i) != 0) {
+            av->ent[i].valid = 0;
+            return -FI_EINVAL;
+        }
+    }
+    *out = i;
+    return 0;
+}
+
+static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr_t *fi_addr,
+                     uint64_t flags, void *context)
+{
+    fab_av_t *av = (fab_av_t *)fid;
+    const unsigned char *names = addr;
+    int done = 0, ret;
+
+    if (flags & ~(uint64_t)(FI_MORE | FI_SYNC_ERR)) {
+        FAB_WARN(FI_LOG_AV, "fi_av_insert: unsupported flags 0x%llx\n", (unsigned long long)flags);
+        return -FI_EBADFLAGS;
+    }
+    if (count > 0 && addr == NULL)
+        return -FI_EINVAL;
+    fab_lock(av->dom);
+    if ((ret = av_reserve(av, count)) != 0)
+        goto out_unlock;
+    for (size_t i = 0; i < count; i++) {
+        fi_addr_t a = FI_ADDR_NOTAVAIL;
+        ret = av_insert_one(av, names + i * FAB_ADDR_LEN, &a);
+        done += ret == 0;
+        if (fi_addr)
+            fi_addr[i] = a;
+        if ((flags & FI_SYNC_ERR) && context)
+            ((int *)context)[i] = -ret;
+    }
+    ret = done;
+out_unlock:
+    fab_unlock(av->dom);
+    return ret;
+}
+
+static int av_insertsvc(struct fid_av *av, const char *node, const char *service,
+                        fi_addr_t *fi_addr, uint64_t flags, void *context)
+{
+    return -FI_ENOSYS;
+}
+
+static int av_insertsym(struct fid_av *av, const char *node, size_t nodecnt, const char *service,
+                        size_t svccnt, fi_addr_t *fi_addr, uint64_t flags, void *context)
+{
+    return -FI_ENOSYS;
+}
+
+int fab_av_valid(const fab_av_t *av, fi_addr_t addr)
+{
+    return av != NULL && addr < av->n && av->ent[addr].valid;
+}
+
+static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint64_t flags)
+{
+    fab_av_t *av = (fab_av_t *)fid;
+    int ret = 0;
+
+    fab_lock(av->dom);
+    for (size_t i = 0; i < count; i++) {
+        if (!fab_av_valid(av, fi_addr[i])) {
+            FAB_WARN(FI_LOG_AV, "fi_av_remove: no entry %llu\n", (unsigned long long)fi_addr[i]);
+            ret = -FI_EINVAL;
+            continue;
+        }
+        av->ent[fi_addr[i]].valid = 0;
+    }
+    fab_unlock(av->dom);
+    return ret;
+}
+
+static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *addrlen)
+{
+    fab_av_t *av = (fab_av_t *)fid;
+    int ret = 0;
+
+    fab_lock(av->dom);
+    if (!fab_av_valid(av, fi_addr)) {
+        ret = -FI_ENOENT;
+    } else {
+        memcpy(addr, av->ent[fi_addr].name, *addrlen < FAB_ADDR_LEN ? *addrlen : FAB_ADDR_LEN);
+        ret = *addrlen < FAB_ADDR_LEN ? -FI_ETOOSMALL : 0;
+        *addrlen = FAB_ADDR_LEN;
+    }
+    fab_unlock(av->dom);
+    return ret;
+}
+
+/* "tmx://" and the encoded name in hex, cut to the buffer; *len gets the
+ * size the whole string needs. */
+static const char *av_straddr(struct fid_av *fid, const void *addr, char *buf, size_t *len)
+{
+    const unsigned char *name = addr;
+    char tmp[8 + 2 * FAB_ADDR_LEN + 1];
+    size_t n = name[0] < FAB_ADDR_LEN ? name[0] + 1u : FAB_ADDR_LEN;
+    int o = snprintf(tmp, sizeof(tmp), "tmx://");
+
+    for (size_t i = 0; i < n; i++)
+        o += snprintf(tmp + o, sizeof(tmp) - (size_t)o, "%02x", name[i]);
+    if (*len > 0)
+        snprintf(buf, *len, "%s", tmp);
+    *len = (size_t)o + 1;
+    return buf;
+}
+
+static int no_av_set(struct fid_av *av, struct fi_av_set_attr *attr, struct fid_av_set **set,
+                     void *context)
+{
+    return -FI_ENOSYS;
+}
+
+static struct fi_ops_av av_ops = {
+    .size = sizeof(struct fi_ops_av),
+    .insert = av_insert,
+    .insertsvc = av_insertsvc,
+    .insertsym = av_insertsym,
+    .remove = av_remove,
+    .lookup = av_lookup,
+    .straddr = av_straddr,
+    .av_set = no_av_set,
+};
+
+/* ------------------------------------------------------- endpoints bound */
+
+/* Gives a newly bound endpoint every entry so far, so that its peer
+ * numbers line up with the AV's. */
+int fab_av_attach(fab_av_t *av, fab_ep_t *ep)
+{
+    int ret = 0;
+
+    fab_lock(av->dom);
+    if (av->n_eps == FAB_MAX_EP_PER_OBJ) {
+        FAB_WARN(FI_LOG_AV, "more than %d endpoints on one AV\n", FAB_MAX_EP_PER_OBJ);
+        ret = -FI_ENOSPC;
+        goto out_unlock;
+    }
+    for (size_t i = 0; i < av->n && ret == 0; i++)
+        ret = ep_add_peer(ep, av->ent[i].name, i);
+    if (ret == 0) {
+        av->eps[av->n_eps++] = ep;
+        atomic_fetch_add(&av->refs, 1);
+    }
+out_unlock:
+    fab_unlock(av->dom);
+    return ret;
+}
+
+void fab_av_detach(fab_av_t *av, fab_ep_t *ep)
+{
+    fab_lock(av->dom);
+    for (int k = 0; k < av->n_eps; k++) {
+        if (av->eps[k] == ep) {
+            av->eps[k] = av->eps[--av->n_eps];
+            atomic_fetch_sub(&av->refs, 1);
+            break;
+        }
+    }
+    fab_unlock(av->dom);
+}
+
+static int av_close(struct fid *fid)
+{
+    fab_av_t *av = (fab_av_t *)fid;
+
+    if (atomic_load(&av->refs) != 0) {
+        FAB_WARN(FI_LOG_AV, "AV closed while %d endpoints use it\n", atomic_load(&av->refs));
+        return -FI_EBUSY;
+    }
+    atomic_fetch_sub(&av->dom->refs, 1);
+    free(av->ent);
+    free(av);
+    return 0;
+}
+
+static struct fi_ops av_fi_ops = {
+    .size = sizeof(struct fi_ops),
+    .close = av_close,
+    .bind = fab_no_bind,
+    .control = fab_no_control,
+    .ops_open = fab_no_ops_open,
+    .tostr = fab_no_tostr,
+    .ops_set = fab_no_ops_set,
+};
+
+int fab_av_open(struct fid_domain *domain, struct fi_av_attr *attr, struct fid_av **out,
+                void *context)
+{
+    fab_domain_t *dom = (fab_domain_t *)domain;
+    fab_av_t *av;
+
+    if (attr == NULL)
+        return -FI_EINVAL;
+    if (attr->type != FI_AV_UNSPEC && attr->type != FI_AV_MAP && attr->type != FI_AV_TABLE) {
+        FAB_WARN(FI_LOG_AV, "unknown AV type %d\n", attr->type);
+        return -FI_EINVAL;
+    }
+    if (attr->flags & (FI_EVENT | FI_SYMMETRIC) || attr->name != NULL || attr->rx_ctx_bits) {
+        FAB_WARN(FI_LOG_AV, "AV events, symmetric, named or scalable AVs are not offered\n");
+        return -FI_ENOSYS;
+    }
+    if ((av = calloc(1, sizeof(*av))) == NULL)
+        return -FI_ENOMEM;
+    av->type = attr->type == FI_AV_UNSPEC ? FI_AV_MAP : attr->type;
+    attr->type = av->type;
+    av->dom = dom;
+    av->fid.fid.fclass = FI_CLASS_AV;
+    av->fid.fid.context = context;
+    av->fid.fid.ops = &av_fi_ops;
+    av->fid.ops = &av_ops;
+    atomic_fetch_add(&dom->refs, 1);
+    *out = &av->fid;
+    return 0;
+}

@@ -1,0 +1,332 @@
+/*
+ * Completion queues. Reading a CQ first moves what the tmx contexts of the
+ * bound endpoints completed into the libfabric CQs (an endpoint's sends
+ * and receives may go to different CQs), then hands out entries in the
+ * format the CQ was opened with. Errors wait in line: a read that reaches
+ * one returns -FI_EAVAIL until fi_cq_readerr takes it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fab.h"
+
+#define CQ_SLEEP_SLICE_US 10000   /* how soon fi_cq_signal is noticed */
+
+int fab_cq_push(fab_cq_t *cq, const fab_cqe_t *c)
+{
+    if (cq->count == cq->cap) {
+        size_t cap = cq->cap * 2;
+        fab_cqe_t *r = malloc(cap * sizeof(*r));
+        if (r == NULL) {
+            FAB_WARN(FI_LOG_CQ, "CQ of %zu entries cannot grow: completion lost\n", cq->cap);
+            return -FI_ENOMEM;
+        }
+        for (size_t i = 0; i < cq->count; i++)
+            r[i] = cq->ring[(cq->head + i) & (cq->cap - 1)];
+        free(cq->ring);
+        cq->ring = r;
+        cq->cap = cap;
+        cq->head = 0;
+    }
+    cq->ring[(cq->head + cq->count) & (cq->cap - 1)] = *c;
+    cq->count++;
+    return 0;
+}
+
+static void cq_progress(fab_cq_t *cq)
+{
+    for (int k = 0; k < cq->n_eps; k++)
+        fab_ep_drain(cq->eps[k]);
+}
+
+static size_t entry_size(enum fi_cq_format f)
+{
+    switch (f) {
+    case FI_CQ_FORMAT_CONTEXT:
+        return sizeof(struct fi_cq_entry);
+    case FI_CQ_FORMAT_MSG:
+        return sizeof(struct fi_cq_msg_entry);
+    case FI_CQ_FORMAT_DATA:
+        return sizeof(struct fi_cq_data_entry);
+    default:
+        return sizeof(struct fi_cq_tagged_entry);
+    }
+}
+
+/* The formats are prefixes of the tagged entry, except that MSG stops
+ * before buf and DATA before tag. */
+static void entry_write(const fab_cq_t *cq, const fab_cqe_t *c, void *out)
+{
+    struct fi_cq_msg_entry *m = out;
+
+    if (cq->format == FI_CQ_FORMAT_MSG) {
+        m->op_context = c->e.op_context;
+        m->flags = c->e.flags;
+        m->len = c->e.len;
+        return;
+    }
+    memcpy(out, &c->e, entry_size(cq->format));
+}
+
+static ssize_t cq_readfrom_locked(fab_cq_t *cq, void *buf, size_t count, fi_addr_t *src)
+{
+    size_t n = 0, sz = entry_size(cq->format);
+
+    if (cq->count == 0)
+        cq_progress(cq);
+    while (n < count && cq->count > 0) {
+        fab_cqe_t *c = &cq->ring[cq->head];
+        if (c->err != 0)
+            break;
+        entry_write(cq, c, (char *)buf + n * sz);
+        if (src)
+            src[n] = c->src;
+        cq->head = (cq->head + 1) & (cq->cap - 1);
+        cq->count--;
+        n++;
+    }
+    if (n > 0)
+        return (ssize_t)n;
+    return cq->count > 0 ? -FI_EAVAIL : -FI_EAGAIN;
+}
+
+static ssize_t cq_readfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src)
+{
+    fab_cq_t *cq = (fab_cq_t *)fid;
+    ssize_t ret;
+
+    if (buf == NULL && count > 0)
+        return -FI_EINVAL;
+    fab_lock(cq->dom);
+    ret = cq_readfrom_locked(cq, buf, count, src);
+    fab_unlock(cq->dom);
+    return ret;
+}
+
+static ssize_t cq_read(struct fid_cq *fid, void *buf, size_t count)
+{
+    return cq_readfrom(fid, buf, count, NULL);
+}
+
+/* Before API 1.5 the error entry ended at err_data. */
+static void err_write(const fab_cq_t *cq, const fab_cqe_t *c, struct fi_cq_err_entry *e)
+{
+    e->op_context = c->e.op_context;
+    e->flags = c->e.flags;
+    e->len = c->e.len;
+    e->buf = c->e.buf;
+    e->data = c->e.data;
+    e->tag = c->e.tag;
+    e->olen = c->olen;
+    e->err = c->err;
+    e->prov_errno = c->prov_errno;
+    if (FI_VERSION_GE(cq->dom->fab->fid.api_version, FI_VERSION(1, 5))) {
+        if (e->err_data_size == 0)
+            e->err_data = NULL;
+        e->err_data_size = 0;
+    } else {
+        e->err_data = NULL;
+    }
+}
+
+static ssize_t cq_readerr(struct fid_cq *fid, struct fi_cq_err_entry *buf, uint64_t flags)
+{
+    fab_cq_t *cq = (fab_cq_t *)fid;
+    ssize_t ret = -FI_EAGAIN;
+
+    if (buf == NULL)
+        return -FI_EINVAL;
+    fab_lock(cq->dom);
+    if (cq->count == 0)
+        cq_progress(cq);
+    if (cq->count > 0 && cq->ring[cq->head].err != 0) {
+        err_write(cq, &cq->ring[cq->head], buf);
+        cq->head = (cq->head + 1) & (cq->cap - 1);
+        cq->count--;
+        ret = 1;
+    }
+    fab_unlock(cq->dom);
+    return ret;
+}
+
+/* Sleeps in tmx until a completion may be there, in slices so that a
+ * signal from another thread is seen. */
+static void cq_sleep(fab_cq_t *cq, int64_t us)
+{
+    tmx_context_h ctx = NULL;
+
+    fab_lock(cq->dom);
+    if (cq->n_eps > 0)
+        ctx = cq->eps[0]->tmx;
+    if (cq->n_eps > 1 && us > 1000)
+        us = 1000;
+    fab_unlock(cq->dom);
+    if (ctx == NULL)
+        sched_yield();
+    else
+        tmx_wait(ctx, us < CQ_SLEEP_SLICE_US ? us : CQ_SLEEP_SLICE_US);
+}
+
+static ssize_t cq_sreadfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src,
+                            const void *cond, int timeout)
+{
+    fab_cq_t *cq = (fab_cq_t *)fid;
+    int64_t deadline = timeout < 0 ? INT64_MAX : fab_now_us() + (int64_t)timeout * 1000;
+    ssize_t ret;
+
+    for (;;) {
+        ret = cq_readfrom(fid, buf, count, src);
+        if (ret != -FI_EAGAIN)
+            return ret;
+        if (atomic_exchange(&cq->signaled, 0))
+            return -FI_ECANCELED;
+        int64_t left = deadline - fab_now_us();
+        if (left <= 0)
+            return -FI_EAGAIN;
+        cq_sleep(cq, left);
+    }
+}
+
+static ssize_t cq_sread(struct fid_cq *fid, void *buf, size_t count, const void *cond,
+                        int timeout)
+{
+    return cq_sreadfrom(fid, buf, count, NULL, cond, timeout);
+}
+
+static int cq_signal(struct fid_cq *fid)
+{
+    fab_cq_t *cq = (fab_cq_t *)fid;
+
+    atomic_store(&cq->signaled, 1);
+    return 0;
+}
+
+static const char *cq_strerror(struct fid_cq *fid, int prov_errno, const void *err_data,
+                               char *buf, size_t len)
+{
+    const char *s = tmx_strerror((tmx_status_t)prov_errno);
+
+    if (buf && len > 0) {
+        strncpy(buf, s, len - 1);
+        buf[len - 1] = '\0';
+    }
+    return s;
+}
+
+static struct fi_ops_cq cq_ops = {
+    .size = sizeof(struct fi_ops_cq),
+    .read = cq_read,
+    .readfrom = cq_readfrom,
+    .readerr = cq_readerr,
+    .sread = cq_sread,
+    .sreadfrom = cq_sreadfrom,
+    .signal = cq_signal,
+    .strerror = cq_strerror,
+};
+
+/* ------------------------------------------------------- endpoints bound */
+
+int fab_cq_attach(fab_cq_t *cq, fab_ep_t *ep)
+{
+    for (int k = 0; k < cq->n_eps; k++) {
+        if (cq->eps[k] == ep)
+            return 0;
+    }
+    if (cq->n_eps == FAB_MAX_EP_PER_OBJ) {
+        FAB_WARN(FI_LOG_CQ, "more than %d endpoints on one CQ\n", FAB_MAX_EP_PER_OBJ);
+        return -FI_ENOSPC;
+    }
+    cq->eps[cq->n_eps++] = ep;
+    atomic_fetch_add(&cq->refs, 1);
+    return 0;
+}
+
+void fab_cq_detach(fab_cq_t *cq, fab_ep_t *ep)
+{
+    for (int k = 0; k < cq->n_eps; k++) {
+        if (cq->eps[k] == ep) {
+            cq->eps[k] = cq->eps[--cq->n_eps];
+            atomic_fetch_sub(&cq->refs, 1);
+            return;
+        }
+    }
+}
+
+static int cq_close(struct fid *fid)
+{
+    fab_cq_t *cq = (fab_cq_t *)fid;
+
+    if (atomic_load(&cq->refs) != 0) {
+        FAB_WARN(FI_LOG_CQ, "CQ closed while %d endpoints use it\n", atomic_load(&cq->refs));
+        return -FI_EBUSY;
+    }
+    atomic_fetch_sub(&cq->dom->refs, 1);
+    free(cq->ring);
+    free(cq);
+    return 0;
+}
+
+static int cq_control(struct fid *fid, int command, void *arg)
+{
+    return -FI_ENOSYS;
+}
+
+static struct fi_ops cq_fi_ops = {
+    .size = sizeof(struct fi_ops),
+    .close = cq_close,
+    .bind = fab_no_bind,
+    .control = cq_control,
+    .ops_open = fab_no_ops_open,
+    .tostr = fab_no_tostr,
+    .ops_set = fab_no_ops_set,
+};
+
+static int cq_attr_check(const struct fi_cq_attr *attr)
+{
+    if (attr->format > FI_CQ_FORMAT_TAGGED) {
+        FAB_WARN(FI_LOG_CQ, "unknown CQ format %d\n", attr->format);
+        return -FI_ENOSYS;
+    }
+    if (attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC &&
+        attr->wait_obj != FI_WAIT_YIELD) {
+        FAB_WARN(FI_LOG_CQ, "wait object %d: only FI_WAIT_NONE, UNSPEC or YIELD\n",
+                 attr->wait_obj);
+        return -FI_ENOSYS;
+    }
+    if (attr->wait_cond != FI_CQ_COND_NONE || (attr->flags & FI_AFFINITY)) {
+        FAB_WARN(FI_LOG_CQ, "CQ wait conditions and affinity are not offered\n");
+        return -FI_ENOSYS;
+    }
+    return 0;
+}
+
+int fab_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_cq **out,
+                void *context)
+{
+    fab_domain_t *dom = (fab_domain_t *)domain;
+    fab_cq_t *cq;
+    int ret;
+
+    if (attr == NULL)
+        return -FI_EINVAL;
+    if ((ret = cq_attr_check(attr)) != 0)
+        return ret;
+    if ((cq = calloc(1, sizeof(*cq))) == NULL)
+        return -FI_ENOMEM;
+    cq->cap = 256;
+    if ((cq->ring = malloc(cq->cap * sizeof(*cq->ring))) == NULL)
+        goto err_free_cq;
+    cq->format = attr->format == FI_CQ_FORMAT_UNSPEC ? FI_CQ_FORMAT_CONTEXT : attr->format;
+    cq->dom = dom;
+    cq->fid.fid.fclass = FI_CLASS_CQ;
+    cq->fid.fid.context = context;
+    cq->fid.fid.ops = &cq_fi_ops;
+    cq->fid.ops = &cq_ops;
+    atomic_fetch_add(&dom->refs, 1);
+    *out = &cq->fid;
+    return 0;
+
+err_free_cq:
+    free(cq);
+    return -FI_ENOMEM;
+}

@@ -1,0 +1,472 @@
+/*
+ * Endpoints: one tmx context each, created with TMX_BOOT_NONE since the
+ * address vector supplies the peers. Operations in flight carry a fab_op
+ * as their tmx user context; completions are turned into libfabric
+ * entries here.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fab.h"
+
+#define OPS_PER_CHUNK 64
+#define DRAIN_BATCH 32
+
+struct fab_op_chunk {
+    struct fab_op_chunk *next;
+    fab_op_t ops[OPS_PER_CHUNK];
+};
+
+/* --------------------------------------------------------------- op pool */
+
+static int ops_grow(fab_ep_t *ep)
+{
+    struct fab_op_chunk *c = calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return -FI_ENOMEM;
+    c->next = ep->chunks;
+    ep->chunks = c;
+    for (int i = 0; i < OPS_PER_CHUNK; i++) {
+        c->ops[i].next = ep->free_ops;
+        ep->free_ops = &c->ops[i];
+    }
+    return 0;
+}
+
+fab_op_t *fab_op_get(fab_ep_t *ep, void *context, uint64_t flags, int report)
+{
+    fab_op_t *op;
+
+    if (ep->free_ops == NULL && ops_grow(ep) != 0)
+        return NULL;
+    op = ep->free_ops;
+    ep->free_ops = op->next;
+    memset(op, 0, sizeof(*op));
+    op->context = context;
+    op->flags = flags;
+    op->report = report;
+    return op;
+}
+
+void fab_op_put(fab_ep_t *ep, fab_op_t *op)
+{
+    op->next = ep->free_ops;
+    ep->free_ops = op;
+}
+
+void fab_op_list_add(fab_op_t *head, fab_op_t *op)
+{
+    op->next = head->next;
+    op->prev = head;
+    head->next->prev = op;
+    head->next = op;
+    op->listed = 1;
+}
+
+void fab_op_list_del(fab_op_t *op)
+{
+    op->prev->next = op->next;
+    op->next->prev = op->prev;
+    op->listed = 0;
+}
+
+/* ----------------------------------------------------------- completions */
+
+static void fill_recv(fab_ep_t *ep, const fab_op_t *op, const tmx_completion_t *c, fab_cqe_t *e)
+{
+    e->e.len = c->length;
+    e->e.tag = (op->flags & FI_TAGGED) ? c->tag & ~ep->msg_bit : 0;
+    if (c->has_data) {
+        e->e.data = c->data;
+        e->e.flags |= FI_REMOTE_CQ_DATA;
+    }
+    e->src = fab_av_valid(ep->av, c->source) ? c->source : FI_ADDR_NOTAVAIL;
+}
+
+void fab_ep_complete(fab_ep_t *ep, const tmx_completion_t *c)
+{
+    fab_op_t *op = c->user_context;
+    fab_cq_t *cq = (op->flags & FI_RECV) ? ep->rx_cq : ep->tx_cq;
+    fab_cqe_t e = {.e = {.op_context = op->context, .flags = op->flags}, .src = FI_ADDR_NOTAVAIL};
+
+    if (c->op == TMX_OP_TRECV)
+        fill_recv(ep, op, c, &e);
+    if (c->status != TMX_OK) {
+        e.err = fab_errno(c->status);
+        e.prov_errno = c->status;
+        if (c->status == TMX_ERR_TRUNCATED)
+            e.olen = c->msg_length - c->length;
+    }
+    if (op->listed)
+        fab_op_list_del(op);
+    if (op->req)
+        tmx_request_free(op->req);
+    if ((e.err != 0 || op->report) && cq != NULL)
+        fab_cq_push(cq, &e);
+    fab_op_put(ep, op);
+}
+
+/* Moves what the tmx context completed into the endpoint's CQs. The
+ * caller holds the domain lock. */
+void fab_ep_drain(fab_ep_t *ep)
+{
+    tmx_completion_t c[DRAIN_BATCH];
+    size_t n;
+
+    if (!ep->enabled)
+        return;
+    do {
+        if (tmx_cq_read(ep->tmx, c, DRAIN_BATCH, &n) != TMX_OK)
+            return;
+        for (size_t i = 0; i < n; i++)
+            fab_ep_complete(ep, &c[i]);
+    } while (n == DRAIN_BATCH);
+}
+
+/* ---------------------------------------------------------------- cancel */
+
+static ssize_t ep_cancel(fid_t fid, void *context)
+{
+    fab_ep_t *ep = (fab_ep_t *)fid;
+    ssize_t ret = -FI_ENOENT;
+
+    fab_lock(ep->dom);
+    for (fab_op_t *op = ep->posted.next; op != &ep->posted; op = op->next) {
+        if (op->context != context)
+            continue;
+        ret = tmx_request_cancel(op->req) == TMX_OK ? 0 : -FI_ENOENT;
+        break;
+    }
+    fab_unlock(ep->dom);
+    return ret;
+}
+
+static int ep_getopt(fid_t fid, int level, int optname, void *optval, size_t *optlen)
+{
+    return -FI_ENOPROTOOPT;
+}
+
+static int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optlen)
+{
+    return -FI_ENOPROTOOPT;
+}
+
+static int no_tx_ctx(struct fid_ep *sep, int index, struct fi_tx_attr *attr,
+                     struct fid_ep **tx_ep, void *context)
+{
+    return -FI_ENOSYS;
+}
+
+static int no_rx_ctx(struct fid_ep *sep, int index, struct fi_rx_attr *attr,
+                     struct fid_ep **rx_ep, void *context)
+{
+    return -FI_ENOSYS;
+}
+
+static ssize_t ep_size_left(struct fid_ep *ep)
+{
+    return FAB_QUEUE_SIZE;
+}
+
+static struct fi_ops_ep ep_ops = {
+    .size = sizeof(struct fi_ops_ep),
+    .cancel = ep_cancel,
+    .getopt = ep_getopt,
+    .setopt = ep_setopt,
+    .tx_ctx = no_tx_ctx,
+    .rx_ctx = no_rx_ctx,
+    .rx_size_left = ep_size_left,
+    .tx_size_left = ep_size_left,
+};
+
+/* ------------------------------------------------------------------ names */
+
+static int ep_getname(fid_t fid, void *addr, size_t *addrlen)
+{
+    fab_ep_t *ep = (fab_ep_t *)fid;
+    unsigned char blob[TMX_ADDRESS_MAX], name[FAB_ADDR_LEN];
+    size_t len = sizeof(blob), room = *addrlen;
+    tmx_status_t st = tmx_address(ep->tmx, blob, &len);
+
+    if (st != TMX_OK) {
+        FAB_WARN(FI_LOG_EP_CTRL, "tmx_address: %s\n", tmx_strerror(st));
+        return -fab_errno(st);
+    }
+    if (fab_name_encode(blob, len, name) != 0) {
+        FAB_WARN(FI_LOG_EP_CTRL, "tmx address of %zu bytes does not fit in %d; use fewer "
+                 "transports (TMX_TRANSPORTS)\n", len, FAB_ADDR_LEN);
+        return -FI_EOVERFLOW;
+    }
+    *addrlen = FAB_ADDR_LEN;
+    if (room < FAB_ADDR_LEN)
+        return -FI_ETOOSMALL;
+    memcpy(addr, name, FAB_ADDR_LEN);
+    return 0;
+}
+
+static int no_setname(fid_t fid, void *addr, size_t addrlen)
+{
+    return -FI_ENOSYS;
+}
+
+static int no_getpeer(struct fid_ep *ep, void *addr, size_t *addrlen)
+{
+    return -FI_ENOSYS;
+}
+
+static int no_connect(struct fid_ep *ep, const void *addr, const void *param, size_t paramlen)
+{
+    return -FI_ENOSYS;
+}
+
+static int no_listen(struct fid_pep *pep)
+{
+    return -FI_ENOSYS;
+}
+
+static int no_accept(struct fid_ep *ep, const void *param, size_t paramlen)
+{
+    return -FI_ENOSYS;
+}
+
+static int no_reject(struct fid_pep *pep, fid_t handle, const void *param, size_t paramlen)
+{
+    return -FI_ENOSYS;
+}
+
+static int no_shutdown(struct fid_ep *ep, uint64_t flags)
+{
+    return -FI_ENOSYS;
+}
+
+static int no_join(struct fid_ep *ep, const void *addr, uint64_t flags, struct fid_mc **mc,
+                   void *context)
+{
+    return -FI_ENOSYS;
+}
+
+struct fi_ops_cm fab_cm_ops = {
+    .size = sizeof(struct fi_ops_cm),
+    .setname = no_setname,
+    .getname = ep_getname,
+    .getpeer = no_getpeer,
+    .connect = no_connect,
+    .listen = no_listen,
+    .accept = no_accept,
+    .reject = no_reject,
+    .shutdown = no_shutdown,
+    .join = no_join,
+};
+
+/* ------------------------------------------------------- bind and enable */
+
+static int bind_cq(fab_ep_t *ep, fab_cq_t *cq, uint64_t flags)
+{
+    int ret;
+
+    if (flags & ~(uint64_t)(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) {
+        FAB_WARN(FI_LOG_EP_CTRL, "CQ bind flags 0x%llx\n", (unsigned long long)flags);
+        return -FI_EBADFLAGS;
+    }
+    if (((flags & FI_TRANSMIT) && ep->tx_cq) || ((flags & FI_RECV) && ep->rx_cq)) {
+        FAB_WARN(FI_LOG_EP_CTRL, "a CQ is already bound for that direction\n");
+        return -FI_EINVAL;
+    }
+    if ((ret = fab_cq_attach(cq, ep)) != 0)
+        return ret;
+    if (flags & FI_TRANSMIT) {
+        ep->tx_cq = cq;
+        ep->tx_selective = !!(flags & FI_SELECTIVE_COMPLETION);
+    }
+    if (flags & FI_RECV) {
+        ep->rx_cq = cq;
+        ep->rx_selective = !!(flags & FI_SELECTIVE_COMPLETION);
+    }
+    return 0;
+}
+
+static int bind_av(fab_ep_t *ep, fab_av_t *av)
+{
+    int ret;
+
+    if (ep->av) {
+        FAB_WARN(FI_LOG_EP_CTRL, "an AV is already bound\n");
+        return -FI_EINVAL;
+    }
+    if ((ret = fab_av_attach(av, ep)) != 0)
+        return ret;
+    ep->av = av;
+    return 0;
+}
+
+static int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
+{
+    fab_ep_t *ep = (fab_ep_t *)fid;
+    int ret;
+
+    if (bfid == NULL)
+        return -FI_EINVAL;
+    switch (bfid->fclass) {
+    case FI_CLASS_CQ:
+        fab_lock(ep->dom);
+        ret = bind_cq(ep, (fab_cq_t *)bfid, flags);
+        fab_unlock(ep->dom);
+        return ret;
+    case FI_CLASS_AV:
+        return bind_av(ep, (fab_av_t *)bfid);
+    default:
+        FAB_WARN(FI_LOG_EP_CTRL, "cannot bind class %zu (counters and EQs are not offered)\n",
+                 bfid->fclass);
+        return -FI_ENOSYS;
+    }
+}
+
+static int ep_enable(fab_ep_t *ep)
+{
+    if (ep->av == NULL) {
+        FAB_WARN(FI_LOG_EP_CTRL, "fi_enable without an AV\n");
+        return -FI_ENOAV;
+    }
+    if (ep->tx_cq == NULL || ep->rx_cq == NULL) {
+        FAB_WARN(FI_LOG_EP_CTRL, "fi_enable without CQs for both directions\n");
+        return -FI_ENOCQ;
+    }
+    ep->enabled = 1;
+    return 0;
+}
+
+static int ep_control(struct fid *fid, int command, void *arg)
+{
+    fab_ep_t *ep = (fab_ep_t *)fid;
+    uint64_t *flags = arg;
+
+    switch (command) {
+    case FI_ENABLE:
+        return ep_enable(ep);
+    case FI_GETOPSFLAG:
+        *flags = (*flags & FI_TRANSMIT) ? ep->tx_op_flags : ep->rx_op_flags;
+        return 0;
+    case FI_SETOPSFLAG:
+        if (*flags & FI_TRANSMIT)
+            ep->tx_op_flags = *flags & FAB_TX_OP_FLAGS;
+        else
+            ep->rx_op_flags = *flags & FAB_RX_OP_FLAGS;
+        return 0;
+    default:
+        return -FI_ENOSYS;
+    }
+}
+
+/* ----------------------------------------------------------------- close */
+
+static int ep_close(struct fid *fid)
+{
+    fab_ep_t *ep = (fab_ep_t *)fid;
+
+    if (ep->av)
+        fab_av_detach(ep->av, ep);
+    fab_lock(ep->dom);
+    if (ep->tx_cq)
+        fab_cq_detach(ep->tx_cq, ep);
+    if (ep->rx_cq && ep->rx_cq != ep->tx_cq)
+        fab_cq_detach(ep->rx_cq, ep);
+    fab_unlock(ep->dom);
+    tmx_context_destroy(ep->tmx);
+    while (ep->chunks) {
+        struct fab_op_chunk *c = ep->chunks;
+        ep->chunks = c->next;
+        free(c);
+    }
+    atomic_fetch_sub(&ep->dom->refs, 1);
+    fi_freeinfo(ep->info);
+    free(ep);
+    return 0;
+}
+
+static struct fi_ops ep_fi_ops = {
+    .size = sizeof(struct fi_ops),
+    .close = ep_close,
+    .bind = ep_bind,
+    .control = ep_control,
+    .ops_open = fab_no_ops_open,
+    .tostr = fab_no_tostr,
+    .ops_set = fab_no_ops_set,
+};
+
+static int ep_tmx_open(fab_ep_t *ep)
+{
+    tmx_context_params_t p = {
+        .field_mask = TMX_CONTEXT_FIELD_THREAD_MODE | TMX_CONTEXT_FIELD_BOOT |
+                      TMX_CONTEXT_FIELD_NAME,
+        .thread_mode = ep->dom->mt ? TMX_THREAD_MULTIPLE : TMX_THREAD_SINGLE,
+        .boot = TMX_BOOT_NONE,
+        .name = "fi_tmx",
+    };
+    tmx_status_t st = tmx_context_create(&p, &ep->tmx);
+
+    if (st != TMX_OK) {
+        FAB_WARN(FI_LOG_EP_CTRL, "tmx_context_create: %s\n", tmx_strerror(st));
+        return -fab_errno(st);
+    }
+    return 0;
+}
+
+static void ep_init(fab_ep_t *ep, fab_domain_t *dom, void *context)
+{
+    ep->dom = dom;
+    ep->fid.fid.fclass = FI_CLASS_EP;
+    ep->fid.fid.context = context;
+    ep->fid.fid.ops = &ep_fi_ops;
+    ep->fid.ops = &ep_ops;
+    ep->fid.cm = &fab_cm_ops;
+    ep->fid.msg = &fab_msg_ops;
+    ep->fid.rma = &fab_no_rma_ops;
+    ep->fid.tagged = &fab_tagged_ops;
+    ep->fid.atomic = &fab_no_atomic_ops;
+    ep->fid.collective = &fab_no_coll_ops;
+    ep->posted.next = ep->posted.prev = &ep->posted;
+    ep->claimed.next = ep->claimed.prev = &ep->claimed;
+}
+
+static void ep_take_info(fab_ep_t *ep, const struct fi_info *info)
+{
+    ep->caps = info->caps ? info->caps : FAB_CAPS;
+    if (!(ep->caps & (FI_TAGGED | FI_MSG)))
+        ep->caps |= FI_TAGGED | FI_MSG;
+    ep->msg_bit = (ep->caps & FI_TAGGED) && (ep->caps & FI_MSG) ? FAB_MSG_BIT : 0;
+    ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags : 0;
+    ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags : 0;
+}
+
+int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **out,
+                void *context)
+{
+    fab_domain_t *dom = (fab_domain_t *)domain;
+    fab_ep_t *ep;
+    int ret;
+
+    if (info == NULL || (ret = fab_info_check(info)) != 0) {
+        FAB_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info missing or not one of ours\n");
+        return -FI_EINVAL;
+    }
+    if ((ep = calloc(1, sizeof(*ep))) == NULL)
+        return -FI_ENOMEM;
+    if ((ep->info = fi_dupinfo(info)) == NULL) {
+        ret = -FI_ENOMEM;
+        goto err_free_ep;
+    }
+    ep_init(ep, dom, context);
+    ep_take_info(ep, info);
+    if ((ret = ep_tmx_open(ep)) != 0)
+        goto err_free_info;
+    atomic_fetch_add(&dom->refs, 1);
+    *out = &ep->fid;
+    return 0;
+
+err_free_info:
+    fi_freeinfo(ep->info);
+err_free_ep:
+    free(ep);
+    return ret;
+}

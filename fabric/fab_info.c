@@ -1,0 +1,220 @@
+/*
+ * fi_getinfo: what the provider offers, and the refusal of hints it cannot
+ * meet. Each refusal is logged at info level with its reason, so
+ * FI_LOG_LEVEL=info explains an empty answer.
+ */
+#include <string.h>
+
+#include "fab.h"
+
+#define PRIMARY_CAPS (FI_TAGGED | FI_MSG)
+#define DIR_CAPS (FI_SEND | FI_RECV)
+#define COMM_CAPS (FI_LOCAL_COMM | FI_REMOTE_COMM)
+
+static int refuse(const char *why)
+{
+    FI_INFO(&fab_prov, FI_LOG_CORE, "hints refused: %s\n", why);
+    return -FI_ENODATA;
+}
+
+/* The capabilities to report for the requested ones: the primary and
+ * secondary capabilities asked for (all when none), both directions unless
+ * one was asked for, and local and remote communication. */
+static uint64_t caps_for(uint64_t want)
+{
+    uint64_t caps = want & FAB_CAPS;
+
+    if (!(caps & PRIMARY_CAPS))
+        caps |= want ? PRIMARY_CAPS : FAB_CAPS;
+    if (!(caps & DIR_CAPS))
+        caps |= DIR_CAPS;
+    return caps | COMM_CAPS;
+}
+
+static int check_fabric(const struct fi_fabric_attr *fa)
+{
+    if (fa == NULL)
+        return 0;
+    if (fa->prov_name && strcasecmp(fa->prov_name, FAB_PROV_NAME) != 0)
+        return refuse("another provider named");
+    if (fa->name && strcmp(fa->name, FAB_FABRIC_NAME) != 0)
+        return refuse("fabric name is not tmx");
+    return 0;
+}
+
+static int check_progress(enum fi_progress p)
+{
+    return p == FI_PROGRESS_UNSPEC || p == FI_PROGRESS_MANUAL;
+}
+
+static int check_domain(const struct fi_domain_attr *da)
+{
+    if (da == NULL)
+        return 0;
+    if (da->name && strcmp(da->name, FAB_DOMAIN_NAME) != 0)
+        return refuse("domain name is not tmx");
+    if (!check_progress(da->control_progress) || !check_progress(da->data_progress))
+        return refuse("only manual progress (tmx has no progress thread)");
+    if (da->cq_data_size > FAB_CQ_DATA_SIZE)
+        return refuse("cq_data_size above 8");
+    if (da->max_ep_tx_ctx > 1 || da->max_ep_rx_ctx > 1 || da->max_ep_stx_ctx > 0 ||
+        da->max_ep_srx_ctx > 0)
+        return refuse("scalable or shared contexts");
+    return 0;
+}
+
+static int check_ep(const struct fi_ep_attr *ea)
+{
+    if (ea == NULL)
+        return 0;
+    if (ea->type != FI_EP_UNSPEC && ea->type != FI_EP_RDM)
+        return refuse("endpoint type other than FI_EP_RDM");
+    if (ea->max_msg_size > FAB_MAX_MSG_SIZE)
+        return refuse("max_msg_size too large");
+    if (ea->tx_ctx_cnt > 1 || ea->rx_ctx_cnt > 1)
+        return refuse("more than one tx or rx context");
+    if (ea->msg_prefix_size > 0)
+        return refuse("message prefixes");
+    return 0;
+}
+
+static int check_tx(const struct fi_tx_attr *tx)
+{
+    if (tx == NULL)
+        return 0;
+    if (tx->caps & ~(FAB_CAPS | COMM_CAPS))
+        return refuse("tx capabilities beyond tagged and message sends");
+    if (tx->msg_order & ~(uint64_t)FI_ORDER_SAS)
+        return refuse("tx ordering beyond FI_ORDER_SAS");
+    if (tx->comp_order & ~(uint64_t)FI_ORDER_NONE)
+        return refuse("ordered tx completions");
+    if (tx->op_flags & ~(uint64_t)FAB_TX_OP_FLAGS)
+        return refuse("unsupported tx op_flags");
+    if (tx->inject_size > FAB_INJECT_SIZE || tx->iov_limit > 1 || tx->rma_iov_limit > 0)
+        return refuse("tx inject_size, iov_limit or rma_iov_limit too large");
+    if (tx->size > FAB_QUEUE_SIZE)
+        return refuse("tx size too large");
+    return 0;
+}
+
+static int check_rx(const struct fi_rx_attr *rx)
+{
+    if (rx == NULL)
+        return 0;
+    if (rx->caps & ~(FAB_CAPS | COMM_CAPS))
+        return refuse("rx capabilities beyond tagged and message receives");
+    if (rx->msg_order & ~(uint64_t)FI_ORDER_SAS)
+        return refuse("rx ordering beyond FI_ORDER_SAS");
+    if (rx->comp_order & ~(uint64_t)FI_ORDER_NONE)
+        return refuse("ordered rx completions");
+    if (rx->op_flags & ~(uint64_t)(FAB_RX_OP_FLAGS | FI_MULTI_RECV) ||
+        (rx->op_flags & FI_MULTI_RECV))
+        return refuse("unsupported rx op_flags (FI_MULTI_RECV?)");
+    if (rx->iov_limit > 1 || rx->total_buffered_recv > 0)
+        return refuse("rx iov_limit or buffered receives");
+    if (rx->size > FAB_QUEUE_SIZE)
+        return refuse("rx size too large");
+    return 0;
+}
+
+static int check_hints(const struct fi_info *h)
+{
+    int ret;
+
+    if (h->caps & ~(FAB_CAPS | COMM_CAPS))
+        return refuse("capabilities beyond FI_TAGGED/FI_MSG (RMA, atomics, multi-recv...)");
+    if (h->addr_format != FI_FORMAT_UNSPEC)
+        return refuse("an address format (tmx addresses are opaque)");
+    if (h->nic != NULL)
+        return refuse("a NIC");
+    if ((ret = check_fabric(h->fabric_attr)) || (ret = check_domain(h->domain_attr)) ||
+        (ret = check_ep(h->ep_attr)) || (ret = check_tx(h->tx_attr)) ||
+        (ret = check_rx(h->rx_attr)))
+        return ret;
+    return 0;
+}
+
+int fab_info_check(const struct fi_info *info)
+{
+    return info == NULL ? -FI_EINVAL : check_hints(info);
+}
+
+static void fill_attrs(struct fi_info *fi, const struct fi_info *h)
+{
+    struct fi_domain_attr *da = fi->domain_attr;
+    struct fi_ep_attr *ea = fi->ep_attr;
+    int both = (fi->caps & PRIMARY_CAPS) == PRIMARY_CAPS;
+
+    fi->tx_attr->caps = fi->caps & ~(uint64_t)(FI_RECV | FI_DIRECTED_RECV | FI_SOURCE);
+    fi->tx_attr->op_flags = h && h->tx_attr ? h->tx_attr->op_flags : 0;
+    fi->tx_attr->msg_order = FI_ORDER_SAS;
+    fi->tx_attr->comp_order = FI_ORDER_NONE;
+    fi->tx_attr->inject_size = FAB_INJECT_SIZE;
+    fi->tx_attr->size = FAB_QUEUE_SIZE;
+    fi->tx_attr->iov_limit = 1;
+    fi->rx_attr->caps = fi->caps & ~(uint64_t)FI_SEND;
+    fi->rx_attr->op_flags = h && h->rx_attr ? h->rx_attr->op_flags : 0;
+    fi->rx_attr->msg_order = FI_ORDER_SAS;
+    fi->rx_attr->comp_order = FI_ORDER_NONE;
+    fi->rx_attr->size = FAB_QUEUE_SIZE;
+    fi->rx_attr->iov_limit = 1;
+    ea->type = FI_EP_RDM;
+    ea->protocol = FI_PROTO_UNSPEC;
+    ea->protocol_version = 1;
+    ea->max_msg_size = FAB_MAX_MSG_SIZE;
+    ea->mem_tag_format = both ? FAB_TAG_FORMAT_63 : FAB_TAG_FORMAT_64;
+    ea->tx_ctx_cnt = 1;
+    ea->rx_ctx_cnt = 1;
+    da->threading = h && h->domain_attr && h->domain_attr->threading ? h->domain_attr->threading
+                                                                     : FI_THREAD_SAFE;
+    da->control_progress = FI_PROGRESS_MANUAL;
+    da->data_progress = FI_PROGRESS_MANUAL;
+    da->resource_mgmt = FI_RM_ENABLED;
+    da->av_type = h && h->domain_attr ? h->domain_attr->av_type : FI_AV_UNSPEC;
+    da->mr_mode = 0;
+    da->cq_data_size = FAB_CQ_DATA_SIZE;
+    da->cq_cnt = 1024;
+    da->ep_cnt = 1024;
+    da->tx_ctx_cnt = 1024;
+    da->rx_ctx_cnt = 1024;
+    da->max_ep_tx_ctx = 1;
+    da->max_ep_rx_ctx = 1;
+    da->mr_cnt = 1024;
+    da->caps = COMM_CAPS;
+    fi->fabric_attr->prov_version = FAB_PROV_VERSION;
+}
+
+static struct fi_info *info_make(const struct fi_info *h)
+{
+    struct fi_info *fi = fi_allocinfo();
+
+    if (fi == NULL)
+        return NULL;
+    fi->caps = caps_for(h ? h->caps : 0);
+    fi->mode = 0;
+    fi->addr_format = FI_FORMAT_UNSPEC;
+    fi->domain_attr->name = strdup(FAB_DOMAIN_NAME);
+    fi->fabric_attr->name = strdup(FAB_FABRIC_NAME);
+    if (fi->domain_attr->name == NULL || fi->fabric_attr->name == NULL) {
+        fi_freeinfo(fi);
+        return NULL;
+    }
+    fill_attrs(fi, h);
+    return fi;
+}
+
+/* node and service name no address of ours: tmx chooses its own addresses,
+ * and peers come from the address vector. */
+int fab_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
+                const struct fi_info *hints, struct fi_info **info)
+{
+    struct fi_info *fi;
+    int ret;
+
+    if (hints && (ret = check_hints(hints)) != 0)
+        return ret;
+    if ((fi = info_make(hints)) == NULL)
+        return -FI_ENOMEM;
+    *info = fi;
+    return 0;
+}

@@ -1,0 +1,543 @@
+/*
+ * Data transfers: the tagged operations map one to one onto tmx_tsend,
+ * tmx_trecv, tmx_tprobe, tmx_mrecv and tmx_message_discard. Untagged
+ * messages are tagged messages in a space of their own: with FI_TAGGED and
+ * FI_MSG both on, tag bit 63 marks them and tagged traffic keeps 63 bits.
+ */
+#include <string.h>
+
+#include "fab.h"
+
+typedef struct xfer {
+    void *buf;
+    size_t len;
+    fi_addr_t addr;
+    uint64_t tag, ignore, data;
+    uint64_t flags;             /* FI_TAGGED or FI_MSG, and op flags */
+    void *context;
+} xfer_t;
+
+/* --------------------------------------------------------------- checks */
+
+static int ep_ready(fab_ep_t *ep, uint64_t flags)
+{
+    if (!ep->enabled) {
+        FAB_WARN(FI_LOG_EP_DATA, "endpoint not enabled\n");
+        return -FI_EOPBADSTATE;
+    }
+    if (!(ep->caps & flags & (FI_TAGGED | FI_MSG))) {
+        FAB_WARN(FI_LOG_EP_DATA, "%s operation on an endpoint without that capability\n",
+                 (flags & FI_TAGGED) ? "tagged" : "message");
+        return -FI_EOPNOTSUPP;
+    }
+    return 0;
+}
+
+static int iov_one(const struct iovec *iov, size_t count, void **buf, size_t *len)
+{
+    if (count > 1) {
+        FAB_WARN(FI_LOG_EP_DATA, "iov count %zu above the limit of 1\n", count);
+        return -FI_EINVAL;
+    }
+    *buf = count ? iov[0].iov_base : NULL;
+    *len = count ? iov[0].iov_len : 0;
+    return 0;
+}
+
+/* The tmx tag of a transfer; tagged ones may not use the message bit. */
+static int xfer_tag(fab_ep_t *ep, const xfer_t *x, uint64_t *tag, uint64_t *ignore)
+{
+    if (!(x->flags & FI_TAGGED)) {
+        *tag = ep->msg_bit;
+        *ignore = 0;
+        return 0;
+    }
+    if (x->tag & ~x->ignore & ep->msg_bit) {
+        FAB_WARN(FI_LOG_EP_DATA, "tag 0x%llx uses bit 63, reserved while FI_MSG is on\n",
+                 (unsigned long long)x->tag);
+        return -FI_EINVAL;
+    }
+    *tag = x->tag & ~ep->msg_bit;
+    *ignore = x->ignore & ~ep->msg_bit;
+    return 0;
+}
+
+/* ----------------------------------------------------------------- sends */
+
+/* Injected data must be reusable on return: up to FAB_INJECT_SIZE, tmx
+ * sends eagerly, which copies the payload before tmx_tsend returns. */
+static ssize_t send_inject(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_params_t *p)
+{
+    tmx_request_h req;
+    tmx_status_t st;
+
+    p->flags |= TMX_OP_FLAG_NO_CQ;
+    st = tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, &req);
+    if (st != TMX_OK)
+        return -fab_errno(st);
+    if (tmx_request_test(req, NULL) == TMX_INPROGRESS)
+        tmx_request_wait(req, -1, NULL);
+    tmx_request_free(req);
+    return 0;
+}
+
+static int send_check(fab_ep_t *ep, const xfer_t *x)
+{
+    if (!fab_av_valid(ep->av, x->addr)) {
+        FAB_WARN(FI_LOG_EP_DATA, "send to fi_addr %llu, not in the AV\n",
+                 (unsigned long long)x->addr);
+        return -FI_EINVAL;
+    }
+    if ((x->buf == NULL && x->len > 0) || x->len > FAB_MAX_MSG_SIZE) {
+        FAB_WARN(FI_LOG_EP_DATA, "send of %zu bytes from %p\n", x->len, x->buf);
+        return -FI_EINVAL;
+    }
+    if ((x->flags & FI_INJECT) && x->len > FAB_INJECT_SIZE) {
+        FAB_WARN(FI_LOG_EP_DATA, "inject of %zu bytes, above %d\n", x->len, FAB_INJECT_SIZE);
+        return -FI_EINVAL;
+    }
+    return 0;
+}
+
+static ssize_t send_op(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_params_t *p)
+{
+    int report = !ep->tx_selective || (x->flags & FI_COMPLETION);
+    uint64_t kind = (x->flags & (FI_TAGGED | FI_MSG)) | FI_SEND;
+    fab_op_t *op;
+    tmx_status_t st;
+
+    if (!report) {
+        p->flags |= TMX_OP_FLAG_NO_CQ;
+        st = tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, NULL);
+        return -fab_errno(st);
+    }
+    if ((op = fab_op_get(ep, x->context, kind, 1)) == NULL)
+        return -FI_ENOMEM;
+    p->field_mask |= TMX_OP_FIELD_USER_CONTEXT;
+    p->user_context = op;
+    st = tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, NULL);
+    if (st != TMX_OK)
+        fab_op_put(ep, op);
+    return -fab_errno(st);
+}
+
+static ssize_t ep_send(fab_ep_t *ep, const xfer_t *x)
+{
+    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_FLAGS};
+    uint64_t tag, ignore;
+    ssize_t ret;
+
+    fab_lock(ep->dom);
+    if ((ret = ep_ready(ep, x->flags)) || (ret = send_check(ep, x)) ||
+        (ret = xfer_tag(ep, x, &tag, &ignore)))
+        goto out_unlock;
+    if (x->flags & FI_REMOTE_CQ_DATA) {
+        p.field_mask |= TMX_OP_FIELD_DATA;
+        p.data = x->data;
+    }
+    if (x->flags & FI_DELIVERY_COMPLETE)
+        p.flags |= TMX_OP_FLAG_SYNC;
+    ret = (x->flags & FI_INJECT) ? send_inject(ep, x, tag, &p) : send_op(ep, x, tag, &p);
+out_unlock:
+    fab_unlock(ep->dom);
+    return ret;
+}
+
+/* -------------------------------------------------------------- receives */
+
+static int recv_source(fab_ep_t *ep, fi_addr_t addr, tmx_peer_t *peer)
+{
+    if (addr == FI_ADDR_UNSPEC || !(ep->caps & FI_DIRECTED_RECV)) {
+        *peer = TMX_ANY_SOURCE;
+        return 0;
+    }
+    if (!fab_av_valid(ep->av, addr)) {
+        FAB_WARN(FI_LOG_EP_DATA, "receive from fi_addr %llu, not in the AV\n",
+                 (unsigned long long)addr);
+        return -FI_EINVAL;
+    }
+    *peer = (tmx_peer_t)addr;
+    return 0;
+}
+
+static ssize_t recv_post(fab_ep_t *ep, const xfer_t *x, tmx_peer_t peer, uint64_t tag,
+                         uint64_t ignore)
+{
+    int report = !ep->rx_selective || (x->flags & FI_COMPLETION);
+    uint64_t kind = (x->flags & (FI_TAGGED | FI_MSG)) | FI_RECV;
+    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_USER_CONTEXT};
+    fab_op_t *op;
+    tmx_status_t st;
+
+    if ((op = fab_op_get(ep, x->context, kind, report)) == NULL)
+        return -FI_ENOMEM;
+    p.user_context = op;
+    st = tmx_trecv(ep->tmx, peer, x->buf, x->len, tag, ignore, &p, &op->req);
+    if (st != TMX_OK) {
+        fab_op_put(ep, op);
+        return -fab_errno(st);
+    }
+    fab_op_list_add(&ep->posted, op);
+    return 0;
+}
+
+static ssize_t ep_recv(fab_ep_t *ep, const xfer_t *x)
+{
+    uint64_t tag, ignore;
+    tmx_peer_t peer;
+    ssize_t ret;
+
+    fab_lock(ep->dom);
+    if ((ret = ep_ready(ep, x->flags)) || (ret = recv_source(ep, x->addr, &peer)) ||
+        (ret = xfer_tag(ep, x, &tag, &ignore)))
+        goto out_unlock;
+    if (x->buf == NULL && x->len > 0) {
+        ret = -FI_EINVAL;
+        goto out_unlock;
+    }
+    ret = recv_post(ep, x, peer, tag, ignore);
+out_unlock:
+    fab_unlock(ep->dom);
+    return ret;
+}
+
+/* ------------------------------------------------- peek, claim, discard */
+
+/* Peek results are completions written at once, found or not. */
+static void peek_report(fab_ep_t *ep, const xfer_t *x, const tmx_completion_t *info, int err)
+{
+    fab_cqe_t e = {.e = {.op_context = x->context, .flags = FI_TAGGED | FI_RECV},
+                   .src = FI_ADDR_NOTAVAIL, .err = err};
+
+    if (err == 0 && info != NULL) {
+        e.e.len = info->msg_length;
+        e.e.tag = info->tag & ~ep->msg_bit;
+        if (info->has_data) {
+            e.e.data = info->data;
+            e.e.flags |= FI_REMOTE_CQ_DATA;
+        }
+        e.src = fab_av_valid(ep->av, info->source) ? info->source : FI_ADDR_NOTAVAIL;
+    }
+    if (err == FI_ENOMSG)
+        e.prov_errno = TMX_ERR_NO_MESSAGE;
+    fab_cq_push(ep->rx_cq, &e);
+}
+
+static ssize_t peek(fab_ep_t *ep, const xfer_t *x, tmx_peer_t peer, uint64_t tag,
+                    uint64_t ignore)
+{
+    int claim = (x->flags & (FI_CLAIM | FI_DISCARD)) != 0;
+    tmx_completion_t info;
+    tmx_message_h msg = NULL;
+    tmx_status_t st;
+    fab_op_t *op;
+
+    st = tmx_tprobe(ep->tmx, peer, tag, ignore, claim ? TMX_PROBE_FLAG_CLAIM : 0, &info,
+                    claim ? &msg : NULL);
+    if (st == TMX_ERR_NO_MESSAGE) {
+        peek_report(ep, x, NULL, FI_ENOMSG);
+        return 0;
+    }
+    if (st != TMX_OK)
+        return -fab_errno(st);
+    if (x->flags & FI_DISCARD) {
+        tmx_message_discard(ep->tmx, msg);
+    } else if (x->flags & FI_CLAIM) {
+        if ((op = fab_op_get(ep, x->context, FI_TAGGED | FI_RECV, 1)) == NULL) {
+            tmx_message_discard(ep->tmx, msg);
+            return -FI_ENOMEM;
+        }
+        op->msg = msg;
+        fab_op_list_add(&ep->claimed, op);
+    }
+    peek_report(ep, x, &info, 0);
+    return 0;
+}
+
+static fab_op_t *claimed_find(fab_ep_t *ep, void *context)
+{
+    for (fab_op_t *op = ep->claimed.next; op != &ep->claimed; op = op->next) {
+        if (op->context == context)
+            return op;
+    }
+    return NULL;
+}
+
+/* Receives (or with FI_DISCARD drops) the message an earlier FI_PEEK |
+ * FI_CLAIM with the same context claimed. */
+static ssize_t claim_recv(fab_ep_t *ep, const xfer_t *x)
+{
+    fab_op_t *op = claimed_find(ep, x->context);
+    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_USER_CONTEXT};
+    tmx_status_t st;
+
+    if (op == NULL) {
+        FAB_WARN(FI_LOG_EP_DATA, "FI_CLAIM with a context that claimed nothing\n");
+        return -FI_EINVAL;
+    }
+    fab_op_list_del(op);
+    op->report = !ep->rx_selective || (x->flags & FI_COMPLETION);
+    if (x->flags & FI_DISCARD) {
+        tmx_message_discard(ep->tmx, op->msg);
+        fab_op_put(ep, op);
+        peek_report(ep, x, NULL, 0);
+        return 0;
+    }
+    p.user_context = op;
+    st = tmx_mrecv(ep->tmx, op->msg, x->buf, x->len, &p, NULL);
+    if (st == TMX_ERR_INVALID) {
+        fab_op_list_add(&ep->claimed, op);
+        return -FI_EINVAL;
+    }
+    if (st != TMX_OK)
+        fab_op_put(ep, op);
+    return -fab_errno(st);
+}
+
+static ssize_t ep_trecvmsg_flags(fab_ep_t *ep, const xfer_t *x)
+{
+    uint64_t tag, ignore;
+    tmx_peer_t peer;
+    ssize_t ret;
+
+    fab_lock(ep->dom);
+    if ((ret = ep_ready(ep, x->flags)))
+        goto out_unlock;
+    if ((x->flags & FI_CLAIM) && !(x->flags & FI_PEEK)) {
+        ret = claim_recv(ep, x);
+        goto out_unlock;
+    }
+    if ((ret = recv_source(ep, x->addr, &peer)) || (ret = xfer_tag(ep, x, &tag, &ignore)))
+        goto out_unlock;
+    ret = peek(ep, x, peer, tag, ignore);
+out_unlock:
+    fab_unlock(ep->dom);
+    return ret;
+}
+
+/* ----------------------------------------------------------- entry points */
+
+#define EP(fid) ((fab_ep_t *)(fid))
+
+static ssize_t t_recv(struct fid_ep *fid, void *buf, size_t len, void *desc, fi_addr_t src,
+                      uint64_t tag, uint64_t ignore, void *context)
+{
+    xfer_t x = {buf, len, src, tag, ignore, 0, FI_TAGGED | EP(fid)->rx_op_flags, context};
+
+    return ep_recv(EP(fid), &x);
+}
+
+static ssize_t t_recvv(struct fid_ep *fid, const struct iovec *iov, void **desc, size_t count,
+                       fi_addr_t src, uint64_t tag, uint64_t ignore, void *context)
+{
+    void *buf;
+    size_t len;
+
+    if (iov_one(iov, count, &buf, &len) != 0)
+        return -FI_EINVAL;
+    return t_recv(fid, buf, len, NULL, src, tag, ignore, context);
+}
+
+#define RECVMSG_FLAGS (FI_COMPLETION | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_REMOTE_CQ_DATA)
+
+static ssize_t t_recvmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg, uint64_t flags)
+{
+    xfer_t x = {NULL, 0, msg ? msg->addr : 0, msg ? msg->tag : 0, msg ? msg->ignore : 0, 0,
+                FI_TAGGED | flags, msg ? msg->context : NULL};
+
+    if (msg == NULL || (flags & ~(uint64_t)RECVMSG_FLAGS)) {
+        FAB_WARN(FI_LOG_EP_DATA, "fi_trecvmsg: no message or flags 0x%llx\n",
+                 (unsigned long long)flags);
+        return msg == NULL ? -FI_EINVAL : -FI_EBADFLAGS;
+    }
+    if (iov_one(msg->msg_iov, msg->iov_count, &x.buf, &x.len) != 0)
+        return -FI_EINVAL;
+    if (flags & (FI_PEEK | FI_CLAIM))
+        return ep_trecvmsg_flags(EP(fid), &x);
+    if (flags & FI_DISCARD)
+        return -FI_EBADFLAGS;
+    return ep_recv(EP(fid), &x);
+}
+
+static ssize_t t_send(struct fid_ep *fid, const void *buf, size_t len, void *desc,
+                      fi_addr_t dest, uint64_t tag, void *context)
+{
+    xfer_t x = {(void *)buf, len, dest, tag, 0, 0, FI_TAGGED | EP(fid)->tx_op_flags, context};
+
+    x.flags &= ~(uint64_t)(FI_INJECT | FI_REMOTE_CQ_DATA);
+    return ep_send(EP(fid), &x);
+}
+
+static ssize_t t_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc, size_t count,
+                       fi_addr_t dest, uint64_t tag, void *context)
+{
+    void *buf;
+    size_t len;
+
+    if (iov_one(iov, count, &buf, &len) != 0)
+        return -FI_EINVAL;
+    return t_send(fid, buf, len, NULL, dest, tag, context);
+}
+
+#define SENDMSG_FLAGS (FAB_TX_OP_FLAGS | FI_MORE | FI_FENCE)
+
+static ssize_t t_sendmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg, uint64_t flags)
+{
+    xfer_t x = {NULL, 0, msg ? msg->addr : 0, msg ? msg->tag : 0, 0, msg ? msg->data : 0,
+                FI_TAGGED | flags, msg ? msg->context : NULL};
+
+    if (msg == NULL || (flags & ~(uint64_t)SENDMSG_FLAGS)) {
+        FAB_WARN(FI_LOG_EP_DATA, "fi_tsendmsg: no message or flags 0x%llx\n",
+                 (unsigned long long)flags);
+        return msg == NULL ? -FI_EINVAL : -FI_EBADFLAGS;
+    }
+    if (iov_one(msg->msg_iov, msg->iov_count, &x.buf, &x.len) != 0)
+        return -FI_EINVAL;
+    return ep_send(EP(fid), &x);
+}
+
+static ssize_t t_inject(struct fid_ep *fid, const void *buf, size_t len, fi_addr_t dest,
+                        uint64_t tag)
+{
+    xfer_t x = {(void *)buf, len, dest, tag, 0, 0, FI_TAGGED | FI_INJECT, NULL};
+
+    return ep_send(EP(fid), &x);
+}
+
+static ssize_t t_senddata(struct fid_ep *fid, const void *buf, size_t len, void *desc,
+                          uint64_t data, fi_addr_t dest, uint64_t tag, void *context)
+{
+    xfer_t x = {(void *)buf, len, dest, tag, 0, data, FI_TAGGED | EP(fid)->tx_op_flags, context};
+
+    x.flags = (x.flags & ~(uint64_t)FI_INJECT) | FI_REMOTE_CQ_DATA;
+    return ep_send(EP(fid), &x);
+}
+
+static ssize_t t_injectdata(struct fid_ep *fid, const void *buf, size_t len, uint64_t data,
+                            fi_addr_t dest, uint64_t tag)
+{
+    xfer_t x = {(void *)buf, len, dest, tag, 0, data, FI_TAGGED | FI_INJECT | FI_REMOTE_CQ_DATA,
+                NULL};
+
+    return ep_send(EP(fid), &x);
+}
+
+struct fi_ops_tagged fab_tagged_ops = {
+    .size = sizeof(struct fi_ops_tagged),
+    .recv = t_recv,
+    .recvv = t_recvv,
+    .recvmsg = t_recvmsg,
+    .send = t_send,
+    .sendv = t_sendv,
+    .sendmsg = t_sendmsg,
+    .inject = t_inject,
+    .senddata = t_senddata,
+    .injectdata = t_injectdata,
+};
+
+/* ------------------------------------------------- untagged equivalents */
+
+static ssize_t m_recv(struct fid_ep *fid, void *buf, size_t len, void *desc, fi_addr_t src,
+                      void *context)
+{
+    xfer_t x = {buf, len, src, 0, 0, 0, FI_MSG | EP(fid)->rx_op_flags, context};
+
+    return ep_recv(EP(fid), &x);
+}
+
+static ssize_t m_recvv(struct fid_ep *fid, const struct iovec *iov, void **desc, size_t count,
+                       fi_addr_t src, void *context)
+{
+    void *buf;
+    size_t len;
+
+    if (iov_one(iov, count, &buf, &len) != 0)
+        return -FI_EINVAL;
+    return m_recv(fid, buf, len, NULL, src, context);
+}
+
+static ssize_t m_recvmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t flags)
+{
+    xfer_t x = {NULL, 0, msg ? msg->addr : 0, 0, 0, 0, FI_MSG | flags, msg ? msg->context : NULL};
+
+    if (msg == NULL || (flags & ~(uint64_t)(FI_COMPLETION | FI_REMOTE_CQ_DATA))) {
+        FAB_WARN(FI_LOG_EP_DATA, "fi_recvmsg: no message or flags 0x%llx\n",
+                 (unsigned long long)flags);
+        return msg == NULL ? -FI_EINVAL : -FI_EBADFLAGS;
+    }
+    if (iov_one(msg->msg_iov, msg->iov_count, &x.buf, &x.len) != 0)
+        return -FI_EINVAL;
+    return ep_recv(EP(fid), &x);
+}
+
+static ssize_t m_send(struct fid_ep *fid, const void *buf, size_t len, void *desc,
+                      fi_addr_t dest, void *context)
+{
+    xfer_t x = {(void *)buf, len, dest, 0, 0, 0, FI_MSG | EP(fid)->tx_op_flags, context};
+
+    x.flags &= ~(uint64_t)(FI_INJECT | FI_REMOTE_CQ_DATA);
+    return ep_send(EP(fid), &x);
+}
+
+static ssize_t m_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc, size_t count,
+                       fi_addr_t dest, void *context)
+{
+    void *buf;
+    size_t len;
+
+    if (iov_one(iov, count, &buf, &len) != 0)
+        return -FI_EINVAL;
+    return m_send(fid, buf, len, NULL, dest, context);
+}
+
+static ssize_t m_sendmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t flags)
+{
+    xfer_t x = {NULL, 0, msg ? msg->addr : 0, 0, 0, msg ? msg->data : 0, FI_MSG | flags,
+                msg ? msg->context : NULL};
+
+    if (msg == NULL || (flags & ~(uint64_t)SENDMSG_FLAGS)) {
+        FAB_WARN(FI_LOG_EP_DATA, "fi_sendmsg: no message or flags 0x%llx\n",
+                 (unsigned long long)flags);
+        return msg == NULL ? -FI_EINVAL : -FI_EBADFLAGS;
+    }
+    if (iov_one(msg->msg_iov, msg->iov_count, &x.buf, &x.len) != 0)
+        return -FI_EINVAL;
+    return ep_send(EP(fid), &x);
+}
+
+static ssize_t m_inject(struct fid_ep *fid, const void *buf, size_t len, fi_addr_t dest)
+{
+    xfer_t x = {(void *)buf, len, dest, 0, 0, 0, FI_MSG | FI_INJECT, NULL};
+
+    return ep_send(EP(fid), &x);
+}
+
+static ssize_t m_senddata(struct fid_ep *fid, const void *buf, size_t len, void *desc,
+                          uint64_t data, fi_addr_t dest, void *context)
+{
+    xfer_t x = {(void *)buf, len, dest, 0, 0, data, FI_MSG | EP(fid)->tx_op_flags, context};
+
+    x.flags = (x.flags & ~(uint64_t)FI_INJECT) | FI_REMOTE_CQ_DATA;
+    return ep_send(EP(fid), &x);
+}
+
+static ssize_t m_injectdata(struct fid_ep *fid, const void *buf, size_t len, uint64_t data,
+                            fi_addr_t dest)
+{
+    xfer_t x = {(void *)buf, len, dest, 0, 0, data, FI_MSG | FI_INJECT | FI_REMOTE_CQ_DATA, NULL};
+
+    return ep_send(EP(fid), &x);
+}
+
+struct fi_ops_msg fab_msg_ops = {
+    .size = sizeof(struct fi_ops_msg),
+    .recv = m_recv,
+    .recvv = m_recvv,
+    .recvmsg = m_recvmsg,
+    .send = m_send,
+    .sendv = m_sendv,
+    .sendmsg = m_sendmsg,
+    .inject = m_inject,
+    .senddata = m_senddata,
+    .injectdata = m_injectdata,
+};

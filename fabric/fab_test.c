@@ -1,0 +1,644 @@
+/*
+ * The tmx provider through libfabric's normal API: three endpoints in one
+ * process (shm between their tmx contexts) and a forked process.
+ * Run with FI_PROVIDER_PATH naming the build's fabric/ and FI_PROVIDER=tmx.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#define N_EP 3
+#define BIG (1u << 20)
+#define WAIT_MS 20000
+
+typedef struct node {
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    fi_addr_t addr;
+} node_t;
+
+static struct fi_info *info;
+static struct fid_fabric *fabric;
+static struct fid_domain *domain;
+static struct fid_av *av;
+static node_t nodes[N_EP];
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct fi_info *hints_new(void)
+{
+    struct fi_info *h = fi_allocinfo();
+
+    h->fabric_attr->prov_name = strdup("tmx");
+    h->ep_attr->type = FI_EP_RDM;
+    h->caps = FI_TAGGED | FI_MSG | FI_DIRECTED_RECV | FI_SOURCE | FI_REMOTE_CQ_DATA;
+    h->mode = FI_CONTEXT;
+    h->domain_attr->threading = FI_THREAD_SAFE;
+    return h;
+}
+
+static void node_open(node_t *n, uint64_t cq_flags)
+{
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_UNSPEC};
+
+    assert_int_equal(fi_endpoint(domain, info, &n->ep, NULL), 0);
+    assert_int_equal(fi_cq_open(domain, &ca, &n->cq, NULL), 0);
+    assert_int_equal(fi_ep_bind(n->ep, &n->cq->fid, FI_TRANSMIT | FI_RECV | cq_flags), 0);
+    assert_int_equal(fi_ep_bind(n->ep, &av->fid, 0), 0);
+    assert_int_equal(fi_enable(n->ep), 0);
+}
+
+static void node_insert(node_t *n)
+{
+    char name[FI_NAME_MAX];
+    size_t len = sizeof(name);
+
+    assert_int_equal(fi_getname(&n->ep->fid, name, &len), 0);
+    assert_int_equal(len, FI_NAME_MAX);
+    assert_int_equal(fi_av_insert(av, name, 1, &n->addr, 0, NULL), 1);
+}
+
+static void node_close(node_t *n)
+{
+    assert_int_equal(fi_close(&n->ep->fid), 0);
+    assert_int_equal(fi_close(&n->cq->fid), 0);
+}
+
+static int setup(void **state)
+{
+    struct fi_info *h = hints_new();
+    struct fi_av_attr aa = {.type = FI_AV_TABLE};
+
+    if (fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &info) != 0)
+        return -1;
+    fi_freeinfo(h);
+    if (fi_fabric(info->fabric_attr, &fabric, NULL) || fi_domain(fabric, info, &domain, NULL) ||
+        fi_av_open(domain, &aa, &av, NULL))
+        return -1;
+    for (int i = 0; i < N_EP; i++)
+        node_open(&nodes[i], 0);
+    for (int i = 0; i < N_EP; i++)
+        node_insert(&nodes[i]);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    for (int i = 0; i < N_EP; i++)
+        node_close(&nodes[i]);
+    fi_close(&av->fid);
+    fi_close(&domain->fid);
+    fi_close(&fabric->fid);
+    fi_freeinfo(info);
+    return 0;
+}
+
+/* Reads one entry, for up to WAIT_MS. Other endpoints in this process are
+ * not driven meanwhile: shm and self move data without the sender's help
+ * up to the rendezvous read, which the receiver does. */
+static ssize_t cq_wait(struct fid_cq *cq, struct fi_cq_tagged_entry *e, fi_addr_t *src)
+{
+    int64_t end = now_ms() + WAIT_MS;
+    ssize_t ret;
+
+    do {
+        ret = fi_cq_readfrom(cq, e, 1, src);
+        if (ret != -FI_EAGAIN)
+            return ret;
+    } while (now_ms() < end);
+    return -FI_ETIMEDOUT;
+}
+
+static void cq_empty(struct fid_cq *cq)
+{
+    struct fi_cq_tagged_entry e;
+
+    assert_int_equal(fi_cq_read(cq, &e, 1), -FI_EAGAIN);
+}
+
+static void cq_wait_err(struct fid_cq *cq, struct fi_cq_err_entry *err)
+{
+    struct fi_cq_tagged_entry e;
+
+    assert_int_equal(cq_wait(cq, &e, NULL), -FI_EAVAIL);
+    memset(err, 0, sizeof(*err));
+    assert_int_equal(fi_cq_readerr(cq, err, 0), 1);
+}
+
+/* The sender's completion may need the receiver's progress (rendezvous):
+ * poll both until both are there. */
+static void complete_pair(node_t *s, node_t *r, void *sctx, void *rctx,
+                          struct fi_cq_tagged_entry *re, fi_addr_t *src)
+{
+    struct fi_cq_tagged_entry se;
+    int got_s = 0, got_r = 0;
+    int64_t end = now_ms() + WAIT_MS;
+
+    while ((!got_s || !got_r) && now_ms() < end) {
+        if (!got_s && fi_cq_read(s->cq, &se, 1) == 1) {
+            assert_ptr_equal(se.op_context, sctx);
+            assert_true(se.flags & FI_SEND);
+            got_s = 1;
+        }
+        if (!got_r && fi_cq_readfrom(r->cq, re, 1, src) == 1) {
+            assert_ptr_equal(re->op_context, rctx);
+            got_r = 1;
+        }
+    }
+    assert_true(got_s && got_r);
+}
+
+static void fill(unsigned char *b, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)(i * 31 + seed);
+}
+
+static void transfer(node_t *s, node_t *r, size_t len, uint64_t tag)
+{
+    unsigned char *out = malloc(len + 1), *in = calloc(1, len + 1);
+    struct fi_cq_tagged_entry re;
+    fi_addr_t src = FI_ADDR_NOTAVAIL;
+    int sctx, rctx;
+
+    fill(out, len, (unsigned)tag);
+    assert_int_equal(fi_trecv(r->ep, in, len, NULL, FI_ADDR_UNSPEC, tag, 0, &rctx), 0);
+    assert_int_equal(fi_tsend(s->ep, out, len, NULL, r->addr, tag, &sctx), 0);
+    complete_pair(s, r, &sctx, &rctx, &re, &src);
+    assert_int_equal(re.len, len);
+    assert_int_equal(re.tag, tag);
+    assert_int_equal(re.flags & (FI_TAGGED | FI_RECV), FI_TAGGED | FI_RECV);
+    assert_int_equal(src, s->addr);
+    assert_memory_equal(in, out, len);
+    free(out);
+    free(in);
+}
+
+static void test_tsend_trecv(void **state)
+{
+    size_t sizes[] = {0, 1, 100, 4096, 70000, BIG};
+
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        transfer(&nodes[0], &nodes[1], sizes[i], 7 + i);
+        transfer(&nodes[1], &nodes[0], sizes[i], 0x7fffffffffffffffULL - i);
+    }
+    transfer(&nodes[0], &nodes[0], 1000, 3);    /* to itself */
+}
+
+static void test_directed_vs_any(void **state)
+{
+    node_t *a = &nodes[0], *b = &nodes[1], *c = &nodes[2];
+    struct fi_cq_tagged_entry e;
+    fi_addr_t src;
+    char from_c[8] = {0}, any[8] = {0};
+    int dctx, actx, s1, s2;
+
+    assert_int_equal(fi_trecv(b->ep, from_c, 8, NULL, c->addr, 5, 0, &dctx), 0);
+    assert_int_equal(fi_tsend(a->ep, "from-a", 7, NULL, b->addr, 5, &s1), 0);
+    assert_int_equal(fi_trecv(b->ep, any, 8, NULL, FI_ADDR_UNSPEC, 5, 0, &actx), 0);
+    assert_int_equal(cq_wait(b->cq, &e, &src), 1);
+    assert_ptr_equal(e.op_context, &actx);
+    assert_int_equal(src, a->addr);
+    assert_string_equal(any, "from-a");
+    assert_int_equal(fi_tsend(c->ep, "from-c", 7, NULL, b->addr, 5, &s2), 0);
+    assert_int_equal(cq_wait(b->cq, &e, &src), 1);
+    assert_ptr_equal(e.op_context, &dctx);
+    assert_int_equal(src, c->addr);
+    assert_string_equal(from_c, "from-c");
+    assert_int_equal(cq_wait(a->cq, &e, NULL), 1);
+    assert_int_equal(cq_wait(c->cq, &e, NULL), 1);
+}
+
+static void test_tag_ignore(void **state)
+{
+    node_t *a = &nodes[0], *b = &nodes[1];
+    struct fi_cq_tagged_entry e;
+    char buf[4];
+    int rctx, sctx;
+
+    assert_int_equal(fi_trecv(b->ep, buf, 4, NULL, FI_ADDR_UNSPEC, 0x1200, 0xff, &rctx), 0);
+    assert_int_equal(fi_tsend(a->ep, "abc", 4, NULL, b->addr, 0x12ab, &sctx), 0);
+    assert_int_equal(cq_wait(b->cq, &e, NULL), 1);
+    assert_int_equal(e.tag, 0x12ab);
+    assert_int_equal(cq_wait(a->cq, &e, NULL), 1);
+}
+
+static void test_inject_and_data(void **state)
+{
+    node_t *a = &nodes[0], *b = &nodes[1];
+    struct fi_cq_tagged_entry e;
+    char buf[64], msg[64] = "injected";
+    int r1, r2, r3, sctx;
+
+    assert_int_equal(fi_trecv(b->ep, buf, 64, NULL, a->addr, 1, 0, &r1), 0);
+    assert_int_equal(fi_tinject(a->ep, msg, 9, b->addr, 1), 0);
+    memset(msg, 'x', sizeof(msg));                  /* reusable at once */
+    assert_int_equal(cq_wait(b->cq, &e, NULL), 1);
+    assert_string_equal(buf, "injected");
+    assert_false(e.flags & FI_REMOTE_CQ_DATA);
+
+    assert_int_equal(fi_trecv(b->ep, buf, 64, NULL, a->addr, 2, 0, &r2), 0);
+    assert_int_equal(fi_tinjectdata(a->ep, "d1", 3, 0xdead, b->addr, 2), 0);
+    assert_int_equal(cq_wait(b->cq, &e, NULL), 1);
+    assert_true(e.flags & FI_REMOTE_CQ_DATA);
+    assert_int_equal(e.data, 0xdead);
+
+    assert_int_equal(fi_trecv(b->ep, buf, 64, NULL, a->addr, 3, 0, &r3), 0);
+    assert_int_equal(fi_tsenddata(a->ep, "d2", 3, NULL, 0xbeefcafe12345678ULL, b->addr, 3, &sctx),
+                     0);
+    assert_int_equal(cq_wait(b->cq, &e, NULL), 1);
+    assert_int_equal(e.data, 0xbeefcafe12345678ULL);
+    assert_int_equal(cq_wait(a->cq, &e, NULL), 1);
+    assert_ptr_equal(e.op_context, &sctx);
+    cq_empty(a->cq);   /* injects report nothing */
+}
+
+static ssize_t peek(node_t *n, uint64_t tag, uint64_t flags, void *ctx, void *buf, size_t len)
+{
+    struct iovec iov = {buf, len};
+    struct fi_msg_tagged m = {.msg_iov = buf ? &iov : NULL, .iov_count = buf ? 1 : 0,
+                              .addr = FI_ADDR_UNSPEC, .tag = tag, .context = ctx};
+
+    return fi_trecvmsg(n->ep, &m, flags);
+}
+
+static void test_peek_nothing(void **state)
+{
+    struct fi_cq_err_entry err;
+    int ctx;
+
+    assert_int_equal(peek(&nodes[1], 99, FI_PEEK | FI_COMPLETION, &ctx, NULL, 0), 0);
+    cq_wait_err(nodes[1].cq, &err);
+    assert_int_equal(err.err, FI_ENOMSG);
+    assert_ptr_equal(err.op_context, &ctx);
+}
+
+/* Peeks until the message sent to n has arrived. */
+static void peek_until(node_t *n, uint64_t tag, uint64_t flags, void *ctx,
+                       struct fi_cq_tagged_entry *e)
+{
+    struct fi_cq_err_entry err;
+    int64_t end = now_ms() + WAIT_MS;
+
+    while (now_ms() < end) {
+        assert_int_equal(peek(n, tag, flags, ctx, NULL, 0), 0);
+        if (cq_wait(n->cq, e, NULL) == 1)
+            return;
+        assert_int_equal(fi_cq_readerr(n->cq, &err, 0), 1);
+        assert_int_equal(err.err, FI_ENOMSG);
+    }
+    fail_msg("message with tag %llu never arrived", (unsigned long long)tag);
+}
+
+static void test_peek_claim(void **state)
+{
+    node_t *a = &nodes[0], *b = &nodes[1];
+    struct fi_cq_tagged_entry e;
+    char buf[16] = {0};
+    int s1, s2, pctx, cctx;
+
+    assert_int_equal(fi_tsenddata(a->ep, "claimed", 8, NULL, 42, b->addr, 11, &s1), 0);
+    peek_until(b, 11, FI_PEEK, &pctx, &e);
+    assert_int_equal(e.len, 8);
+    assert_int_equal(e.tag, 11);
+    assert_int_equal(e.data, 42);
+    peek_until(b, 11, FI_PEEK | FI_CLAIM, &cctx, &e);
+    assert_int_equal(peek(b, 11, FI_PEEK, &pctx, NULL, 0), 0);   /* claimed: gone */
+    struct fi_cq_err_entry err;
+    cq_wait_err(b->cq, &err);
+    assert_int_equal(err.err, FI_ENOMSG);
+    assert_int_equal(peek(b, 11, FI_CLAIM, &cctx, buf, sizeof(buf)), 0);
+    assert_int_equal(cq_wait(b->cq, &e, NULL), 1);
+    assert_ptr_equal(e.op_context, &cctx);
+    assert_string_equal(buf, "claimed");
+    assert_int_equal(cq_wait(a->cq, &e, NULL), 1);
+
+    assert_int_equal(fi_tsend(a->ep, "dropped", 8, NULL, b->addr, 12, &s2), 0);
+    peek_until(b, 12, FI_PEEK | FI_CLAIM, &cctx, &e);
+    assert_int_equal(peek(b, 12, FI_CLAIM | FI_DISCARD, &cctx, NULL, 0), 0);
+    assert_int_equal(cq_wait(b->cq, &e, NULL), 1);
+    assert_int_equal(peek(b, 12, FI_PEEK, &pctx, NULL, 0), 0);
+    cq_wait_err(b->cq, &err);
+    assert_int_equal(err.err, FI_ENOMSG);
+    assert_int_equal(cq_wait(a->cq, &e, NULL), 1);
+}
+
+static void test_cancel(void **state)
+{
+    struct fi_cq_err_entry err;
+    char buf[8];
+    int ctx;
+
+    assert_int_equal(fi_trecv(nodes[1].ep, buf, 8, NULL, FI_ADDR_UNSPEC, 77, 0, &ctx), 0);
+    assert_int_equal(fi_cancel(&nodes[1].ep->fid, &ctx), 0);
+    cq_wait_err(nodes[1].cq, &err);
+    assert_int_equal(err.err, FI_ECANCELED);
+    assert_ptr_equal(err.op_context, &ctx);
+    assert_int_equal(fi_cancel(&nodes[1].ep->fid, &ctx), -FI_ENOENT);
+}
+
+static void test_truncation(void **state)
+{
+    node_t *a = &nodes[0], *b = &nodes[1];
+    struct fi_cq_err_entry err;
+    struct fi_cq_tagged_entry e;
+    unsigned char out[100], in[10];
+    int rctx, sctx;
+
+    fill(out, sizeof(out), 1);
+    assert_int_equal(fi_trecv(b->ep, in, sizeof(in), NULL, FI_ADDR_UNSPEC, 8, 0, &rctx), 0);
+    assert_int_equal(fi_tsend(a->ep, out, sizeof(out), NULL, b->addr, 8, &sctx), 0);
+    cq_wait_err(b->cq, &err);
+    assert_int_equal(err.err, FI_ETRUNC);
+    assert_int_equal(err.olen, 90);
+    assert_int_equal(err.len, 10);
+    assert_ptr_equal(err.op_context, &rctx);
+    assert_memory_equal(in, out, sizeof(in));
+    assert_int_equal(cq_wait(a->cq, &e, NULL), 1);
+}
+
+static void test_msg_ops(void **state)
+{
+    node_t *a = &nodes[0], *b = &nodes[1];
+    struct fi_cq_tagged_entry e;
+    char tbuf[8] = {0}, mbuf[8] = {0};
+    int tctx, mctx, s1, s2;
+
+    /* A tagged receive for any tag must not take an untagged message. */
+    assert_int_equal(fi_trecv(b->ep, tbuf, 8, NULL, FI_ADDR_UNSPEC, 0, ~0ULL >> 1, &tctx), 0);
+    assert_int_equal(fi_send(a->ep, "msg", 4, NULL, b->addr, &s1), 0);
+    assert_int_equal(fi_recv(b->ep, mbuf, 8, NULL, FI_ADDR_UNSPEC, &mctx), 0);
+    assert_int_equal(cq_wait(b->cq, &e, NULL), 1);
+    assert_ptr_equal(e.op_context, &mctx);
+    assert_int_equal(e.flags & (FI_MSG | FI_RECV), FI_MSG | FI_RECV);
+    assert_string_equal(mbuf, "msg");
+    assert_int_equal(fi_tsend(a->ep, "tag", 4, NULL, b->addr, 1, &s2), 0);
+    assert_int_equal(cq_wait(b->cq, &e, NULL), 1);
+    assert_ptr_equal(e.op_context, &tctx);
+    assert_int_equal(cq_wait(a->cq, &e, NULL), 1);
+    assert_int_equal(cq_wait(a->cq, &e, NULL), 1);
+    /* Bit 63 belongs to untagged messages while FI_MSG is on. */
+    assert_int_equal(fi_tsend(a->ep, "x", 1, NULL, b->addr, 1ULL << 63, &s2), -FI_EINVAL);
+}
+
+static void test_selective(void **state)
+{
+    node_t s;
+    node_t *b = &nodes[1];
+    struct fi_cq_tagged_entry e;
+    char buf[8];
+    int c1, c2, r1, r2;
+    struct iovec iov = {"two", 4};
+    struct fi_msg_tagged m = {.msg_iov = &iov, .iov_count = 1, .addr = b->addr, .tag = 21,
+                              .context = &c2};
+
+    /* tmx drops messages from senders missing in the receiver's AV. */
+    node_open(&s, FI_SELECTIVE_COMPLETION);
+    node_insert(&s);
+    assert_int_equal(fi_trecv(b->ep, buf, 8, NULL, FI_ADDR_UNSPEC, 20, 0, &r1), 0);
+    assert_int_equal(fi_tsend(s.ep, "one", 4, NULL, b->addr, 20, &c1), 0);
+    assert_int_equal(cq_wait(b->cq, &e, NULL), 1);
+    assert_int_equal(fi_trecv(b->ep, buf, 8, NULL, FI_ADDR_UNSPEC, 21, 0, &r2), 0);
+    assert_int_equal(fi_tsendmsg(s.ep, &m, FI_COMPLETION), 0);
+    assert_int_equal(cq_wait(b->cq, &e, NULL), 1);
+    assert_int_equal(cq_wait(s.cq, &e, NULL), 1);
+    assert_ptr_equal(e.op_context, &c2);   /* only the one that asked */
+    cq_empty(s.cq);
+    node_close(&s);
+}
+
+static void test_sread_timeout(void **state)
+{
+    struct fi_cq_tagged_entry e;
+    int64_t t0 = now_ms();
+
+    assert_int_equal(fi_cq_sread(nodes[2].cq, &e, 1, NULL, 100), -FI_EAGAIN);
+    assert_true(now_ms() - t0 >= 90);
+    assert_true(now_ms() - t0 < 5000);
+}
+
+static void *sread_thread(void *arg)
+{
+    struct fi_cq_tagged_entry e;
+
+    return (void *)(intptr_t)fi_cq_sread(nodes[2].cq, &e, 1, NULL, -1);
+}
+
+static void test_sread_signal(void **state)
+{
+    pthread_t t;
+    void *ret;
+    int64_t t0;
+
+    assert_int_equal(pthread_create(&t, NULL, sread_thread, NULL), 0);
+    usleep(100000);
+    t0 = now_ms();
+    assert_int_equal(fi_cq_signal(nodes[2].cq), 0);
+    pthread_join(t, &ret);
+    assert_int_equal((intptr_t)ret, -FI_ECANCELED);
+    assert_true(now_ms() - t0 < 1000);
+}
+
+static void *sread_recv_thread(void *arg)
+{
+    struct fi_cq_tagged_entry e;
+
+    return (void *)(intptr_t)fi_cq_sread(nodes[2].cq, &e, 1, NULL, WAIT_MS);
+}
+
+static void test_sread_wakes_on_message(void **state)
+{
+    pthread_t t;
+    void *ret;
+    char buf[4];
+    int rctx, sctx;
+    struct fi_cq_tagged_entry e;
+
+    assert_int_equal(fi_trecv(nodes[2].ep, buf, 4, NULL, FI_ADDR_UNSPEC, 30, 0, &rctx), 0);
+    assert_int_equal(pthread_create(&t, NULL, sread_recv_thread, NULL), 0);
+    usleep(50000);
+    assert_int_equal(fi_tsend(nodes[0].ep, "zz", 3, NULL, nodes[2].addr, 30, &sctx), 0);
+    pthread_join(t, &ret);
+    assert_int_equal((intptr_t)ret, 1);
+    assert_int_equal(cq_wait(nodes[0].cq, &e, NULL), 1);
+}
+
+static void expect_refused(struct fi_info *h)
+{
+    struct fi_info *out = NULL;
+
+    assert_int_equal(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &out), -FI_ENODATA);
+    fi_freeinfo(h);
+}
+
+static void test_hints_refused(void **state)
+{
+    struct fi_info *h;
+
+    h = hints_new(), h->ep_attr->type = FI_EP_MSG, expect_refused(h);
+    h = hints_new(), h->caps |= FI_RMA, expect_refused(h);
+    h = hints_new(), h->caps |= FI_MULTI_RECV, expect_refused(h);
+    h = hints_new(), h->domain_attr->data_progress = FI_PROGRESS_AUTO, expect_refused(h);
+    h = hints_new(), h->tx_attr->inject_size = 1 << 20, expect_refused(h);
+    h = hints_new(), h->tx_attr->iov_limit = 4, expect_refused(h);
+    h = hints_new(), h->domain_attr->cq_data_size = 16, expect_refused(h);
+    h = hints_new(), h->tx_attr->msg_order = FI_ORDER_RAW, expect_refused(h);
+    h = hints_new(), h->addr_format = FI_SOCKADDR_IN, expect_refused(h);
+}
+
+static void test_tag_formats(void **state)
+{
+    struct fi_info *h = hints_new(), *out = NULL;
+
+    h->caps = FI_TAGGED;
+    assert_int_equal(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &out), 0);
+    assert_int_equal(out->ep_attr->mem_tag_format, 0xaaaaaaaaaaaaaaaaULL);
+    assert_false(out->caps & FI_MSG);
+    assert_int_equal(out->domain_attr->cq_data_size, 8);
+    fi_freeinfo(out);
+    fi_freeinfo(h);
+    assert_int_equal(info->ep_attr->mem_tag_format, 0x5555555555555555ULL);
+}
+
+static void test_av_ops(void **state)
+{
+    char name[FI_NAME_MAX], str[256];
+    size_t len = sizeof(name), slen = sizeof(str);
+    fi_addr_t bad = 12345;
+    char junk[FI_NAME_MAX] = {5, 1, 2, 3, 4, 5};
+
+    assert_int_equal(fi_av_lookup(av, nodes[1].addr, name, &len), 0);
+    assert_int_equal(len, FI_NAME_MAX);
+    fi_av_straddr(av, name, str, &slen);
+    assert_memory_equal(str, "tmx://", 6);
+    assert_int_equal(fi_av_lookup(av, bad, name, &len), -FI_ENOENT);
+    assert_int_equal(fi_av_insert(av, junk, 1, &bad, 0, NULL), 0);
+    assert_int_equal(bad, FI_ADDR_NOTAVAIL);
+    assert_int_equal(fi_av_remove(av, &bad, 1, 0), -FI_EINVAL);
+}
+
+/* A second process over shm: names through a pipe, 1 MiB each way. */
+static int child_run(int rfd, int wfd)
+{
+    struct fi_info *h = hints_new(), *fi;
+    struct fid_fabric *f;
+    struct fid_domain *d;
+    struct fid_av *cav;
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED};
+    struct fi_av_attr aa = {.type = FI_AV_MAP};
+    struct fi_cq_tagged_entry e;
+    char name[FI_NAME_MAX];
+    size_t len = sizeof(name);
+    fi_addr_t peer;
+    unsigned char *buf = malloc(BIG);
+    int ctx;
+
+    if (fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &fi) || fi_fabric(fi->fabric_attr, &f, NULL) ||
+        fi_domain(f, fi, &d, NULL) || fi_av_open(d, &aa, &cav, NULL) ||
+        fi_endpoint(d, fi, &ep, NULL) || fi_cq_open(d, &ca, &cq, NULL) ||
+        fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV) || fi_ep_bind(ep, &cav->fid, 0) ||
+        fi_enable(ep) || fi_getname(&ep->fid, name, &len))
+        return 2;
+    if (write(wfd, name, sizeof(name)) != sizeof(name) || read(rfd, name, sizeof(name)) != sizeof(name))
+        return 3;
+    if (fi_av_insert(cav, name, 1, &peer, 0, NULL) != 1)
+        return 4;
+    /* Echo one message back. */
+    if (fi_trecv(ep, buf, BIG, NULL, peer, 40, 0, &ctx))
+        return 5;
+    while (fi_cq_read(cq, &e, 1) != 1)
+        ;
+    if (fi_tsend(ep, buf, e.len, NULL, peer, 41, &ctx))
+        return 6;
+    while (fi_cq_read(cq, &e, 1) != 1)
+        ;
+    fi_close(&ep->fid), fi_close(&cq->fid), fi_close(&cav->fid), fi_close(&d->fid);
+    fi_close(&f->fid), fi_freeinfo(fi), fi_freeinfo(h), free(buf);
+    return 0;
+}
+
+static void test_fork_shm(void **state)
+{
+    int to_child[2], to_parent[2], status;
+    char name[FI_NAME_MAX];
+    size_t len = sizeof(name);
+    fi_addr_t peer;
+    unsigned char *out = malloc(BIG), *in = calloc(1, BIG);
+    struct fi_cq_tagged_entry e;
+    int sctx, rctx;
+    pid_t pid;
+
+    assert_int_equal(pipe(to_child), 0);
+    assert_int_equal(pipe(to_parent), 0);
+    if ((pid = fork()) == 0) {
+        alarm(WAIT_MS / 1000 + 10);
+        _exit(child_run(to_child[0], to_parent[1]));
+    }
+    assert_int_equal(fi_getname(&nodes[0].ep->fid, name, &len), 0);
+    assert_int_equal(write(to_child[1], name, sizeof(name)), sizeof(name));
+    assert_int_equal(read(to_parent[0], name, sizeof(name)), sizeof(name));
+    assert_int_equal(fi_av_insert(av, name, 1, &peer, 0, NULL), 1);
+    fill(out, BIG, 9);
+    assert_int_equal(fi_trecv(nodes[0].ep, in, BIG, NULL, peer, 41, 0, &rctx), 0);
+    assert_int_equal(fi_tsend(nodes[0].ep, out, BIG, NULL, peer, 40, &sctx), 0);
+    assert_int_equal(cq_wait(nodes[0].cq, &e, NULL), 1);
+    assert_int_equal(cq_wait(nodes[0].cq, &e, NULL), 1);
+    assert_memory_equal(in, out, BIG);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    close(to_child[0]), close(to_child[1]), close(to_parent[0]), close(to_parent[1]);
+    free(out);
+    free(in);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tag_formats),
+        cmocka_unit_test(test_hints_refused),
+        cmocka_unit_test(test_tsend_trecv),
+        cmocka_unit_test(test_directed_vs_any),
+        cmocka_unit_test(test_tag_ignore),
+        cmocka_unit_test(test_inject_and_data),
+        cmocka_unit_test(test_peek_nothing),
+        cmocka_unit_test(test_peek_claim),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_truncation),
+        cmocka_unit_test(test_msg_ops),
+        cmocka_unit_test(test_selective),
+        cmocka_unit_test(test_sread_timeout),
+        cmocka_unit_test(test_sread_signal),
+        cmocka_unit_test(test_sread_wakes_on_message),
+        cmocka_unit_test(test_av_ops),
+        cmocka_unit_test(test_fork_shm),
+    };
+
+    alarm(300);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,34 @@
+# Called here too: the root adds fabric/ before it enables testing.
+enable_testing()
+
+# Tests of the provider through libfabric itself: Debian's fi_info and
+# fi_pingpong, and a cmocka program using libfabric's API.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(FAB_CMOCKA REQUIRED IMPORTED_TARGET cmocka)
+
+set(FAB_TEST_ENV FI_PROVIDER_PATH=${CMAKE_CURRENT_BINARY_DIR} FI_PROVIDER=tmx)
+
+add_executable(fab_test fab_test.c)
+target_link_libraries(fab_test PRIVATE PkgConfig::LIBFABRIC PkgConfig::FAB_CMOCKA Threads::Threads)
+add_dependencies(fab_test tmx-fi)
+add_test(NAME fab_test COMMAND fab_test)
+set_tests_properties(fab_test PROPERTIES TIMEOUT 300 ENVIRONMENT "${FAB_TEST_ENV}")
+
+# Debian's fi_info and fi_pingpong are not built with sanitizers: to load an
+# ASan provider they need the sanitizer runtimes preloaded.
+set(FAB_FOREIGN_ENV ${FAB_TEST_ENV})
+if(TMX_SANITIZE MATCHES "address")
+  set(preload "")
+  foreach(rt asan ubsan)
+    execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=lib${rt}.so
+                    OUTPUT_VARIABLE rt_path OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(IS_ABSOLUTE "${rt_path}" AND EXISTS "${rt_path}")
+      string(APPEND preload "${rt_path}:")
+    endif()
+  endforeach()
+  list(APPEND FAB_FOREIGN_ENV LD_PRELOAD=${preload} ASAN_OPTIONS=detect_leaks=0)
+endif()
+
+add_test(NAME fab_fi_info COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fi_info_test.sh)
+set_tests_properties(fab_fi_info PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${FAB_FOREIGN_ENV}")

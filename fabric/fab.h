@@ -184,6 +184,10 @@ int fab_info_check(const struct fi_info *info);
 int fab_errno(tmx_status_t st);
 int fab_fabric_open(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
 
+/* fab_eq.c */
+int fab_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr, struct fid_eq **eq,
+                void *context);
+
 /* fab_domain.c */
 int fab_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_domain **dom,
                     void *context);

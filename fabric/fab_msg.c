@@ -15,6 +15,7 @@ typedef struct xfer {
     uint64_t tag, ignore, data;
     uint64_t flags;             /* FI_TAGGED or FI_MSG, and op flags */
     void *context;
+    int quiet;                  /* fi_inject and friends: never a completion */
 } xfer_t;
 
 /* --------------------------------------------------------------- checks */
@@ -65,7 +66,8 @@ static int xfer_tag(fab_ep_t *ep, const xfer_t *x, uint64_t *tag, uint64_t *igno
 /* ----------------------------------------------------------------- sends */
 
 /* Injected data must be reusable on return: up to FAB_INJECT_SIZE, tmx
- * sends eagerly, which copies the payload before tmx_tsend returns. */
+ * sends eagerly, which copies the payload before tmx_tsend returns. The
+ * completion of a send*msg with FI_INJECT is written at once. */
 static ssize_t send_inject(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_params_t *p)
 {
     tmx_request_h req;
@@ -78,6 +80,12 @@ static ssize_t send_inject(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_p
     if (tmx_request_test(req, NULL) == TMX_INPROGRESS)
         tmx_request_wait(req, -1, NULL);
     tmx_request_free(req);
+    if (!x->quiet && (!ep->tx_selective || (x->flags & FI_COMPLETION))) {
+        fab_cqe_t e = {.e = {.op_context = x->context,
+                             .flags = (x->flags & (FI_TAGGED | FI_MSG)) | FI_SEND},
+                       .src = FI_ADDR_NOTAVAIL};
+        fab_cq_push(ep->tx_cq, &e);
+    }
     return 0;
 }
 
@@ -322,7 +330,7 @@ out_unlock:
 static ssize_t t_recv(struct fid_ep *fid, void *buf, size_t len, void *desc, fi_addr_t src,
                       uint64_t tag, uint64_t ignore, void *context)
 {
-    xfer_t x = {buf, len, src, tag, ignore, 0, FI_TAGGED | EP(fid)->rx_op_flags, context};
+    xfer_t x = {buf, len, src, tag, ignore, 0, FI_TAGGED | EP(fid)->rx_op_flags, context, 0};
 
     return ep_recv(EP(fid), &x);
 }
@@ -343,7 +351,7 @@ static ssize_t t_recvv(struct fid_ep *fid, const struct iovec *iov, void **desc,
 static ssize_t t_recvmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg, uint64_t flags)
 {
     xfer_t x = {NULL, 0, msg ? msg->addr : 0, msg ? msg->tag : 0, msg ? msg->ignore : 0, 0,
-                FI_TAGGED | flags, msg ? msg->context : NULL};
+                FI_TAGGED | flags, msg ? msg->context : NULL, 0};
 
     if (msg == NULL || (flags & ~(uint64_t)RECVMSG_FLAGS)) {
         FAB_WARN(FI_LOG_EP_DATA, "fi_trecvmsg: no message or flags 0x%llx\n",
@@ -362,7 +370,7 @@ static ssize_t t_recvmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg, ui
 static ssize_t t_send(struct fid_ep *fid, const void *buf, size_t len, void *desc,
                       fi_addr_t dest, uint64_t tag, void *context)
 {
-    xfer_t x = {(void *)buf, len, dest, tag, 0, 0, FI_TAGGED | EP(fid)->tx_op_flags, context};
+    xfer_t x = {(void *)buf, len, dest, tag, 0, 0, FI_TAGGED | EP(fid)->tx_op_flags, context, 0};
 
     x.flags &= ~(uint64_t)(FI_INJECT | FI_REMOTE_CQ_DATA);
     return ep_send(EP(fid), &x);
@@ -384,7 +392,7 @@ static ssize_t t_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc,
 static ssize_t t_sendmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg, uint64_t flags)
 {
     xfer_t x = {NULL, 0, msg ? msg->addr : 0, msg ? msg->tag : 0, 0, msg ? msg->data : 0,
-                FI_TAGGED | flags, msg ? msg->context : NULL};
+                FI_TAGGED | flags, msg ? msg->context : NULL, 0};
 
     if (msg == NULL || (flags & ~(uint64_t)SENDMSG_FLAGS)) {
         FAB_WARN(FI_LOG_EP_DATA, "fi_tsendmsg: no message or flags 0x%llx\n",
@@ -399,7 +407,7 @@ static ssize_t t_sendmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg, ui
 static ssize_t t_inject(struct fid_ep *fid, const void *buf, size_t len, fi_addr_t dest,
                         uint64_t tag)
 {
-    xfer_t x = {(void *)buf, len, dest, tag, 0, 0, FI_TAGGED | FI_INJECT, NULL};
+    xfer_t x = {(void *)buf, len, dest, tag, 0, 0, FI_TAGGED | FI_INJECT, NULL, 1};
 
     return ep_send(EP(fid), &x);
 }
@@ -407,7 +415,7 @@ static ssize_t t_inject(struct fid_ep *fid, const void *buf, size_t len, fi_addr
 static ssize_t t_senddata(struct fid_ep *fid, const void *buf, size_t len, void *desc,
                           uint64_t data, fi_addr_t dest, uint64_t tag, void *context)
 {
-    xfer_t x = {(void *)buf, len, dest, tag, 0, data, FI_TAGGED | EP(fid)->tx_op_flags, context};
+    xfer_t x = {(void *)buf, len, dest, tag, 0, data, FI_TAGGED | EP(fid)->tx_op_flags, context, 0};
 
     x.flags = (x.flags & ~(uint64_t)FI_INJECT) | FI_REMOTE_CQ_DATA;
     return ep_send(EP(fid), &x);
@@ -417,7 +425,7 @@ static ssize_t t_injectdata(struct fid_ep *fid, const void *buf, size_t len, uin
                             fi_addr_t dest, uint64_t tag)
 {
     xfer_t x = {(void *)buf, len, dest, tag, 0, data, FI_TAGGED | FI_INJECT | FI_REMOTE_CQ_DATA,
-                NULL};
+                NULL, 1};
 
     return ep_send(EP(fid), &x);
 }
@@ -440,7 +448,7 @@ struct fi_ops_tagged fab_tagged_ops = {
 static ssize_t m_recv(struct fid_ep *fid, void *buf, size_t len, void *desc, fi_addr_t src,
                       void *context)
 {
-    xfer_t x = {buf, len, src, 0, 0, 0, FI_MSG | EP(fid)->rx_op_flags, context};
+    xfer_t x = {buf, len, src, 0, 0, 0, FI_MSG | EP(fid)->rx_op_flags, context, 0};
 
     return ep_recv(EP(fid), &x);
 }
@@ -458,7 +466,7 @@ static ssize_t m_recvv(struct fid_ep *fid, const struct iovec *iov, void **desc,
 
 static ssize_t m_recvmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t flags)
 {
-    xfer_t x = {NULL, 0, msg ? msg->addr : 0, 0, 0, 0, FI_MSG | flags, msg ? msg->context : NULL};
+    xfer_t x = {NULL, 0, msg ? msg->addr : 0, 0, 0, 0, FI_MSG | flags, msg ? msg->context : NULL, 0};
 
     if (msg == NULL || (flags & ~(uint64_t)(FI_COMPLETION | FI_REMOTE_CQ_DATA))) {
         FAB_WARN(FI_LOG_EP_DATA, "fi_recvmsg: no message or flags 0x%llx\n",
@@ -473,7 +481,7 @@ static ssize_t m_recvmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t 
 static ssize_t m_send(struct fid_ep *fid, const void *buf, size_t len, void *desc,
                       fi_addr_t dest, void *context)
 {
-    xfer_t x = {(void *)buf, len, dest, 0, 0, 0, FI_MSG | EP(fid)->tx_op_flags, context};
+    xfer_t x = {(void *)buf, len, dest, 0, 0, 0, FI_MSG | EP(fid)->tx_op_flags, context, 0};
 
     x.flags &= ~(uint64_t)(FI_INJECT | FI_REMOTE_CQ_DATA);
     return ep_send(EP(fid), &x);
@@ -493,7 +501,7 @@ static ssize_t m_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc,
 static ssize_t m_sendmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t flags)
 {
     xfer_t x = {NULL, 0, msg ? msg->addr : 0, 0, 0, msg ? msg->data : 0, FI_MSG | flags,
-                msg ? msg->context : NULL};
+                msg ? msg->context : NULL, 0};
 
     if (msg == NULL || (flags & ~(uint64_t)SENDMSG_FLAGS)) {
         FAB_WARN(FI_LOG_EP_DATA, "fi_sendmsg: no message or flags 0x%llx\n",
@@ -507,7 +515,7 @@ static ssize_t m_sendmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t 
 
 static ssize_t m_inject(struct fid_ep *fid, const void *buf, size_t len, fi_addr_t dest)
 {
-    xfer_t x = {(void *)buf, len, dest, 0, 0, 0, FI_MSG | FI_INJECT, NULL};
+    xfer_t x = {(void *)buf, len, dest, 0, 0, 0, FI_MSG | FI_INJECT, NULL, 1};
 
     return ep_send(EP(fid), &x);
 }
@@ -515,7 +523,7 @@ static ssize_t m_inject(struct fid_ep *fid, const void *buf, size_t len, fi_addr
 static ssize_t m_senddata(struct fid_ep *fid, const void *buf, size_t len, void *desc,
                           uint64_t data, fi_addr_t dest, void *context)
 {
-    xfer_t x = {(void *)buf, len, dest, 0, 0, data, FI_MSG | EP(fid)->tx_op_flags, context};
+    xfer_t x = {(void *)buf, len, dest, 0, 0, data, FI_MSG | EP(fid)->tx_op_flags, context, 0};
 
     x.flags = (x.flags & ~(uint64_t)FI_INJECT) | FI_REMOTE_CQ_DATA;
     return ep_send(EP(fid), &x);
@@ -524,7 +532,8 @@ static ssize_t m_senddata(struct fid_ep *fid, const void *buf, size_t len, void 
 static ssize_t m_injectdata(struct fid_ep *fid, const void *buf, size_t len, uint64_t data,
                             fi_addr_t dest)
 {
-    xfer_t x = {(void *)buf, len, dest, 0, 0, data, FI_MSG | FI_INJECT | FI_REMOTE_CQ_DATA, NULL};
+    xfer_t x = {(void *)buf, len, dest, 0, 0, data, FI_MSG | FI_INJECT | FI_REMOTE_CQ_DATA, NULL,
+                1};
 
     return ep_send(EP(fid), &x);
 }

@@ -82,12 +82,6 @@ static int no_passive_ep(struct fid_fabric *fabric, struct fi_info *info, struct
     return -FI_ENOSYS;
 }
 
-static int no_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr, struct fid_eq **eq,
-                      void *context)
-{
-    return -FI_ENOSYS;
-}
-
 static int no_wait_open(struct fid_fabric *fabric, struct fi_wait_attr *attr,
                         struct fid_wait **waitset)
 {
@@ -123,7 +117,7 @@ static struct fi_ops_fabric fabric_ops = {
     .size = sizeof(struct fi_ops_fabric),
     .domain = fab_domain_open,
     .passive_ep = no_passive_ep,
-    .eq_open = no_eq_open,
+    .eq_open = fab_eq_open,
     .wait_open = no_wait_open,
     .trywait = fabric_trywait,
     .domain2 = fabric_domain2,

@@ -32,3 +32,7 @@ endif()
 add_test(NAME fab_fi_info COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fi_info_test.sh)
 set_tests_properties(fab_fi_info PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${FAB_FOREIGN_ENV}")
+
+add_test(NAME fab_fi_pingpong COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fi_pingpong_test.sh)
+set_tests_properties(fab_fi_pingpong PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${FAB_FOREIGN_ENV}")

@@ -184,8 +184,8 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
 static void ep_free(udp_iface_t *ui, udp_ep_t *ep)
 {
     util_debug("udp: peer %u: round trip %llu us (deviation %llu us), timeout %llu us",
-               ep->super.peer, (unsigned long long)ep->tx[UDP_CH_DATA].srtt_us,
-               (unsigned long long)ep->tx[UDP_CH_DATA].rttvar_us,
+               ep->super.peer, (unsigned long long)ep->srtt_us,
+               (unsigned long long)ep->rttvar_us,
                (unsigned long long)ep->tx[UDP_CH_DATA].rto_us);
     for (int ch = 0; ch < UDP_N_CH; ch++) {
         util_timer_cancel(&ep->tx[ch].timer);
@@ -234,9 +234,11 @@ static void udp_iface_close(tl_iface_t *iface)
 
     linger(ui);
     udp_ack_flush(ui, UINT64_MAX);
-    util_info("udp: %llu segments sent, %llu resent, %llu timeouts; %llu datagrams received, %llu dropped",
-              (unsigned long long)ui->segs_sent, (unsigned long long)ui->retransmits,
-              (unsigned long long)ui->timeouts, (unsigned long long)ui->dgrams_in,
+    util_info("udp: %llu segments sent, %llu resent, %llu probes, %llu timeouts, %llu stalls reported; "
+              "%llu datagrams received, %llu dropped", (unsigned long long)ui->segs_sent,
+              (unsigned long long)ui->retransmits, (unsigned long long)ui->probes,
+              (unsigned long long)ui->timeouts,
+              (unsigned long long)ui->stalls_sent, (unsigned long long)ui->dgrams_in,
               (unsigned long long)ui->dropped);
     udp_get_fini(ui);
     while (!util_dlist_empty(&ui->eps))
@@ -472,7 +474,7 @@ static void segs_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_
     ui->segs_sent += n;
     for (size_t k = 0; k < n; k++) {
         seg_stamp(ep, segs[k]->buf, segs[k]->len);
-        segs[k]->sent_us = now;
+        segs[k]->sent_us = segs[k]->first_sent_us = now;
     }
     while (i < n) {
         size_t j = i + 1, bytes = segs[i]->len;
@@ -605,6 +607,8 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         udp_tx_acked(ui, ep, ch, h.ack[ch]);
     if (h.flags & UDP_FLAG_SACK)
         udp_tx_sacked(ui, ep, buf + sizeof(h), h.len);
+    if (h.flags & UDP_FLAG_STALL)
+        udp_tx_stalled(ui, ep, h.seq);
     if (!(h.flags & UDP_FLAG_ACK_ONLY))
         udp_rx_segment(ui, ep, &h, buf + sizeof(h));
 }
@@ -708,7 +712,7 @@ static void udp_wait(tl_iface_t *iface, int64_t timeout_us)
 {
     udp_iface_t *ui = (udp_iface_t *)iface;
     struct pollfd pfd = {ui->fd, POLLIN, 0};
-    int64_t t = timeout_us, cap = ui->wheel.n_armed > 0 ? UDP_TICK_US : 1000;
+    int64_t t = timeout_us, cap = ui->wheel.n_armed > 0 || !util_dlist_empty(&ui->gets) ? UDP_TICK_US : 1000;
     struct timespec ts;
 
     if (!util_dlist_empty(&ui->acks) || ui->faults.held != NULL)

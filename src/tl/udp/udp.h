@@ -22,7 +22,8 @@
 /* A segment sent and not yet acknowledged: the datagram image, kept for
  * retransmission. */
 typedef struct udp_seg {
-    uint64_t sent_us;
+    uint64_t sent_us;            /* the latest sending */
+    uint64_t first_sent_us;
     uint32_t seq;
     uint32_t len;                /* datagram bytes */
     uint32_t sacked;             /* the receiver holds it (selective ACK) */
@@ -37,9 +38,11 @@ typedef struct udp_tx {
     udp_seg_t **win;             /* in flight, by seq % window */
     uint32_t dup_acks;
     uint64_t rto_us;             /* current retransmit timeout, backs off */
-    uint64_t srtt_us, rttvar_us; /* smoothed round trip and its deviation;
-                                    srtt 0 until the first sample */
     uint64_t last_progress_us;   /* when una last moved, for failure */
+    uint32_t rack_seq;           /* the highest segment known delivered */
+    uint64_t rack_us;            /* the latest first sending of a segment
+                                    known delivered (RACK, see udp_rel.c) */
+    int probed;                  /* the tail probe of this flight went out */
     util_timer_t timer;          /* retransmit */
     struct udp_iface *ui;        /* for the timer's callback */
     struct udp_ep *ep;
@@ -69,6 +72,12 @@ typedef struct udp_ep {
     int failed;
     int ack_queued;
     uint64_t ack_due_us;
+    uint64_t srtt_us, rttvar_us; /* smoothed round trip and its deviation,
+                                    both channels; srtt 0 until a sample */
+    uint64_t min_rtt_us;         /* the smallest sample: the path unloaded */
+    uint64_t rx_data_us;         /* when the data channel last brought one */
+    uint32_t rx_data_seq;        /* and its sequence number */
+    uint64_t stall_sent_us;      /* when we last reported a stall */
     udp_tx_t tx[UDP_N_CH];
     udp_rx_t rx[UDP_N_CH];
 } udp_ep_t;
@@ -118,6 +127,8 @@ typedef struct udp_iface {
     uint64_t dropped;            /* datagrams that did not parse or belong */
     uint64_t retransmits;        /* segments sent again, for any reason */
     uint64_t timeouts;           /* retransmit timers that fired */
+    uint64_t probes;             /* tail loss probes sent */
+    uint64_t stalls_sent;        /* stall reports sent */
     uint64_t segs_sent, dgrams_in; /* new segments sent; datagrams received */
 } udp_iface_t;
 
@@ -149,6 +160,12 @@ void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t
 void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p);
 void udp_rx_fini(udp_iface_t *ui, udp_rx_t *rx);
 void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep);
+/* A read from ep waits for data: if none came since `since` for
+ * UDP_STALL_US, tell ep (at most once per UDP_STALL_US). */
+void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t now);
+/* ep reported a stall after segment last: resend what it cannot have
+ * received. */
+void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last);
 int udp_ack_flush(udp_iface_t *ui, uint64_t now);
 void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h);
 void udp_datagram_send(udp_iface_t *ui, const struct sockaddr_in *sa, unsigned char *buf,

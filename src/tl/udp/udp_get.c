@@ -23,6 +23,7 @@ typedef struct udp_get_op {
     uint64_t received;
     udp_get_req_t req;   /* wire order, for (re)sending */
     int req_sent;
+    uint64_t start_us;   /* when the request went out */
     tl_get_op_t *op;
 } udp_get_op_t;
 
@@ -43,6 +44,7 @@ static int get_req_push(udp_iface_t *ui, udp_get_op_t *g)
     if (udp_send_segs(ui, g->ep, UDP_CH_PRIO, UDP_FLAG_GET_REQ, 0, 0, 0, &iov, 1, sizeof(g->req)) != TMX_OK)
         return 0;
     g->req_sent = 1;
+    g->start_us = udp_now_us();
     return 1;
 }
 
@@ -169,6 +171,8 @@ int udp_get_progress(udp_iface_t *ui)
         udp_get_op_t *g = util_container_of(pos, udp_get_op_t, link);
         if (!g->req_sent)
             events += get_req_push(ui, g);
+        else
+            udp_rx_stall_check(ui, g->ep, g->start_us, udp_now_us());
     }
     return events;
 }

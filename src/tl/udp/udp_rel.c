@@ -17,8 +17,7 @@
 #define UDP_DUP_ACKS 3          /* duplicate ACKs that trigger a retransmit */
 #define UDP_RTO_MAX_US 1000000
 #define UDP_RTO_MIN_US 200       /* a timeout never comes sooner */
-#define UDP_SACK_RETX_US 500     /* before an RTT sample: a hole older than
-                                    this is resent on SACK */
+#define UDP_PTO_MIN_US 100       /* a tail probe never comes sooner */
 #define UDP_SACK_BURST 256       /* segments resent per SACK, at most */
 #define UDP_OOO_MAX_BYTES (256u << 20) /* early segments held, all peers */
 
@@ -61,44 +60,64 @@ uint32_t udp_tx_room(const udp_iface_t *ui, const udp_tx_t *tx)
     return ui->window - (tx->next_seq - tx->una);
 }
 
-/* Jacobson/Karels: srtt += (m - srtt) / 8, rttvar += (|m - srtt| - rttvar) / 4. */
-static void rtt_sample(udp_tx_t *tx, uint64_t m)
+/* Jacobson/Karels: srtt += (m - srtt) / 8, rttvar += (|m - srtt| - rttvar) / 4.
+ * Samples come only from segments sent once and acknowledged without a
+ * hole before them (Karn, extended): an ACK held back by a loss measures
+ * the repair, not the path. */
+static void rtt_sample(udp_ep_t *ep, uint64_t m)
 {
-    if (tx->srtt_us == 0) {
-        tx->srtt_us = m > 0 ? m : 1;
-        tx->rttvar_us = m / 2;
+    uint64_t err;
+
+    if (ep->min_rtt_us == 0 || m < ep->min_rtt_us)
+        ep->min_rtt_us = m > 0 ? m : 1;
+    if (ep->srtt_us == 0) {
+        ep->srtt_us = m > 0 ? m : 1;
+        ep->rttvar_us = m / 2;
         return;
     }
-    uint64_t err = m > tx->srtt_us ? m - tx->srtt_us : tx->srtt_us - m;
-    tx->rttvar_us = (3 * tx->rttvar_us + err) / 4;
-    tx->srtt_us = (7 * tx->srtt_us + m) / 8;
-    if (tx->srtt_us == 0)
-        tx->srtt_us = 1;
+    err = m > ep->srtt_us ? m - ep->srtt_us : ep->srtt_us - m;
+    ep->rttvar_us = (3 * ep->rttvar_us + err) / 4;
+    ep->srtt_us = (7 * ep->srtt_us + m) / 8;
+    if (ep->srtt_us == 0)
+        ep->srtt_us = 1;
 }
 
 /* The timeout before backoff: the setting until the first RTT sample;
  * then a round trip plus four deviations plus the peer's ACK delay, which
  * the sample may or may not have included. Losses at the tail of a burst,
  * which no later ACK reports, are repaired within about this. */
-static uint64_t rto_base(const udp_iface_t *ui, const udp_tx_t *tx)
+static uint64_t rto_base(const udp_iface_t *ui, const udp_ep_t *ep)
 {
     uint64_t rto;
 
-    if (tx->srtt_us == 0)
+    if (ep->srtt_us == 0)
         return ui->rto_us;
-    rto = tx->srtt_us + 4 * tx->rttvar_us + ui->ack_delay_us;
+    rto = ep->srtt_us + 4 * ep->rttvar_us + ui->ack_delay_us;
     if (rto < UDP_RTO_MIN_US)
         rto = UDP_RTO_MIN_US;
     return rto > ui->rto_us ? ui->rto_us : rto;
 }
 
-/* How long a hole below a selectively acknowledged segment may be in
- * flight before it counts as lost: a round trip and some. */
-static uint64_t hole_age(const udp_tx_t *tx)
+/* The tail loss probe's timeout (TLP): a flight whose last segments are
+ * lost draws no ACK that would reveal it, so after about a round trip
+ * without one the newest segment goes again, and its ACK (with SACK)
+ * shows what is missing. */
+static uint64_t pto(const udp_iface_t *ui, const udp_ep_t *ep)
 {
-    if (tx->srtt_us == 0)
-        return UDP_SACK_RETX_US;
-    return tx->srtt_us + 2 * tx->rttvar_us;
+    uint64_t t;
+
+    if (ep->srtt_us == 0)
+        return ui->rto_us;
+    t = ep->srtt_us + ep->srtt_us / 2 + ui->ack_delay_us;
+    return t < UDP_PTO_MIN_US ? UDP_PTO_MIN_US : t;
+}
+
+/* Arms the flight's timer: the tail probe first, then the timeout. */
+static void tx_timer_rearm(udp_iface_t *ui, udp_tx_t *tx, uint64_t now)
+{
+    uint64_t t = tx->probed ? tx->rto_us : pto(ui, tx->ep);
+
+    util_timer_arm(&ui->wheel, &tx->timer, now + (t < tx->rto_us ? t : tx->rto_us));
 }
 
 void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg)
@@ -110,7 +129,54 @@ void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg)
     tx->win[seg->seq % ui->window] = seg;
     tx->next_seq++;
     if (!tx->timer.armed)
-        util_timer_arm(&ui->wheel, &tx->timer, udp_now_us() + tx->rto_us);
+        tx_timer_rearm(ui, tx, udp_now_us());
+}
+
+/* Loss detection after RACK, for a path that keeps order: once a segment
+ * is known delivered, a segment below it that was sent only once went
+ * before it and is lost; one that was resent is lost if that resend went
+ * before the delivered segment's first sending (which copy arrived is not
+ * known, so the earliest is assumed: a needless resend can then never
+ * make segments still on their way look lost). A resend refreshes the
+ * send time, so each loss is resent once per proof. */
+static int rack_lost(const udp_tx_t *tx, const udp_seg_t *seg)
+{
+    if (seg->sacked)
+        return 0;
+    return seg->resent ? seg->sent_us < tx->rack_us : seq_before(seg->seq, tx->rack_seq);
+}
+
+static void rack_resend(udp_iface_t *ui, udp_ep_t *ep, udp_tx_t *tx)
+{
+    uint32_t sent = 0;
+
+    for (uint32_t seq = tx->una; seq_before(seq, tx->rack_seq) && sent < UDP_SACK_BURST; seq++) {
+        udp_seg_t *seg = tx->win[seq % ui->window];
+        if (!rack_lost(tx, seg))
+            continue;
+        udp_seg_retransmit(ui, ep, seg);
+        sent++;
+    }
+}
+
+static void rack_update(udp_tx_t *tx, const udp_seg_t *seg)
+{
+    if (seq_before(tx->rack_seq, seg->seq))
+        tx->rack_seq = seg->seq;
+    if (seg->first_sent_us > tx->rack_us)
+        tx->rack_us = seg->first_sent_us;
+}
+
+/* The probe: the newest segment the receiver has not reported. */
+static void tail_probe(udp_iface_t *ui, udp_tx_t *tx)
+{
+    for (uint32_t seq = tx->next_seq - 1; seq_before(seq, tx->next_seq) && !seq_before(seq, tx->una); seq--) {
+        udp_seg_t *seg = tx->win[seq % ui->window];
+        if (!seg->sacked) {
+            udp_seg_retransmit(ui, tx->ep, seg);
+            return;
+        }
+    }
 }
 
 /* After a timeout every segment the receiver has not reported holding and
@@ -145,6 +211,13 @@ static void tx_timer_fire(util_timer_t *t)
         udp_ep_fail(ui, tx->ep);
         return;
     }
+    if (!tx->probed) {
+        tx->probed = 1;
+        ui->probes++;
+        tail_probe(ui, tx);
+        tx_timer_rearm(ui, tx, now);
+        return;
+    }
     ui->timeouts++;
     util_debug("udp: timeout on channel %d to peer %u after %llu us (timeout %llu us)", tx->ch,
                tx->ep->super.peer, (unsigned long long)(now - tx->last_progress_us),
@@ -159,20 +232,27 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
     udp_tx_t *tx = &ep->tx[ch];
 
     if (seq_before(tx->una, ack) && !seq_before(tx->next_seq, ack)) {
-        udp_seg_t *newest = tx->win[(ack - 1) % ui->window];
-        if (!newest->resent && ui->rx_now_us > newest->sent_us)
-            rtt_sample(tx, ui->rx_now_us - newest->sent_us);
+        uint64_t sent_us = tx->win[(ack - 1) % ui->window]->sent_us;
+        int clean = 1;
         for (; tx->una != ack; tx->una++) {
-            udp_seg_free(ui, tx->win[tx->una % ui->window]);
+            udp_seg_t *seg = tx->win[tx->una % ui->window];
+            clean &= !seg->resent && !seg->sacked;
+            rack_update(tx, seg);
+            udp_seg_free(ui, seg);
             tx->win[tx->una % ui->window] = NULL;
         }
+        if (clean && ui->rx_now_us > sent_us)
+            rtt_sample(ep, ui->rx_now_us - sent_us);
         tx->dup_acks = 0;
-        tx->rto_us = rto_base(ui, tx);
+        tx->rto_us = rto_base(ui, ep);
+        tx->probed = 0;
         tx->last_progress_us = udp_now_us();
-        if (tx->una == tx->next_seq)
+        if (tx->una == tx->next_seq) {
             util_timer_cancel(&tx->timer);
-        else
-            util_timer_arm(&ui->wheel, &tx->timer, tx->last_progress_us + tx->rto_us);
+            return;
+        }
+        tx_timer_rearm(ui, tx, tx->last_progress_us);
+        rack_resend(ui, ep, tx);
         return;
     }
     if (ack == tx->una && tx->una != tx->next_seq && ++tx->dup_acks == UDP_DUP_ACKS)
@@ -216,16 +296,18 @@ static size_t sack_fill(const udp_iface_t *ui, const udp_rx_t *rx, udp_sack_t *s
     return offsetof(udp_sack_t, bits) + (span + 7) / 8;
 }
 
-static void ack_send(udp_iface_t *ui, udp_ep_t *ep)
+/* extra: UDP_FLAG_STALL, whose seq names the data channel's last arrival. */
+static void ack_send(udp_iface_t *ui, udp_ep_t *ep, uint16_t extra)
 {
+    uint32_t seq = extra & UDP_FLAG_STALL ? ep->rx_data_seq : 0;
     udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY), 0,
-                   htole64(ui->job_key), htole64(ui->uuid), htole64(ep->uuid), 0, {0, 0}, 0, 0, 0, 0};
+                   htole64(ui->job_key), htole64(ui->uuid), htole64(ep->uuid), htole32(seq), {0, 0},
+                   0, 0, 0, 0};
     unsigned char buf[sizeof(h) + sizeof(udp_sack_t)];
     size_t n = sack_fill(ui, &ep->rx[UDP_CH_DATA], (udp_sack_t *)(buf + sizeof(h)));
 
     udp_hdr_fill_acks(ep, &h);
-    if (n != 0)
-        h.flags = htole16(UDP_FLAG_ACK_ONLY | UDP_FLAG_SACK);
+    h.flags = htole16(UDP_FLAG_ACK_ONLY | (n != 0 ? UDP_FLAG_SACK : 0) | extra);
     h.len = htole32((uint32_t)n);
     memcpy(buf, &h, sizeof(h));
     h.csum = htole32(util_crc32c(0, buf, sizeof(h) + n));
@@ -233,14 +315,11 @@ static void ack_send(udp_iface_t *ui, udp_ep_t *ep)
     udp_datagram_send(ui, &ep->sa, buf, sizeof(h) + n);
 }
 
-/* Marks what the receiver holds, then resends the holes below the highest
- * segment it holds that have not been sent for a while. */
+/* Marks what the receiver holds, then resends what that shows lost. */
 void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len)
 {
     udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
-    uint64_t now = udp_now_us();
     udp_sack_t s;
-    uint32_t top = tx->una, sent = 0;
 
     if (len < offsetof(udp_sack_t, bits) || len > sizeof(s))
         return;
@@ -251,14 +330,51 @@ void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t
         return;
     for (uint32_t i = 0; i < s.nbits; i++) {
         uint32_t seq = s.base + 1 + i;
+        udp_seg_t *seg;
         if (!(s.bits[i / 8] & (1u << (i % 8))) || seq_before(seq, tx->una) || !seq_before(seq, tx->next_seq))
             continue;
-        tx->win[seq % ui->window]->sacked = 1;
-        top = seq;
+        seg = tx->win[seq % ui->window];
+        if (!seg->sacked) {
+            seg->sacked = 1;
+            rack_update(tx, seg);
+        }
     }
-    for (uint32_t seq = tx->una; seq_before(seq, top) && sent < UDP_SACK_BURST; seq++) {
+    rack_resend(ui, ep, tx);
+}
+
+void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t now)
+{
+    if (ep->rx_data_us > since)
+        since = ep->rx_data_us;
+    if (now - since < UDP_STALL_US || now - ep->stall_sent_us < UDP_STALL_US)
+        return;
+    ep->stall_sent_us = now;
+    ui->stalls_sent++;
+    ack_send(ui, ep, UDP_FLAG_STALL);
+}
+
+/* The receiver heard nothing for UDP_STALL_US after segment last: below
+ * it, RACK finds the holes; after it, what was sent within that time
+ * would have arrived, so it is lost (the latest sending of last is
+ * taken, so a doubt leaves segments to the timers, never resends them
+ * needlessly). */
+void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last)
+{
+    udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
+    uint64_t t0 = tx->rack_us;
+    uint32_t sent = 0;
+
+    if (tx->win == NULL || tx->una == tx->next_seq)
+        return;
+    if (!seq_before(last, tx->una) && seq_before(last, tx->next_seq)) {
+        udp_seg_t *seg = tx->win[last % ui->window];
+        t0 = seg->sent_us;
+        rack_update(tx, seg);
+        rack_resend(ui, ep, tx);
+    }
+    for (uint32_t seq = tx->una; seq != tx->next_seq && sent < UDP_SACK_BURST; seq++) {
         udp_seg_t *seg = tx->win[seq % ui->window];
-        if (seg->sacked || now - seg->sent_us < hole_age(tx))
+        if (seg->sacked || seg->sent_us < t0 || seg->sent_us >= t0 + UDP_STALL_US / 2 || seq == last)
             continue;
         udp_seg_retransmit(ui, ep, seg);
         sent++;
@@ -281,7 +397,7 @@ int udp_ack_flush(udp_iface_t *ui, uint64_t now)
             ep->rx[ch].ack_now = 0;
             ep->rx[ch].unacked = 0;
         }
-        ack_send(ui, ep);
+        ack_send(ui, ep, 0);
         n++;
     }
     return n;
@@ -411,6 +527,11 @@ static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
 void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p)
 {
     udp_rx_t *rx = &ep->rx[h->channel];
+
+    if (h->channel == UDP_CH_DATA) {
+        ep->rx_data_us = ui->rx_now_us;
+        ep->rx_data_seq = h->seq;
+    }
     int32_t ahead = (int32_t)(h->seq - rx->expected);
 
     if (ahead == 0) {

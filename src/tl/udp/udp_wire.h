@@ -28,7 +28,11 @@ enum udp_flag {
     UDP_FLAG_GET_REQ = 1u << 3,   /* payload is a udp_get_req_t */
     UDP_FLAG_GET_DATA = 1u << 4,  /* payload is read data for op frag_id */
     UDP_FLAG_SACK = 1u << 5,      /* ACK_ONLY with a udp_sack_t payload */
-    UDP_FLAG_MASK = 0x3f
+    UDP_FLAG_STALL = 1u << 6,     /* ACK_ONLY: the sender of this ACK waits for
+                                     data on the data channel (a read under
+                                     way) and none came for UDP_STALL_US
+                                     since segment seq arrived */
+    UDP_FLAG_MASK = 0x7f
 };
 
 typedef struct udp_hdr {
@@ -55,6 +59,10 @@ static_assert(offsetof(udp_hdr_t, offset) == 48, "udp header layout");
 /* Selective ACK of the data channel: which segments after the cumulative
  * ACK have arrived, so the sender repairs every hole, not only the first. */
 #define UDP_SACK_BITS 1024
+/* A receiver missing data it waits for reports a stall after this long
+ * without any, naming the last segment that came: on a path that keeps
+ * order, what was sent less than this after that segment is lost. */
+#define UDP_STALL_US 200
 typedef struct udp_sack {
     uint32_t base;        /* bit i stands for segment base + 1 + i */
     uint32_t nbits;       /* bits that follow, at most UDP_SACK_BITS */

@@ -132,7 +132,7 @@ static ssize_t send_op(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_param
 static ssize_t ep_send(fab_ep_t *ep, const xfer_t *x)
 {
     tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_FLAGS};
-    uint64_t tag, ignore;
+    uint64_t tag = 0, ignore = 0;
     ssize_t ret;
 
     fab_lock(ep->dom);
@@ -191,8 +191,8 @@ static ssize_t recv_post(fab_ep_t *ep, const xfer_t *x, tmx_peer_t peer, uint64_
 
 static ssize_t ep_recv(fab_ep_t *ep, const xfer_t *x)
 {
-    uint64_t tag, ignore;
-    tmx_peer_t peer;
+    uint64_t tag = 0, ignore = 0;
+    tmx_peer_t peer = TMX_ANY_SOURCE;
     ssize_t ret;
 
     fab_lock(ep->dom);
@@ -304,8 +304,8 @@ static ssize_t claim_recv(fab_ep_t *ep, const xfer_t *x)
 
 static ssize_t ep_trecvmsg_flags(fab_ep_t *ep, const xfer_t *x)
 {
-    uint64_t tag, ignore;
-    tmx_peer_t peer;
+    uint64_t tag = 0, ignore = 0;
+    tmx_peer_t peer = TMX_ANY_SOURCE;
     ssize_t ret;
 
     fab_lock(ep->dom);

@@ -13,7 +13,8 @@
 #   limits     raw UDP ping-pong (spinning and blocking) and raw UDP streams
 #              (bench/limits/udp_pingpong.c, udp_stream.c)
 #   loss       tmx and rxd with 0, 1 and 5 % of the UDP datagrams that either
-#              host sends dropped by the kernel (nft), TCP spared
+#              host sends dropped by the kernel (nft), TCP spared; rxd's
+#              latency percentiles from bench/limits/fi_lat.c
 # plus a memcpy calibration figure at the start of every round.
 #
 # Writes results/udp.md, results/udp.png and results/raw/udp/ (see
@@ -48,6 +49,8 @@ bench_init
 bench_need "ucx_perftest fi_pingpong gnuplot taskset gcc cmake ip nft" \
     ucx-utils libfabric-bin gnuplot-nox util-linux gcc cmake make iproute2 nftables
 bench_build memcpy_bw udp_pingpong udp_stream
+gcc -O2 -Wall -o "$LIM/fi_lat" "$HERE/limits/fi_lat.c" -lfabric ||
+    { echo "udp.sh: building bench/limits/fi_lat.c failed (libfabric-dev?)" >&2; exit 1; }
 # tmx is being worked on while this runs: the whole run uses copies of the
 # binaries as they were now (tmx-perf links libtmx statically), so a rebuild
 # in build/release halfway through cannot mix two versions into one report.
@@ -109,10 +112,10 @@ N_LAT1M=$(it 100)        # 1 MiB ping-pong round trips
 N_BW64K=$(wins "$(it 4096)") # 64 KiB streamed messages
 N_BW1M=$(wins "$(it 512)")   # 1 MiB streamed messages
 N_PP=$(it 100000)        # raw UDP ping-pong round trips (spinning; blocking gets half)
-# under loss: every loss from a retransmit timer costs 100 ms or more, so few
-LOSS_LAT8=$([ "$QUICK" = 1 ] && echo 100 || echo 300)
-LOSS_LAT8_FI=$([ "$QUICK" = 1 ] && echo 1000 || echo 5000) # rxd recovers fast: more round trips amortise its setup
-LOSS_LAT1M=$([ "$QUICK" = 1 ] && echo 4 || echo 10)
+# under loss: enough round trips for a 99th percentile
+LOSS_LAT8=$([ "$QUICK" = 1 ] && echo 1000 || echo 5000)
+LOSS_LAT8_FI=$LOSS_LAT8
+LOSS_LAT1M=$([ "$QUICK" = 1 ] && echo 10 || echo 40)
 LOSS_W=16                # tmx-perf -w under loss: 1 warm-up window + LOSS_BW / LOSS_W measured
 LOSS_BW=$([ "$QUICK" = 1 ] && echo 16 || echo 32)
 LOSS_TO=$([ "$QUICK" = 1 ] && echo 30 || echo 60)
@@ -213,6 +216,37 @@ fi_system() { # SYSTEM PROVIDER
     cat "$TMP/fi_server.txt" >"$RAWNEW/r${ROUND}_${y}_server.txt"
 }
 sys_rxd() { fi_system rxd "udp;ofi_rxd"; }
+
+# bench/limits/fi_lat: the same tagged ping-pong as fi_pingpong, timing every
+# round trip, for the latency distribution fi_pingpong does not report.
+fi_lat_one() { # SYSTEM PROVIDER FILE SIZE ITERS METRIC [TIMEOUT]: records METRIC (mean), METRICmed, METRICp99
+    local y=$1 prov=$2 f=$3 s=$4 n=$5 m=$6 to=${7:-$TO} spid crc
+    next_port
+    logcmd "ip netns exec $NS1 taskset -c 0 timeout $to fi_lat -p '$prov' -B $PORT -s $s -n $n  &  ip netns exec $NS2 taskset -c 1 timeout $to fi_lat -p '$prov' -P $PORT -s $s -n $n $IP1"
+    start_bg "$TMP/fl_server.txt" ip netns exec "$NS1" taskset -c 0 timeout "$to" "$LIM/fi_lat" -p "$prov" -B "$PORT" -s "$s" -n "$n"
+    spid=$BG
+    if ! wait_listen "$PORT" "$spid"; then
+        kill -TERM "$spid" 2>/dev/null || true
+        wait_bg "$spid"
+        fail "$y" "fi_lat server size $s${LOSS_NOW:-}" "$RC" "$f"
+        return 1
+    fi
+    : >"$TMP/fl_client.txt"
+    start_bg "$TMP/fl_client.txt" ip netns exec "$NS2" taskset -c 1 timeout "$to" "$LIM/fi_lat" -p "$prov" -P "$PORT" -s "$s" -n "$n" "$IP1"
+    wait_bg "$BG"
+    crc=$RC
+    [ $crc = 0 ] || kill -TERM "$spid" 2>/dev/null || true
+    wait_bg "$spid"
+    cat "$TMP/fl_client.txt" >>"$f"
+    if [ $crc != 0 ]; then
+        fail "$y" "fi_lat $m size $s${LOSS_NOW:-}" "client $crc, server $RC" "$f"
+        [ $crc != 124 ] || timed_out "$y" "$m" "$s"
+        return 1
+    fi
+    awk -v m="$m" -v s="$s" '/^fi_lat / { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+        print m "\t" s "\t" v["mean_us"]; print m "med\t" s "\t" v["p50_us"]; print m "p99\t" s "\t" v["p99_us"] }' \
+        "$TMP/fl_client.txt" | while IFS=$'\t' read -r m2 s2 v; do rec "$y" "$m2" "$s2" "$v"; done
+}
 sys_rxm() { fi_system rxm "tcp;ofi_rxm"; }
 
 ucx_pair() { # NAME BATCHFILE: runs a batch (server host 1 core 0, client host 2 core 1), parses the client's CSV
@@ -370,7 +404,11 @@ loss_level() { # PERCENT
             : >"$TMP/t1"
             tmx_udp "$TMP/t1" "$LOSS_TO" -t lat -s 8 -n "$LOSS_LAT8"
             cat "$TMP/t1" >>"$f"
-            if [ $RC = 0 ]; then tmx_parse "$TMP/t1" loss_lat8; else fail tmx "lat 8 at $pct % loss" $RC "$f"; [ $RC != 124 ] || timed_out tmx loss_lat8 "$pct"; fi
+            if [ $RC = 0 ]; then
+                tmx_parse "$TMP/t1" loss_lat8
+                awk -F, '$1 ~ /^lat_p(50|99)$/ && NF == 6 { sub(/^lat_p50$/, "loss_lat8med", $1); sub(/^lat_p99$/, "loss_lat8p99", $1); printf "%s\t%s\t%s\n", $1, $3, $5 }' "$TMP/t1" |
+                    while IFS=$'\t' read -r m2 s2 v; do rec tmx "$m2" "$s2" "$v"; done
+            else fail tmx "lat 8 at $pct % loss" $RC "$f"; [ $RC != 124 ] || timed_out tmx loss_lat8 "$pct"; fi
             : >"$TMP/t1"
             tmx_udp "$TMP/t1" "$LOSS_TO" -t lat -s 1m -n "$LOSS_LAT1M"
             cat "$TMP/t1" >>"$f"
@@ -383,6 +421,7 @@ loss_level() { # PERCENT
             : >"$TMP/fi_server.txt"
             fi_one rxd "udp;ofi_rxd" "$f" 8 "$LOSS_LAT8_FI" loss_lat8 "" "$LOSS_TO_FI" || true
             fi_one rxd "udp;ofi_rxd" "$f" 1048576 "$LOSS_LAT1M" loss_lat1m loss_pbw1m "$LOSS_TO_FI" || true
+            fi_lat_one rxd "udp;ofi_rxd" "$f" 8 "$LOSS_LAT8_FI" loss_fl8 "$LOSS_TO_FI" || true
             cat "$TMP/fi_server.txt" >>"$RAWNEW/r${ROUND}_loss_rxd_server.txt"
         fi
     done
@@ -548,6 +587,8 @@ pct_fmt() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.0f 
     echo "| streaming bandwidth 1 MiB (MB/s) | **$(fmt mbs "$(med tmx bw 1048576)")** | n/a | n/a | $(fmt mbs "$(med ucx bw 1048576)") | same |"
     echo "| latency 8 B at 1 % UDP loss (us, mean) | **$(fmt us "$(lossmed tmx loss_lat8 1)")** | $(fmt us "$(lossmed rxd loss_lat8 1)") | | | |"
     echo "| latency 8 B at 5 % UDP loss (us, mean) | **$(fmt us "$(lossmed tmx loss_lat8 5)")** | $(fmt us "$(lossmed rxd loss_lat8 5)") | | | |"
+    echo "| latency 8 B at 1 % UDP loss (us, 99th percentile) | **$(fmt us "$(lossmed tmx loss_lat8p99 1)")** | $(fmt us "$(lossmed rxd loss_fl8p99 1)") (fi_lat) | | | |"
+    echo "| latency 8 B at 5 % UDP loss (us, 99th percentile) | **$(fmt us "$(lossmed tmx loss_lat8p99 5)")** | $(fmt us "$(lossmed rxd loss_fl8p99 5)") (fi_lat) | | | |"
     echo "| ping-pong bandwidth 1 MiB at 5 % loss (MB/s) | **$(fmt mbs "$(lossmed tmx loss_pbw1m 5)")** | $(fmt mbs "$(lossmed rxd loss_pbw1m 5)") | | | |"
     echo "| streaming bandwidth 1 MiB at 5 % loss (MB/s) | **$(fmt mbs "$(lossmed tmx loss_bw1m 5)")** (-w $LOSS_W) | n/a | | | |"
     echo
@@ -568,6 +609,7 @@ pct_fmt() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.0f 
     echo "| streaming bandwidth 1 MiB | n/a | n/a | $(ratio "$(med tmx bw 1048576)" "$(med ucx bw 1048576)") | $(ratio "$(med tmx bw 1048576)" "$(med udpstream bw 1472)") (1472 B stream), $(ratio "$(med tmx bw 1048576)" "$GRO_MBS") (GSO+GRO) |"
     for p in 1 5; do
         echo "| latency 8 B at $p % loss | $(ratio "$(lossmed tmx loss_lat8 $p)" "$(lossmed rxd loss_lat8 $p)") | | | |"
+        echo "| latency 8 B at $p % loss, 99th percentile | $(ratio "$(lossmed tmx loss_lat8p99 $p)" "$(lossmed rxd loss_fl8p99 $p)") | | | |"
         echo "| ping-pong bandwidth 1 MiB at $p % loss | $(ratio "$(lossmed tmx loss_pbw1m $p)" "$(lossmed rxd loss_pbw1m $p)") | | | |"
     done
     echo
@@ -638,29 +680,38 @@ pct_fmt() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.0f 
     echo "datagrams they send (\`meta l4proto udp numgen random mod 100 < P drop\` in an output hook, as"
     echo "tests/fault/hosts.sh's fault_nft_drop; TCP, which tmxrun's service and fi_pingpong's control"
     echo "connection use, is spared). tcp;rxm and UCX-tcp are left out: TCP recovers in the kernel, and"
-    echo "only UDP is dropped. Fewer iterations than above, since every loss recovered by a retransmit"
-    echo "timer costs ~100 ms or more: tmx-perf -t lat -s 8 -n $LOSS_LAT8, -t lat -s 1m -n $LOSS_LAT1M,"
+    echo "only UDP is dropped. Fewer iterations than above: tmx-perf -t lat -s 8 -n $LOSS_LAT8, -t lat -s 1m -n $LOSS_LAT1M,"
     echo "-t bw -s 1m -n $LOSS_BW -w $LOSS_W (one warm-up window of $LOSS_W, then $((LOSS_BW / LOSS_W)) measured: a smaller window than"
-    echo "the $WINDOW above, so that a slow run still ends), fi_pingpong -I $LOSS_LAT8_FI -S 8 and -I $LOSS_LAT1M -S 1048576 (more"
-    echo "round trips at 8 B for rxd, which recovers fast, to amortise the connection setup in its timed"
-    echo "loop); each tmx run bounded by $LOSS_TO s, each fi_pingpong by $LOSS_TO_FI s. The 0 % rows are the same"
-    echo "commands without the rule."
+    echo "the $WINDOW above, so that a slow run still ends), fi_pingpong -I $LOSS_LAT8_FI -S 8 and -I $LOSS_LAT1M -S 1048576,"
+    echo "fi_lat -n $LOSS_LAT8_FI -s 8; each tmx run bounded by $LOSS_TO s, each libfabric one by $LOSS_TO_FI s. The 0 % rows"
+    echo "are the same commands without the rule."
     echo
-    echo "**Latency is a mean, not a percentile.** Neither tmx-perf nor fi_pingpong reports"
-    echo "percentiles (only the mean over all round trips), and nothing was added to tmx-perf, so the"
-    echo "99th percentile asked for is not available; the mean is reported instead. Under loss the mean"
-    echo "is dominated by the rare round trips that wait for a retransmission, so it mostly measures how"
-    echo "fast each library recovers a lost datagram (a ping-pong has nothing in flight behind a lost"
-    echo "datagram, so no duplicate ACK or selective ACK can reveal the loss: only a timer can). For scale:"
-    echo "tmx's first retransmission timeout is 100 ms (TMX_UDP_RTO_MS, docs/udp.md), doubling up to 1 s."
-    echo "A run that hangs (seen with rxd: no result until the bound) is counted in the table below and"
-    echo "listed under \"Problems\"; a run that printed its result and then failed to exit keeps its figure."
+    echo "**Percentiles.** tmx-perf reports the mean, median and 99th percentile of the half round"
+    echo "trips; fi_pingpong reports only the mean, so rxd's distribution comes from bench/limits/fi_lat.c,"
+    echo "the same tagged ping-pong over libfabric (fi_tsend/fi_trecv on an RDM endpoint, the CQ"
+    echo "polled) timing every round trip, run with -n $LOSS_LAT8_FI after fi_pingpong at each level. Under"
+    echo "loss the mean and the 99th percentile are dominated by the round trips that wait for a"
+    echo "retransmission, so they measure how fast each library repairs a lost datagram (a ping-pong"
+    echo "has nothing in flight behind a lost datagram, so no ACK can reveal the loss: only a timer"
+    echo "can; tmx's is the tail loss probe, 1.5 round trips after the last ACK, at least 100 us, see"
+    echo "docs/udp.md). A run that hangs (seen with rxd: no result until the bound) is counted in the"
+    echo "table below and listed under \"Problems\"; a run that printed its result and then failed to"
+    echo "exit keeps its figure."
     echo
     echo "| system, measurement | UDP dropped | median | min | max | per round |"
     echo "|---|---|---|---|---|---|"
     for p in $LOSS_PCTS; do
         lossrow "tmx, latency 8 B (us, mean)" tmx loss_lat8 "$p" us
-        lossrow "rxd, latency 8 B (us, mean)" rxd loss_lat8 "$p" us
+        lossrow "rxd, latency 8 B (us, mean, fi_pingpong)" rxd loss_lat8 "$p" us
+        lossrow "rxd, latency 8 B (us, mean, fi_lat)" rxd loss_fl8 "$p" us
+    done
+    for p in $LOSS_PCTS; do
+        lossrow "tmx, latency 8 B (us, median)" tmx loss_lat8med "$p" us
+        lossrow "rxd, latency 8 B (us, median, fi_lat)" rxd loss_fl8med "$p" us
+    done
+    for p in $LOSS_PCTS; do
+        lossrow "tmx, latency 8 B (us, 99th percentile)" tmx loss_lat8p99 "$p" us
+        lossrow "rxd, latency 8 B (us, 99th percentile, fi_lat)" rxd loss_fl8p99 "$p" us
     done
     for p in $LOSS_PCTS; do
         lossrow "tmx, ping-pong bandwidth 1 MiB (MB/s)" tmx loss_pbw1m "$p" mbs

@@ -1,7 +1,7 @@
 # bench/lib.sh - helpers shared by the side-by-side benchmarks (sourced by
-# shm.sh and udp.sh; not run on its own).
+# shm.sh, udp.sh and openmpi.sh; not run on its own).
 #
-# The script sets BENCH (its name: shm, udp: used for its temporary folder,
+# The script sets BENCH (its name: shm, udp, openmpi: used for its temporary folder,
 # messages and raw/$BENCH/) and defines usage() before sourcing this file,
 # then calls, in order:
 #   bench_args "$@"            options common to every benchmark
@@ -140,7 +140,6 @@ bench_need() {
 # Builds tmx (release) unless --no-build; compiles the limit probes named in
 # "$@" (bench/limits/NAME.c) into $LIM.
 bench_build() {
-    local p
     if [ "$BUILD" = 1 ]; then
         log "building tmx (release)"
         (cd "$ROOT" && cmake --preset release >/dev/null && cmake --build build/release -j2 >"$TMP/build.log" 2>&1) || {
@@ -150,6 +149,12 @@ bench_build() {
         }
     fi
     [ -x "$PERF" ] && [ -x "$TMXRUN" ] || { echo "$BENCH.sh: $PERF or $TMXRUN missing" >&2; exit 1; }
+    bench_limits "$@"
+}
+# Compiles the limit probes named in "$@" (bench/limits/NAME.c) into $LIM
+# (a script that builds tmx its own way calls this alone).
+bench_limits() {
+    local p
     LIM=$TMP/limits
     mkdir -p "$LIM"
     for p in "$@"; do

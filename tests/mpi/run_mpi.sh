@@ -10,7 +10,7 @@
 # domain (mtl_base_verbose); across hosts, each host must have carried
 # ranks and sent UDP datagrams. Exits 77 (skipped) when the provider was not
 # built, or for hosts without root. Prints one line per case and job; on a
-# failure, the job's output.
+# failure, the job's output. MPI_TEST_CASES (words) runs only those cases.
 set -u
 MODE="$1"
 PROV_DIR="$2"
@@ -61,7 +61,9 @@ check() {
     local name="$1" n="$2" t0 rc ms got_tmx
     shift 2
     t0=$(date +%s%N)
-    timeout -k 5 $((JOB_TIMEOUT + 20)) "${MPIRUN[@]}" -n "$n" "$@" "$PROG" >"$LOG" 2>&1
+    # shellcheck disable=SC2086 # MPI_TEST_CASES is a list of words
+    timeout -k 5 $((JOB_TIMEOUT + 20)) "${MPIRUN[@]}" -n "$n" "$@" "$PROG" ${MPI_TEST_CASES:-} \
+        >"$LOG" 2>&1
     rc=$?
     ms=$((($(date +%s%N) - t0) / 1000000))
     grep '^mpi_test ok' "$LOG" | sed "s/^/  /"

@@ -46,10 +46,12 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe --timeout "$JOB_TIMEOUT"
         -x ASAN_OPTIONS -x MPI_TEST_VERBOSE=1)
 TMX=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tmx --mca mtl_base_verbose 1
      -x FI_PROVIDER_PATH="$PROV_DIR")
-OB1=(--mca pml ob1 --mca btl self,vader)
+OB1=(--mca pml ob1 --mca btl "self,vader")
 
 LOG="$(mktemp "${TMPDIR:-/tmp}/run_mpi.XXXXXX")" || exit 1
+JOB=""
 cleanup() {
+    [ -n "$JOB" ] && kill "$JOB" 2>/dev/null && wait "$JOB"
     rm -f "$LOG" "${HOSTFILE:-}"
     [ -n "${FAULT_BR:-}" ] && fault_hosts_down
 }
@@ -61,10 +63,14 @@ check() {
     local name="$1" n="$2" t0 rc ms got_tmx
     shift 2
     t0=$(date +%s%N)
+    # In the background, so that a signal reaches the traps at once.
     # shellcheck disable=SC2086 # MPI_TEST_CASES is a list of words
     timeout -k 5 $((JOB_TIMEOUT + 20)) "${MPIRUN[@]}" -n "$n" "$@" "$PROG" ${MPI_TEST_CASES:-} \
-        >"$LOG" 2>&1
+        >"$LOG" 2>&1 &
+    JOB=$!
+    wait "$JOB"
     rc=$?
+    JOB=""
     ms=$((($(date +%s%N) - t0) / 1000000))
     grep '^mpi_test ok' "$LOG" | sed "s/^/  /"
     if [ "$rc" -ne 0 ]; then
@@ -118,8 +124,9 @@ run_hosts() {
         skip "MPI across test hosts needs root and network namespaces"
     fi
     command -v unshare >/dev/null || skip "unshare (util-linux) not found"
+    # shellcheck disable=SC2034 # read by hosts.sh
     FAULT_PREFIX="tmxm$$"
-    # shellcheck source=../fault/hosts.sh
+    # shellcheck source=tests/fault/hosts.sh
     . "$HERE/../fault/hosts.sh" || exit 1
     fault_hosts_up 2 || { echo "FAIL: cannot make test hosts"; exit 1; }
     IFS=, read -r -a HOSTS <<<"$FAULT_HOSTS"

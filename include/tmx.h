@@ -69,6 +69,14 @@ typedef uint32_t tmx_peer_t;
 #define TMX_ANY_SOURCE ((tmx_peer_t)UINT32_MAX)
 #define TMX_PEER_NONE ((tmx_peer_t)UINT32_MAX - 1)
 
+/* A process that was never added as a peer may still send to us (it added
+ * our address): its messages are received like any other, and reported
+ * with a source number that has TMX_PEER_IMPLICIT set. Such a number works
+ * for sends and receives like an added peer's. Once tmx_peer_add() adds
+ * that process, its messages, including those not yet received, are
+ * reported with the added number, which receives must then name. */
+#define TMX_PEER_IMPLICIT ((tmx_peer_t)1 << 31)
+
 /* Ignore masks: a set bit is a tag bit that does not take part in matching. */
 #define TMX_TAG_EXACT ((uint64_t)0)
 #define TMX_TAG_ANY (~(uint64_t)0)

@@ -613,6 +613,129 @@ static void test_wire_garbage(void **state)
     assert_int_equal(tmx_tprobe(f->ctx, TMX_ANY_SOURCE, 0, TMX_TAG_ANY, 0, &info, NULL), TMX_ERR_NO_MESSAGE);
 }
 
+/* ------------------------------------------------- implicit peers */
+
+static tmx_context_h ctx_none(void)
+{
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT,
+                              .transports = "self,shm",
+                              .boot = TMX_BOOT_NONE};
+    tmx_context_h c;
+
+    assert_int_equal(tmx_context_create(&p, &c), TMX_OK);
+    return c;
+}
+
+static tmx_peer_t add_addr_of(tmx_context_h to, tmx_context_h of)
+{
+    unsigned char addr[TMX_ADDRESS_MAX];
+    size_t len = sizeof(addr);
+    tmx_peer_t p;
+
+    assert_int_equal(tmx_address(of, addr, &len), TMX_OK);
+    assert_int_equal(tmx_peer_add(to, addr, len, &p), TMX_OK);
+    return p;
+}
+
+/* Waits for req, driving both contexts (each is the other's peer). */
+static tmx_completion_t wait2(tmx_request_h req, tmx_context_h a, tmx_context_h b)
+{
+    tmx_completion_t c;
+
+    for (long i = 0; i < 10000000 && tmx_request_test(req, &c) == TMX_INPROGRESS; i++) {
+        tmx_progress(a);
+        tmx_progress(b);
+    }
+    assert_int_not_equal(tmx_request_test(req, &c), TMX_INPROGRESS);
+    tmx_request_free(req);
+    return c;
+}
+
+static void send2(tmx_context_h from, tmx_peer_t to, const void *buf, size_t len, uint64_t tag,
+                  tmx_context_h other)
+{
+    tmx_request_h r;
+
+    assert_int_equal(tmx_tsend(from, to, buf, len, tag, NULL, &r), TMX_OK);
+    assert_int_equal(wait2(r, from, other).status, TMX_OK);
+}
+
+/* A process that was never added sends eager and rendezvous messages,
+ * gets answered through its implicit number, and once added, its waiting
+ * and later messages carry the added number. */
+static void test_implicit_peer(void **state)
+{
+    enum { BIG = 100000 };
+    tmx_context_h a = ctx_none(), b = ctx_none();
+    unsigned char small[100], *big = malloc(BIG), *got = malloc(BIG);
+    tmx_peer_t pa = add_addr_of(b, a), pb, imp;
+    tmx_request_h r;
+    tmx_completion_t c;
+    uint32_t n;
+
+    (void)state;
+    assert_non_null(big);
+    assert_non_null(got);
+    fill(small, sizeof(small), 1);
+    fill(big, BIG, 2);
+    /* b -> a, eager: a learns b from its HELLO */
+    assert_int_equal(tmx_trecv(a, TMX_ANY_SOURCE, got, BIG, 1, 0, NULL, &r), TMX_OK);
+    send2(b, pa, small, sizeof(small), 1, a);
+    c = wait2(r, a, b);
+    assert_int_equal(c.status, TMX_OK);
+    assert_true(c.source & TMX_PEER_IMPLICIT);
+    check(got, sizeof(small), 1);
+    imp = c.source;
+    /* a answers through the implicit number */
+    assert_int_equal(tmx_trecv(b, pa, got, BIG, 3, 0, NULL, &r), TMX_OK);
+    assert_int_equal(tmx_tsend(a, imp, small, sizeof(small), 3, NULL, NULL), TMX_OK);
+    c = wait2(r, b, a);
+    assert_int_equal(c.status, TMX_OK);
+    assert_int_equal(c.source, pa);
+    /* rendezvous from the implicit peer: a reads b's buffer */
+    assert_int_equal(tmx_tsend(b, pa, big, BIG, 2, NULL, &r), TMX_OK);
+    {
+        tmx_request_h rr;
+        memset(got, 0, BIG);
+        assert_int_equal(tmx_trecv(a, imp, got, BIG, 2, 0, NULL, &rr), TMX_OK);
+        c = wait2(rr, a, b);
+        assert_int_equal(c.status, TMX_OK);
+        assert_int_equal(c.length, BIG);
+        check(got, BIG, 2);
+    }
+    assert_int_equal(wait2(r, b, a).status, TMX_OK);
+    /* a message waiting unreceived when a adds b moves to b's number */
+    send2(b, pa, small, sizeof(small), 4, a);
+    assert_int_equal(tmx_tprobe(a, TMX_ANY_SOURCE, 4, 0, 0, &c, NULL), TMX_OK);
+    assert_int_equal(c.source, imp);
+    pb = add_addr_of(a, b);
+    assert_int_equal(pb, 0);
+    assert_int_equal(tmx_peer_count(a, &n), TMX_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(tmx_trecv(a, pb, got, BIG, 4, 0, NULL, &r), TMX_OK);
+    c = wait2(r, a, b);
+    assert_int_equal(c.status, TMX_OK);
+    assert_int_equal(c.source, pb);
+    send2(b, pa, small, sizeof(small), 5, a);
+    assert_int_equal(tmx_trecv(a, TMX_ANY_SOURCE, got, BIG, 5, 0, NULL, &r), TMX_OK);
+    assert_int_equal(wait2(r, a, b).source, pb);
+    /* a HELLO whose address is not its sender's is refused */
+    {
+        unsigned char pkt[sizeof(wire_tmh_t) + TMX_ADDRESS_MAX];
+        size_t len = TMX_ADDRESS_MAX;
+        uint64_t before = a->dropped;
+        wire_tmh_pack((wire_tmh_t *)(void *)pkt, WIRE_OP_HELLO, 0, 0, 0);
+        assert_int_equal(tmx_address(b, pkt + sizeof(wire_tmh_t), &len), TMX_OK);
+        proto_recv_cb(a, 0x1234567, pkt, sizeof(wire_tmh_t) + len);
+        proto_recv_cb(a, 0x1234567, pkt, sizeof(wire_tmh_t) + 5);
+        assert_int_equal(a->dropped - before, 2);
+    }
+    free(big);
+    free(got);
+    assert_int_equal(tmx_context_destroy(a), TMX_OK);
+    assert_int_equal(tmx_context_destroy(b), TMX_OK);
+}
+
 /* ----------------------------------------------------------- threads */
 
 typedef struct thr_arg {
@@ -704,6 +827,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sync_send, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cq_growth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wire_garbage, setup, teardown),
+        cmocka_unit_test(test_implicit_peer),
         cmocka_unit_test_setup_teardown(test_threads, setup_mt, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_busy, setup, teardown),
     };

@@ -27,6 +27,7 @@ typedef struct core_peer {
     tl_ep_t *ep;                /* created on first use */
     unsigned char *addr;        /* the transport's address section */
     size_t addr_len;
+    int hello_sent;             /* our address went to it (proto.c) */
 } core_peer_t;
 
 enum core_req_state {
@@ -98,6 +99,9 @@ struct tmx_context {
     core_peer_t *peers;
     uint32_t n_peers;
     uint32_t cap_peers;
+    core_peer_t *ipeers;        /* implicit peers: TMX_PEER_IMPLICIT | index */
+    uint32_t n_ipeers;
+    uint32_t cap_ipeers;
     tmx_peer_t self_peer;       /* first peer naming this context */
     uint64_t *uuid_keys;        /* uuid -> first peer: open addressing */
     tmx_peer_t *uuid_vals;
@@ -163,7 +167,16 @@ void core_watch_for_wildcards(tmx_context_h ctx);
 tmx_status_t core_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t rkey);
 
 /* peer.c */
+/* The peer a number names, added or implicit; NULL for no peer. */
+core_peer_t *core_peer_get(tmx_context_h ctx, tmx_peer_t peer);
 tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep);
+/* A process that sent us its address without being added (proto.c's
+ * HELLO): *out is its number, TMX_PEER_IMPLICIT set, or the number it
+ * already has. TMX_ERR_INVALID unless the address is that of uuid. */
+tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void *addr, size_t len,
+                                    tmx_peer_t *out);
+/* This context's address blob into buf (room bytes); *used its size. */
+tmx_status_t core_address(tmx_context_h ctx, void *buf, size_t room, size_t *used);
 tmx_peer_t core_peer_by_uuid(tmx_context_h ctx, uint64_t uuid);
 tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_peer_t *out);
 void core_peers_fini(tmx_context_h ctx);

@@ -4,7 +4,9 @@
 
 static int peer_gone(tmx_context_h ctx, tmx_peer_t peer)
 {
-    return peer < ctx->n_peers && ctx->peers[peer].failed;
+    core_peer_t *p = core_peer_get(ctx, peer);
+
+    return p != NULL && p->failed;
 }
 
 /* Operations that can no longer finish: sends waiting for a FIN from the
@@ -42,6 +44,10 @@ void core_peer_failed_cb(void *arg, uint64_t uuid, int clean)
     for (uint32_t i = 0; i < ctx->n_peers; i++) {
         if (ctx->peers[i].uuid == uuid)
             ctx->peers[i].failed = 1;
+    }
+    for (uint32_t i = 0; i < ctx->n_ipeers; i++) {
+        if (ctx->ipeers[i].uuid == uuid)
+            ctx->ipeers[i].failed = 1;
     }
     util_dlist_foreach_safe(pos, tmp, &ctx->reqs) {
         struct tmx_request *req = util_container_of(pos, struct tmx_request, link);
@@ -100,5 +106,10 @@ void core_watch_for_wildcards(tmx_context_h ctx)
         if (ctx->peers[i].ep == NULL && !ctx->peers[i].failed &&
             core_peer_ep(ctx, i, &ep) == TMX_ERR_PEER_FAILED)
             core_peer_failed_cb(ctx, ctx->peers[i].uuid, 0);
+    }
+    for (uint32_t i = 0; i < ctx->n_ipeers; i++) {
+        if (ctx->ipeers[i].ep == NULL && !ctx->ipeers[i].failed &&
+            core_peer_ep(ctx, TMX_PEER_IMPLICIT | i, &ep) == TMX_ERR_PEER_FAILED)
+            core_peer_failed_cb(ctx, ctx->ipeers[i].uuid, 0);
     }
 }

@@ -15,7 +15,7 @@ static tmx_status_t send_check(tmx_context_h ctx, tmx_peer_t peer, const void *b
         util_error("tmx_tsend: NULL %s", ctx == NULL ? "context" : "buffer");
         return TMX_ERR_INVALID;
     }
-    if (peer >= ctx->n_peers) {
+    if (core_peer_get(ctx, peer) == NULL) {
         util_error("tmx_tsend: peer %u does not exist (%u peers)", peer, ctx->n_peers);
         return TMX_ERR_INVALID;
     }
@@ -66,7 +66,7 @@ static tmx_status_t recv_check(tmx_context_h ctx, tmx_peer_t peer, const void *b
         util_error("tmx_trecv: NULL %s", ctx == NULL ? "context" : "buffer");
         return TMX_ERR_INVALID;
     }
-    if (peer != TMX_ANY_SOURCE && peer >= ctx->n_peers) {
+    if (peer != TMX_ANY_SOURCE && core_peer_get(ctx, peer) == NULL) {
         util_error("tmx_trecv: peer %u does not exist (%u peers)", peer, ctx->n_peers);
         return TMX_ERR_INVALID;
     }
@@ -128,7 +128,7 @@ static tmx_status_t probe_check(tmx_context_h ctx, tmx_peer_t peer, uint32_t fla
         util_error("tmx_tprobe: CLAIM without a message handle to return");
         return TMX_ERR_INVALID;
     }
-    if (peer != TMX_ANY_SOURCE && peer >= ctx->n_peers) {
+    if (peer != TMX_ANY_SOURCE && core_peer_get(ctx, peer) == NULL) {
         util_error("tmx_tprobe: peer %u does not exist (%u peers)", peer, ctx->n_peers);
         return TMX_ERR_INVALID;
     }

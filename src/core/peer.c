@@ -30,7 +30,7 @@ typedef struct addr_section {
     uint16_t len;             /* bytes of address that follow, little endian */
 } __attribute__((packed)) addr_section_t;
 
-static tmx_status_t address_locked(tmx_context_h ctx, unsigned char *buf, size_t room, size_t *used)
+tmx_status_t core_address(tmx_context_h ctx, void *buf, size_t room, size_t *used)
 {
     addr_hdr_t hdr = {htole32(ADDR_MAGIC), ADDR_VERSION, 0, 0, htole64(ctx->uuid)};
     unsigned char tmp[TMX_ADDRESS_MAX];
@@ -68,7 +68,7 @@ TMX_API tmx_status_t tmx_address(tmx_context_h ctx, void *buf, size_t *len)
         return TMX_ERR_INVALID;
     }
     core_lock(ctx);
-    st = address_locked(ctx, buf, *len, &used);
+    st = core_address(ctx, buf, *len, &used);
     core_unlock(ctx);
     if (st == TMX_OK || st == TMX_ERR_NO_SPACE)
         *len = used;
@@ -177,18 +177,21 @@ static tmx_status_t uuid_grow(tmx_context_h ctx)
 }
 
 /* Remembers the first peer number of each context; later duplicates keep
- * the first, so messages are reported with it. */
-static tmx_status_t uuid_insert(tmx_context_h ctx, uint64_t uuid, tmx_peer_t peer)
+ * the first, so messages are reported with it. An added number replaces an
+ * implicit one (override). */
+static tmx_status_t uuid_insert(tmx_context_h ctx, uint64_t uuid, tmx_peer_t peer, int override)
 {
     uint32_t i;
 
-    if ((ctx->n_peers + 1) * 2 > ctx->uuid_cap && uuid_grow(ctx) != TMX_OK)
+    if ((ctx->n_peers + ctx->n_ipeers + 1) * 2 > ctx->uuid_cap && uuid_grow(ctx) != TMX_OK)
         return TMX_ERR_NOMEM;
     i = uuid_slot(ctx, uuid);
-    if (ctx->uuid_vals[i] == TMX_PEER_NONE) {
+    if (ctx->uuid_vals[i] == TMX_PEER_NONE || override) {
         ctx->uuid_keys[i] = uuid;
         ctx->uuid_vals[i] = peer;
     }
+    if (ctx->last_uuid == uuid)
+        ctx->last_peer = TMX_PEER_NONE;
     return TMX_OK;
 }
 
@@ -208,46 +211,119 @@ tmx_peer_t core_peer_by_uuid(tmx_context_h ctx, uint64_t uuid)
     return p;
 }
 
-static tmx_status_t peers_reserve(tmx_context_h ctx)
+static tmx_status_t peers_reserve(core_peer_t **arr, uint32_t n, uint32_t *cap_io)
 {
-    uint32_t cap = ctx->cap_peers ? ctx->cap_peers * 2 : 16;
+    uint32_t cap = *cap_io ? *cap_io * 2 : 16;
     core_peer_t *p;
 
-    if (ctx->n_peers < ctx->cap_peers)
+    if (n < *cap_io)
         return TMX_OK;
-    if (ctx->cap_peers >= TMX_PEER_NONE / 2)
+    if (*cap_io >= TMX_PEER_IMPLICIT / 2)
         return TMX_ERR_NO_SPACE;
-    p = realloc(ctx->peers, cap * sizeof(*p));
+    p = realloc(*arr, cap * sizeof(*p));
     if (p == NULL)
         return TMX_ERR_NOMEM;
-    ctx->peers = p;
-    ctx->cap_peers = cap;
+    *arr = p;
+    *cap_io = cap;
     return TMX_OK;
+}
+
+core_peer_t *core_peer_get(tmx_context_h ctx, tmx_peer_t peer)
+{
+    if (peer == TMX_ANY_SOURCE || peer == TMX_PEER_NONE)
+        return NULL;
+    if (peer & TMX_PEER_IMPLICIT)
+        return (peer & ~TMX_PEER_IMPLICIT) < ctx->n_ipeers ? &ctx->ipeers[peer & ~TMX_PEER_IMPLICIT] : NULL;
+    return peer < ctx->n_peers ? &ctx->peers[peer] : NULL;
+}
+
+/* The parsed address points into the caller's buffer: keep a copy. */
+static tmx_status_t addr_keep(core_peer_t *peer)
+{
+    unsigned char *copy;
+
+    if (peer->addr_len == 0)
+        return TMX_OK;
+    if ((copy = malloc(peer->addr_len)) == NULL)
+        return TMX_ERR_NOMEM;
+    memcpy(copy, peer->addr, peer->addr_len);
+    peer->addr = copy;
+    return TMX_OK;
+}
+
+/* Messages from a process known only implicitly, still unreceived, move
+ * to its added number, in their order (after other senders' messages:
+ * MPI orders messages per sender only). */
+static void implicit_rekey(tmx_context_h ctx, tmx_peer_t old, tmx_peer_t added)
+{
+    match_msg_t *m;
+    unsigned n = 0;
+
+    while ((m = match_find_msg(&ctx->match, old, 0, TMX_TAG_ANY)) != NULL) {
+        match_remove_msg(&ctx->match, m);
+        m->src = added;
+        if (match_add_msg(&ctx->match, m) != TMX_OK) {
+            util_error("out of memory: a message from peer %u lost", added);
+            core_msg_free(ctx, util_container_of(m, struct tmx_message, m));
+        }
+        n++;
+    }
+    if (n != 0)
+        util_debug("peer %u (was %u): %u waiting messages now carry its number", added, old, n);
 }
 
 tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_peer_t *out)
 {
     core_peer_t peer;
     tmx_status_t st = addr_parse(ctx, addr, len, &peer);
+    tmx_peer_t old;
 
     if (st != TMX_OK)
         return st;
-    if ((st = peers_reserve(ctx)) != TMX_OK || (st = uuid_insert(ctx, peer.uuid, ctx->n_peers)) != TMX_OK) {
+    old = core_peer_by_uuid(ctx, peer.uuid);
+    if ((st = peers_reserve(&ctx->peers, ctx->n_peers, &ctx->cap_peers)) != TMX_OK ||
+        (st = uuid_insert(ctx, peer.uuid, ctx->n_peers,
+                          old != TMX_PEER_NONE && (old & TMX_PEER_IMPLICIT))) != TMX_OK) {
         util_error("tmx_peer_add: cannot grow the peer table past %u", ctx->n_peers);
         return st;
     }
-    if (peer.addr_len != 0) {
-        unsigned char *copy = malloc(peer.addr_len);
-        if (copy == NULL)
-            return TMX_ERR_NOMEM;
-        memcpy(copy, peer.addr, peer.addr_len);
-        peer.addr = copy;
-    }
+    if ((st = addr_keep(&peer)) != TMX_OK)
+        return st;
     if (peer.uuid == ctx->uuid && ctx->self_peer == TMX_PEER_NONE)
         ctx->self_peer = ctx->n_peers;
     ctx->peers[ctx->n_peers] = peer;
     ctx->watch_all = 0;
     *out = ctx->n_peers++;
+    if (old != TMX_PEER_NONE && (old & TMX_PEER_IMPLICIT))
+        implicit_rekey(ctx, old, *out);
+    return TMX_OK;
+}
+
+tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void *addr, size_t len,
+                                    tmx_peer_t *out)
+{
+    core_peer_t peer;
+    tmx_status_t st = addr_parse(ctx, addr, len, &peer);
+    tmx_peer_t num;
+
+    if (st != TMX_OK)
+        return st;
+    if (peer.uuid != uuid) {
+        util_error("an address names context %016llx, but came from %016llx",
+                   (unsigned long long)peer.uuid, (unsigned long long)uuid);
+        return TMX_ERR_INVALID;
+    }
+    if ((*out = core_peer_by_uuid(ctx, peer.uuid)) != TMX_PEER_NONE)
+        return TMX_OK;
+    num = TMX_PEER_IMPLICIT | ctx->n_ipeers;
+    if ((st = peers_reserve(&ctx->ipeers, ctx->n_ipeers, &ctx->cap_ipeers)) != TMX_OK ||
+        (st = uuid_insert(ctx, peer.uuid, num, 0)) != TMX_OK || (st = addr_keep(&peer)) != TMX_OK)
+        return st;
+    peer.hello_sent = 1; /* it knows us: it wrote first */
+    ctx->ipeers[ctx->n_ipeers++] = peer;
+    ctx->watch_all = 0;
+    *out = num;
+    util_debug("peer %u: a process that was not added, known from its address", num);
     return TMX_OK;
 }
 
@@ -279,14 +355,13 @@ TMX_API tmx_status_t tmx_peer_count(tmx_context_h ctx, uint32_t *count)
 
 tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
 {
-    core_peer_t *p;
+    core_peer_t *p = core_peer_get(ctx, peer);
     tmx_status_t st;
 
-    if (peer >= ctx->n_peers) {
+    if (p == NULL) {
         util_error("peer %u does not exist (%u peers)", peer, ctx->n_peers);
         return TMX_ERR_NOT_FOUND;
     }
-    p = &ctx->peers[peer];
     if (p->failed)
         return TMX_ERR_PEER_FAILED;
     if (p->ep == NULL) {
@@ -300,14 +375,22 @@ tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
     return TMX_OK;
 }
 
+static void peers_free(core_peer_t *arr, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (arr[i].ep != NULL)
+            arr[i].tl->ep_destroy(arr[i].ep);
+        free(arr[i].addr);
+    }
+    free(arr);
+}
+
 void core_peers_fini(tmx_context_h ctx)
 {
-    for (uint32_t i = 0; i < ctx->n_peers; i++) {
-        if (ctx->peers[i].ep != NULL)
-            ctx->peers[i].tl->ep_destroy(ctx->peers[i].ep);
-        free(ctx->peers[i].addr);
-    }
-    free(ctx->peers);
+    peers_free(ctx->peers, ctx->n_peers);
+    peers_free(ctx->ipeers, ctx->n_ipeers);
+    ctx->ipeers = NULL;
+    ctx->n_ipeers = ctx->cap_ipeers = 0;
     free(ctx->uuid_keys);
     free(ctx->uuid_vals);
     ctx->uuid_keys = NULL;

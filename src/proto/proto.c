@@ -59,11 +59,42 @@ static tmx_status_t send_rndv(tmx_context_h ctx, tl_ep_t *ep, struct tmx_request
     return st;
 }
 
+/* HELLO: our address, once per peer before any other packet (the
+ * transports keep order), so that a process that never added us can
+ * receive from us and answer. */
+static tmx_status_t hello_send(tmx_context_h ctx, core_peer_t *p, tl_ep_t *ep)
+{
+    unsigned char addr[TMX_ADDRESS_MAX];
+    wire_tmh_t tmh;
+    size_t len;
+    struct iovec iov[2] = {{&tmh, sizeof(tmh)}, {addr, 0}};
+    tmx_status_t st = core_address(ctx, addr, sizeof(addr), &len);
+
+    if (st != TMX_OK)
+        return st;
+    wire_tmh_pack(&tmh, WIRE_OP_HELLO, 0, 0, 0);
+    iov[1].iov_len = len;
+    if ((st = ep->iface->ops->send(ep, iov, 2)) == TMX_OK)
+        p->hello_sent = 1;
+    return st;
+}
+
+/* The endpoint to a peer, ready for packets: HELLO went first. */
+static tmx_status_t proto_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
+{
+    core_peer_t *p = core_peer_get(ctx, peer);
+    tmx_status_t st = core_peer_ep(ctx, peer, ep);
+
+    if (st != TMX_OK || p->hello_sent)
+        return st;
+    return hello_send(ctx, p, *ep);
+}
+
 tmx_status_t proto_send(tmx_context_h ctx, struct tmx_request *req, tmx_peer_t peer,
                         const void *buf, size_t len, uint64_t tag)
 {
     tl_ep_t *ep;
-    tmx_status_t st = core_peer_ep(ctx, peer, &ep);
+    tmx_status_t st = proto_ep(ctx, peer, &ep);
 
     if (st != TMX_OK)
         return st;
@@ -87,7 +118,7 @@ static tmx_status_t fin_send_now(tmx_context_h ctx, tmx_peer_t peer, const wire_
 {
     struct iovec iov[2] = {{(void *)tmh, sizeof(*tmh)}, {(void *)rvh, sizeof(*rvh)}};
     tl_ep_t *ep;
-    tmx_status_t st = core_peer_ep(ctx, peer, &ep);
+    tmx_status_t st = proto_ep(ctx, peer, &ep);
 
     if (st != TMX_OK)
         return st;
@@ -380,7 +411,7 @@ static void fin_arrive(tmx_context_h ctx, tmx_peer_t src, const proto_in_t *in, 
     struct tmx_request *req = core_rndv_lookup(ctx, in->tmh.app_ctx);
 
     if (req == NULL || req->rkey != in->rvh.rkey || (uintptr_t)req->buf != in->rvh.va ||
-        ctx->peers[req->comp.source].uuid != ctx->peers[src].uuid) {
+        core_peer_get(ctx, req->comp.source)->uuid != core_peer_get(ctx, src)->uuid) {
         parse_fail(ctx, src, "FIN names no rendezvous send of ours", len);
         return;
     }
@@ -393,12 +424,32 @@ static void fin_arrive(tmx_context_h ctx, tmx_peer_t src, const proto_in_t *in, 
     core_req_complete(req, TMX_OK);
 }
 
+/* A HELLO from a process we know is a repeat; from one we do not, it
+ * makes the process an implicit peer. Its address must name this very
+ * sender. */
+static void hello_arrive(tmx_context_h ctx, uint64_t src_uuid, tmx_peer_t src, const unsigned char *p,
+                         size_t len)
+{
+    tmx_peer_t num;
+    tmx_status_t st;
+
+    if (src != TMX_PEER_NONE)
+        return;
+    st = core_peer_add_implicit(ctx, src_uuid, p + sizeof(wire_tmh_t), len - sizeof(wire_tmh_t), &num);
+    if (st != TMX_OK)
+        parse_fail(ctx, src, "HELLO without a usable address of its sender", len);
+}
+
 void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len)
 {
     tmx_context_h ctx = arg;
     tmx_peer_t src = core_peer_by_uuid(ctx, src_uuid);
     proto_in_t in;
 
+    if (len >= sizeof(wire_tmh_t) && *(const unsigned char *)data == WIRE_OP_HELLO) { /* the opcode byte */
+        hello_arrive(ctx, src_uuid, src, data, len);
+        return;
+    }
     if (src == TMX_PEER_NONE) {
         parse_fail(ctx, src, "sender is not a peer of ours", len);
         return;

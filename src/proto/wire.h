@@ -22,7 +22,10 @@
 enum wire_opcode {
     WIRE_OP_EAGER = 1, /* tagged message with its payload */
     WIRE_OP_RNDV = 2,  /* tagged rendezvous request: the receiver reads */
-    WIRE_OP_FIN = 3    /* rendezvous done: the sender may release its buffer */
+    WIRE_OP_FIN = 3,   /* rendezvous done: the sender may release its buffer */
+    WIRE_OP_HELLO = 4  /* the sender's address blob (tmx_address), sent before
+                          anything else to each peer, so that a receiver that
+                          never added the sender can answer it */
 };
 
 enum wire_flag {

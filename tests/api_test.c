@@ -613,6 +613,22 @@ static void test_wire_garbage(void **state)
     assert_int_equal(tmx_tprobe(f->ctx, TMX_ANY_SOURCE, 0, TMX_TAG_ANY, 0, &info, NULL), TMX_ERR_NO_MESSAGE);
 }
 
+/* An empty message with no buffer (MPI sends those) over self. */
+static void test_empty_null(void **state)
+{
+    fixture_t *f = *state;
+    tmx_request_h r;
+    tmx_completion_t c;
+
+    assert_int_equal(tmx_trecv(f->ctx, f->self, NULL, 0, 9, 0, NULL, &r), TMX_OK);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, NULL, 0, 9, NULL, NULL), TMX_OK);
+    assert_int_equal(tmx_request_wait(r, 1000000, &c), TMX_OK);
+    assert_int_equal(c.length, 0);
+    tmx_request_free(r);
+    while (tmx_cq_read(f->ctx, &c, 1, &(size_t){0}) == TMX_OK && tmx_progress(f->ctx) > 0)
+        ;
+}
+
 /* ------------------------------------------------- implicit peers */
 
 static tmx_context_h ctx_none(void)
@@ -719,6 +735,12 @@ static void test_implicit_peer(void **state)
     send2(b, pa, small, sizeof(small), 5, a);
     assert_int_equal(tmx_trecv(a, TMX_ANY_SOURCE, got, BIG, 5, 0, NULL, &r), TMX_OK);
     assert_int_equal(wait2(r, a, b).source, pb);
+    /* an empty message with no buffer, over shm (MPI sends those) */
+    send2(b, pa, NULL, 0, 6, a);
+    assert_int_equal(tmx_trecv(a, pb, NULL, 0, 6, 0, NULL, &r), TMX_OK);
+    c = wait2(r, a, b);
+    assert_int_equal(c.status, TMX_OK);
+    assert_int_equal(c.length, 0);
     /* a HELLO whose address is not its sender's is refused */
     {
         unsigned char pkt[sizeof(wire_tmh_t) + TMX_ADDRESS_MAX];
@@ -827,6 +849,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sync_send, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cq_growth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wire_garbage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_null, setup, teardown),
         cmocka_unit_test(test_implicit_peer),
         cmocka_unit_test_setup_teardown(test_threads, setup_mt, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_busy, setup, teardown),

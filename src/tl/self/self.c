@@ -108,7 +108,8 @@ static tmx_status_t self_send(tl_ep_t *ep, const struct iovec *iov, int iovcnt)
     if (pkt == NULL)
         return TMX_ERR_AGAIN;
     for (int i = 0; i < iovcnt; i++) {
-        memcpy(pkt->data + off, iov[i].iov_base, iov[i].iov_len);
+        if (iov[i].iov_len != 0) /* an empty message may come with no buffer */
+            memcpy(pkt->data + off, iov[i].iov_base, iov[i].iov_len);
         off += iov[i].iov_len;
     }
     pkt->len = len;

@@ -268,7 +268,8 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
     if ((cell = shm_cell_claim(ep->seg, &pos)) == NULL)
         return TMX_ERR_AGAIN;
     for (int i = 0; i < iovcnt; i++) {
-        memcpy(cell->payload + off, iov[i].iov_base, iov[i].iov_len);
+        if (iov[i].iov_len != 0) /* an empty message may come with no buffer */
+            memcpy(cell->payload + off, iov[i].iov_base, iov[i].iov_len);
         off += iov[i].iov_len;
     }
     shm_cell_publish(ep->seg, cell, pos, SHM_KIND_PACKET, (uint32_t)off, si->uuid);

@@ -13,7 +13,8 @@
 # and across two test hosts (network namespaces, one rank each):
 #   tmxudp   pml cm, mtl ofi, provider tmx (its udp transport between hosts)
 #   tcp      pml ob1, btl self,tcp
-# plus a memcpy calibration figure at the start of every round.
+# plus, as a reference, tmx alone (tmx-perf under tmxrun, no MPI) at the
+# headline sizes, and a memcpy calibration figure at the start of every round.
 #
 # Writes results/openmpi.md, results/openmpi.png and results/raw/openmpi/
 # (see bench/README.md). Usage: bench/openmpi.sh [-r ROUNDS] [--quick] [-h]
@@ -82,8 +83,12 @@ omb_build() {
     fi
     [ -f "$PROV_SO" ] || { echo "openmpi.sh: $PROV_SO missing (build tmx first, or drop --no-build)" >&2; exit 1; }
     TMX_BUILT=$(date -r "$PROV_SO" '+%F %T %Z')
-    mkdir -p "$TMP/fabric"
+    mkdir -p "$TMP/fabric" "$TMP/bin"
     cp "$PROV_SO" "$TMP/fabric/"
+    # tmx alone, the reference (tmx-perf links libtmx statically)
+    [ -x "$PERF" ] && [ -x "$TMXRUN" ] || { echo "openmpi.sh: $PERF or $TMXRUN missing" >&2; exit 1; }
+    cp "$PERF" "$TMXRUN" "$TMP/bin/"
+    PERF=$TMP/bin/tmx-perf TMXRUN=$TMP/bin/tmxrun
     bench_limits memcpy_bw
     OSU=$TMP/osu_p2p
     mpicc -O2 -Wall -Wextra -o "$OSU" "$HERE/mpi/osu_p2p.c"
@@ -203,6 +208,26 @@ sys_run() { # SYSTEM
     omb_parse "$y" "$o"
 }
 
+# tmx alone: tmx-perf over shm, pinned like the ranks, with the round trips
+# and messages osu_p2p uses at these sizes (tmx-perf warms up the same way).
+osu_lat_n() { awk -v s="$1" -v d="$DIV" 'BEGIN { n = int(268435456 / (s + 1024)); if (n > 10000) n = 10000; n = int(n / d); print (n < 20 ? 20 : n) }'; }
+osu_windows() { awk -v s="$1" -v d="$DIV" -v w="$WINDOW" 'BEGIN { n = int(1073741824 / ((s + 1024) * w)); if (n > 200) n = 200; n = int(n / d); print (n < 2 ? 2 : n) }'; }
+sys_tmxperf() {
+    local f=$RAWNEW/r${ROUND}_tmxperf.txt o=$TMP/job.txt t s n
+    : >"$o"
+    for t in "lat 8 $(osu_lat_n 8)" "bw 1048576 $(($(osu_windows 1048576) * WINDOW))" \
+        "bw 16777216 $(($(osu_windows 16777216) * WINDOW))" "rate 8 $((10 * $(osu_windows 8) * WINDOW))"; do
+        read -r t s n <<<"$t"
+        run "$o" "$TMXRUN" -n 2 --timeout 120 "$HERE/pin_rank.sh" "$PERF" -t "$t" -s "$s" -n "$n" -w $WINDOW -x shm --csv
+        [ $RC = 0 ] || fail tmxperf "-t $t -s $s" "$RC" "$f"
+    done
+    cat "$o" >>"$f"
+    # test,transport,size,iterations,value,unit
+    awk -F, '$2 == "shm" && NF == 6 && $3 ~ /^[0-9]+$/ {
+        m = ($1 == "lat_p50" ? "latmed" : $1 == "lat_p99" ? "latp99" : $1); print m "\t" $3 "\t" $5 }' "$o" |
+        while IFS=$'\t' read -r m s v; do rec tmxperf "$m" "$s" "$v"; done
+}
+
 # ------------------------------------------------------------------- rounds
 {
     echo "host 1: $NS1, eth0 $FAULT_NET.1/24; host 2: $NS2, eth0 $FAULT_NET.2/24; bridge $FAULT_BR $FAULT_KVS/24"
@@ -211,6 +236,8 @@ sys_run() { # SYSTEM
     echo "hostfile:"; cat "$HOSTFILE"
     echo "provider: copied from $PROV_FROM at the start of the run (built $TMX_BUILT):"
     (cd "$TMP/fabric" && sha256sum libtmx-fi.so)
+    echo "tmx-perf and tmxrun (the reference), copied from build/release/tools at the start:"
+    (cd "$TMP/bin" && sha256sum tmx-perf tmxrun)
     echo "osu_p2p: $(mpicc --showme:command) -O2 -Wall -Wextra bench/mpi/osu_p2p.c ($(mpicc --showme | cut -c1-200))"
     echo "ompi_info: $(ompi_info --parsable --param btl vader --level 9 2>/dev/null | grep 'single_copy_mechanism:value' | head -1)"
     echo "ucx_info -v:"; ucx_info -v
@@ -221,17 +248,18 @@ VADER_COPY=$(ompi_info --parsable --param btl vader --level 9 2>/dev/null |
 START=$(date '+%F %T %Z')
 T0=$(date +%s)
 SYSTEMS=(tmx vader ucx rxm tmxudp tcp)
+STEPS=("${SYSTEMS[@]}" tmxperf)
 log "output: $OUT (rounds: $ROUNDS$([ "$QUICK" = 1 ] && echo ', quick')); hosts $NS1, $NS2"
 for ROUND in $(seq 1 "$ROUNDS"); do
     log "round $ROUND/$ROUNDS: calibration"
     quiet calibration
     calibrate
     # rotate the order every round so no configuration always runs first or last
-    for k in $(seq 0 $((${#SYSTEMS[@]} - 1))); do
-        sys=${SYSTEMS[$(((k + ROUND - 1) % ${#SYSTEMS[@]}))]}
+    for k in $(seq 0 $((${#STEPS[@]} - 1))); do
+        sys=${STEPS[$(((k + ROUND - 1) % ${#STEPS[@]}))]}
         quiet "$sys"
         log "round $ROUND/$ROUNDS: $sys"
-        sys_run "$sys"
+        if [ "$sys" = tmxperf ]; then sys_tmxperf; else sys_run "$sys"; fi
     done
 done
 END=$(date '+%F %T %Z')
@@ -356,14 +384,20 @@ verdict() { # lat|bw RATIO
     echo
     echo "## Headline (median over rounds)"
     echo
-    echo "| | Open MPI over tmx (shm) | ob1 + vader | pml ucx | tcp;ofi_rxm | 2 hosts: over tmx (udp) | 2 hosts: ob1 + tcp |"
-    echo "|---|---|---|---|---|---|---|"
-    echo "| latency 8 B, one way, mean (us) $(for y in "${SYSTEMS[@]}"; do printf '| %s ' "$(fmt us "$(med "$y" lat 8)")"; done)|"
-    echo "| latency 8 B, median (us) $(for y in "${SYSTEMS[@]}"; do printf '| %s ' "$(fmt us "$(med "$y" latmed 8)")"; done)|"
-    echo "| latency 8 B, 99th percentile (us) $(for y in "${SYSTEMS[@]}"; do printf '| %s ' "$(fmt us "$(med "$y" latp99 8)")"; done)|"
-    echo "| bandwidth 1 MiB (MB/s) $(for y in "${SYSTEMS[@]}"; do printf '| %s ' "$(fmt mbs "$(med "$y" bw 1048576)")"; done)|"
-    echo "| bandwidth 16 MiB (MB/s) $(for y in "${SYSTEMS[@]}"; do printf '| %s ' "$(fmt mbs "$(med "$y" bw 16777216)")"; done)|"
-    echo "| message rate 8 B (msg/s) $(for y in "${SYSTEMS[@]}"; do printf '| %s ' "$(fmt rate "$(med "$y" rate 8)")"; done)|"
+    echo "| | Open MPI over tmx (shm) | ob1 + vader | pml ucx | tcp;ofi_rxm | 2 hosts: over tmx (udp) | 2 hosts: ob1 + tcp | reference: tmx alone (tmx-perf, shm, no MPI) |"
+    echo "|---|---|---|---|---|---|---|---|"
+    echo "| latency 8 B, one way, mean (us) $(for y in "${SYSTEMS[@]}" tmxperf; do printf '| %s ' "$(fmt us "$(med "$y" lat 8)")"; done)|"
+    echo "| latency 8 B, median (us) $(for y in "${SYSTEMS[@]}" tmxperf; do printf '| %s ' "$(fmt us "$(med "$y" latmed 8)")"; done)|"
+    echo "| latency 8 B, 99th percentile (us) $(for y in "${SYSTEMS[@]}" tmxperf; do printf '| %s ' "$(fmt us "$(med "$y" latp99 8)")"; done)|"
+    echo "| bandwidth 1 MiB (MB/s) $(for y in "${SYSTEMS[@]}" tmxperf; do printf '| %s ' "$(fmt mbs "$(med "$y" bw 1048576)")"; done)|"
+    echo "| bandwidth 16 MiB (MB/s) $(for y in "${SYSTEMS[@]}" tmxperf; do printf '| %s ' "$(fmt mbs "$(med "$y" bw 16777216)")"; done)|"
+    echo "| message rate 8 B (msg/s) $(for y in "${SYSTEMS[@]}" tmxperf; do printf '| %s ' "$(fmt rate "$(med "$y" rate 8)")"; done)|"
+    echo
+    echo "The reference column is tmx without MPI: \`tmx-perf -x shm\` under \`tmxrun -n 2 bench/pin_rank.sh\` (ranks on"
+    echo "cores 0 and 1), with the round trips and messages osu_p2p uses at these sizes. Against it, Open MPI"
+    echo "over tmx (pml cm, mtl ofi, the provider, then tmx) costs $(awk -v a="$(med tmx lat 8)" -v b="$(med tmxperf lat 8)" 'BEGIN { if (a != "" && b != "") printf "%.2f us", a - b; else printf "n/a" }') more per message at 8 B (mean; $(awk -v a="$(med tmx latmed 8)" -v b="$(med tmxperf latmed 8)" 'BEGIN { if (a != "" && b != "") printf "%.2f us", a - b; else printf "n/a" }') on the medians),"
+    echo "a latency ratio of $(ratio "$(med tmx lat 8)" "$(med tmxperf lat 8)"), and reaches $(pct_of "$(med tmx rate 8)" "$(med tmxperf rate 8)") of tmx's own message rate and $(pct_of "$(med tmx bw 1048576)" "$(med tmxperf bw 1048576)") / $(pct_of "$(med tmx bw 16777216)" "$(med tmxperf bw 16777216)")"
+    echo "of its bandwidth at 1 MiB / 16 MiB."
     echo
     echo "Other processes (this machine is shared) kept cores 0 and 1 busy $(busy_summary) just before the steps;"
     echo "see the calibration section at the end, which has every step's figure."
@@ -465,17 +499,18 @@ verdict() { # lat|bw RATIO
     echo "itself moved during the run. raw/openmpi/r<round>_calibration.txt also has the load average and"
     echo "the busiest processes at that moment."
     echo
-    calibration_tables "calibration ${SYSTEMS[*]}"
+    calibration_tables "calibration ${STEPS[*]}"
     echo
     echo "## Exact commands (round 1)"
     echo
-    echo "Run from the repository root, as root. NS1 and NS2 stand for the two namespaces (the prefix"
+    echo "Run from the repository root, as root (tmx-perf and tmxrun ran from copies of build/release/tools"
+    echo "taken at the start). NS1 and NS2 stand for the two namespaces (the prefix"
     echo "carries the script's pid), NET for their /24, \`osu_p2p\` for bench/mpi/osu_p2p.c built with"
     echo "\`mpicc -O2 -Wall -Wextra\`, and HOSTFILE lists \`NS1 slots=1\` and \`NS2 slots=1\`. Every command,"
     echo "by round, is in \`raw/openmpi/commands.txt\`."
     echo
     echo '```'
-    awk '$1 == "r1" { sub(/^r1  /, ""); print }' "$RAWNEW/commands.txt" | sed -e "s#$TMP/fabric#$PROV_DIR#g" \
+    awk '$1 == "r1" { sub(/^r1  /, ""); print }' "$RAWNEW/commands.txt" | sed -e "s#$TMP/fabric#$PROV_DIR#g" -e "s#$TMP/bin/#build/release/tools/#g" \
         -e "s#$TMP/limits/##g" -e "s#$TMP/osu_p2p#osu_p2p#g" -e "s#$TMP/hostfile#HOSTFILE#g" -e "s#$ROOT/##g" \
         -e "s#$NS1#NS1#g" -e "s#$NS2#NS2#g" -e "s#$FAULT_NET#NET#g" -e 's/\\,/,/g' -e "s/tcp\\\\;ofi_rxm/'tcp;ofi_rxm'/g" -e 's/ *$//'
     echo '```'
@@ -492,7 +527,7 @@ verdict() { # lat|bw RATIO
 # this machine's folders
 for f in "$RAWNEW"/*; do
     case "$f" in *.png) continue ;; esac
-    sed -i -e "s#$TMP/fabric#$PROV_DIR#g" -e "s#$TMP/osu_p2p#osu_p2p#g" -e "s#$TMP/limits/##g" \
+    sed -i -e "s#$TMP/fabric#$PROV_DIR#g" -e "s#$TMP/bin/#build/release/tools/#g" -e "s#$TMP/osu_p2p#osu_p2p#g" -e "s#$TMP/limits/##g" \
         -e "s#$TMP/hostfile#HOSTFILE#g" -e "s#$TMP/#\$TMP/#g" -e "s#$ROOT/##g" "$f"
 done
 bench_publish

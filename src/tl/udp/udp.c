@@ -28,7 +28,7 @@
 #define UDP_EAGER_LIMIT (32 * 1024)
 #define UDP_LINGER_US 1000000
 #define UDP_GSO_MAX 64          /* datagrams per GSO send, the kernel's limit */
-#define UDP_BUSY_US 10000       /* after a datagram, poll the socket every time */
+#define UDP_HOT_POLLS 100000    /* after a datagram, poll the socket every time */
 #define UDP_IDLE_POLL_EVERY 64  /* otherwise once in this many polls */
 #define UDP_MAX_EPS 65536       /* peers, a bound on state made by strangers */
 
@@ -671,32 +671,37 @@ static int recv_batch(udp_iface_t *ui)
     return n;
 }
 
-/* A receive costs a system call. While udp carries nothing (peers on
- * this host talk over shm), the socket is looked at only every few
- * polls, so that udp's presence does not slow the shm fast path; once a
- * datagram arrives, every poll looks, for a while. */
-static int recv_due(udp_iface_t *ui, uint64_t now)
+/* A receive costs a system call, and reading the clock is not free
+ * either (tens of ns in a VM). While udp carries nothing (peers on this
+ * host talk over shm) and has nothing pending, a poll does neither except
+ * every UDP_IDLE_POLL_EVERY polls, so that udp's presence does not slow the
+ * shm fast path; once a datagram arrives, every poll looks, for the next
+ * UDP_HOT_POLLS polls. */
+static int udp_idle(const udp_iface_t *ui)
 {
-    if (now - ui->last_dgram_us < UDP_BUSY_US)
-        return 1;
-    return (++ui->idle_polls & (UDP_IDLE_POLL_EVERY - 1)) == 0;
+    return ui->hot_polls == 0 && ui->wheel.n_armed == 0 && util_dlist_empty(&ui->acks) &&
+           util_dlist_empty(&ui->gets) && util_dlist_empty(&ui->serves) && ui->faults.held == NULL;
 }
 
 static int udp_progress(tl_iface_t *iface)
 {
     udp_iface_t *ui = (udp_iface_t *)iface;
-    uint64_t now = udp_now_us();
+    uint64_t now;
     int events = 0, n;
 
-    if (recv_due(ui, now)) {
-        while ((n = recv_batch(ui)) > 0 && events < 4 * UDP_RECV_BATCH)
-            events += n;
-        if (events > 0)
-            ui->last_dgram_us = now;
-    }
+    if (udp_idle(ui) && (++ui->idle_polls & (UDP_IDLE_POLL_EVERY - 1)) != 0)
+        return 0;
+    if (ui->hot_polls > 0)
+        ui->hot_polls--;
+    while ((n = recv_batch(ui)) > 0 && events < 4 * UDP_RECV_BATCH)
+        events += n;
+    if (events > 0)
+        ui->hot_polls = UDP_HOT_POLLS;
+    now = udp_now_us();
     if (!util_dlist_empty(&ui->gets) || !util_dlist_empty(&ui->serves))
         events += udp_get_progress(ui);
-    events += util_wheel_expire(&ui->wheel, now);
+    if (ui->wheel.n_armed > 0)
+        events += util_wheel_expire(&ui->wheel, now);
     if (!util_dlist_empty(&ui->acks))
         udp_ack_flush(ui, now);
     if (ui->faults.held != NULL)

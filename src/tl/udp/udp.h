@@ -120,7 +120,7 @@ typedef struct udp_iface {
     util_pool_t segs;            /* segment buffers up to seg_cap bytes */
     uint32_t seg_cap;
     uint64_t ooo_bytes;          /* payload held in early segments */
-    uint64_t last_dgram_us;      /* when a datagram last arrived */
+    uint32_t hot_polls;          /* polls left that look at the socket */
     uint64_t rx_now_us;          /* the clock when the current batch came */
     int gso;                     /* the kernel takes UDP_SEGMENT sends */
     uint32_t idle_polls;

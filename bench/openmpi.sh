@@ -47,7 +47,9 @@ bench_init
 bench_need "mpirun mpicc ompi_info ucx_info fi_info gnuplot taskset gcc cmake ip nft" \
     openmpi-bin libopenmpi-dev ucx-utils libfabric-bin libfabric-dev gnuplot-nox util-linux \
     gcc cmake make pkg-config iproute2 nftables
-TMX_GIT="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo "?") $(cd "$ROOT" && git status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
+# the commit, and how many tracked files differ from it (the reports in
+# bench/results, which a run rewrites, do not count)
+TMX_GIT="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo "?") $(cd "$ROOT" && git status --porcelain --untracked-files=no -- . ':(exclude)bench/results' 2>/dev/null | wc -l)"
 bench_staging
 
 # -------------------------------------------------------------------- build

@@ -184,6 +184,7 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     ctx->uuid = make_uuid();
     ctx->rkey_seed = ctx->uuid;
     ctx->self_peer = TMX_PEER_NONE;
+    ctx->last_peer = TMX_PEER_NONE; /* the uuid cache starts empty */
     ctx->rndv_free = UINT32_MAX;
     util_dlist_init(&ctx->reqs);
     util_dlist_init(&ctx->msgs);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "proto/proto.h"
 #include "util/hash.h"
 #include "util/log.h"
 
@@ -242,8 +243,10 @@ static tmx_status_t addr_keep(core_peer_t *peer)
 {
     unsigned char *copy;
 
-    if (peer->addr_len == 0)
+    if (peer->addr_len == 0) {
+        peer->addr = NULL;
         return TMX_OK;
+    }
     if ((copy = malloc(peer->addr_len)) == NULL)
         return TMX_ERR_NOMEM;
     memcpy(copy, peer->addr, peer->addr_len);
@@ -264,7 +267,7 @@ static void implicit_rekey(tmx_context_h ctx, tmx_peer_t old, tmx_peer_t added)
         m->src = added;
         if (match_add_msg(&ctx->match, m) != TMX_OK) {
             util_error("out of memory: a message from peer %u lost", added);
-            core_msg_free(ctx, util_container_of(m, struct tmx_message, m));
+            proto_msg_discard(ctx, util_container_of(m, struct tmx_message, m));
         }
         n++;
     }
@@ -278,17 +281,16 @@ tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_
     tmx_status_t st = addr_parse(ctx, addr, len, &peer);
     tmx_peer_t old;
 
-    if (st != TMX_OK)
+    if (st != TMX_OK || (st = addr_keep(&peer)) != TMX_OK)
         return st;
     old = core_peer_by_uuid(ctx, peer.uuid);
     if ((st = peers_reserve(&ctx->peers, ctx->n_peers, &ctx->cap_peers)) != TMX_OK ||
         (st = uuid_insert(ctx, peer.uuid, ctx->n_peers,
                           old != TMX_PEER_NONE && (old & TMX_PEER_IMPLICIT))) != TMX_OK) {
         util_error("tmx_peer_add: cannot grow the peer table past %u", ctx->n_peers);
+        free(peer.addr);
         return st;
     }
-    if ((st = addr_keep(&peer)) != TMX_OK)
-        return st;
     if (peer.uuid == ctx->uuid && ctx->self_peer == TMX_PEER_NONE)
         ctx->self_peer = ctx->n_peers;
     ctx->peers[ctx->n_peers] = peer;
@@ -316,9 +318,13 @@ tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void
     if ((*out = core_peer_by_uuid(ctx, peer.uuid)) != TMX_PEER_NONE)
         return TMX_OK;
     num = TMX_PEER_IMPLICIT | ctx->n_ipeers;
-    if ((st = peers_reserve(&ctx->ipeers, ctx->n_ipeers, &ctx->cap_ipeers)) != TMX_OK ||
-        (st = uuid_insert(ctx, peer.uuid, num, 0)) != TMX_OK || (st = addr_keep(&peer)) != TMX_OK)
+    if ((st = addr_keep(&peer)) != TMX_OK)
         return st;
+    if ((st = peers_reserve(&ctx->ipeers, ctx->n_ipeers, &ctx->cap_ipeers)) != TMX_OK ||
+        (st = uuid_insert(ctx, peer.uuid, num, 0)) != TMX_OK) {
+        free(peer.addr);
+        return st;
+    }
     peer.hello_sent = 1; /* it knows us: it wrote first */
     ctx->ipeers[ctx->n_ipeers++] = peer;
     ctx->watch_all = 0;

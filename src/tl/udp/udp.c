@@ -679,7 +679,7 @@ static int recv_batch(udp_iface_t *ui)
  * UDP_HOT_POLLS polls. */
 static int udp_idle(const udp_iface_t *ui)
 {
-    return ui->hot_polls == 0 && ui->wheel.n_armed == 0 && util_dlist_empty(&ui->acks) &&
+    return ui->hot_polls == 0 && !__atomic_load_n(&ui->woken, __ATOMIC_RELAXED) && ui->wheel.n_armed == 0 && util_dlist_empty(&ui->acks) &&
            util_dlist_empty(&ui->gets) && util_dlist_empty(&ui->serves) && ui->faults.held == NULL;
 }
 
@@ -691,6 +691,10 @@ static int udp_progress(tl_iface_t *iface)
 
     if (udp_idle(ui) && (++ui->idle_polls & (UDP_IDLE_POLL_EVERY - 1)) != 0)
         return 0;
+    if (__atomic_load_n(&ui->woken, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&ui->woken, 0, __ATOMIC_RELAXED);
+        ui->hot_polls = UDP_HOT_POLLS;
+    }
     if (ui->hot_polls > 0)
         ui->hot_polls--;
     while ((n = recv_batch(ui)) > 0 && events < 4 * UDP_RECV_BATCH)
@@ -726,7 +730,8 @@ static void udp_wait(tl_iface_t *iface, int64_t timeout_us)
         t = cap;
     ts.tv_sec = t / 1000000;
     ts.tv_nsec = (t % 1000000) * 1000;
-    ppoll(&pfd, 1, &ts, NULL);
+    if (ppoll(&pfd, 1, &ts, NULL) > 0 && (pfd.revents & POLLIN))
+        __atomic_store_n(&ui->woken, 1, __ATOMIC_RELAXED); /* the next poll reads it */
 }
 
 /* Keepalives while someone waits: a reliable empty segment to each peer

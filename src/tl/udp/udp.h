@@ -77,7 +77,9 @@ typedef struct udp_ep {
     uint64_t min_rtt_us;         /* the smallest sample: the path unloaded */
     uint64_t rx_data_us;         /* when the data channel last brought one */
     uint32_t rx_data_seq;        /* and its sequence number */
+    int rx_data_seen;            /* a data segment was delivered or kept */
     uint64_t stall_sent_us;      /* when we last reported a stall */
+    uint64_t stall_handled_us;   /* when we last acted on the peer's report */
     udp_tx_t tx[UDP_N_CH];
     udp_rx_t rx[UDP_N_CH];
 } udp_ep_t;
@@ -121,6 +123,8 @@ typedef struct udp_iface {
     uint32_t seg_cap;
     uint64_t ooo_bytes;          /* payload held in early segments */
     uint32_t hot_polls;          /* polls left that look at the socket */
+    int woken;                   /* udp_wait saw the socket readable
+                                    (written unlocked: atomic) */
     uint64_t rx_now_us;          /* the clock when the current batch came */
     int gso;                     /* the kernel takes UDP_SEGMENT sends */
     uint32_t idle_polls;

@@ -346,8 +346,8 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
 {
     if (ep->rx_data_us > since)
         since = ep->rx_data_us;
-    if (now - since < UDP_STALL_US || now - ep->stall_sent_us < UDP_STALL_US)
-        return;
+    if (!ep->rx_data_seen || now - since < UDP_STALL_US || now - ep->stall_sent_us < UDP_STALL_US)
+        return; /* nothing to name yet: the sender's probe and timeout cover it */
     ep->stall_sent_us = now;
     ui->stalls_sent++;
     ack_send(ui, ep, UDP_FLAG_STALL);
@@ -366,6 +366,11 @@ void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last)
 
     if (tx->win == NULL || tx->una == tx->next_seq)
         return;
+    /* Reports closer together than the receiver sends them are copies;
+     * a segment resent once is outside the window below anyway. */
+    if (ui->rx_now_us - ep->stall_handled_us < UDP_STALL_US / 2)
+        return;
+    ep->stall_handled_us = ui->rx_now_us;
     if (!seq_before(last, tx->una) && seq_before(last, tx->next_seq)) {
         udp_seg_t *seg = tx->win[last % ui->window];
         t0 = seg->sent_us;
@@ -480,7 +485,8 @@ static void deliver(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const uns
 }
 
 /* A segment kept for later is the whole datagram: header, then payload. */
-static void ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const unsigned char *p)
+/* 1 when the segment is kept (or already was). */
+static int ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const unsigned char *p)
 {
     udp_seg_t **slot;
     udp_seg_t *seg;
@@ -488,15 +494,15 @@ static void ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const u
     if (seq_before(rx->highest, h->seq))
         rx->highest = h->seq;
     if (ui->ooo_bytes + h->len > UDP_OOO_MAX_BYTES)
-        return; /* dropped: the sender will retransmit */
+        return 0; /* dropped: the sender will retransmit */
     if (rx->ooo == NULL && (rx->ooo = calloc(ui->window, sizeof(*rx->ooo))) == NULL)
-        return;
+        return 0;
     slot = &rx->ooo[h->seq % ui->window];
     if (*slot != NULL)
-        return; /* a duplicate of one already kept */
+        return 1; /* a duplicate of one already kept */
     seg = udp_seg_alloc(ui, sizeof(*h) + h->len);
     if (seg == NULL)
-        return; /* dropped: the sender will retransmit */
+        return 0; /* dropped: the sender will retransmit */
     seg->seq = h->seq;
     seg->len = (uint32_t)(sizeof(*h) + h->len);
     memcpy(seg->buf, h, sizeof(*h));
@@ -504,6 +510,7 @@ static void ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const u
     *slot = seg;
     rx->n_ooo++;
     ui->ooo_bytes += h->len;
+    return 1;
 }
 
 static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
@@ -524,24 +531,32 @@ static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
     }
 }
 
+/* The last data segment that arrived and was kept, for stall reports. */
+static void data_arrived(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h)
+{
+    if (h->channel != UDP_CH_DATA)
+        return;
+    ep->rx_data_us = ui->rx_now_us;
+    ep->rx_data_seq = h->seq;
+    ep->rx_data_seen = 1;
+}
+
 void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p)
 {
     udp_rx_t *rx = &ep->rx[h->channel];
 
-    if (h->channel == UDP_CH_DATA) {
-        ep->rx_data_us = ui->rx_now_us;
-        ep->rx_data_seq = h->seq;
-    }
     int32_t ahead = (int32_t)(h->seq - rx->expected);
 
     if (ahead == 0) {
+        data_arrived(ui, ep, h);
         rx->expected++;
         deliver(ui, ep, h, p);
         drain_ooo(ui, ep, rx);
         if (++rx->unacked >= UDP_ACK_EVERY)
             rx->ack_now = 1;
     } else if (ahead > 0 && (uint32_t)ahead < ui->window) {
-        ooo_store(ui, rx, h, p);
+        if (ooo_store(ui, rx, h, p))
+            data_arrived(ui, ep, h);
         rx->ack_now = 1; /* a duplicate ACK tells the sender of the gap */
     } else {
         rx->ack_now = 1; /* an old duplicate: our ACK was lost */

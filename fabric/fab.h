@@ -182,6 +182,9 @@ int fab_info_check(const struct fi_info *info);
 
 /* fab_prov.c */
 int fab_errno(tmx_status_t st);
+/* fi_cq_strerror / fi_eq_strerror: tmx's name for prov_errno, also copied
+ * into buf (len bytes, NUL-terminated) when buf is given. */
+const char *fab_prov_strerror(int prov_errno, char *buf, size_t len);
 int fab_fabric_open(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
 
 /* fab_eq.c */

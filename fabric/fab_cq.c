@@ -204,13 +204,7 @@ static int cq_signal(struct fid_cq *fid)
 static const char *cq_strerror(struct fid_cq *fid, int prov_errno, const void *err_data,
                                char *buf, size_t len)
 {
-    const char *s = tmx_strerror((tmx_status_t)prov_errno);
-
-    if (buf && len > 0) {
-        strncpy(buf, s, len - 1);
-        buf[len - 1] = '\0';
-    }
-    return s;
+    return fab_prov_strerror(prov_errno, buf, len);
 }
 
 static struct fi_ops_cq cq_ops = {

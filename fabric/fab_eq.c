@@ -46,13 +46,7 @@ static ssize_t eq_sread(struct fid_eq *eq, uint32_t *event, void *buf, size_t le
 static const char *eq_strerror(struct fid_eq *eq, int prov_errno, const void *err_data,
                                char *buf, size_t len)
 {
-    const char *s = tmx_strerror((tmx_status_t)prov_errno);
-
-    if (buf && len > 0) {
-        strncpy(buf, s, len - 1);
-        buf[len - 1] = '\0';
-    }
-    return s;
+    return fab_prov_strerror(prov_errno, buf, len);
 }
 
 static struct fi_ops_eq eq_ops = {

@@ -25,6 +25,17 @@ FI_EXT_INI
     return &fab_prov;
 }
 
+const char *fab_prov_strerror(int prov_errno, char *buf, size_t len)
+{
+    const char *s = tmx_strerror((tmx_status_t)prov_errno);
+
+    if (buf && len > 0) {
+        strncpy(buf, s, len - 1);
+        buf[len - 1] = '\0';
+    }
+    return s;
+}
+
 int fab_errno(tmx_status_t st)
 {
     switch (st) {

@@ -703,7 +703,7 @@ static int udp_progress(tl_iface_t *iface)
         ui->hot_polls = UDP_HOT_POLLS;
     now = udp_now_us();
     if (!util_dlist_empty(&ui->gets) || !util_dlist_empty(&ui->serves))
-        events += udp_get_progress(ui);
+        events += udp_get_progress(ui, now);
     if (ui->wheel.n_armed > 0)
         events += util_wheel_expire(&ui->wheel, now);
     if (!util_dlist_empty(&ui->acks))

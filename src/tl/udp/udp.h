@@ -181,7 +181,7 @@ tmx_status_t udp_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_
 void udp_get_req_arrive(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len);
 void udp_get_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h,
                          const unsigned char *p);
-int udp_get_progress(udp_iface_t *ui);
+int udp_get_progress(udp_iface_t *ui, uint64_t now);
 void udp_get_fail_ep(udp_iface_t *ui, udp_ep_t *ep);
 void udp_get_fini(udp_iface_t *ui);
 

@@ -154,7 +154,7 @@ static int serve_push(udp_iface_t *ui, udp_serve_t *s)
     return 1;
 }
 
-int udp_get_progress(udp_iface_t *ui)
+int udp_get_progress(udp_iface_t *ui, uint64_t now)
 {
     util_dlist_t *pos, *tmp;
     int events = 0;
@@ -172,7 +172,7 @@ int udp_get_progress(udp_iface_t *ui)
         if (!g->req_sent)
             events += get_req_push(ui, g);
         else
-            udp_rx_stall_check(ui, g->ep, g->start_us, udp_now_us());
+            udp_rx_stall_check(ui, g->ep, g->start_us, now);
     }
     return events;
 }

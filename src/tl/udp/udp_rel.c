@@ -346,7 +346,7 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
 {
     if (ep->rx_data_us > since)
         since = ep->rx_data_us;
-    if (!ep->rx_data_seen || now - since < UDP_STALL_US || now - ep->stall_sent_us < UDP_STALL_US)
+    if (!ep->rx_data_seen || since >= now || now - since < UDP_STALL_US || now - ep->stall_sent_us < UDP_STALL_US)
         return; /* nothing to name yet: the sender's probe and timeout cover it */
     ep->stall_sent_us = now;
     ui->stalls_sent++;

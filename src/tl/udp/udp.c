@@ -173,6 +173,8 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     }
     settings_apply(ui, ifmtu);
     rmsgs_init(ui);
+    ui->recv_vlen = UDP_RECV_BATCH;
+    ui->poll_now_us = udp_now_us();
     ui->seg_cap = ui->mtu;
     util_pool_init(&ui->segs, sizeof(udp_seg_t) + ui->seg_cap, 64);
     util_info("udp: %s:%u, datagrams of %u bytes, window %u", inet_ntoa(ui->self_sa.sin_addr),
@@ -464,12 +466,10 @@ static int gso_send(udp_iface_t *ui, const struct sockaddr_in *sa, udp_seg_t **s
 
 /* Stamps and sends freshly built segments, batching runs of equal size
  * when GSO is available and no faults are injected. */
-static void segs_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n)
+static void segs_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n, uint64_t now)
 {
     int batch = ui->gso && !udp_faults_active(&ui->faults);
     size_t i = 0;
-
-    uint64_t now = udp_now_us();
 
     ui->segs_sent += n;
     for (size_t k = 0; k < n; k++) {
@@ -499,6 +499,7 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags
     size_t nseg = len == 0 ? 1 : (len + per - 1) / per;
     int whole = !(flags & UDP_FLAG_GET_DATA);
     udp_seg_t *batch[UDP_GSO_MAX];
+    uint64_t now;
 
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
@@ -506,19 +507,20 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags
         return TMX_ERR_AGAIN;
     if (nseg > udp_tx_room(ui, &ep->tx[ch]))
         return TMX_ERR_AGAIN;
+    now = udp_now_us(); /* one reading per send: in a VM it costs ~50 ns */
     for (size_t i = 0, nb = 0; i < nseg; i++) {
         size_t off = i * per, n = len - off < per ? len - off : per;
         uint16_t f = flags | (whole && i == 0 ? UDP_FLAG_FIRST : 0) | (whole && i == nseg - 1 ? UDP_FLAG_LAST : 0);
         udp_seg_t *seg = seg_build(ui, ep, ch, f, frag_id, whole ? (i == 0 ? len : off) : offset + off,
                                    aux, iov, iovcnt, off, n);
         if (seg == NULL) {
-            segs_transmit(ui, ep, batch, nb);
+            segs_transmit(ui, ep, batch, nb, now);
             return i == 0 ? TMX_ERR_AGAIN : TMX_ERR_NOMEM;
         }
-        udp_tx_track(ui, ep, ch, seg);
+        udp_tx_track(ui, ep, ch, seg, now);
         batch[nb++] = seg;
         if (nb == UDP_GSO_MAX || i == nseg - 1) {
-            segs_transmit(ui, ep, batch, nb);
+            segs_transmit(ui, ep, batch, nb, now);
             nb = 0;
         }
     }
@@ -652,15 +654,23 @@ static void rmsgs_init(udp_iface_t *ui)
     }
 }
 
+/* Asks for one datagram while they come one at a time (a ping-pong):
+ * recvmmsg looks for a second before it returns, which delays the answer.
+ * A full single read probes with a whole batch next time, and a batch
+ * that brings two or more keeps the batches. */
 static int recv_batch(udp_iface_t *ui)
 {
-    int n = recvmmsg(ui->fd, ui->rmsgs, UDP_RECV_BATCH, MSG_DONTWAIT, NULL);
+    unsigned vlen = ui->recv_vlen;
+    int n = recvmmsg(ui->fd, ui->rmsgs, vlen, MSG_DONTWAIT, NULL);
 
     if (n < 0) {
         if (errno != EAGAIN && errno != EINTR)
             util_warn("udp: recvmmsg: %s", strerror(errno));
+        if (vlen > 1)
+            ui->recv_vlen = 1;
         return 0;
     }
+    ui->recv_vlen = vlen == 1 || n > 1 ? UDP_RECV_BATCH : 1;
     ui->rx_now_us = udp_now_us();
     ui->dgrams_in += (uint64_t)n;
     for (int i = 0; i < n; i++) {
@@ -697,11 +707,22 @@ static int udp_progress(tl_iface_t *iface)
     }
     if (ui->hot_polls > 0)
         ui->hot_polls--;
-    while ((n = recv_batch(ui)) > 0 && events < 4 * UDP_RECV_BATCH)
+    /* a batch short of full emptied the socket: another call would only
+     * cost a system call before the caller sees what arrived */
+    do {
+        n = recv_batch(ui);
         events += n;
-    if (events > 0)
+    } while (n == UDP_RECV_BATCH && events < 4 * UDP_RECV_BATCH);
+    /* timers run in UDP_TICK_US ticks: an empty poll need not read the
+     * clock each time */
+    if (events > 0) {
         ui->hot_polls = UDP_HOT_POLLS;
-    now = udp_now_us();
+        now = ui->poll_now_us = ui->rx_now_us;
+    } else if ((++ui->clock_polls & (UDP_CLOCK_POLL_EVERY - 1)) == 0) {
+        now = ui->poll_now_us = udp_now_us();
+    } else {
+        now = ui->poll_now_us;
+    }
     if (!util_dlist_empty(&ui->gets) || !util_dlist_empty(&ui->serves))
         events += udp_get_progress(ui, now);
     if (ui->wheel.n_armed > 0)

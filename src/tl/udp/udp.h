@@ -16,6 +16,7 @@
 #define UDP_PRIO_MTU 512         /* priority channel datagrams, bytes */
 #define UDP_MAX_DGRAM 65507      /* IPv4 UDP payload limit */
 #define UDP_RECV_BATCH 32        /* datagrams per recvmmsg */
+#define UDP_CLOCK_POLL_EVERY 8   /* empty polls per clock reading */
 #define UDP_TICK_US 50           /* timer wheel slot: timers fire this late at most */
 #define UDP_MAX_PACKET (256 * 1024) /* upper-layer packet, before fragments */
 
@@ -128,6 +129,10 @@ typedef struct udp_iface {
     uint64_t rx_now_us;          /* the clock when the current batch came */
     int gso;                     /* the kernel takes UDP_SEGMENT sends */
     uint32_t idle_polls;
+    uint32_t clock_polls;        /* empty polls, to read the clock every
+                                    UDP_CLOCK_POLL_EVERY of them */
+    uint64_t poll_now_us;        /* the clock as a poll last read it */
+    unsigned recv_vlen;          /* datagrams asked of the next recvmmsg */
     uint64_t dropped;            /* datagrams that did not parse or belong */
     uint64_t retransmits;        /* segments sent again, for any reason */
     uint64_t timeouts;           /* retransmit timers that fired */
@@ -158,7 +163,7 @@ uint64_t udp_now_us(void);
 void udp_tx_init(udp_iface_t *ui, udp_ep_t *ep, int ch);
 void udp_tx_fini(udp_tx_t *tx);
 uint32_t udp_tx_room(const udp_iface_t *ui, const udp_tx_t *tx);
-void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg);
+void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg, uint64_t now);
 void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack);
 void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len);
 void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p);

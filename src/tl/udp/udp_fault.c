@@ -90,21 +90,31 @@ static void release_held(udp_iface_t *ui)
     f->held = NULL;
 }
 
+static void faulty_send(udp_iface_t *ui, const struct sockaddr_in *sa, unsigned char *buf, size_t len);
+
 /* buf == NULL: only release a held datagram (called from progress). */
 void udp_datagram_send(udp_iface_t *ui, const struct sockaddr_in *sa, unsigned char *buf, size_t len)
+{
+    if (buf == NULL) {
+        if (ui->faults.held != NULL)
+            release_held(ui);
+        return;
+    }
+    if (!udp_faults_active(&ui->faults)) {
+        raw_send(ui, sa, buf, len);
+        return;
+    }
+    faulty_send(ui, sa, buf, len);
+}
+
+/* Apart from the fast path: its datagram-sized buffer would move every
+ * send's stack by 64 KiB. */
+static __attribute__((noinline)) void faulty_send(udp_iface_t *ui, const struct sockaddr_in *sa,
+                                                  unsigned char *buf, size_t len)
 {
     udp_faults_t *f = &ui->faults;
     unsigned char tmp[UDP_MAX_DGRAM];
 
-    if (buf == NULL) {
-        if (f->held != NULL)
-            release_held(ui);
-        return;
-    }
-    if (!udp_faults_active(f)) {
-        raw_send(ui, sa, buf, len);
-        return;
-    }
     if (f->drop > 0 && roll(f) < f->drop) {
         f->dropped++;
         return;

@@ -120,16 +120,16 @@ static void tx_timer_rearm(udp_iface_t *ui, udp_tx_t *tx, uint64_t now)
     util_timer_arm(&ui->wheel, &tx->timer, now + (t < tx->rto_us ? t : tx->rto_us));
 }
 
-void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg)
+void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg, uint64_t now)
 {
     udp_tx_t *tx = &ep->tx[ch];
 
     if (tx->una == tx->next_seq)
-        tx->last_progress_us = udp_now_us();
+        tx->last_progress_us = now;
     tx->win[seg->seq % ui->window] = seg;
     tx->next_seq++;
     if (!tx->timer.armed)
-        tx_timer_rearm(ui, tx, udp_now_us());
+        tx_timer_rearm(ui, tx, now);
 }
 
 /* Loss detection after RACK, for a path that keeps order: once a segment
@@ -246,7 +246,7 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
         tx->dup_acks = 0;
         tx->rto_us = rto_base(ui, ep);
         tx->probed = 0;
-        tx->last_progress_us = udp_now_us();
+        tx->last_progress_us = ui->rx_now_us;
         if (tx->una == tx->next_seq) {
             util_timer_cancel(&tx->timer);
             return;
@@ -272,7 +272,7 @@ void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep)
     if (ep->ack_queued)
         return;
     ep->ack_queued = 1;
-    ep->ack_due_us = udp_now_us() + ui->ack_delay_us;
+    ep->ack_due_us = ui->rx_now_us + ui->ack_delay_us;
     util_dlist_push_tail(&ui->acks, &ep->ack_link);
 }
 

@@ -654,23 +654,61 @@ static void rmsgs_init(udp_iface_t *ui)
     }
 }
 
-/* Asks for one datagram while they come one at a time (a ping-pong):
- * recvmmsg looks for a second before it returns, which delays the answer.
- * A full single read probes with a whole batch next time, and a batch
- * that brings two or more keeps the batches. */
-static int recv_batch(udp_iface_t *ui)
+/* The size of the datagrams coalesced into a buffer read without the
+ * kernel's note of it: GRO joins only datagrams of one size (the last may
+ * be shorter), so the first header's length gives it. A header that lies
+ * only cuts the buffer wrongly, and the checksums then drop the pieces. */
+static size_t gro_guess(const unsigned char *buf, size_t len)
 {
-    unsigned vlen = ui->recv_vlen;
-    int n = recvmmsg(ui->fd, ui->rmsgs, vlen, MSG_DONTWAIT, NULL);
+    udp_hdr_t h;
+    size_t first;
+
+    if (len < sizeof(h))
+        return 0;
+    memcpy(&h, buf, sizeof(h));
+    first = sizeof(h) + le32toh(h.len);
+    return first < len ? first : 0;
+}
+
+/* One datagram by recvfrom, the cheapest read there is (no message
+ * header or control data to copy in and out). */
+static int recv_one(udp_iface_t *ui)
+{
+    socklen_t fl = sizeof(ui->rfrom[0]);
+    ssize_t n = recvfrom(ui->fd, ui->rbufs, 65536, MSG_DONTWAIT, (struct sockaddr *)&ui->rfrom[0], &fl);
 
     if (n < 0) {
         if (errno != EAGAIN && errno != EINTR)
-            util_warn("udp: recvmmsg: %s", strerror(errno));
-        if (vlen > 1)
-            ui->recv_vlen = 1;
+            util_warn("udp: recvfrom: %s", strerror(errno));
         return 0;
     }
-    ui->recv_vlen = vlen == 1 || n > 1 ? UDP_RECV_BATCH : 1;
+    ui->recv_vlen = UDP_RECV_BATCH; /* more may wait: probe with a batch */
+    ui->rx_now_us = udp_now_us();
+    ui->dgrams_in++;
+    buf_input(ui, ui->rbufs, (size_t)n, gro_guess(ui->rbufs, (size_t)n), &ui->rfrom[0]);
+    return 1;
+}
+
+/* Reads one datagram while they come one at a time (a ping-pong), since
+ * recvmmsg looks for a second before it returns, which delays the answer.
+ * A single read that found one probes with a whole batch next time, and a
+ * batch that brings two or more keeps the batches. */
+static int recv_batch(udp_iface_t *ui)
+{
+    unsigned vlen = ui->recv_vlen;
+    int n;
+
+    if (vlen == 1)
+        return recv_one(ui);
+    n = recvmmsg(ui->fd, ui->rmsgs, vlen, MSG_DONTWAIT, NULL);
+    if (n < 0) {
+        if (errno != EAGAIN && errno != EINTR)
+            util_warn("udp: recvmmsg: %s", strerror(errno));
+        ui->recv_vlen = 1;
+        return 0;
+    }
+    if (n == 1)
+        ui->recv_vlen = 1;
     ui->rx_now_us = udp_now_us();
     ui->dgrams_in += (uint64_t)n;
     for (int i = 0; i < n; i++) {

@@ -2,7 +2,9 @@
  * Fuzz target: datagrams arriving at the udp transport. The harness
  * fixes the checksum (and, for inputs whose first byte is odd, the job key
  * and destination) so that the fuzzer reaches the sequence, ACK, SACK,
- * reassembly and read paths instead of stopping at the CRC. Packets that
+ * reassembly and read paths instead of stopping at the CRC; inputs with
+ * bit 1 of the first byte set go in as a buffer GRO may have coalesced,
+ * cut by its first header. Packets that
  * reach the layer above go to a callback that only counts them.
  */
 #include <arpa/inet.h>
@@ -65,7 +67,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memcpy(buf, &h, sizeof(h));
     }
     ui->rx_now_us = udp_now_us();
-    udp_dgram_input(ui, buf, size, &from);
+    if (data[0] & 2) /* as a buffer that GRO may have coalesced */
+        udp_buf_input(ui, buf, size, udp_gro_guess(buf, size), &from);
+    else
+        udp_dgram_input(ui, buf, size, &from);
     tl_udp_ops.progress(&ui->super);
     return 0;
 }

@@ -629,8 +629,8 @@ static size_t gro_size(struct msghdr *mh)
     return 0;
 }
 
-static void buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gro,
-                      const struct sockaddr_in *from)
+void udp_buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gro,
+                   const struct sockaddr_in *from)
 {
     if (gro == 0 || gro >= len) {
         udp_dgram_input(ui, buf, len, from);
@@ -658,7 +658,7 @@ static void rmsgs_init(udp_iface_t *ui)
  * kernel's note of it: GRO joins only datagrams of one size (the last may
  * be shorter), so the first header's length gives it. A header that lies
  * only cuts the buffer wrongly, and the checksums then drop the pieces. */
-static size_t gro_guess(const unsigned char *buf, size_t len)
+size_t udp_gro_guess(const unsigned char *buf, size_t len)
 {
     udp_hdr_t h;
     size_t first;
@@ -685,7 +685,7 @@ static int recv_one(udp_iface_t *ui)
     ui->recv_vlen = UDP_RECV_BATCH; /* more may wait: probe with a batch */
     ui->rx_now_us = udp_now_us();
     ui->dgrams_in++;
-    buf_input(ui, ui->rbufs, (size_t)n, gro_guess(ui->rbufs, (size_t)n), &ui->rfrom[0]);
+    udp_buf_input(ui, ui->rbufs, (size_t)n, udp_gro_guess(ui->rbufs, (size_t)n), &ui->rfrom[0]);
     return 1;
 }
 
@@ -712,7 +712,7 @@ static int recv_batch(udp_iface_t *ui)
     ui->rx_now_us = udp_now_us();
     ui->dgrams_in += (uint64_t)n;
     for (int i = 0; i < n; i++) {
-        buf_input(ui, ui->riov[i].iov_base, ui->rmsgs[i].msg_len, gro_size(&ui->rmsgs[i].msg_hdr),
+        udp_buf_input(ui, ui->riov[i].iov_base, ui->rmsgs[i].msg_len, gro_size(&ui->rmsgs[i].msg_hdr),
                   &ui->rfrom[i]);
         rmsg_reset(ui, i);
     }

@@ -145,6 +145,12 @@ typedef struct udp_iface {
 /* Handles one received datagram; everything in it is checked first.
  * ui->rx_now_us is the time it arrived. */
 void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const struct sockaddr_in *from);
+/* A buffer read from the socket: gro datagrams of that size coalesced by
+ * the kernel (0: one datagram); udp_gro_guess finds that size from the
+ * headers when the kernel's note of it was not read. */
+void udp_buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gro,
+                   const struct sockaddr_in *from);
+size_t udp_gro_guess(const unsigned char *buf, size_t len);
 udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
 /* Sends len bytes gathered from iov as segments of channel ch; aux goes
  * into the header's reserved word (a read's status). All or nothing:

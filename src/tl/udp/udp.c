@@ -27,7 +27,6 @@
 #define UDP_SOCKBUF (8 << 20)
 #define UDP_EAGER_LIMIT (32 * 1024)
 #define UDP_LINGER_US 1000000
-#define UDP_GSO_MAX 64          /* datagrams per GSO send, the kernel's limit */
 #define UDP_HOT_POLLS 100000    /* after a datagram, poll the socket every time */
 #define UDP_IDLE_POLL_EVERY 64  /* otherwise once in this many polls */
 #define UDP_MAX_EPS 65536       /* peers, a bound on state made by strangers */
@@ -107,8 +106,9 @@ static tmx_status_t sock_open(udp_iface_t *ui, uint32_t *ifmtu)
         setsockopt(ui->fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
     if (setsockopt(ui->fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
         setsockopt(ui->fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-    ui->gso = 1; /* tried on first use; refused once, never again */
-    if (setsockopt(ui->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) != 0)
+    /* GSO is tried on first use; refused once, never again */
+    ui->gso = (int)setting_u64("TMX_UDP_OFFLOAD", 0, 1);
+    if (ui->gso && setsockopt(ui->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) != 0)
         util_info("udp: no UDP GRO here (%s)", strerror(errno));
     if (bind(ui->fd, (struct sockaddr *)&ui->self_sa, sizeof(ui->self_sa)) != 0 ||
         getsockname(ui->fd, (struct sockaddr *)&ui->self_sa, &slen) != 0)
@@ -421,20 +421,6 @@ static void seg_stamp(const udp_ep_t *ep, unsigned char *buf, size_t len)
     memcpy(buf, &h, sizeof(h));
 }
 
-static void seg_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg)
-{
-    seg_stamp(ep, seg->buf, seg->len);
-    seg->sent_us = udp_now_us();
-    udp_datagram_send(ui, &ep->sa, seg->buf, seg->len);
-}
-
-void udp_seg_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg)
-{
-    ui->retransmits++;
-    seg->resent = 1;
-    seg_transmit(ui, ep, seg);
-}
-
 /* Sends segments of equal size (the last may be shorter) in one system
  * call: the kernel cuts the buffer into datagrams (UDP GSO). 0 if the
  * kernel refused, so the caller sends them one by one. */
@@ -464,29 +450,96 @@ static int gso_send(udp_iface_t *ui, const struct sockaddr_in *sa, udp_seg_t **s
     return 1; /* a full buffer loses them all, like a loss: retransmission covers it */
 }
 
-/* Stamps and sends freshly built segments, batching runs of equal size
- * when GSO is available and no faults are injected. */
-static void segs_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n, uint64_t now)
+/* Sends segments as one datagram each, up to UDP_GSO_MAX per system call
+ * (sendmmsg). Through the fault injector, when it is on, one by one. */
+static void dgrams_send(udp_iface_t *ui, const struct sockaddr_in *sa, udp_seg_t **segs, size_t n)
+{
+    struct mmsghdr mm[UDP_GSO_MAX];
+    struct iovec iov[UDP_GSO_MAX];
+
+    if (n == 1 || udp_faults_active(&ui->faults)) {
+        for (size_t k = 0; k < n; k++)
+            udp_datagram_send(ui, sa, segs[k]->buf, segs[k]->len);
+        return;
+    }
+    for (size_t i = 0; i < n;) {
+        unsigned m = n - i < UDP_GSO_MAX ? (unsigned)(n - i) : UDP_GSO_MAX;
+        int r;
+        for (unsigned k = 0; k < m; k++) {
+            iov[k] = (struct iovec){segs[i + k]->buf, segs[i + k]->len};
+            mm[k].msg_hdr = (struct msghdr){(void *)sa, sizeof(*sa), &iov[k], 1, NULL, 0, 0};
+        }
+        do {
+            r = sendmmsg(ui->fd, mm, m, 0);
+        } while (r < 0 && errno == EINTR);
+        if (r <= 0) {
+            /* a full socket buffer loses the rest, like a loss */
+            if (r < 0 && errno != EAGAIN && errno != ENOBUFS)
+                util_debug("udp: sendmmsg: %s", strerror(errno));
+            return;
+        }
+        i += (size_t)r;
+    }
+}
+
+/* Sends stamped segments: runs of equal size in one GSO send each when
+ * the kernel takes them and no faults are injected, the rest batched. */
+static void segs_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n)
 {
     int batch = ui->gso && !udp_faults_active(&ui->faults);
-    size_t i = 0;
+    size_t i = 0, singles = 0; /* segs[i - singles .. i) wait to go */
 
-    ui->segs_sent += n;
-    for (size_t k = 0; k < n; k++) {
-        seg_stamp(ep, segs[k]->buf, segs[k]->len);
-        segs[k]->sent_us = segs[k]->first_sent_us = now;
-    }
     while (i < n) {
         size_t j = i + 1, bytes = segs[i]->len;
         while (batch && j < n && j - i < UDP_GSO_MAX && segs[j]->len <= segs[i]->len &&
                bytes + segs[j]->len <= UDP_MAX_DGRAM && segs[j - 1]->len == segs[i]->len)
             bytes += segs[j++]->len;
-        if (j - i == 1 || !gso_send(ui, &ep->sa, segs + i, j - i)) {
-            for (size_t k = i; k < j; k++)
-                udp_datagram_send(ui, &ep->sa, segs[k]->buf, segs[k]->len);
+        if (j - i > 1) {
+            if (singles > 0)
+                dgrams_send(ui, &ep->sa, segs + i - singles, singles);
+            singles = 0;
+            if (!gso_send(ui, &ep->sa, segs + i, j - i)) {
+                dgrams_send(ui, &ep->sa, segs + i, j - i);
+                batch = 0;
+            }
+        } else {
+            singles++;
         }
         i = j;
     }
+    if (singles > 0)
+        dgrams_send(ui, &ep->sa, segs + n - singles, singles);
+}
+
+/* Sends segments again, in one go: a loss found by SACK or a timeout
+ * often covers many. */
+void udp_segs_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n)
+{
+    uint64_t now = udp_now_us();
+
+    for (size_t k = 0; k < n; k++) {
+        seg_stamp(ep, segs[k]->buf, segs[k]->len);
+        segs[k]->sent_us = now;
+        segs[k]->resent = 1;
+    }
+    ui->retransmits += n;
+    segs_send(ui, ep, segs, n);
+}
+
+void udp_seg_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg)
+{
+    udp_segs_retransmit(ui, ep, &seg, 1);
+}
+
+/* Stamps and sends freshly built segments. */
+static void segs_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n, uint64_t now)
+{
+    ui->segs_sent += n;
+    for (size_t k = 0; k < n; k++) {
+        seg_stamp(ep, segs[k]->buf, segs[k]->len);
+        segs[k]->sent_us = segs[k]->first_sent_us = now;
+    }
+    segs_send(ui, ep, segs, n);
 }
 
 /* Cuts a packet into segments of one channel, all or nothing: if the window

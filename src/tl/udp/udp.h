@@ -16,6 +16,8 @@
 #define UDP_PRIO_MTU 512         /* priority channel datagrams, bytes */
 #define UDP_MAX_DGRAM 65507      /* IPv4 UDP payload limit */
 #define UDP_RECV_BATCH 32        /* datagrams per recvmmsg */
+#define UDP_GSO_MAX 64           /* datagrams per GSO send (the kernel's
+                                    limit) and per sendmmsg */
 #define UDP_CLOCK_POLL_EVERY 8   /* empty polls per clock reading */
 #define UDP_TICK_US 50           /* timer wheel slot: timers fire this late at most */
 #define UDP_MAX_PACKET (256 * 1024) /* upper-layer packet, before fragments */
@@ -148,6 +150,9 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
 /* A buffer read from the socket: gro datagrams of that size coalesced by
  * the kernel (0: one datagram); udp_gro_guess finds that size from the
  * headers when the kernel's note of it was not read. */
+/* Sends segments again (stamped anew), batched in few system calls. */
+void udp_segs_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n);
+void udp_seg_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg);
 void udp_buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gro,
                    const struct sockaddr_in *from);
 size_t udp_gro_guess(const unsigned char *buf, size_t len);

@@ -21,7 +21,25 @@
 #define UDP_SACK_BURST 256       /* segments resent per SACK, at most */
 #define UDP_OOO_MAX_BYTES (256u << 20) /* early segments held, all peers */
 
-void udp_seg_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg);
+/* Segments found lost by one loop, sent together when it ends. */
+typedef struct resend_batch {
+    udp_seg_t *segs[UDP_GSO_MAX];
+    size_t n;
+} resend_batch_t;
+
+static void resend_flush(udp_iface_t *ui, udp_ep_t *ep, resend_batch_t *b)
+{
+    if (b->n > 0)
+        udp_segs_retransmit(ui, ep, b->segs, b->n);
+    b->n = 0;
+}
+
+static void resend_add(udp_iface_t *ui, udp_ep_t *ep, resend_batch_t *b, udp_seg_t *seg)
+{
+    b->segs[b->n++] = seg;
+    if (b->n == UDP_GSO_MAX)
+        resend_flush(ui, ep, b);
+}
 
 static inline int seq_before(uint32_t a, uint32_t b)
 {
@@ -148,15 +166,17 @@ static int rack_lost(const udp_tx_t *tx, const udp_seg_t *seg)
 
 static void rack_resend(udp_iface_t *ui, udp_ep_t *ep, udp_tx_t *tx)
 {
+    resend_batch_t b = {.n = 0};
     uint32_t sent = 0;
 
     for (uint32_t seq = tx->una; seq_before(seq, tx->rack_seq) && sent < UDP_SACK_BURST; seq++) {
         udp_seg_t *seg = tx->win[seq % ui->window];
         if (!rack_lost(tx, seg))
             continue;
-        udp_seg_retransmit(ui, ep, seg);
+        resend_add(ui, ep, &b, seg);
         sent++;
     }
+    resend_flush(ui, ep, &b);
 }
 
 static void rack_update(udp_tx_t *tx, const udp_seg_t *seg)
@@ -184,15 +204,17 @@ static void tail_probe(udp_iface_t *ui, udp_tx_t *tx)
  * timeout then repairs a whole tail of losses. */
 static void rto_resend(udp_iface_t *ui, udp_tx_t *tx, uint64_t now)
 {
+    resend_batch_t b = {.n = 0};
     uint32_t sent = 0;
 
     for (uint32_t seq = tx->una; seq != tx->next_seq && sent < UDP_SACK_BURST; seq++) {
         udp_seg_t *seg = tx->win[seq % ui->window];
         if (seq != tx->una && (seg->sacked || now - seg->sent_us < tx->rto_us))
             continue;
-        udp_seg_retransmit(ui, tx->ep, seg);
+        resend_add(ui, tx->ep, &b, seg);
         sent++;
     }
+    resend_flush(ui, tx->ep, &b);
 }
 
 /* The oldest segment went unanswered for a timeout: send again with a
@@ -362,6 +384,7 @@ void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last)
 {
     udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
     uint64_t t0 = tx->rack_us;
+    resend_batch_t b = {.n = 0};
     uint32_t sent = 0;
 
     if (tx->win == NULL || tx->una == tx->next_seq)
@@ -381,9 +404,10 @@ void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last)
         udp_seg_t *seg = tx->win[seq % ui->window];
         if (seg->sacked || seg->sent_us < t0 || seg->sent_us >= t0 + UDP_STALL_US / 2 || seq == last)
             continue;
-        udp_seg_retransmit(ui, ep, seg);
+        resend_add(ui, ep, &b, seg);
         sent++;
     }
+    resend_flush(ui, ep, &b);
 }
 
 /* Sends the ACKs that fell due (delayed ACK) or must go now. */

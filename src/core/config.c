@@ -19,6 +19,7 @@ static const config_entry_t config_table[] = {
     {"TMX_LOG_LEVEL", "warn", "log level: error, warn, info or debug (debug names each protocol chosen)"},
     {"TMX_TRANSPORTS", "self,shm,udp", "transports a context opens, in order of preference (self, shm, udp)"},
     {"TMX_SHM_CMA", "auto", "shm rendezvous reads: auto (process_vm_readv, copy if refused) or off (always copy)"},
+    {"TMX_RNDV_SPLIT_MIN", "131072", "rendezvous messages of at least this many bytes are copied by both sides at once, each half, where the transport lets the sender write (shm with CMA); 0: never"},
     {"TMX_UDP_ADDR", "auto", "udp: IPv4 address to bind (auto: first up, non-loopback interface)"},
     {"TMX_UDP_MTU", "0", "udp: data datagram MTU in bytes (0: the interface's)"},
     {"TMX_UDP_WINDOW", "4096", "udp: segments in flight per peer and channel"},
@@ -59,4 +60,17 @@ TMX_API void tmx_config_print(void *stream)
         const config_entry_t *e = &config_table[i];
         fprintf(f, "%-20s %-12s %-12s %s\n", e->name, config_get(e->name), e->def, e->help);
     }
+}
+
+unsigned long long config_u64(const char *name, unsigned long long lo, unsigned long long hi)
+{
+    const char *v = config_get(name);
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+
+    if (*v == '\0' || *end != '\0' || x < lo || x > hi) {
+        util_warn("%s=%s is not a number in [%llu, %llu]; using the default", name, v, lo, hi);
+        x = strtoull(config_default(name), NULL, 10);
+    }
+    return x;
 }

@@ -9,4 +9,8 @@ const char *config_get(const char *name);
 /* The built-in default of a setting. */
 const char *config_default(const char *name);
 
+/* A numeric setting in [lo, hi]; anything else is logged and the default
+ * used. */
+unsigned long long config_u64(const char *name, unsigned long long lo, unsigned long long hi);
+
 #endif

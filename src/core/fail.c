@@ -19,6 +19,8 @@ static int req_doomed(tmx_context_h ctx, struct tmx_request *req, int clean)
         return 0;
     if (req->comp.op == TMX_OP_TSEND)
         return peer_gone(ctx, req->comp.source);
+    if (req->state == CORE_REQ_ACTIVE && req->rndv_put_wait && !req->rndv_get_busy)
+        return peer_gone(ctx, req->rndv_src); /* no PUT_DONE will come */
     if (!match_recv_is_posted(&req->recv))
         return 0;
     if (req->recv.src == TMX_ANY_SOURCE)
@@ -28,8 +30,8 @@ static int req_doomed(tmx_context_h ctx, struct tmx_request *req, int clean)
 
 static void req_fail(tmx_context_h ctx, struct tmx_request *req)
 {
-    if (req->comp.op == TMX_OP_TSEND)
-        core_rndv_slot_put(ctx, req);
+    if (req->comp.op == TMX_OP_TSEND || req->state == CORE_REQ_ACTIVE)
+        core_rndv_slot_put(ctx, req); /* sends, and receives halted mid-copy */
     else
         match_remove_recv(&ctx->match, &req->recv);
     core_req_complete(req, TMX_ERR_PEER_FAILED);
@@ -68,7 +70,7 @@ tmx_status_t core_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t 
     struct tmx_request *req = core_rndv_lookup(ctx, (uint32_t)rkey);
     uint64_t base;
 
-    if (req == NULL || req->rkey != rkey) {
+    if (req == NULL || req->comp.op != TMX_OP_TSEND || req->rkey != rkey) {
         util_error("refused a remote read under unknown key 0x%llx", (unsigned long long)rkey);
         return TMX_ERR_NOT_FOUND;
     }

@@ -368,6 +368,7 @@ const tl_ops_t tl_shm_ops = {
     .ep_destroy = shm_ep_destroy,
     .send = shm_send,
     .get = shm_get,
+    .put = shm_put,
     .progress = shm_progress,
     .wait = shm_wait,
     .check_peers = shm_check_peers,

@@ -45,6 +45,7 @@ void shm_cell_publish(shm_seg_hdr_t *seg, shm_cell_t *cell, uint64_t pos, uint32
 
 /* shm_get.c */
 int shm_cma_mode(void);
+tmx_status_t shm_put(tl_ep_t *ep, uint64_t raddr, const void *src, size_t len);
 tmx_status_t shm_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                      tl_get_op_t *op);
 void shm_get_cell(shm_iface_t *si, shm_cell_t *cell);

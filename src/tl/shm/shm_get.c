@@ -151,6 +151,36 @@ tmx_status_t shm_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
     return copy_get(si, ep, dst, len, raddr, rkey, op);
 }
 
+/* One process_vm_writev into the peer that asked for the bytes. Without
+ * CMA the peer reads them itself. */
+tmx_status_t shm_put(tl_ep_t *tep, uint64_t raddr, const void *src, size_t len)
+{
+    shm_ep_t *ep = (shm_ep_t *)tep;
+    size_t done = 0;
+
+    if (ep->failed)
+        return TMX_ERR_PEER_FAILED;
+    if (((shm_iface_t *)tep->iface)->cma != SHM_CMA_ON)
+        return TMX_ERR_UNSUPPORTED;
+    while (done < len) {
+        struct iovec l = {(char *)src + done, len - done};
+        struct iovec r = {(void *)(uintptr_t)(raddr + done), len - done};
+        ssize_t n = process_vm_writev((pid_t)ep->pid, &l, 1, &r, 1, 0);
+        if (n > 0) {
+            done += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EPERM || errno == ENOSYS || errno == EACCES))
+            return TMX_ERR_UNSUPPORTED;
+        util_error("shm: process_vm_writev of %zu bytes to pid %u: %s", len - done, ep->pid,
+                   n < 0 ? strerror(errno) : "no progress");
+        return n < 0 && errno == ESRCH ? TMX_ERR_PEER_FAILED : TMX_ERR_IO;
+    }
+    return TMX_OK;
+}
+
 static shm_get_op_t *get_find(shm_iface_t *si, uint64_t id)
 {
     util_dlist_t *pos;

@@ -39,20 +39,6 @@ uint64_t udp_now_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static uint64_t setting_u64(const char *name, uint64_t lo, uint64_t hi)
-{
-    const char *v = config_get(name);
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-
-    if (*v == '\0' || *end != '\0' || x < lo || x > hi) {
-        util_warn("%s=%s is not a number in [%llu, %llu]; using the default", name, v,
-                  (unsigned long long)lo, (unsigned long long)hi);
-        x = strtoull(config_default(name), NULL, 10);
-    }
-    return x;
-}
-
 /* --------------------------------------------------------------- socket */
 
 /* The address peers reach us at: TMX_UDP_ADDR, else the first IPv4
@@ -107,7 +93,7 @@ static tmx_status_t sock_open(udp_iface_t *ui, uint32_t *ifmtu)
     if (setsockopt(ui->fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
         setsockopt(ui->fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
     /* GSO is tried on first use; refused once, never again */
-    ui->gso = (int)setting_u64("TMX_UDP_OFFLOAD", 0, 1);
+    ui->gso = (int)config_u64("TMX_UDP_OFFLOAD", 0, 1);
     if (ui->gso && setsockopt(ui->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) != 0)
         util_info("udp: no UDP GRO here (%s)", strerror(errno));
     if (bind(ui->fd, (struct sockaddr *)&ui->self_sa, sizeof(ui->self_sa)) != 0 ||
@@ -124,12 +110,12 @@ err_log:
 
 static void settings_apply(udp_iface_t *ui, uint32_t ifmtu)
 {
-    uint64_t mtu = setting_u64("TMX_UDP_MTU", 0, 65535);
+    uint64_t mtu = config_u64("TMX_UDP_MTU", 0, 65535);
 
-    ui->window = (uint32_t)setting_u64("TMX_UDP_WINDOW", 16, 1u << 20);
-    ui->ack_delay_us = setting_u64("TMX_UDP_ACK_DELAY_US", 0, 1000000);
-    ui->rto_us = setting_u64("TMX_UDP_RTO_MS", 1, 60000) * 1000;
-    ui->peer_timeout_us = setting_u64("TMX_UDP_PEER_TIMEOUT_MS", 10, 3600000) * 1000;
+    ui->window = (uint32_t)config_u64("TMX_UDP_WINDOW", 16, 1u << 20);
+    ui->ack_delay_us = config_u64("TMX_UDP_ACK_DELAY_US", 0, 1000000);
+    ui->rto_us = config_u64("TMX_UDP_RTO_MS", 1, 60000) * 1000;
+    ui->peer_timeout_us = config_u64("TMX_UDP_PEER_TIMEOUT_MS", 10, 3600000) * 1000;
     if (mtu == 0)
         mtu = ifmtu;
     mtu = mtu > 28 ? mtu - 28 : 576; /* IPv4 and UDP headers */
@@ -875,6 +861,7 @@ const tl_ops_t tl_udp_ops = {
     .ep_destroy = udp_ep_destroy,
     .send = udp_send,
     .get = udp_get,
+    .put = tl_no_put,
     .progress = udp_progress,
     .wait = udp_wait,
     .check_peers = udp_check_peers,

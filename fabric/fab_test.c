@@ -430,6 +430,143 @@ static void test_selective(void **state)
     node_close(&s);
 }
 
+/* An endpoint of its own whose sends and receives go to two CQs. */
+static void split_open(node_t *n, struct fid_cq **tx, enum fi_cq_format txf, enum fi_cq_format rxf)
+{
+    struct fi_cq_attr ta = {.format = txf}, ra = {.format = rxf};
+
+    assert_int_equal(fi_endpoint(domain, info, &n->ep, NULL), 0);
+    assert_int_equal(fi_cq_open(domain, &ta, tx, NULL), 0);
+    assert_int_equal(fi_cq_open(domain, &ra, &n->cq, NULL), 0);
+    assert_int_equal(fi_ep_bind(n->ep, &(*tx)->fid, FI_TRANSMIT), 0);
+    assert_int_equal(fi_ep_bind(n->ep, &n->cq->fid, FI_RECV), 0);
+    assert_int_equal(fi_ep_bind(n->ep, &av->fid, 0), 0);
+    assert_int_equal(fi_enable(n->ep), 0);
+    node_insert(n);
+}
+
+static void split_close(node_t *n, struct fid_cq *tx)
+{
+    node_close(n);
+    assert_int_equal(fi_close(&tx->fid), 0);
+}
+
+/* Reading the receive CQ also moves the endpoint's send completions to
+ * its send CQ; each CQ writes its own format and nothing past it. */
+static void test_split_cqs(void **state)
+{
+    node_t n;
+    struct fid_cq *tx;
+    struct fi_cq_data_entry d[2];
+    struct fi_cq_entry c[2];
+    char buf[8];
+    int r1, s1;
+    int64_t end = now_ms() + WAIT_MS;
+    ssize_t ret;
+
+    split_open(&n, &tx, FI_CQ_FORMAT_CONTEXT, FI_CQ_FORMAT_DATA);
+    memset(d, 0xee, sizeof(d));
+    assert_int_equal(fi_trecv(n.ep, buf, 8, NULL, FI_ADDR_UNSPEC, 5, 0, &r1), 0);
+    assert_int_equal(fi_tsenddata(n.ep, "abc", 4, NULL, 77, n.addr, 5, &s1), 0);
+    while ((ret = fi_cq_read(n.cq, d, 2)) == -FI_EAGAIN && now_ms() < end)
+        ;
+    assert_int_equal(ret, 1);
+    assert_ptr_equal(d[0].op_context, &r1);
+    assert_int_equal(d[0].flags, FI_TAGGED | FI_RECV | FI_REMOTE_CQ_DATA);
+    assert_int_equal(d[0].len, 4);
+    assert_int_equal(d[0].data, 77);
+    assert_ptr_equal(d[1].op_context, (void *)0xeeeeeeeeeeeeeeeeULL);
+    assert_string_equal(buf, "abc");
+    memset(c, 0xee, sizeof(c));
+    assert_int_equal(fi_cq_read(tx, c, 2), 1);
+    assert_ptr_equal(c[0].op_context, &s1);
+    assert_ptr_equal(c[1].op_context, (void *)0xeeeeeeeeeeeeeeeeULL);
+    split_close(&n, tx);
+}
+
+static void test_send_kinds(void **state)
+{
+    node_t n;
+    struct fid_cq *tx;
+    struct fi_cq_msg_entry m;
+    struct fi_cq_tagged_entry e;
+    char buf[8];
+    int r1, r2, s1, s2;
+
+    split_open(&n, &tx, FI_CQ_FORMAT_MSG, FI_CQ_FORMAT_TAGGED);
+    assert_int_equal(fi_recv(n.ep, buf, 8, NULL, FI_ADDR_UNSPEC, &r1), 0);
+    assert_int_equal(fi_send(n.ep, "m", 2, NULL, n.addr, &s1), 0);
+    assert_int_equal(cq_wait(n.cq, &e, NULL), 1);
+    assert_int_equal(e.flags, FI_MSG | FI_RECV);
+    assert_int_equal(fi_cq_read(tx, &m, 1), 1);
+    assert_ptr_equal(m.op_context, &s1);
+    assert_int_equal(m.flags, FI_MSG | FI_SEND);
+    assert_int_equal(fi_trecv(n.ep, buf, 8, NULL, FI_ADDR_UNSPEC, 6, 0, &r2), 0);
+    assert_int_equal(fi_tsend(n.ep, "t", 2, NULL, n.addr, 6, &s2), 0);
+    assert_int_equal(cq_wait(n.cq, &e, NULL), 1);
+    assert_int_equal(e.flags, FI_TAGGED | FI_RECV);
+    assert_int_equal(fi_cq_read(tx, &m, 1), 1);
+    assert_ptr_equal(m.op_context, &s2);
+    assert_int_equal(m.flags, FI_TAGGED | FI_SEND);
+    split_close(&n, tx);
+}
+
+/* An error between two successes: the read stops before it, the error
+ * waits for fi_cq_readerr, and the success after it is not lost. */
+static void test_error_in_line(void **state)
+{
+    node_t *a = &nodes[0], *b = &nodes[1];
+    struct fi_cq_tagged_entry e[8];
+    struct fi_cq_err_entry err;
+    char b1[8], b2[2], b3[8];
+    int r1, r2, r3;
+    int64_t end = now_ms() + WAIT_MS;
+    ssize_t ret;
+
+    assert_int_equal(fi_trecv(b->ep, b1, 8, NULL, FI_ADDR_UNSPEC, 30, 0, &r1), 0);
+    assert_int_equal(fi_trecv(b->ep, b2, 2, NULL, FI_ADDR_UNSPEC, 31, 0, &r2), 0);
+    assert_int_equal(fi_trecv(b->ep, b3, 8, NULL, FI_ADDR_UNSPEC, 32, 0, &r3), 0);
+    assert_int_equal(fi_tinject(a->ep, "one", 4, b->addr, 30), 0);
+    assert_int_equal(fi_tinject(a->ep, "two", 4, b->addr, 31), 0);
+    assert_int_equal(fi_tinject(a->ep, "six", 4, b->addr, 32), 0);
+    while ((ret = fi_cq_read(b->cq, e, 8)) == -FI_EAGAIN && now_ms() < end)
+        ;
+    assert_int_equal(ret, 1);
+    assert_ptr_equal(e[0].op_context, &r1);
+    cq_wait_err(b->cq, &err);
+    assert_ptr_equal(err.op_context, &r2);
+    assert_int_equal(err.err, FI_ETRUNC);
+    assert_int_equal(cq_wait(b->cq, e, NULL), 1);
+    assert_ptr_equal(e[0].op_context, &r3);
+    assert_string_equal(b3, "six");
+}
+
+/* fi_cancel finds the receive by its context among others posted. */
+static void test_cancel_among_many(void **state)
+{
+    node_t *a = &nodes[0], *b = &nodes[1];
+    struct fi_cq_tagged_entry e;
+    struct fi_cq_err_entry err;
+    char buf[100][8];
+    int ctx[100];
+
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(fi_trecv(b->ep, buf[i], 8, NULL, FI_ADDR_UNSPEC, 50, 0, &ctx[i]), 0);
+    assert_int_equal(fi_cancel(&b->ep->fid, &ctx[70]), 0);
+    cq_wait_err(b->cq, &err);
+    assert_int_equal(err.err, FI_ECANCELED);
+    assert_ptr_equal(err.op_context, &ctx[70]);
+    assert_int_equal(fi_cancel(&b->ep->fid, &ctx[70]), -FI_ENOENT);
+    for (int i = 0; i < 100; i++) {
+        if (i == 70)
+            continue;
+        assert_int_equal(fi_tinject(a->ep, "x", 2, b->addr, 50), 0);
+        assert_int_equal(cq_wait(b->cq, &e, NULL), 1);
+        assert_ptr_equal(e.op_context, &ctx[i]);
+        assert_int_equal(fi_cancel(&b->ep->fid, &ctx[i]), -FI_ENOENT);
+    }
+}
+
 static void test_sread_timeout(void **state)
 {
     struct fi_cq_tagged_entry e;
@@ -632,6 +769,10 @@ int main(void)
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_msg_ops),
         cmocka_unit_test(test_selective),
+        cmocka_unit_test(test_split_cqs),
+        cmocka_unit_test(test_send_kinds),
+        cmocka_unit_test(test_error_in_line),
+        cmocka_unit_test(test_cancel_among_many),
         cmocka_unit_test(test_sread_timeout),
         cmocka_unit_test(test_sread_signal),
         cmocka_unit_test(test_sread_wakes_on_message),

@@ -42,6 +42,7 @@
 #define FAB_CQ_DATA_SIZE 8
 #define FAB_QUEUE_SIZE 65536        /* tx/rx depth reported; tmx queues grow */
 #define FAB_MAX_EP_PER_OBJ 64       /* endpoints bound to one AV or CQ */
+#define FAB_DRAIN_BATCH 32          /* tmx completions taken per tmx_cq_read */
 
 /* With FI_MSG and FI_TAGGED together, tag bit 63 marks untagged messages, so
  * tagged traffic has 63 bits. Without FI_MSG, all 64 bits are the app's. */
@@ -115,14 +116,16 @@ struct fab_cq {
     atomic_int signaled;
 };
 
-/* An operation in flight: carried as the tmx user context. */
+/* A receive in flight or a claimed message, carried as the tmx user
+ * context. Sends need none: their tmx user context is the application's,
+ * and the tag tells tagged from untagged. */
 typedef struct fab_op {
-    struct fab_op *next, *prev; /* free list, or ep->posted / ep->claimed */
+    struct fab_op *next, *prev; /* free list, or ep->claimed */
     void *context;              /* the application's */
-    uint64_t flags;             /* FI_TAGGED|FI_MSG, FI_SEND|FI_RECV */
+    uint64_t flags;             /* FI_TAGGED|FI_MSG, FI_RECV */
     int report;                 /* a successful completion is wanted */
-    int listed;                 /* in ep->posted */
-    tmx_request_h req;          /* posted receives: for fi_cancel */
+    tmx_request_h req;          /* posted receives until they complete: for
+                                   fi_cancel, which looks through every op */
     tmx_message_h msg;          /* claimed messages (ep->claimed) */
 } fab_op_t;
 
@@ -137,7 +140,6 @@ struct fab_ep {
     uint64_t tx_op_flags, rx_op_flags;
     uint64_t msg_bit;           /* FAB_MSG_BIT with FI_MSG|FI_TAGGED, else 0 */
     int enabled;
-    fab_op_t posted;            /* receives that may be canceled */
     fab_op_t claimed;           /* claimed messages, by context */
     fab_op_t *free_ops;
     struct fab_op_chunk *chunks; /* every op ever allocated, freed at close */
@@ -162,6 +164,12 @@ static inline void fab_unlock(fab_domain_t *dom)
 {
     if (dom->mt)
         pthread_mutex_unlock(&dom->lock);
+}
+
+/* Checked on every send and every receive completion. */
+static inline int fab_av_valid(const fab_av_t *av, fi_addr_t addr)
+{
+    return av != NULL && addr < av->n && av->ent[addr].valid;
 }
 
 /* fab_stubs.c: fi_no_* operations, for dispatch that never tests NULL */
@@ -200,7 +208,6 @@ int fab_av_open(struct fid_domain *domain, struct fi_av_attr *attr, struct fid_a
                 void *context);
 int fab_av_attach(fab_av_t *av, fab_ep_t *ep);
 void fab_av_detach(fab_av_t *av, fab_ep_t *ep);
-int fab_av_valid(const fab_av_t *av, fi_addr_t addr);
 int fab_name_encode(const void *blob, size_t len, unsigned char *name);
 int fab_name_decode(const unsigned char *name, void *blob, size_t *len);
 
@@ -214,12 +221,33 @@ int fab_cq_push(fab_cq_t *cq, const fab_cqe_t *c);
 /* fab_ep.c */
 int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **ep,
                 void *context);
-fab_op_t *fab_op_get(fab_ep_t *ep, void *context, uint64_t flags, int report);
-void fab_op_put(fab_ep_t *ep, fab_op_t *op);
+int fab_ops_grow(fab_ep_t *ep);
 void fab_op_list_add(fab_op_t *head, fab_op_t *op);
 void fab_op_list_del(fab_op_t *op);
-void fab_ep_drain(fab_ep_t *ep);
-void fab_ep_complete(fab_ep_t *ep, const tmx_completion_t *c);
+
+/* Ops come from a free list that grows by chunks and never shrinks, so
+ * that taking one on every receive costs a few stores. */
+static inline fab_op_t *fab_op_get(fab_ep_t *ep, void *context, uint64_t flags, int report)
+{
+    fab_op_t *op;
+
+    if (ep->free_ops == NULL && fab_ops_grow(ep) != 0)
+        return NULL;
+    op = ep->free_ops;
+    ep->free_ops = op->next;
+    op->context = context;
+    op->flags = flags;
+    op->report = report;
+    op->req = NULL;
+    op->msg = NULL;
+    return op;
+}
+
+static inline void fab_op_put(fab_ep_t *ep, fab_op_t *op)
+{
+    op->next = ep->free_ops;
+    ep->free_ops = op;
+}
 
 /* fab_msg.c */
 extern struct fi_ops_tagged fab_tagged_ops;

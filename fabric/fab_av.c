@@ -176,11 +176,6 @@ static int av_insertsym(struct fid_av *av, const char *node, size_t nodecnt, con
     return -FI_ENOSYS;
 }
 
-int fab_av_valid(const fab_av_t *av, fi_addr_t addr)
-{
-    return av != NULL && addr < av->n && av->ent[addr].valid;
-}
-
 static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint64_t flags)
 {
     fab_av_t *av = (fab_av_t *)fid;

@@ -1,12 +1,12 @@
 /*
- * Completion queues. Reading a CQ first moves what the tmx contexts of the
- * bound endpoints completed into the libfabric CQs (an endpoint's sends
- * and receives may go to different CQs), then hands out entries in the
- * format the CQ was opened with. Errors wait in line: a read that reaches
- * one returns -FI_EAVAIL until fi_cq_readerr takes it.
+ * Completion queues. Reading a CQ whose ring is empty takes what the tmx
+ * contexts of the bound endpoints completed straight into the caller's
+ * buffer, in the format the CQ was opened with; the ring holds only what
+ * could not go there (an endpoint's sends and receives may go to
+ * different CQs). Errors wait in line: a read that reaches one returns
+ * -FI_EAVAIL until fi_cq_readerr takes it.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "fab.h"
 
@@ -33,10 +33,93 @@ int fab_cq_push(fab_cq_t *cq, const fab_cqe_t *c)
     return 0;
 }
 
+/* ------------------------------------------------------ tmx completions */
+
+/* With FI_TAGGED and FI_MSG both on, the message bit tells untagged from
+ * tagged; otherwise the endpoint does only one of them. */
+static uint64_t tag_kind(const fab_ep_t *ep, uint64_t tag)
+{
+    if (ep->msg_bit)
+        return (tag & ep->msg_bit) ? FI_MSG : FI_TAGGED;
+    return (ep->caps & FI_TAGGED) ? FI_TAGGED : FI_MSG;
+}
+
+static void fill_error(const tmx_completion_t *c, fab_cqe_t *e)
+{
+    e->err = fab_errno(c->status);
+    e->prov_errno = c->status;
+    if (c->status == TMX_ERR_TRUNCATED)
+        e->olen = c->msg_length - c->length;
+}
+
+/* A send's tmx user context is the application's own; sends that want no
+ * completion were posted without one. */
+static fab_cq_t *send_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e)
+{
+    *e = (fab_cqe_t){.e = {.op_context = c->user_context, .flags = tag_kind(ep, c->tag) | FI_SEND},
+                     .src = FI_ADDR_NOTAVAIL};
+    if (c->status != TMX_OK)
+        fill_error(c, e);
+    return ep->tx_cq;
+}
+
+static fab_cq_t *recv_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e)
+{
+    fab_op_t *op = c->user_context;
+    int report = op->report;
+
+    *e = (fab_cqe_t){.e = {.op_context = op->context, .flags = op->flags, .len = c->length},
+                     .src = fab_av_valid(ep->av, c->source) ? c->source : FI_ADDR_NOTAVAIL};
+    if (op->flags & FI_TAGGED)
+        e->e.tag = c->tag & ~ep->msg_bit;
+    if (c->has_data) {
+        e->e.data = c->data;
+        e->e.flags |= FI_REMOTE_CQ_DATA;
+    }
+    if (c->status != TMX_OK)
+        fill_error(c, e);
+    if (op->req) {
+        tmx_request_free(op->req);
+        op->req = NULL;
+    }
+    fab_op_put(ep, op);
+    return e->err != 0 || report ? ep->rx_cq : NULL;
+}
+
+/* Turns a tmx completion into *e; returns the CQ it goes to, or NULL when
+ * nobody asked for it. */
+static fab_cq_t *ep_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e)
+{
+    if (c->op == TMX_OP_TSEND)
+        return send_complete(ep, c, e);
+    return recv_complete(ep, c, e);
+}
+
+/* Moves everything the tmx context completed into the endpoint's CQs.
+ * The caller holds the domain lock. */
+static void ep_drain(fab_ep_t *ep)
+{
+    tmx_completion_t c[FAB_DRAIN_BATCH];
+    fab_cqe_t e;
+    fab_cq_t *cq;
+    size_t n;
+
+    if (!ep->enabled)
+        return;
+    do {
+        if (tmx_cq_read(ep->tmx, c, FAB_DRAIN_BATCH, &n) != TMX_OK)
+            return;
+        for (size_t i = 0; i < n; i++) {
+            if ((cq = ep_complete(ep, &c[i], &e)) != NULL)
+                fab_cq_push(cq, &e);
+        }
+    } while (n == FAB_DRAIN_BATCH);
+}
+
 static void cq_progress(fab_cq_t *cq)
 {
     for (int k = 0; k < cq->n_eps; k++)
-        fab_ep_drain(cq->eps[k]);
+        ep_drain(cq->eps[k]);
 }
 
 static size_t entry_size(enum fi_cq_format f)
@@ -53,27 +136,69 @@ static size_t entry_size(enum fi_cq_format f)
     }
 }
 
-/* The formats are prefixes of the tagged entry, except that MSG stops
- * before buf and DATA before tag. */
+/* Each format is a prefix of the next (context, msg, data, tagged), so
+ * an entry is written field by field from the widest down. */
 static void entry_write(const fab_cq_t *cq, const fab_cqe_t *c, void *out)
 {
-    struct fi_cq_msg_entry *m = out;
+    struct fi_cq_tagged_entry *t = out;
 
-    if (cq->format == FI_CQ_FORMAT_MSG) {
-        m->op_context = c->e.op_context;
-        m->flags = c->e.flags;
-        m->len = c->e.len;
-        return;
+    switch (cq->format) {
+    case FI_CQ_FORMAT_TAGGED:
+        t->tag = c->e.tag;
+        /* fall through */
+    case FI_CQ_FORMAT_DATA:
+        t->buf = c->e.buf;
+        t->data = c->e.data;
+        /* fall through */
+    case FI_CQ_FORMAT_MSG:
+        t->flags = c->e.flags;
+        t->len = c->e.len;
+        /* fall through */
+    default:
+        t->op_context = c->e.op_context;
     }
-    memcpy(out, &c->e, entry_size(cq->format));
+}
+
+/* While the ring is empty, completions go from the tmx contexts straight
+ * into buf, and at most as many are taken as buf holds. What cannot go
+ * there waits in a ring: errors (for fi_cq_readerr) and whatever follows
+ * them, and entries for an endpoint's other CQ. */
+static size_t cq_read_direct(fab_cq_t *cq, void *buf, size_t count, fi_addr_t *src)
+{
+    tmx_completion_t c[FAB_DRAIN_BATCH];
+    size_t n = 0, got, sz = entry_size(cq->format);
+    fab_cqe_t e;
+    fab_cq_t *to;
+
+    for (int k = 0; k < cq->n_eps && n < count; k++) {
+        fab_ep_t *ep = cq->eps[k];
+        size_t want = count - n < FAB_DRAIN_BATCH ? count - n : FAB_DRAIN_BATCH;
+        if (!ep->enabled || tmx_cq_read(ep->tmx, c, want, &got) != TMX_OK)
+            continue;
+        for (size_t i = 0; i < got; i++) {
+            if ((to = ep_complete(ep, &c[i], &e)) == NULL)
+                continue;
+            if (to != cq || e.err != 0 || cq->count > 0) {
+                fab_cq_push(to, &e);
+                continue;
+            }
+            entry_write(cq, &e, (char *)buf + n * sz);
+            if (src)
+                src[n] = e.src;
+            n++;
+        }
+    }
+    return n;
 }
 
 static ssize_t cq_readfrom_locked(fab_cq_t *cq, void *buf, size_t count, fi_addr_t *src)
 {
     size_t n = 0, sz = entry_size(cq->format);
 
-    if (cq->count == 0)
+    if (cq->count == 0 && count == 0)
         cq_progress(cq);
+    else if (cq->count == 0 && (n = cq_read_direct(cq, buf, count, src)) > 0)
+        return (ssize_t)n;
     while (n < count && cq->count > 0) {
         fab_cqe_t *c = &cq->ring[cq->head];
         if (c->err != 0)

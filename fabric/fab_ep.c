@@ -1,8 +1,7 @@
 /*
  * Endpoints: one tmx context each, created with TMX_BOOT_NONE since the
- * address vector supplies the peers. Operations in flight carry a fab_op
- * as their tmx user context; completions are turned into libfabric
- * entries here.
+ * address vector supplies the peers. Receives in flight carry a fab_op
+ * from the endpoint's pool as their tmx user context.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +9,6 @@
 #include "fab.h"
 
 #define OPS_PER_CHUNK 64
-#define DRAIN_BATCH 32
 
 struct fab_op_chunk {
     struct fab_op_chunk *next;
@@ -19,7 +17,7 @@ struct fab_op_chunk {
 
 /* --------------------------------------------------------------- op pool */
 
-static int ops_grow(fab_ep_t *ep)
+int fab_ops_grow(fab_ep_t *ep)
 {
     struct fab_op_chunk *c = calloc(1, sizeof(*c));
 
@@ -34,110 +32,44 @@ static int ops_grow(fab_ep_t *ep)
     return 0;
 }
 
-fab_op_t *fab_op_get(fab_ep_t *ep, void *context, uint64_t flags, int report)
-{
-    fab_op_t *op;
-
-    if (ep->free_ops == NULL && ops_grow(ep) != 0)
-        return NULL;
-    op = ep->free_ops;
-    ep->free_ops = op->next;
-    memset(op, 0, sizeof(*op));
-    op->context = context;
-    op->flags = flags;
-    op->report = report;
-    return op;
-}
-
-void fab_op_put(fab_ep_t *ep, fab_op_t *op)
-{
-    op->next = ep->free_ops;
-    ep->free_ops = op;
-}
-
 void fab_op_list_add(fab_op_t *head, fab_op_t *op)
 {
     op->next = head->next;
     op->prev = head;
     head->next->prev = op;
     head->next = op;
-    op->listed = 1;
 }
 
 void fab_op_list_del(fab_op_t *op)
 {
     op->prev->next = op->next;
     op->next->prev = op->prev;
-    op->listed = 0;
-}
-
-/* ----------------------------------------------------------- completions */
-
-static void fill_recv(fab_ep_t *ep, const fab_op_t *op, const tmx_completion_t *c, fab_cqe_t *e)
-{
-    e->e.len = c->length;
-    e->e.tag = (op->flags & FI_TAGGED) ? c->tag & ~ep->msg_bit : 0;
-    if (c->has_data) {
-        e->e.data = c->data;
-        e->e.flags |= FI_REMOTE_CQ_DATA;
-    }
-    e->src = fab_av_valid(ep->av, c->source) ? c->source : FI_ADDR_NOTAVAIL;
-}
-
-void fab_ep_complete(fab_ep_t *ep, const tmx_completion_t *c)
-{
-    fab_op_t *op = c->user_context;
-    fab_cq_t *cq = (op->flags & FI_RECV) ? ep->rx_cq : ep->tx_cq;
-    fab_cqe_t e = {.e = {.op_context = op->context, .flags = op->flags}, .src = FI_ADDR_NOTAVAIL};
-
-    if (c->op == TMX_OP_TRECV)
-        fill_recv(ep, op, c, &e);
-    if (c->status != TMX_OK) {
-        e.err = fab_errno(c->status);
-        e.prov_errno = c->status;
-        if (c->status == TMX_ERR_TRUNCATED)
-            e.olen = c->msg_length - c->length;
-    }
-    if (op->listed)
-        fab_op_list_del(op);
-    if (op->req)
-        tmx_request_free(op->req);
-    if ((e.err != 0 || op->report) && cq != NULL)
-        fab_cq_push(cq, &e);
-    fab_op_put(ep, op);
-}
-
-/* Moves what the tmx context completed into the endpoint's CQs. The
- * caller holds the domain lock. */
-void fab_ep_drain(fab_ep_t *ep)
-{
-    tmx_completion_t c[DRAIN_BATCH];
-    size_t n;
-
-    if (!ep->enabled)
-        return;
-    do {
-        if (tmx_cq_read(ep->tmx, c, DRAIN_BATCH, &n) != TMX_OK)
-            return;
-        for (size_t i = 0; i < n; i++)
-            fab_ep_complete(ep, &c[i]);
-    } while (n == DRAIN_BATCH);
 }
 
 /* ---------------------------------------------------------------- cancel */
 
+/* Cancel is rare and receives are many: rather than keep a list of
+ * posted receives, look through every op for one still posted. */
+static fab_op_t *posted_find(fab_ep_t *ep, void *context)
+{
+    for (struct fab_op_chunk *c = ep->chunks; c != NULL; c = c->next) {
+        for (int i = 0; i < OPS_PER_CHUNK; i++) {
+            if (c->ops[i].req != NULL && c->ops[i].context == context)
+                return &c->ops[i];
+        }
+    }
+    return NULL;
+}
+
 static ssize_t ep_cancel(fid_t fid, void *context)
 {
     fab_ep_t *ep = (fab_ep_t *)fid;
+    fab_op_t *op;
     ssize_t ret = -FI_ENOENT;
 
     fab_lock(ep->dom);
-    for (fab_op_t *op = ep->posted.next; op != &ep->posted; op = op->next) {
-        if (op->context != context)
-            continue;
+    if ((op = posted_find(ep, context)) != NULL)
         ret = tmx_request_cancel(op->req) == TMX_OK ? 0 : -FI_ENOENT;
-        break;
-    }
     fab_unlock(ep->dom);
     return ret;
 }
@@ -425,7 +357,6 @@ static void ep_init(fab_ep_t *ep, fab_domain_t *dom, void *context)
     ep->fid.tagged = &fab_tagged_ops;
     ep->fid.atomic = &fab_no_atomic_ops;
     ep->fid.collective = &fab_no_coll_ops;
-    ep->posted.next = ep->posted.prev = &ep->posted;
     ep->claimed.next = ep->claimed.prev = &ep->claimed;
 }
 

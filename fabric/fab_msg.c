@@ -107,26 +107,17 @@ static int send_check(fab_ep_t *ep, const xfer_t *x)
     return 0;
 }
 
+/* The send's tmx user context is the application's: the CQ rebuilds the
+ * rest of the entry from the tag. */
 static ssize_t send_op(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_params_t *p)
 {
-    int report = !ep->tx_selective || (x->flags & FI_COMPLETION);
-    uint64_t kind = (x->flags & (FI_TAGGED | FI_MSG)) | FI_SEND;
-    fab_op_t *op;
-    tmx_status_t st;
-
-    if (!report) {
+    if (ep->tx_selective && !(x->flags & FI_COMPLETION)) {
         p->flags |= TMX_OP_FLAG_NO_CQ;
-        st = tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, NULL);
-        return -fab_errno(st);
+    } else {
+        p->field_mask |= TMX_OP_FIELD_USER_CONTEXT;
+        p->user_context = x->context;
     }
-    if ((op = fab_op_get(ep, x->context, kind, 1)) == NULL)
-        return -FI_ENOMEM;
-    p->field_mask |= TMX_OP_FIELD_USER_CONTEXT;
-    p->user_context = op;
-    st = tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, NULL);
-    if (st != TMX_OK)
-        fab_op_put(ep, op);
-    return -fab_errno(st);
+    return -fab_errno(tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, NULL));
 }
 
 static ssize_t ep_send(fab_ep_t *ep, const xfer_t *x)
@@ -181,12 +172,9 @@ static ssize_t recv_post(fab_ep_t *ep, const xfer_t *x, tmx_peer_t peer, uint64_
         return -FI_ENOMEM;
     p.user_context = op;
     st = tmx_trecv(ep->tmx, peer, x->buf, x->len, tag, ignore, &p, &op->req);
-    if (st != TMX_OK) {
+    if (st != TMX_OK)
         fab_op_put(ep, op);
-        return -fab_errno(st);
-    }
-    fab_op_list_add(&ep->posted, op);
-    return 0;
+    return -fab_errno(st);
 }
 
 static ssize_t ep_recv(fab_ep_t *ep, const xfer_t *x)

@@ -719,9 +719,11 @@ static int recv_one(udp_iface_t *ui)
     if (n < 0) {
         if (errno != EAGAIN && errno != EINTR)
             util_warn("udp: recvfrom: %s", strerror(errno));
+        ui->recv_streak = 0;
         return 0;
     }
-    ui->recv_vlen = UDP_RECV_BATCH; /* more may wait: probe with a batch */
+    if (++ui->recv_streak >= 2) /* a stream, not a ping-pong: batch */
+        ui->recv_vlen = UDP_RECV_BATCH;
     ui->rx_now_us = udp_now_us();
     ui->dgrams_in++;
     udp_buf_input(ui, ui->rbufs, (size_t)n, udp_gro_guess(ui->rbufs, (size_t)n), &ui->rfrom[0]);
@@ -730,8 +732,8 @@ static int recv_one(udp_iface_t *ui)
 
 /* Reads one datagram while they come one at a time (a ping-pong), since
  * recvmmsg looks for a second before it returns, which delays the answer.
- * A single read that found one probes with a whole batch next time, and a
- * batch that brings two or more keeps the batches. */
+ * Two polls in a row that each found one switch to batches, and a batch
+ * that brings two or more keeps the batches. */
 static int recv_batch(udp_iface_t *ui)
 {
     unsigned vlen = ui->recv_vlen;
@@ -744,10 +746,13 @@ static int recv_batch(udp_iface_t *ui)
         if (errno != EAGAIN && errno != EINTR)
             util_warn("udp: recvmmsg: %s", strerror(errno));
         ui->recv_vlen = 1;
+        ui->recv_streak = 0;
         return 0;
     }
-    if (n == 1)
+    if (n == 1) {
         ui->recv_vlen = 1;
+        ui->recv_streak = 0;
+    }
     ui->rx_now_us = udp_now_us();
     ui->dgrams_in += (uint64_t)n;
     for (int i = 0; i < n; i++) {

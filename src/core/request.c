@@ -1,3 +1,4 @@
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
@@ -43,7 +44,10 @@ struct tmx_request *core_req_alloc(tmx_context_h ctx, const tmx_op_params_t *par
         util_error("out of memory allocating a request");
         return NULL;
     }
-    memset(req, 0, sizeof(*req));
+    /* What follows recv is set before use: the receive entry when posted,
+     * the rendezvous fields when a receive starts reading (rndv_start). */
+    memset(req, 0, offsetof(struct tmx_request, recv));
+    req->recv.bin = NULL;
     req->ctx = ctx;
     req->comp.op = op;
     if (params != NULL) {

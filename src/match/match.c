@@ -18,6 +18,7 @@ typedef struct match_bin {
     uint32_t src;
     uint32_t slot;           /* unexpected bins: which match_msg link */
     util_dlist_t queue;
+    util_dlist_t idle;       /* posted bins: in the table's idle list while empty */
 } match_bin_t;
 
 static tmx_status_t table_init(match_table_t *t)
@@ -27,6 +28,8 @@ static tmx_status_t table_init(match_table_t *t)
         return TMX_ERR_NOMEM;
     t->n_buckets = MATCH_MIN_BUCKETS;
     t->n_bins = 0;
+    util_dlist_init(&t->idle);
+    t->n_idle = 0;
     return TMX_OK;
 }
 
@@ -85,8 +88,13 @@ static match_bin_t *table_get(match_engine_t *m, match_table_t *t, uint64_t mask
     match_bin_t *b = table_lookup(t, mask, src, tag);
     size_t idx;
 
-    if (b != NULL)
+    if (b != NULL) {
+        if (!util_dlist_empty(&b->idle)) {
+            util_dlist_unlink(&b->idle);
+            t->n_idle--;
+        }
         return b;
+    }
     b = util_pool_get(&m->bin_pool);
     if (b == NULL)
         return NULL;
@@ -96,6 +104,7 @@ static match_bin_t *table_get(match_engine_t *m, match_table_t *t, uint64_t mask
     b->src = src;
     b->slot = slot;
     util_dlist_init(&b->queue);
+    util_dlist_init(&b->idle);
     idx = b->hash & (t->n_buckets - 1);
     b->next = t->buckets[idx];
     t->buckets[idx] = b;
@@ -189,8 +198,23 @@ static void mask_put(match_engine_t *m, uint64_t mask, int any)
         mm->n_any--;
     else
         mm->n_src--;
-    if (mm->n_any == 0 && mm->n_src == 0)
+    if (mm->n_any == 0 && mm->n_src == 0 && m->n_masks > MATCH_MASKS_KEPT)
         *mm = m->masks[--m->n_masks];
+}
+
+/* A posted bin that emptied: kept for the next receive on its key, and
+ * the longest idle one dropped once too many wait. */
+static void bin_idle(match_engine_t *m, match_bin_t *bin)
+{
+    match_table_t *t = &m->posted;
+
+    util_dlist_push_tail(&t->idle, &bin->idle);
+    if (++t->n_idle > MATCH_IDLE_BINS) {
+        match_bin_t *old = util_container_of(t->idle.next, match_bin_t, idle);
+        util_dlist_unlink(&old->idle);
+        t->n_idle--;
+        table_drop(m, t, old);
+    }
 }
 
 tmx_status_t match_post(match_engine_t *m, match_recv_t *r)
@@ -233,7 +257,7 @@ static inline void consider_bin(const match_table_t *t, uint64_t mask, uint32_t 
     match_bin_t *bin = table_lookup(t, mask, src, tag & ~mask);
     match_recv_t *r;
 
-    if (bin == NULL)
+    if (bin == NULL || util_dlist_empty(&bin->queue))
         return;
     r = bin_head_recv(bin);
     if (*best == NULL || r->seq < (*best)->seq)
@@ -261,7 +285,7 @@ void match_remove_recv(match_engine_t *m, match_recv_t *r)
     util_dlist_unlink(&r->link);
     r->bin = NULL;
     if (util_dlist_empty(&bin->queue))
-        table_drop(m, &m->posted, bin);
+        bin_idle(m, bin);
     mask_put(m, r->ignore, r->src == TMX_ANY_SOURCE);
     m->n_posted--;
 }

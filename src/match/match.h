@@ -87,10 +87,19 @@ typedef struct match_mask {
     size_t n_any;
 } match_mask_t;
 
+/* Posted bins that empty stay in the table, this many at most, so that a
+ * receive posted again on the same key (every iteration of a loop) finds
+ * its bin instead of allocating and hashing one in anew. */
+#define MATCH_IDLE_BINS 64
+/* Masks whose receives are all gone stay listed, up to this many. */
+#define MATCH_MASKS_KEPT 8
+
 typedef struct match_table {
     struct match_bin **buckets;
     size_t n_buckets;  /* a power of two */
     size_t n_bins;
+    util_dlist_t idle; /* posted side: emptied bins kept for reuse, oldest first */
+    size_t n_idle;
 } match_table_t;
 
 typedef struct match_engine {

@@ -86,15 +86,19 @@ static void arrive_expect(match_engine_t *m, uint32_t src, uint64_t tag, match_r
     }
 }
 
-/* Nothing stored and nothing left behind in the tables or the pool. */
+/* Nothing stored and nothing left behind in the tables or the pool but
+ * the idle posted bins and unused masks kept for reuse, within bounds. */
 static void assert_empty(const match_engine_t *m)
 {
     assert_int_equal(m->n_posted, 0);
     assert_int_equal(m->n_unexp, 0);
-    assert_int_equal(m->posted.n_bins, 0);
+    assert_int_equal(m->posted.n_bins, m->posted.n_idle);
+    assert_true(m->posted.n_idle <= MATCH_IDLE_BINS);
     assert_int_equal(m->unexp.n_bins, 0);
-    assert_int_equal(m->n_masks, 0);
-    assert_int_equal(m->bin_pool.in_use, 0);
+    assert_true(m->n_masks <= MATCH_MASKS_KEPT);
+    for (size_t i = 0; i < m->n_masks; i++)
+        assert_true(m->masks[i].n_src == 0 && m->masks[i].n_any == 0);
+    assert_int_equal(m->bin_pool.in_use, m->posted.n_idle);
 }
 
 /* ----------------------------------------------------- one kind, one side */
@@ -639,6 +643,27 @@ static void test_probe_then_claim_exposes_next(void **state)
 
 /* -------------------------------------------------------------- bin reuse */
 
+/* Emptied bins are kept for reuse, but no more than MATCH_IDLE_BINS: a
+ * stream of distinct tags does not grow the table. */
+static void test_idle_bins_bounded(void **state)
+{
+    match_engine_t *m = *state;
+    match_recv_t r;
+
+    for (uint64_t tag = 0; tag < 10 * MATCH_IDLE_BINS; tag++) {
+        post(m, &r, 3, tag, 0);
+        arrive_expect(m, 3, tag, &r);
+        assert_null(match_find_recv(m, 3, tag));
+    }
+    assert_int_equal(m->posted.n_idle, MATCH_IDLE_BINS);
+    assert_empty(m);
+    /* an idle bin found again serves its key like a new one */
+    post(m, &r, 3, 10 * MATCH_IDLE_BINS - 1, 0);
+    assert_int_equal(m->posted.n_idle, MATCH_IDLE_BINS - 1);
+    arrive_expect(m, 3, 10 * MATCH_IDLE_BINS - 1, &r);
+    assert_empty(m);
+}
+
 static void test_posted_bin_reused(void **state)
 {
     match_engine_t *m = *state;
@@ -1119,6 +1144,7 @@ int main(void)
         T(test_probe_leaves_message),
         T(test_probe_then_claim_exposes_next),
         T(test_posted_bin_reused),
+        T(test_idle_bins_bounded),
         T(test_posted_refilled_bin_is_younger),
         T(test_unexp_bin_reused),
         T(test_unexp_refilled_bin_is_younger),

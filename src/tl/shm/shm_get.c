@@ -66,25 +66,28 @@ int shm_peer_dead(shm_ep_t *ep)
 
 /* ----------------------------------------------------- process_vm_readv */
 
-static tmx_status_t cma_read(shm_ep_t *ep, void *dst, size_t len, uint64_t raddr, int *refused)
+/* Moves len bytes between local and the peer's raddr with
+ * process_vm_readv (write == 0) or process_vm_writev. TMX_ERR_UNSUPPORTED
+ * (errno kept) where the kernel refuses it. */
+static tmx_status_t cma_copy(shm_ep_t *ep, void *local, size_t len, uint64_t raddr, int write)
 {
     size_t done = 0;
 
     while (done < len) {
-        struct iovec l = {(char *)dst + done, len - done};
+        struct iovec l = {(char *)local + done, len - done};
         struct iovec r = {(void *)(uintptr_t)(raddr + done), len - done};
-        ssize_t n = process_vm_readv((pid_t)ep->pid, &l, 1, &r, 1, 0);
+        ssize_t n = write ? process_vm_writev((pid_t)ep->pid, &l, 1, &r, 1, 0)
+                          : process_vm_readv((pid_t)ep->pid, &l, 1, &r, 1, 0);
         if (n > 0) {
             done += (size_t)n;
             continue;
         }
         if (n < 0 && errno == EINTR)
             continue;
-        *refused = n < 0 && (errno == EPERM || errno == ENOSYS || errno == EACCES);
-        if (*refused)
+        if (n < 0 && (errno == EPERM || errno == ENOSYS || errno == EACCES))
             return TMX_ERR_UNSUPPORTED;
-        util_error("shm: process_vm_readv of %zu bytes from pid %u: %s", len - done, ep->pid,
-                   n < 0 ? strerror(errno) : "no progress");
+        util_error("shm: process_vm_%s of %zu bytes %s pid %u: %s", write ? "writev" : "readv",
+                   len - done, write ? "to" : "from", ep->pid, n < 0 ? strerror(errno) : "no progress");
         return n < 0 && errno == ESRCH ? TMX_ERR_PEER_FAILED : TMX_ERR_IO;
     }
     return TMX_OK;
@@ -133,7 +136,6 @@ tmx_status_t shm_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
 {
     shm_ep_t *ep = (shm_ep_t *)tep;
     shm_iface_t *si = (shm_iface_t *)tep->iface;
-    int refused = 0;
     tmx_status_t st;
 
     if (ep->failed)
@@ -141,8 +143,8 @@ tmx_status_t shm_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
     if (len == 0)
         return TMX_OK;
     if (si->cma == SHM_CMA_ON) {
-        st = cma_read(ep, dst, len, raddr, &refused);
-        if (!refused)
+        st = cma_copy(ep, dst, len, raddr, 0);
+        if (st != TMX_ERR_UNSUPPORTED)
             return st;
         util_warn("shm: process_vm_readv refused (%s); copying through shared memory from now on",
                   strerror(errno));
@@ -156,29 +158,12 @@ tmx_status_t shm_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
 tmx_status_t shm_put(tl_ep_t *tep, uint64_t raddr, const void *src, size_t len)
 {
     shm_ep_t *ep = (shm_ep_t *)tep;
-    size_t done = 0;
 
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
     if (((shm_iface_t *)tep->iface)->cma != SHM_CMA_ON)
         return TMX_ERR_UNSUPPORTED;
-    while (done < len) {
-        struct iovec l = {(char *)src + done, len - done};
-        struct iovec r = {(void *)(uintptr_t)(raddr + done), len - done};
-        ssize_t n = process_vm_writev((pid_t)ep->pid, &l, 1, &r, 1, 0);
-        if (n > 0) {
-            done += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EPERM || errno == ENOSYS || errno == EACCES))
-            return TMX_ERR_UNSUPPORTED;
-        util_error("shm: process_vm_writev of %zu bytes to pid %u: %s", len - done, ep->pid,
-                   n < 0 ? strerror(errno) : "no progress");
-        return n < 0 && errno == ESRCH ? TMX_ERR_PEER_FAILED : TMX_ERR_IO;
-    }
-    return TMX_OK;
+    return cma_copy(ep, (void *)src, len, raddr, 1);
 }
 
 static shm_get_op_t *get_find(shm_iface_t *si, uint64_t id)

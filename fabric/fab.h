@@ -37,7 +37,7 @@
  * reads names into FI_NAME_MAX bytes. */
 #define FAB_ADDR_LEN FI_NAME_MAX
 
-#define FAB_INJECT_SIZE 4096        /* below every transport's eager limit */
+#define FAB_INJECT_SIZE TMX_INJECT_MAX /* tmx's injected sends */
 #define FAB_MAX_MSG_SIZE ((size_t)1 << 40)
 #define FAB_CQ_DATA_SIZE 8
 #define FAB_QUEUE_SIZE 65536        /* tx/rx depth reported; tmx queues grow */

@@ -65,21 +65,29 @@ static int xfer_tag(fab_ep_t *ep, const xfer_t *x, uint64_t *tag, uint64_t *igno
 
 /* ----------------------------------------------------------------- sends */
 
-/* Injected data must be reusable on return: up to FAB_INJECT_SIZE, tmx
- * sends eagerly, which copies the payload before tmx_tsend returns. The
- * completion of a send*msg with FI_INJECT is written at once. */
+/* Injected data must be reusable on return: tmx's injected send copies
+ * it and keeps nothing (FAB_INJECT_SIZE is TMX_INJECT_MAX). One that must
+ * also be delivered first (FI_DELIVERY_COMPLETE) is a synchronous send
+ * waited for here. The completion of a send*msg with FI_INJECT is written
+ * at once. */
 static ssize_t send_inject(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_params_t *p)
 {
     tmx_request_h req;
     tmx_status_t st;
 
-    p->flags |= TMX_OP_FLAG_NO_CQ;
-    st = tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, &req);
+    if (!(p->flags & TMX_OP_FLAG_SYNC)) {
+        p->flags |= TMX_OP_FLAG_INJECT;
+        st = tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, NULL);
+    } else {
+        p->flags |= TMX_OP_FLAG_NO_CQ;
+        st = tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, &req);
+        if (st == TMX_OK) {
+            tmx_request_wait(req, -1, NULL);
+            tmx_request_free(req);
+        }
+    }
     if (st != TMX_OK)
         return -fab_errno(st);
-    if (tmx_request_test(req, NULL) == TMX_INPROGRESS)
-        tmx_request_wait(req, -1, NULL);
-    tmx_request_free(req);
     if (!x->quiet && (!ep->tx_selective || (x->flags & FI_COMPLETION))) {
         fab_cqe_t e = {.e = {.op_context = x->context,
                              .flags = (x->flags & (FI_TAGGED | FI_MSG)) | FI_SEND},

@@ -23,7 +23,11 @@ run_pair() {
     port=$(free_port)
     timeout 120 fi_pingpong -p tmx -e rdm -m "$mode" -B "$port" -I 200 -c >"$tmp/server" 2>&1 &
     server=$!
-    sleep 0.3
+    # the client gives up at once if the server is not listening yet
+    for _ in $(seq 100); do
+        ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+        sleep 0.1
+    done
     if ! timeout 120 fi_pingpong -p tmx -e rdm -m "$mode" -P "$port" -I 200 -c 127.0.0.1 >"$tmp/client" 2>&1; then
         echo "FAIL: client ($mode)"; cat "$tmp/client"; echo "--- server"; cat "$tmp/server"; exit 1
     fi

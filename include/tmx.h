@@ -161,8 +161,17 @@ enum tmx_op_flag {
     TMX_OP_FLAG_SYNC = 1u << 1,
     /* Send: carry params->data to the receiver's completion (remote CQ data).
      * Implied when TMX_OP_FIELD_DATA is set. */
-    TMX_OP_FLAG_DATA = 1u << 2
+    TMX_OP_FLAG_DATA = 1u << 2,
+    /* Send: the payload (at most TMX_INJECT_MAX bytes) is copied or on the
+     * wire when tmx_tsend returns TMX_OK, and nothing is kept: no request
+     * (req must be NULL) and no completion. TMX_ERR_AGAIN: nothing was
+     * sent; progress and retry. Not with TMX_OP_FLAG_SYNC. libfabric's
+     * fi_inject. */
+    TMX_OP_FLAG_INJECT = 1u << 3
 };
+
+/* The largest message TMX_OP_FLAG_INJECT takes, on every transport. */
+#define TMX_INJECT_MAX 4096
 
 enum tmx_op_field {
     TMX_OP_FIELD_FLAGS = 1u << 0,

@@ -556,6 +556,38 @@ static void test_sync_send(void **state)
     tmx_request_free(rr);
 }
 
+/* An injected send keeps nothing: the buffer is reusable at once, no
+ * completion is reported, remote data still travels; a request, SYNC or
+ * more than TMX_INJECT_MAX bytes is refused. */
+static void test_inject(void **state)
+{
+    fixture_t *f = *state;
+    static unsigned char big[TMX_INJECT_MAX + 1], got[TMX_INJECT_MAX + 1];
+    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_FLAGS | TMX_OP_FIELD_DATA,
+                         .flags = TMX_OP_FLAG_INJECT, .data = 42};
+    tmx_request_h rr;
+    tmx_completion_t c;
+
+    fill(big, TMX_INJECT_MAX, 7);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, big, TMX_INJECT_MAX, 3, &p, NULL), TMX_OK);
+    memset(big, 0, sizeof(big)); /* the payload was copied */
+    cq_none(f->ctx);
+    assert_int_equal(tmx_trecv(f->ctx, f->self, got, sizeof(got), 3, 0, NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, -1, &c), TMX_OK);
+    assert_int_equal(c.length, TMX_INJECT_MAX);
+    assert_true(c.has_data);
+    assert_int_equal(c.data, 42);
+    check(got, TMX_INJECT_MAX, 7);
+    tmx_request_free(rr);
+    assert_int_equal(cq_one(f->ctx).op, TMX_OP_TRECV); /* the receive's, only */
+
+    assert_int_equal(tmx_tsend(f->ctx, f->self, big, 1, 3, &p, &rr), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, big, TMX_INJECT_MAX + 1, 3, &p, NULL), TMX_ERR_INVALID);
+    p.flags |= TMX_OP_FLAG_SYNC;
+    assert_int_equal(tmx_tsend(f->ctx, f->self, big, 1, 3, &p, NULL), TMX_ERR_INVALID);
+    cq_none(f->ctx);
+}
+
 /* Requests released early still report through the CQ; many outstanding
  * completions grow the queue instead of losing entries. */
 static void test_cq_growth(void **state)
@@ -845,6 +877,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_cq_and_wait_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remote_data, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_send, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inject, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cq_growth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wire_garbage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_null, setup, teardown),

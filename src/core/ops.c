@@ -5,7 +5,7 @@
 
 #define TMX_API __attribute__((visibility("default")))
 
-#define SEND_FLAGS (TMX_OP_FLAG_NO_CQ | TMX_OP_FLAG_SYNC | TMX_OP_FLAG_DATA)
+#define SEND_FLAGS (TMX_OP_FLAG_NO_CQ | TMX_OP_FLAG_SYNC | TMX_OP_FLAG_DATA | TMX_OP_FLAG_INJECT)
 #define RECV_FLAGS TMX_OP_FLAG_NO_CQ
 
 static tmx_status_t send_check(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
@@ -34,6 +34,26 @@ static tmx_status_t submit_end(struct tmx_request *req, tmx_status_t st, tmx_req
     return TMX_OK;
 }
 
+/* A send that keeps nothing: the payload goes into the transport now. */
+static tmx_status_t send_inject(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
+                                uint64_t tag, const tmx_op_params_t *params, tmx_request_h *out)
+{
+    uint64_t f = params->field_mask;
+    int has_data = (f & TMX_OP_FIELD_DATA) || (params->flags & TMX_OP_FLAG_DATA);
+    tmx_status_t st;
+
+    if (out != NULL || (params->flags & TMX_OP_FLAG_SYNC) || len > TMX_INJECT_MAX) {
+        util_error("tmx_tsend: an injected send takes no request, no SYNC and at most %d bytes "
+                   "(%zu given)", TMX_INJECT_MAX, len);
+        return TMX_ERR_INVALID;
+    }
+    core_lock(ctx);
+    st = proto_inject(ctx, peer, buf, len, tag, has_data,
+                      (f & TMX_OP_FIELD_DATA) ? params->data : 0);
+    core_unlock(ctx);
+    return st;
+}
+
 TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
                                uint64_t tag, const tmx_op_params_t *params, tmx_request_h *out)
 {
@@ -42,6 +62,9 @@ TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *b
 
     if (st != TMX_OK)
         return st;
+    if (params != NULL && (params->field_mask & TMX_OP_FIELD_FLAGS) &&
+        (params->flags & TMX_OP_FLAG_INJECT))
+        return send_inject(ctx, peer, buf, len, tag, params, out);
     core_lock(ctx);
     req = core_req_alloc(ctx, params, TMX_OP_TSEND);
     if (req == NULL) {

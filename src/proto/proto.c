@@ -21,17 +21,17 @@ typedef struct proto_ctrl {
 
 /* ------------------------------------------------------------------- send */
 
-static tmx_status_t send_eager(tl_ep_t *ep, struct tmx_request *req, const void *buf, size_t len,
-                               uint64_t tag)
+static tmx_status_t send_eager(tl_ep_t *ep, const void *buf, size_t len, uint64_t tag,
+                               int has_data, uint64_t data_host)
 {
     wire_tmh_t tmh;
-    uint64_t data = htole64(req->comp.data);
+    uint64_t data = htole64(data_host);
     struct iovec iov[3];
     int n = 0;
 
-    wire_tmh_pack(&tmh, WIRE_OP_EAGER, req->comp.has_data ? WIRE_FLAG_DATA : 0, 0, tag);
+    wire_tmh_pack(&tmh, WIRE_OP_EAGER, has_data ? WIRE_FLAG_DATA : 0, 0, tag);
     iov[n++] = (struct iovec){&tmh, sizeof(tmh)};
-    if (req->comp.has_data)
+    if (has_data)
         iov[n++] = (struct iovec){&data, sizeof(data)};
     iov[n++] = (struct iovec){(void *)buf, len};
     return ep->iface->ops->send(ep, iov, n);
@@ -104,13 +104,26 @@ tmx_status_t proto_send(tmx_context_h ctx, struct tmx_request *req, tmx_peer_t p
     req->len = len;
     if (len <= ep->iface->eager_limit && !(req->flags & TMX_OP_FLAG_SYNC)) {
         util_debug("send %zu bytes to peer %u: eager", len, peer);
-        st = send_eager(ep, req, buf, len, tag);
+        st = send_eager(ep, buf, len, tag, req->comp.has_data, req->comp.data);
         if (st == TMX_OK)
             core_req_complete(req, TMX_OK);
         return st;
     }
     util_debug("send %zu bytes to peer %u: rendezvous", len, peer);
     return send_rndv(ctx, ep, req, buf, len, tag);
+}
+
+/* An eager send without a request (TMX_OP_FLAG_INJECT): every transport's
+ * eager limit is at least TMX_INJECT_MAX. */
+tmx_status_t proto_inject(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
+                          uint64_t tag, int has_data, uint64_t data)
+{
+    tl_ep_t *ep;
+    tmx_status_t st = proto_ep(ctx, peer, &ep);
+
+    if (st != TMX_OK)
+        return st;
+    return send_eager(ep, buf, len, tag, has_data, data);
 }
 
 /* ---------------------------------------------------------- control packets */

@@ -12,6 +12,9 @@
 
 /* Starts a send. On TMX_OK the request completes now (eager) or on FIN;
  * on error nothing was sent and the request is untouched. */
+/* Sends an eager message that keeps no request (TMX_OP_FLAG_INJECT). */
+tmx_status_t proto_inject(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
+                          uint64_t tag, int has_data, uint64_t data);
 tmx_status_t proto_send(tmx_context_h ctx, struct tmx_request *req, tmx_peer_t peer,
                         const void *buf, size_t len, uint64_t tag);
 

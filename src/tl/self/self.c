@@ -4,6 +4,7 @@
  * layers above see the same re-entrancy rules as with a real wire. A remote
  * read is a memcpy within the process.
  */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@
 #include "util/log.h"
 
 #define SELF_EAGER_LIMIT 8192
+static_assert(SELF_EAGER_LIMIT >= TMX_INJECT_MAX, "injected sends go eagerly");
 #define SELF_MAX_PACKET (64 * 1024)
 #define SELF_MAX_QUEUED 65536  /* packets, the transport's flow control */
 

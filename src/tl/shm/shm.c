@@ -4,6 +4,7 @@
  * nothing is left in /dev/shm whatever happens; a peer maps it on first use
  * by opening /proc/<pid>/fd/<fd>. Remote reads use process_vm_readv.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -21,6 +22,8 @@
 #include "tl/shm/shm.h"
 #include "core/config.h"
 #include "util/log.h"
+
+static_assert(SHM_CELL_PAYLOAD - 64 >= TMX_INJECT_MAX, "an injected send fits one cell");
 
 #define SHM_RECV_BUDGET 64  /* packets handled per progress call */
 

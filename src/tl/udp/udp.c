@@ -5,6 +5,7 @@
  * sequence numbers, ACKs and retransmission; udp_get.c the emulated
  * remote read; udp_fault.c fault injection.
  */
+#include <assert.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -26,6 +27,7 @@
 
 #define UDP_SOCKBUF (8 << 20)
 #define UDP_EAGER_LIMIT (32 * 1024)
+static_assert(UDP_EAGER_LIMIT >= TMX_INJECT_MAX, "injected sends go eagerly");
 #define UDP_LINGER_US 1000000
 #define UDP_HOT_POLLS 100000    /* after a datagram, poll the socket every time */
 #define UDP_IDLE_POLL_EVERY 64  /* otherwise once in this many polls */

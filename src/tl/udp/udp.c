@@ -773,8 +773,12 @@ static int recv_batch(udp_iface_t *ui)
  * UDP_HOT_POLLS polls. */
 static int udp_idle(const udp_iface_t *ui)
 {
-    return ui->hot_polls == 0 && !__atomic_load_n(&ui->woken, __ATOMIC_RELAXED) && ui->wheel.n_armed == 0 && util_dlist_empty(&ui->acks) &&
-           util_dlist_empty(&ui->gets) && util_dlist_empty(&ui->serves) && ui->faults.held == NULL;
+    if (ui->hot_polls != 0 || __atomic_load_n(&ui->woken, __ATOMIC_RELAXED))
+        return 0;
+    /* without peers there are no timers, ACKs, reads or held datagrams */
+    return ui->n_eps == 0 ||
+           (ui->wheel.n_armed == 0 && util_dlist_empty(&ui->acks) && util_dlist_empty(&ui->gets) &&
+            util_dlist_empty(&ui->serves) && ui->faults.held == NULL);
 }
 
 static int udp_progress(tl_iface_t *iface)

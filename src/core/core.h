@@ -116,6 +116,7 @@ struct tmx_context {
     tmx_peer_t last_peer;
     int64_t next_peer_check_us;
     unsigned spin_polls;        /* fruitless polls before yielding */
+    unsigned polls;             /* core_progress calls, for quiet transports */
     int watch_all;              /* every peer connected, so watched */
     boot_job_t job;             /* the launched job, if any */
     match_engine_t match;

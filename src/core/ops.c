@@ -257,7 +257,7 @@ TMX_API tmx_status_t tmx_cq_read(tmx_context_h ctx, tmx_completion_t *out, size_
     core_lock(ctx);
     if (ctx->cq.count == 0)
         core_progress(ctx);
-    *count = core_cq_pop(&ctx->cq, out, max);
+    *count = ctx->cq.count != 0 ? core_cq_pop(&ctx->cq, out, max) : 0;
     core_unlock(ctx);
     return TMX_OK;
 }

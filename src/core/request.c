@@ -133,10 +133,13 @@ void core_rndv_slot_put(tmx_context_h ctx, struct tmx_request *req)
 
 int core_progress(tmx_context_h ctx)
 {
-    int events = 0;
+    int events = 0, look_all = (++ctx->polls & (TL_QUIET_POLL_EVERY - 1)) == 0;
 
-    for (int i = 0; i < ctx->n_ifaces; i++)
-        events += ctx->ifaces[i]->ops->progress(ctx->ifaces[i]);
+    for (int i = 0; i < ctx->n_ifaces; i++) {
+        tl_iface_t *iface = ctx->ifaces[i];
+        if (!iface->quiet || look_all)
+            events += iface->ops->progress(iface);
+    }
     if (!util_dlist_empty(&ctx->ctrl_pending))
         events += proto_progress(ctx);
     return events;
@@ -233,6 +236,8 @@ void core_idle(tmx_context_h ctx, unsigned *spins, int64_t deadline_us)
     core_unlock(ctx);
     idle_sleep(ctx, deadline_us - now < CORE_PEER_CHECK_US ? deadline_us - now : CORE_PEER_CHECK_US);
     core_lock(ctx);
+    for (int i = 0; i < ctx->n_ifaces; i++)
+        ctx->ifaces[i]->quiet = 0; /* what woke us may be anywhere */
 }
 
 TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx_completion_t *out)

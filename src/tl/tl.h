@@ -60,7 +60,14 @@ struct tl_iface {
     tl_fail_cb_t fail_cb;
     tl_mem_check_t mem_check;
     void *recv_arg;
+    /* Set by the transport when polling it would find nothing for a while
+     * (nothing queued, pending or recently arrived); the core then polls
+     * it only once in TL_QUIET_POLL_EVERY polls, and after every sleep. A
+     * send or read through the transport clears it. */
+    int quiet;
 };
+
+#define TL_QUIET_POLL_EVERY 64
 
 /* Common head of every transport's endpoint object. */
 struct tl_ep {

@@ -117,6 +117,7 @@ static tmx_status_t self_send(tl_ep_t *ep, const struct iovec *iov, int iovcnt)
     pkt->len = len;
     util_dlist_push_tail(&si->queue, &pkt->link);
     si->n_queued++;
+    si->super.quiet = 0;
     return TMX_OK;
 }
 
@@ -152,6 +153,7 @@ static int self_progress(tl_iface_t *iface)
         free(pkt);
         events++;
     }
+    iface->quiet = si->n_queued == 0;
     return events;
 }
 

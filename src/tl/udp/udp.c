@@ -30,7 +30,6 @@
 static_assert(UDP_EAGER_LIMIT >= TMX_INJECT_MAX, "injected sends go eagerly");
 #define UDP_LINGER_US 1000000
 #define UDP_HOT_POLLS 100000    /* after a datagram, poll the socket every time */
-#define UDP_IDLE_POLL_EVERY 64  /* otherwise once in this many polls */
 #define UDP_MAX_EPS 65536       /* peers, a bound on state made by strangers */
 
 uint64_t udp_now_us(void)
@@ -544,6 +543,7 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags
 
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
+    ui->super.quiet = 0;
     if (ep->tx[ch].win == NULL && (ep->tx[ch].win = calloc(ui->window, sizeof(udp_seg_t *))) == NULL)
         return TMX_ERR_AGAIN;
     if (nseg > udp_tx_room(ui, &ep->tx[ch]))
@@ -767,10 +767,10 @@ static int recv_batch(udp_iface_t *ui)
 
 /* A receive costs a system call, and reading the clock is not free
  * either (tens of ns in a VM). While udp carries nothing (peers on this
- * host talk over shm) and has nothing pending, a poll does neither except
- * every UDP_IDLE_POLL_EVERY polls, so that udp's presence does not slow the
- * shm fast path; once a datagram arrives, every poll looks, for the next
- * UDP_HOT_POLLS polls. */
+ * host talk over shm) and has nothing pending, it tells the core it is
+ * quiet, and is polled only once in TL_QUIET_POLL_EVERY polls, so that
+ * udp's presence does not slow the shm fast path; once a datagram
+ * arrives, every poll looks, for the next UDP_HOT_POLLS polls. */
 static int udp_idle(const udp_iface_t *ui)
 {
     if (ui->hot_polls != 0 || __atomic_load_n(&ui->woken, __ATOMIC_RELAXED))
@@ -787,8 +787,6 @@ static int udp_progress(tl_iface_t *iface)
     uint64_t now;
     int events = 0, n;
 
-    if (udp_idle(ui) && (++ui->idle_polls & (UDP_IDLE_POLL_EVERY - 1)) != 0)
-        return 0;
     if (__atomic_load_n(&ui->woken, __ATOMIC_RELAXED)) {
         __atomic_store_n(&ui->woken, 0, __ATOMIC_RELAXED);
         ui->hot_polls = UDP_HOT_POLLS;
@@ -819,6 +817,7 @@ static int udp_progress(tl_iface_t *iface)
         udp_ack_flush(ui, now);
     if (ui->faults.held != NULL)
         udp_datagram_send(ui, NULL, NULL, 0);
+    iface->quiet = udp_idle(ui);
     return events;
 }
 

@@ -130,7 +130,6 @@ typedef struct udp_iface {
                                     (written unlocked: atomic) */
     uint64_t rx_now_us;          /* the clock when the current batch came */
     int gso;                     /* the kernel takes UDP_SEGMENT sends */
-    uint32_t idle_polls;
     uint32_t clock_polls;        /* empty polls, to read the clock every
                                     UDP_CLOCK_POLL_EVERY of them */
     uint64_t poll_now_us;        /* the clock as a poll last read it */

@@ -61,6 +61,7 @@ tmx_status_t udp_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
         return TMX_OK;
     if ((g = calloc(1, sizeof(*g))) == NULL)
         return TMX_ERR_NOMEM;
+    ui->super.quiet = 0;
     g->id = ++ui->next_get_id;
     g->ep = ep;
     g->dst = dst;

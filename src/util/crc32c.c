@@ -30,9 +30,14 @@ static uint32_t crc_sw(uint32_t crc, const unsigned char *p, size_t len)
  * over adjacent blocks run together, and are then joined: appending n
  * bytes to a message maps its CRC state linearly (over GF(2)), so the
  * state of A||B is shift_|B|(crc(A)) ^ crc_from_zero(B). The shift by one
- * and two blocks is a table lookup per byte of the state. */
-#define CRC_BLK 128
-static uint32_t crc_shift1[4][256], crc_shift2[4][256];
+ * and two blocks is a table lookup per byte of the state.
+ *
+ * Blocks come in sizes CRC_BLK_MIN << k: each round takes the largest
+ * that fits three times, so that a datagram (1472 bytes: rounds of 256,
+ * 128, 64 and 32) leaves a short tail for the single chain. */
+#define CRC_BLK_MIN 32
+#define CRC_LEVELS 8 /* blocks of 32 to 4096 bytes */
+static uint32_t crc_shift[CRC_LEVELS + 1][4][256]; /* [k]: by CRC_BLK_MIN << k bytes */
 
 __attribute__((target("sse4.2"))) static uint32_t crc_hw64(uint32_t crc, const unsigned char *p,
                                                           size_t len)
@@ -58,7 +63,7 @@ static uint32_t shift_apply(uint32_t t[4][256], uint32_t c)
 /* t[k][b]: the state (b << 8k) after n zero bytes; a sum of columns. */
 static void shift_table_init(uint32_t t[4][256], size_t n)
 {
-    static const unsigned char zeros[2 * CRC_BLK];
+    static const unsigned char zeros[CRC_BLK_MIN << CRC_LEVELS];
     uint32_t col[32];
 
     for (int i = 0; i < 32; i++)
@@ -76,20 +81,26 @@ static void shift_table_init(uint32_t t[4][256], size_t n)
 __attribute__((target("sse4.2"))) static uint32_t crc_hw3(uint32_t crc, const unsigned char *p,
                                                          size_t len)
 {
-    while (len >= 3 * CRC_BLK) {
-        uint64_t c0 = crc, c1 = 0, c2 = 0;
-        for (size_t i = 0; i < CRC_BLK; i += 8) {
-            uint64_t v0, v1, v2;
-            memcpy(&v0, p + i, 8);
-            memcpy(&v1, p + CRC_BLK + i, 8);
-            memcpy(&v2, p + 2 * CRC_BLK + i, 8);
-            c0 = __builtin_ia32_crc32di(c0, v0);
-            c1 = __builtin_ia32_crc32di(c1, v1);
-            c2 = __builtin_ia32_crc32di(c2, v2);
+    if (len < 3 * CRC_BLK_MIN) /* small packets: one chain */
+        return crc_hw64(crc, p, len);
+    for (int k = CRC_LEVELS - 1; k >= 0; k--) {
+        size_t blk = (size_t)CRC_BLK_MIN << k;
+        while (len >= 3 * blk) {
+            uint64_t c0 = crc, c1 = 0, c2 = 0;
+            for (size_t i = 0; i < blk; i += 8) {
+                uint64_t v0, v1, v2;
+                memcpy(&v0, p + i, 8);
+                memcpy(&v1, p + blk + i, 8);
+                memcpy(&v2, p + 2 * blk + i, 8);
+                c0 = __builtin_ia32_crc32di(c0, v0);
+                c1 = __builtin_ia32_crc32di(c1, v1);
+                c2 = __builtin_ia32_crc32di(c2, v2);
+            }
+            crc = shift_apply(crc_shift[k + 1], (uint32_t)c0) ^ shift_apply(crc_shift[k], (uint32_t)c1) ^
+                  (uint32_t)c2;
+            p += 3 * blk;
+            len -= 3 * blk;
         }
-        crc = shift_apply(crc_shift2, (uint32_t)c0) ^ shift_apply(crc_shift1, (uint32_t)c1) ^ (uint32_t)c2;
-        p += 3 * CRC_BLK;
-        len -= 3 * CRC_BLK;
     }
     return crc_hw64(crc, p, len);
 }
@@ -101,8 +112,8 @@ static void crc_init(void)
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("sse4.2")) {
-        shift_table_init(crc_shift1, CRC_BLK);
-        shift_table_init(crc_shift2, 2 * CRC_BLK);
+        for (int k = 0; k <= CRC_LEVELS; k++)
+            shift_table_init(crc_shift[k], (size_t)CRC_BLK_MIN << k);
         crc_hw = 1;
     }
 #else

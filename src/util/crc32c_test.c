@@ -21,7 +21,7 @@ static uint32_t crc_ref(uint32_t crc, const unsigned char *p, size_t len)
     return ~crc;
 }
 
-static unsigned char buf[4096 + 16];
+static unsigned char buf[65536 + 16];
 
 static void fill(void)
 {
@@ -48,6 +48,17 @@ static void test_every_length(void **state)
             assert_int_equal(util_crc32c(0, buf + off, len), crc_ref(0, buf + off, len));
 }
 
+/* Long buffers take every block size, up to rounds of 3 x 4096 bytes. */
+static void test_long(void **state)
+{
+    (void)state;
+    fill();
+    for (size_t len = 4097; len <= sizeof(buf) - 8; len = len * 5 / 4 + 13)
+        for (size_t off = 0; off < 8; off += 5)
+            assert_int_equal(util_crc32c(0, buf + off, len), crc_ref(0, buf + off, len));
+    assert_int_equal(util_crc32c(0, buf, sizeof(buf)), crc_ref(0, buf, sizeof(buf)));
+}
+
 static void test_chained(void **state)
 {
     (void)state;
@@ -64,6 +75,7 @@ int main(void)
         cmocka_unit_test(test_known_vector),
         cmocka_unit_test(test_every_length),
         cmocka_unit_test(test_chained),
+        cmocka_unit_test(test_long),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -804,8 +804,9 @@ static int udp_progress(tl_iface_t *iface)
     if (events > 0) {
         ui->hot_polls = UDP_HOT_POLLS;
         now = ui->poll_now_us = ui->rx_now_us;
-    } else if ((++ui->clock_polls & (UDP_CLOCK_POLL_EVERY - 1)) == 0) {
-        now = ui->poll_now_us = udp_now_us();
+    } else if ((++ui->clock_polls & (UDP_CLOCK_POLL_EVERY - 1)) == 0 ||
+               __atomic_exchange_n(&ui->slept, 0, __ATOMIC_RELAXED)) {
+        now = ui->poll_now_us = udp_now_us(); /* after a sleep, timers are due */
     } else {
         now = ui->poll_now_us;
     }
@@ -840,6 +841,7 @@ static void udp_wait(tl_iface_t *iface, int64_t timeout_us)
     ts.tv_nsec = (t % 1000000) * 1000;
     if (ppoll(&pfd, 1, &ts, NULL) > 0 && (pfd.revents & POLLIN))
         __atomic_store_n(&ui->woken, 1, __ATOMIC_RELAXED); /* the next poll reads it */
+    __atomic_store_n(&ui->slept, 1, __ATOMIC_RELAXED); /* and reads the clock */
 }
 
 /* Keepalives while someone waits: a reliable empty segment to each peer

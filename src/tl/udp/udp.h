@@ -128,6 +128,8 @@ typedef struct udp_iface {
     uint32_t hot_polls;          /* polls left that look at the socket */
     int woken;                   /* udp_wait saw the socket readable
                                     (written unlocked: atomic) */
+    int slept;                   /* udp_wait returned: the poll's clock
+                                    reading is stale (atomic) */
     uint64_t rx_now_us;          /* the clock when the current batch came */
     int gso;                     /* the kernel takes UDP_SEGMENT sends */
     uint32_t clock_polls;        /* empty polls, to read the clock every

@@ -186,7 +186,6 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     ctx->self_peer = TMX_PEER_NONE;
     ctx->last_peer = TMX_PEER_NONE; /* the uuid cache starts empty */
     ctx->rndv_free = UINT32_MAX;
-    ctx->rndv_split_min = (size_t)config_u64("TMX_RNDV_SPLIT_MIN", 0, 1ull << 40);
     util_dlist_init(&ctx->reqs);
     util_dlist_init(&ctx->msgs);
     util_dlist_init(&ctx->ctrl_pending);

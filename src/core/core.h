@@ -44,9 +44,8 @@ struct tmx_request {
     uint8_t state;              /* enum core_req_state */
     uint8_t handle_held;        /* the caller holds a handle */
     uint8_t freed;              /* debug guard against double release */
-    uint32_t id;                /* rendezvous sends, and receives copied by
-                                   both sides: index in ctx->rndv */
-    uint64_t rkey;              /* the same: key the FIN (or PUT_DONE) must echo */
+    uint32_t id;                /* rendezvous sends: index in ctx->rndv */
+    uint64_t rkey;              /* rendezvous sends: key the FIN must echo */
     void *buf;
     size_t len;
     tmx_completion_t comp;
@@ -57,11 +56,6 @@ struct tmx_request {
     uint64_t rndv_va;
     uint64_t rndv_rkey;
     uint64_t rndv_len;
-    size_t rndv_head;           /* bytes the sender was asked to write (0: none) */
-    tmx_status_t rndv_st;       /* the first failure of its parts */
-    uint8_t rndv_get_busy;      /* our read is in flight */
-    uint8_t rndv_put_wait;      /* the sender's PUT_DONE is awaited */
-    uint8_t rndv_redo_head;     /* the sender could not write: read it */
 };
 
 enum core_msg_kind {
@@ -128,7 +122,6 @@ struct tmx_context {
     uint32_t n_rndv_slots;
     uint32_t rndv_free;         /* head of the free-slot chain */
     uint64_t rkey_seed;
-    size_t rndv_split_min;      /* TMX_RNDV_SPLIT_MIN (0: off) */
     util_dlist_t ctrl_pending;  /* control packets waiting for room */
     uint64_t dropped;           /* packets from the wire that did not parse */
     core_cq_t cq;

@@ -19,8 +19,6 @@ static int req_doomed(tmx_context_h ctx, struct tmx_request *req, int clean)
         return 0;
     if (req->comp.op == TMX_OP_TSEND)
         return peer_gone(ctx, req->comp.source);
-    if (req->state == CORE_REQ_ACTIVE && req->rndv_put_wait && !req->rndv_get_busy)
-        return peer_gone(ctx, req->rndv_src); /* no PUT_DONE will come */
     if (!match_recv_is_posted(&req->recv))
         return 0;
     if (req->recv.src == TMX_ANY_SOURCE)
@@ -30,8 +28,8 @@ static int req_doomed(tmx_context_h ctx, struct tmx_request *req, int clean)
 
 static void req_fail(tmx_context_h ctx, struct tmx_request *req)
 {
-    if (req->comp.op == TMX_OP_TSEND || req->state == CORE_REQ_ACTIVE)
-        core_rndv_slot_put(ctx, req); /* sends, and receives halted mid-copy */
+    if (req->comp.op == TMX_OP_TSEND)
+        core_rndv_slot_put(ctx, req);
     else
         match_remove_recv(&ctx->match, &req->recv);
     core_req_complete(req, TMX_ERR_PEER_FAILED);

@@ -6,12 +6,10 @@
 #include "proto/wire.h"
 #include "util/log.h"
 
-/* Set in a FIN's flags when the receiver could not read the data, and in
- * a PUT_DONE's when the sender could not write it. */
-#define PROTO_CTRL_FAILED (1u << 15)
+/* Set in a FIN's flags when the receiver could not read the data. */
+#define PROTO_FIN_FAILED (1u << 15)
 
-/* A control packet (FIN, PUT_REQ, PUT_DONE) that found the transport
- * full, kept until there is room. */
+/* A FIN that found the transport full, kept until there is room. */
 typedef struct proto_ctrl {
     util_dlist_t link;
     tmx_peer_t peer;
@@ -126,10 +124,10 @@ tmx_status_t proto_inject(tmx_context_h ctx, tmx_peer_t peer, const void *buf, s
     return send_eager(ep, buf, len, tag, has_data, data);
 }
 
-/* ---------------------------------------------------------- control packets */
+/* -------------------------------------------------------------------- FIN */
 
-static tmx_status_t ctrl_send_now(tmx_context_h ctx, tmx_peer_t peer, const wire_tmh_t *tmh,
-                                  const wire_rvh_t *rvh)
+static tmx_status_t fin_send_now(tmx_context_h ctx, tmx_peer_t peer, const wire_tmh_t *tmh,
+                                 const wire_rvh_t *rvh)
 {
     struct iovec iov[2] = {{(void *)tmh, sizeof(*tmh)}, {(void *)rvh, sizeof(*rvh)}};
     tl_ep_t *ep;
@@ -140,45 +138,31 @@ static tmx_status_t ctrl_send_now(tmx_context_h ctx, tmx_peer_t peer, const wire
     return ep->iface->ops->send(ep, iov, 2);
 }
 
-static const char *ctrl_name(uint8_t op)
-{
-    return op == WIRE_OP_FIN ? "FIN" : op == WIRE_OP_PUT_REQ ? "PUT_REQ" : "PUT_DONE";
-}
-
-/* Sends a control packet, queueing it if the transport is full: the peer
- * must never wait forever for it (a sender for its FIN, a receiver for
- * its PUT_DONE). TMX_OK once sent or queued. */
-static tmx_status_t ctrl_send(tmx_context_h ctx, tmx_peer_t peer, uint8_t op, int failed,
-                              uint32_t app_ctx, uint64_t tag, uint64_t va, uint64_t rkey,
-                              uint64_t len)
+/* Sends FIN for a rendezvous request, queueing it if the transport is
+ * full: a sender must never wait forever for its FIN. */
+static void fin_send(tmx_context_h ctx, tmx_peer_t peer, uint32_t app_ctx, uint64_t tag,
+                     uint64_t va, uint64_t rkey, uint64_t len, int failed)
 {
     proto_ctrl_t c;
     proto_ctrl_t *q;
     tmx_status_t st;
 
-    wire_tmh_pack(&c.tmh, op, failed ? PROTO_CTRL_FAILED : 0, app_ctx, tag);
+    wire_tmh_pack(&c.tmh, WIRE_OP_FIN, failed ? PROTO_FIN_FAILED : 0, app_ctx, tag);
     wire_rvh_pack(&c.rvh, va, rkey, len);
-    st = ctrl_send_now(ctx, peer, &c.tmh, &c.rvh);
+    st = fin_send_now(ctx, peer, &c.tmh, &c.rvh);
     if (st != TMX_ERR_AGAIN) {
         if (st != TMX_OK)
-            util_error("%s to peer %u lost: %s", ctrl_name(op), peer, tmx_strerror(st));
-        return st;
+            util_error("FIN to peer %u lost: %s", peer, tmx_strerror(st));
+        return;
     }
     q = malloc(sizeof(*q));
     if (q == NULL) {
-        util_error("%s to peer %u lost: out of memory", ctrl_name(op), peer);
-        return TMX_ERR_NOMEM;
+        util_error("FIN to peer %u lost: out of memory", peer);
+        return;
     }
     *q = c;
     q->peer = peer;
     util_dlist_push_tail(&ctx->ctrl_pending, &q->link);
-    return TMX_OK;
-}
-
-static void fin_send(tmx_context_h ctx, tmx_peer_t peer, uint32_t app_ctx, uint64_t tag,
-                     uint64_t va, uint64_t rkey, uint64_t len, int failed)
-{
-    ctrl_send(ctx, peer, WIRE_OP_FIN, failed, app_ctx, tag, va, rkey, len);
 }
 
 int proto_progress(tmx_context_h ctx)
@@ -188,7 +172,7 @@ int proto_progress(tmx_context_h ctx)
 
     util_dlist_foreach_safe(pos, tmp, &ctx->ctrl_pending) {
         proto_ctrl_t *q = util_container_of(pos, proto_ctrl_t, link);
-        if (ctrl_send_now(ctx, q->peer, &q->tmh, &q->rvh) == TMX_ERR_AGAIN)
+        if (fin_send_now(ctx, q->peer, &q->tmh, &q->rvh) == TMX_ERR_AGAIN)
             break;
         util_dlist_unlink(&q->link);
         free(q);
@@ -241,89 +225,13 @@ static void rndv_finish(struct tmx_request *req, tmx_status_t st)
     core_req_complete(req, st == TMX_OK ? recv_status(req) : st);
 }
 
-static void rndv_read(struct tmx_request *req, size_t off, size_t len);
-
-/* One part of a rendezvous receive is over: our read, or the sender's
- * write. The receive completes, and FIN goes, once nothing is left. */
-static void rndv_part_done(struct tmx_request *req, tmx_status_t st)
-{
-    tmx_context_h ctx = req->ctx;
-
-    if (st != TMX_OK && req->rndv_st == TMX_OK)
-        req->rndv_st = st;
-    if (req->rndv_put_wait && !req->rndv_get_busy && core_peer_get(ctx, req->rndv_src)->failed) {
-        req->rndv_put_wait = 0; /* its PUT_DONE will never come */
-        if (req->rndv_st == TMX_OK)
-            req->rndv_st = TMX_ERR_PEER_FAILED;
-    }
-    if (req->rndv_get_busy || req->rndv_put_wait)
-        return;
-    if (req->rndv_redo_head) {
-        req->rndv_redo_head = 0;
-        if (req->rndv_st == TMX_OK) {
-            rndv_read(req, 0, req->rndv_head);
-            return;
-        }
-    }
-    if (req->rndv_head != 0)
-        core_rndv_slot_put(ctx, req);
-    rndv_finish(req, req->rndv_st);
-}
-
 static void rndv_get_done(tl_get_op_t *op, tmx_status_t st)
 {
-    struct tmx_request *req = util_container_of(op, struct tmx_request, get);
-
-    req->rndv_get_busy = 0;
-    rndv_part_done(req, st);
-}
-
-/* Reads bytes [off, off + len) of the message straight into the user
- * buffer. */
-static void rndv_read(struct tmx_request *req, size_t off, size_t len)
-{
-    tl_ep_t *ep;
-    tmx_status_t st = core_peer_ep(req->ctx, req->rndv_src, &ep);
-
-    if (st == TMX_OK) {
-        req->rndv_get_busy = 1;
-        st = ep->iface->ops->get(ep, (char *)req->buf + off, len, req->rndv_va + off, req->rndv_rkey,
-                                 &req->get);
-        if (st == TMX_INPROGRESS)
-            return;
-        req->rndv_get_busy = 0;
-    }
-    if (st != TMX_OK)
-        util_error("rendezvous read of %zu bytes from peer %u failed: %s", len, req->rndv_src,
-                   tmx_strerror(st));
-    rndv_part_done(req, st);
-}
-
-/* Large messages are copied by both processes at once where the transport
- * lets the sender write into the receiver (shm with CMA): one core alone
- * copies at a fraction of what two reach. The sender is asked to write
- * the first half while we read the second; if it cannot, we read both. */
-static size_t rndv_split(tmx_context_h ctx, struct tmx_request *req, tl_ep_t *ep)
-{
-    size_t head = (req->comp.length / 2) & ~(size_t)4095;
-
-    if (ctx->rndv_split_min == 0 || req->comp.length < ctx->rndv_split_min || head == 0 ||
-        ep->iface->ops->put == tl_no_put || core_rndv_slot_get(ctx, req) != TMX_OK)
-        return 0;
-    if (ctrl_send(ctx, req->rndv_src, WIRE_OP_PUT_REQ, 0, req->rndv_app_ctx, req->rkey,
-                  (uintptr_t)req->buf, req->rndv_rkey, head) != TMX_OK) {
-        core_rndv_slot_put(ctx, req);
-        return 0;
-    }
-    req->rndv_put_wait = 1;
-    util_debug("rendezvous of %zu bytes from peer %u: the sender writes the first %zu",
-               req->comp.length, req->rndv_src, head);
-    return head;
+    rndv_finish(util_container_of(op, struct tmx_request, get), st);
 }
 
 /* The receive has matched a rendezvous request: read straight into the
- * user buffer (part of it by the sender's hand, see rndv_split), then
- * FIN. The completion follows the data (seed 004). */
+ * user buffer, then FIN. The completion follows the read (seed 004). */
 static void rndv_start(tmx_context_h ctx, struct tmx_request *req, tmx_peer_t src)
 {
     tl_ep_t *ep;
@@ -331,18 +239,16 @@ static void rndv_start(tmx_context_h ctx, struct tmx_request *req, tmx_peer_t sr
 
     req->state = CORE_REQ_ACTIVE;
     req->rndv_src = src;
-    req->rndv_st = TMX_OK;
-    req->rndv_head = 0;
-    req->rndv_get_busy = req->rndv_put_wait = req->rndv_redo_head = 0;
     req->get.done = rndv_get_done;
-    if (st != TMX_OK) {
+    if (st == TMX_OK)
+        st = ep->iface->ops->get(ep, req->buf, req->comp.length, req->rndv_va, req->rndv_rkey,
+                                 &req->get);
+    if (st == TMX_INPROGRESS)
+        return;
+    if (st != TMX_OK)
         util_error("rendezvous read of %zu bytes from peer %u failed: %s", req->comp.length, src,
                    tmx_strerror(st));
-        rndv_part_done(req, st);
-        return;
-    }
-    req->rndv_head = rndv_split(ctx, req, ep);
-    rndv_read(req, req->rndv_head, req->comp.length - req->rndv_head);
+    rndv_finish(req, st);
 }
 
 void proto_msg_deliver(tmx_context_h ctx, struct tmx_message *msg, struct tmx_request *req)
@@ -425,20 +331,17 @@ static int parse_packet(tmx_context_h ctx, tmx_peer_t src, const unsigned char *
     wire_tmh_unpack(&in->tmh);
     if (in->tmh.version != WIRE_VERSION)
         return parse_fail(ctx, src, "unknown wire version", len);
-    if (in->tmh.opcode >= WIRE_OP_RNDV && in->tmh.opcode != WIRE_OP_HELLO) {
+    if (in->tmh.opcode == WIRE_OP_RNDV || in->tmh.opcode == WIRE_OP_FIN) {
         if (len < off + sizeof(wire_rvh_t))
             return parse_fail(ctx, src, "rendezvous packet without RVH", len);
         memcpy(&in->rvh, p + off, sizeof(in->rvh));
         wire_rvh_unpack(&in->rvh);
         off += sizeof(wire_rvh_t);
     }
-    if (in->tmh.opcode == WIRE_OP_FIN || in->tmh.opcode == WIRE_OP_PUT_REQ ||
-        in->tmh.opcode == WIRE_OP_PUT_DONE) {
+    if (in->tmh.opcode == WIRE_OP_FIN) {
         if (len != off)
-            return parse_fail(ctx, src, "control packet with trailing bytes", len);
-        if (in->tmh.flags & ~(in->tmh.opcode == WIRE_OP_PUT_REQ ? 0 : PROTO_CTRL_FAILED))
-            return parse_fail(ctx, src, "bad control packet flags", len);
-        return 0;
+            return parse_fail(ctx, src, "FIN with trailing bytes", len);
+        return (in->tmh.flags & ~PROTO_FIN_FAILED) ? parse_fail(ctx, src, "bad FIN flags", len) : 0;
     }
     if (in->tmh.flags & ~WIRE_FLAG_MASK)
         return parse_fail(ctx, src, "unknown flags", len);
@@ -530,55 +433,12 @@ static void fin_arrive(tmx_context_h ctx, tmx_peer_t src, const proto_in_t *in, 
         return;
     }
     core_rndv_slot_put(ctx, req);
-    if (in->tmh.flags & PROTO_CTRL_FAILED) {
+    if (in->tmh.flags & PROTO_FIN_FAILED) {
         util_error("peer %u could not read a %zu-byte rendezvous message", src, req->len);
         core_req_complete(req, TMX_ERR_IO);
         return;
     }
     core_req_complete(req, TMX_OK);
-}
-
-/* The receiver of a rendezvous send of ours asks us to write the head of
- * the message into its buffer. It must name the send, with its key, and
- * be the process the send went to; the answer is PUT_DONE either way. */
-static void put_req_arrive(tmx_context_h ctx, tmx_peer_t src, const proto_in_t *in, size_t len)
-{
-    struct tmx_request *req = core_rndv_lookup(ctx, in->tmh.app_ctx);
-    tmx_status_t st;
-    tl_ep_t *ep;
-
-    if (req == NULL || req->comp.op != TMX_OP_TSEND || req->rkey != in->rvh.rkey ||
-        in->rvh.len > req->len ||
-        core_peer_get(ctx, req->comp.source)->uuid != core_peer_get(ctx, src)->uuid) {
-        parse_fail(ctx, src, "PUT_REQ names no rendezvous send of ours", len);
-        return;
-    }
-    st = core_peer_ep(ctx, src, &ep);
-    if (st == TMX_OK)
-        st = ep->iface->ops->put(ep, in->rvh.va, req->buf, in->rvh.len);
-    if (st != TMX_OK && st != TMX_ERR_UNSUPPORTED)
-        util_error("writing %llu bytes of a rendezvous message into peer %u failed: %s",
-                   (unsigned long long)in->rvh.len, src, tmx_strerror(st));
-    ctrl_send(ctx, src, WIRE_OP_PUT_DONE, st != TMX_OK, (uint32_t)in->tmh.tag, 0, in->rvh.va,
-              in->tmh.tag, in->rvh.len);
-}
-
-/* The sender wrote the head we asked for (or could not: we read it). */
-static void put_done_arrive(tmx_context_h ctx, tmx_peer_t src, const proto_in_t *in, size_t len)
-{
-    struct tmx_request *req = core_rndv_lookup(ctx, in->tmh.app_ctx);
-
-    if (req == NULL || req->comp.op != TMX_OP_TRECV || !req->rndv_put_wait ||
-        req->rkey != in->rvh.rkey || (uintptr_t)req->buf != in->rvh.va ||
-        req->rndv_head != in->rvh.len ||
-        core_peer_get(ctx, req->rndv_src)->uuid != core_peer_get(ctx, src)->uuid) {
-        parse_fail(ctx, src, "PUT_DONE names no receive of ours", len);
-        return;
-    }
-    req->rndv_put_wait = 0;
-    if (in->tmh.flags & PROTO_CTRL_FAILED)
-        req->rndv_redo_head = 1;
-    rndv_part_done(req, TMX_OK);
 }
 
 /* A HELLO from a process we know is a repeat; from one we do not, it
@@ -620,12 +480,6 @@ void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len)
         break;
     case WIRE_OP_FIN:
         fin_arrive(ctx, src, &in, len);
-        break;
-    case WIRE_OP_PUT_REQ:
-        put_req_arrive(ctx, src, &in, len);
-        break;
-    case WIRE_OP_PUT_DONE:
-        put_done_arrive(ctx, src, &in, len);
         break;
     default:
         parse_fail(ctx, src, "unknown opcode", len);

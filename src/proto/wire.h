@@ -23,16 +23,9 @@ enum wire_opcode {
     WIRE_OP_EAGER = 1, /* tagged message with its payload */
     WIRE_OP_RNDV = 2,  /* tagged rendezvous request: the receiver reads */
     WIRE_OP_FIN = 3,   /* rendezvous done: the sender may release its buffer */
-    WIRE_OP_HELLO = 4, /* the sender's address blob (tmx_address), sent before
+    WIRE_OP_HELLO = 4  /* the sender's address blob (tmx_address), sent before
                           anything else to each peer, so that a receiver that
                           never added the sender can answer it */
-    WIRE_OP_PUT_REQ = 5, /* receiver to sender of a rendezvous: write the
-                            message's first rvh.len bytes to rvh.va while I
-                            read the rest (app_ctx: the send's id, rvh.rkey:
-                            the send's key, tag: the receive's key) */
-    WIRE_OP_PUT_DONE = 6 /* sender to receiver: written, or not (flag
-                            FAILED); app_ctx and rvh.rkey name the receive,
-                            rvh.va and rvh.len repeat the request's */
 };
 
 enum wire_flag {

@@ -28,11 +28,6 @@ tmx_status_t tl_no_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint6
     return TMX_ERR_UNSUPPORTED;
 }
 
-tmx_status_t tl_no_put(tl_ep_t *ep, uint64_t raddr, const void *src, size_t len)
-{
-    return TMX_ERR_UNSUPPORTED;
-}
-
 void tl_no_wait(tl_iface_t *iface, int64_t timeout_us)
 {
 }

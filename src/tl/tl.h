@@ -2,8 +2,8 @@
  * The transport interface. A transport moves opaque packets between
  * processes and reads remote memory; it knows nothing of tags or messages.
  * Each transport provides one const tl_ops_t; the core dispatches through it
- * and never tests an operation for NULL (tl_no_get() and tl_no_put() fill
- * the gap where a transport cannot read or write remote memory).
+ * and never tests an operation for NULL (tl_no_get() fills the gap where a
+ * transport cannot read remote memory).
  *
  * Threads: the core serialises every call into one interface; no operation
  * is called concurrently with another on the same interface, and callbacks
@@ -114,13 +114,6 @@ struct tl_ops {
     tmx_status_t (*get)(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                         tl_get_op_t *op);
 
-    /* Writes len bytes from src into the remote address raddr of the
-     * process behind ep, which asked for them (the sender's half of a
-     * rendezvous copied by both sides). TMX_OK: done now;
-     * TMX_ERR_UNSUPPORTED: this transport cannot write there (the asker
-     * then reads the bytes itself); another error: not written. */
-    tmx_status_t (*put)(tl_ep_t *ep, uint64_t raddr, const void *src, size_t len);
-
     /* Handles what arrived and what is due; returns the number of events. */
     int (*progress)(tl_iface_t *iface);
 
@@ -155,9 +148,6 @@ extern const char *const tl_names[];
 /* For transports without remote reads. */
 tmx_status_t tl_no_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                        tl_get_op_t *op);
-
-/* For transports that cannot write into a remote process. */
-tmx_status_t tl_no_put(tl_ep_t *ep, uint64_t raddr, const void *src, size_t len);
 
 /* The transport called name, or NULL. */
 const tl_ops_t *tl_find(const char *name);

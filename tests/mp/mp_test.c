@@ -1152,6 +1152,45 @@ static void case_oversub(void)
         printf("oversub: %u ranks, %d ring rounds in %.2f s\n", mp_size, OS_ROUNDS, s);
 }
 
+/* ----------------------------------------------------------------- lonely */
+
+/* Large receives complete while their sender makes no progress at all:
+ * the receiver copies what a sender that never comes would have written
+ * (shm's shared copies must not wait for the owner). Rank 1 sends and then
+ * sleeps without calling tmx; rank 0 must be done well before it wakes. */
+#define LN_LEN (4 * MP_MIB + 3)
+#define LN_SLEEP_US 3000000
+#define LN_LIMIT_US 1500000
+#define LN_TAG UINT64_C(0x1011000000000000)
+
+static void case_lonely(void)
+{
+    unsigned char *buf = malloc(LN_LEN + MP_GUARD);
+    tmx_completion_t c;
+
+    if (buf == NULL)
+        mp_fail("out of memory");
+    if (mp_rank == 1) {
+        tmx_request_h s;
+        mp_fill(buf, LN_LEN, 77);
+        s = mp_send(0, buf, LN_LEN, LN_TAG);
+        usleep(LN_SLEEP_US); /* no progress: only the receiver works */
+        mp_wait(s, NULL, "lonely send");
+    } else {
+        int64_t t0 = mp_now_us();
+        tmx_request_h r;
+        memset(buf, MP_GUARD_BYTE, LN_LEN + MP_GUARD);
+        r = mp_recv(1, buf, LN_LEN, LN_TAG, TMX_TAG_EXACT);
+        mp_check_recv("lonely receive", mp_wait_for(r, LN_LIMIT_US, &c, "lonely receive"), &c, 1, LN_TAG,
+                      LN_LEN, LN_LEN);
+        mp_check_pattern("lonely receive", buf, LN_LEN, 77);
+        mp_check_guard("lonely receive", buf, LN_LEN, LN_LEN + MP_GUARD);
+        printf("lonely: %zu bytes received in %.3f s while the sender slept\n", (size_t)LN_LEN,
+               (double)(mp_now_us() - t0) / 1e6);
+    }
+    free(buf);
+}
+
 /* ------------------------------------------------------------------- main */
 
 typedef struct mp_case {
@@ -1166,7 +1205,7 @@ static const mp_case_t mp_cases[] = {
     {"pingpong", 2, 2, case_pingpong, 1}, {"anysource", 2, 64, case_anysource, 1},
     {"order", 2, 2, case_order, 1},       {"truncate", 2, 2, case_truncate, 1},
     {"probe", 2, 2, case_probe, 1},       {"peerdeath", 3, 3, case_peerdeath, 0},
-    {"oversub", 2, 4096, case_oversub, 1},
+    {"oversub", 2, 4096, case_oversub, 1}, {"lonely", 2, 2, case_lonely, 1},
 };
 
 static const mp_case_t *mp_find(const char *name)

@@ -167,7 +167,6 @@ const tl_ops_t tl_self_ops = {
     .ep_destroy = self_ep_destroy,
     .send = self_send,
     .get = self_get,
-    .put = tl_no_put,
     .progress = self_progress,
     .wait = tl_no_wait,
     .check_peers = tl_no_check_peers,

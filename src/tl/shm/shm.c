@@ -96,6 +96,7 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
         free(si);
         return st;
     }
+    shm_get_init(si);
     *out = &si->super;
     return TMX_OK;
 }
@@ -113,12 +114,12 @@ static void shm_iface_close(tl_iface_t *iface)
     shm_iface_t *si = (shm_iface_t *)iface;
     util_dlist_t *pos, *tmp;
 
+    shm_get_fini(si); /* before the endpoints it waits on go */
     util_dlist_foreach_safe(pos, tmp, &si->eps) {
         shm_ep_t *ep = util_container_of(pos, shm_ep_t, link);
         ep_unmap(ep);
         free(ep);
     }
-    shm_get_fini(si);
     atomic_store_explicit(&si->seg->closed, 1, memory_order_release);
     munmap(si->seg, SHM_SEG_SIZE);
     close(si->fd);
@@ -319,7 +320,7 @@ static int shm_progress(tl_iface_t *iface)
         si->head++;
         events++;
     }
-    if (!util_dlist_empty(&si->gets) || !util_dlist_empty(&si->serves))
+    if (!util_dlist_empty(&si->gets) || !util_dlist_empty(&si->serves) || !util_dlist_empty(&si->helps))
         events += shm_get_progress(si);
     return events;
 }
@@ -371,7 +372,6 @@ const tl_ops_t tl_shm_ops = {
     .ep_destroy = shm_ep_destroy,
     .send = shm_send,
     .get = shm_get,
-    .put = shm_put,
     .progress = shm_progress,
     .wait = shm_wait,
     .check_peers = shm_check_peers,

@@ -35,6 +35,10 @@ typedef struct shm_iface {
     util_dlist_t eps;
     util_dlist_t gets;          /* copy-mode reads we wait for */
     util_dlist_t serves;        /* copy-mode reads we answer */
+    util_dlist_t helps;         /* shared copies waiting for the owner's write */
+    uint64_t jobs_free;         /* bit j: seg->jobs[j] unused */
+    uint64_t job_gen;
+    size_t split_min;           /* TMX_SHM_SPLIT_MIN (0: no shared copies) */
     uint64_t next_get_id;
     uint64_t dropped;
 } shm_iface_t;
@@ -45,12 +49,12 @@ void shm_cell_publish(shm_seg_hdr_t *seg, shm_cell_t *cell, uint64_t pos, uint32
 
 /* shm_get.c */
 int shm_cma_mode(void);
-tmx_status_t shm_put(tl_ep_t *ep, uint64_t raddr, const void *src, size_t len);
 tmx_status_t shm_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                      tl_get_op_t *op);
 void shm_get_cell(shm_iface_t *si, shm_cell_t *cell);
 int shm_get_progress(shm_iface_t *si);
 void shm_get_fail_ep(shm_iface_t *si, shm_ep_t *ep);
+void shm_get_init(shm_iface_t *si);
 void shm_get_fini(shm_iface_t *si);
 int shm_peer_dead(shm_ep_t *ep);
 

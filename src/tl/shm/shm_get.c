@@ -6,9 +6,15 @@
  * sends a request and the owner of the memory, after checking the key with
  * the layer above, streams the bytes back (seed 001's PUT emulation turned
  * into a GET).
+ *
+ * Large reads are shared copies where CMA works: one core copies at a
+ * fraction of what two reach, so the reader asks the memory's owner to
+ * write the first part with process_vm_writev while it reads the rest
+ * (shm_layout.h's job word says who copies what).
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +49,20 @@ typedef struct shm_serve {
     uint64_t offset;
     tmx_status_t status;        /* non-OK: send one refusal and stop */
 } shm_serve_t;
+
+/* A shared copy whose owner was still writing when the reader had taken
+ * every chunk left. */
+typedef struct shm_help_op {
+    util_dlist_t link;
+    shm_ep_t *ep;               /* the owner */
+    unsigned job;
+    uint64_t owner_chunks;      /* chunks the owner took: done when written */
+    unsigned char *dst;
+    uint64_t raddr;
+    size_t len;
+    tmx_status_t status;        /* of the reader's own chunks */
+    tl_get_op_t *op;
+} shm_help_op_t;
 
 int shm_cma_mode(void)
 {
@@ -131,6 +151,206 @@ static tmx_status_t copy_get(shm_iface_t *si, shm_ep_t *ep, void *dst, size_t le
     return TMX_INPROGRESS;
 }
 
+/* ------------------------------------------------------- shared copies */
+
+static shm_ep_t *ep_by_uuid(shm_iface_t *si, uint64_t uuid);
+
+#define JOB_IDX_MASK ((1ull << SHM_JOB_IDX_BITS) - 1)
+#define JOB_GEN_MASK ((1ull << SHM_JOB_GEN_BITS) - 1)
+
+static uint64_t claim_pack(uint64_t gen, uint64_t front, uint64_t back)
+{
+    return gen << (2 * SHM_JOB_IDX_BITS) | front << SHM_JOB_IDX_BITS | back;
+}
+
+static uint64_t claim_gen(uint64_t v)
+{
+    return v >> (2 * SHM_JOB_IDX_BITS);
+}
+
+static uint64_t claim_front(uint64_t v)
+{
+    return (v >> SHM_JOB_IDX_BITS) & JOB_IDX_MASK;
+}
+
+static uint64_t claim_back(uint64_t v)
+{
+    return v & JOB_IDX_MASK;
+}
+
+static void job_release(shm_iface_t *si, unsigned job)
+{
+    si->jobs_free |= 1ull << job;
+}
+
+static int help_push(shm_iface_t *si, shm_ep_t *ep, const shm_help_req_t *h)
+{
+    uint64_t pos;
+    shm_cell_t *cell = shm_cell_claim(ep->seg, &pos);
+    shm_help_req_t wire = {htole32(h->job), 0, htole64(h->gen), htole64(h->raddr), htole64(h->rkey),
+                           htole64(h->len), htole64(h->dst)};
+
+    if (cell == NULL)
+        return 0;
+    memcpy(cell->payload, &wire, sizeof(wire));
+    shm_cell_publish(ep->seg, cell, pos, SHM_KIND_HELP, sizeof(wire), si->uuid);
+    return 1;
+}
+
+/* Takes chunk front (owner) or back - 1 (reader) of a job in generation
+ * gen; its index, or -1 when none is left. */
+static int64_t chunk_take(_Atomic uint64_t *claim, uint64_t gen, int owner)
+{
+    uint64_t v = atomic_load_explicit(claim, memory_order_acquire);
+
+    for (;;) {
+        uint64_t f = claim_front(v), b = claim_back(v);
+        if (claim_gen(v) != gen || f >= b)
+            return -1;
+        if (atomic_compare_exchange_weak_explicit(claim, &v, owner ? claim_pack(gen, f + 1, b)
+                                                                   : claim_pack(gen, f, b - 1),
+                                                  memory_order_acq_rel, memory_order_acquire))
+            return owner ? (int64_t)f : (int64_t)b - 1;
+    }
+}
+
+/* Copies chunk k of a shared copy: read (reader) or write (owner). */
+static tmx_status_t chunk_copy(shm_ep_t *ep, unsigned char *local, uint64_t remote, size_t len,
+                               uint64_t k, int write)
+{
+    uint64_t off = k * SHM_JOB_CHUNK;
+    size_t n = len - off < SHM_JOB_CHUNK ? len - off : SHM_JOB_CHUNK;
+
+    return cma_copy(ep, local + off, n, remote + off, write);
+}
+
+/* Reads the owner's chunks ourselves, after it reported a failed write. */
+static tmx_status_t owner_chunks_reread(shm_ep_t *ep, unsigned char *dst, uint64_t raddr, size_t len,
+                                        uint64_t chunks)
+{
+    size_t n = chunks * SHM_JOB_CHUNK < len ? chunks * SHM_JOB_CHUNK : len;
+    tmx_status_t st = cma_copy(ep, dst, n, raddr, 0);
+
+    return st == TMX_ERR_UNSUPPORTED ? TMX_ERR_IO : st;
+}
+
+/* 1 once the owner has written the chunks it took (0: still writing). */
+static int owner_finished(shm_iface_t *si, shm_help_op_t *w)
+{
+    uint64_t d = atomic_load_explicit(&si->seg->jobs[w->job].done, memory_order_acquire);
+
+    if ((d & ~SHM_JOB_FAILED) < w->owner_chunks)
+        return 0;
+    if ((d & SHM_JOB_FAILED) && w->status == TMX_OK)
+        w->status = owner_chunks_reread(w->ep, w->dst, w->raddr, w->len, w->owner_chunks);
+    return 1;
+}
+
+static tmx_status_t shared_get(shm_iface_t *si, shm_ep_t *ep, unsigned char *dst, size_t len,
+                               uint64_t raddr, uint64_t rkey, tl_get_op_t *op)
+{
+    uint64_t n = (len + SHM_JOB_CHUNK - 1) / SHM_JOB_CHUNK;
+    unsigned job = (unsigned)__builtin_ctzll(si->jobs_free);
+    shm_job_t *j = &si->seg->jobs[job];
+    shm_help_req_t h = {job, 0, 0, raddr, rkey, len, (uintptr_t)dst};
+    shm_help_op_t w = {.ep = ep, .job = job, .dst = dst, .raddr = raddr, .len = len, .status = TMX_OK};
+    shm_help_op_t *wait;
+    int64_t k;
+
+    if ((si->job_gen = (si->job_gen + 1) & JOB_GEN_MASK) == 0)
+        si->job_gen = 1; /* generation 0 names no job */
+    h.gen = si->job_gen;
+    atomic_store_explicit(&j->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&j->claim, claim_pack(h.gen, 0, n), memory_order_release);
+    if (!help_push(si, ep, &h)) /* ring full: alone, but through the same claims */
+        util_debug("shm: shared copy of %zu bytes: no room to ask for help", len);
+    si->jobs_free &= ~(1ull << job);
+    while ((k = chunk_take(&j->claim, h.gen, 0)) >= 0) {
+        tmx_status_t st = chunk_copy(ep, dst, raddr, len, (uint64_t)k, 0);
+        if (st != TMX_OK && w.status == TMX_OK)
+            w.status = st == TMX_ERR_UNSUPPORTED ? TMX_ERR_IO : st;
+    }
+    w.owner_chunks = claim_front(atomic_load_explicit(&j->claim, memory_order_acquire));
+    if (owner_finished(si, &w)) {
+        util_debug("shm: shared copy of %zu bytes: the owner wrote %llu of %llu chunks", len,
+                   (unsigned long long)w.owner_chunks, (unsigned long long)n);
+        job_release(si, job);
+        return w.status;
+    }
+    /* The owner is writing a chunk it took: ours once it has. A read that
+     * failed still waits, so that nothing is written after we returned the
+     * buffer. */
+    if ((wait = malloc(sizeof(*wait))) == NULL) {
+        while (!owner_finished(si, &w) && !ep->failed && !shm_peer_dead(ep))
+            sched_yield();
+        job_release(si, job);
+        return w.status == TMX_OK ? TMX_ERR_NOMEM : w.status;
+    }
+    *wait = w;
+    wait->op = op;
+    util_dlist_push_tail(&si->helps, &wait->link);
+    return TMX_INPROGRESS;
+}
+
+/* Owner side: write chunks from the front while the reader has left some.
+ * The bytes must be a registered region of ours (mem_check). */
+static void help_arrive(shm_iface_t *si, shm_cell_t *cell)
+{
+    shm_ep_t *ep = ep_by_uuid(si, cell->src_uuid);
+    shm_help_req_t h;
+    shm_job_t *j;
+    int64_t k;
+
+    memcpy(&h, cell->payload, sizeof(h));
+    h.job = le32toh(h.job);
+    h.gen = le64toh(h.gen);
+    h.raddr = le64toh(h.raddr);
+    h.rkey = le64toh(h.rkey);
+    h.len = le64toh(h.len);
+    h.dst = le64toh(h.dst);
+    if (ep == NULL || ep->failed || cell->len != sizeof(h) || h.job >= SHM_N_JOBS || h.gen == 0 ||
+        h.gen > JOB_GEN_MASK || h.len / SHM_JOB_CHUNK >= JOB_IDX_MASK) {
+        si->dropped++;
+        util_warn("shm: dropped a bad shared-copy request");
+        return;
+    }
+    if (si->cma != SHM_CMA_ON ||
+        si->super.mem_check(si->super.recv_arg, h.raddr, h.len, h.rkey) != TMX_OK)
+        return; /* the reader copies it all */
+    j = &ep->seg->jobs[h.job];
+    while ((k = chunk_take(&j->claim, h.gen, 1)) >= 0) {
+        tmx_status_t st = shm_peer_dead(ep) ? TMX_ERR_PEER_FAILED
+                                            : chunk_copy(ep, (unsigned char *)(uintptr_t)h.raddr, h.dst,
+                                                         h.len, (uint64_t)k, 1);
+        atomic_fetch_add_explicit(&j->done, 1 | (st == TMX_OK ? 0 : SHM_JOB_FAILED),
+                                  memory_order_release);
+        if (st != TMX_OK)
+            break;
+    }
+}
+
+/* Shared copies whose owner was still writing a chunk. */
+static int helps_progress(shm_iface_t *si)
+{
+    util_dlist_t *pos, *tmp;
+    int events = 0;
+
+    util_dlist_foreach_safe(pos, tmp, &si->helps) {
+        shm_help_op_t *w = util_container_of(pos, shm_help_op_t, link);
+        if (!owner_finished(si, w)) {
+            if (!w->ep->failed && !shm_peer_dead(w->ep))
+                continue;
+            w->status = TMX_ERR_PEER_FAILED;
+        }
+        util_dlist_unlink(&w->link);
+        job_release(si, w->job);
+        w->op->done(w->op, w->status);
+        free(w);
+        events++;
+    }
+    return events;
+}
+
 tmx_status_t shm_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                      tl_get_op_t *op)
 {
@@ -142,6 +362,9 @@ tmx_status_t shm_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
         return TMX_ERR_PEER_FAILED;
     if (len == 0)
         return TMX_OK;
+    if (si->cma == SHM_CMA_ON && si->split_min != 0 && len >= si->split_min && si->jobs_free != 0 &&
+        len / SHM_JOB_CHUNK < JOB_IDX_MASK)
+        return shared_get(si, ep, dst, len, raddr, rkey, op);
     if (si->cma == SHM_CMA_ON) {
         st = cma_copy(ep, dst, len, raddr, 0);
         if (st != TMX_ERR_UNSUPPORTED)
@@ -151,19 +374,6 @@ tmx_status_t shm_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
         si->cma = SHM_CMA_OFF;
     }
     return copy_get(si, ep, dst, len, raddr, rkey, op);
-}
-
-/* One process_vm_writev into the peer that asked for the bytes. Without
- * CMA the peer reads them itself. */
-tmx_status_t shm_put(tl_ep_t *tep, uint64_t raddr, const void *src, size_t len)
-{
-    shm_ep_t *ep = (shm_ep_t *)tep;
-
-    if (ep->failed)
-        return TMX_ERR_PEER_FAILED;
-    if (((shm_iface_t *)tep->iface)->cma != SHM_CMA_ON)
-        return TMX_ERR_UNSUPPORTED;
-    return cma_copy(ep, (void *)src, len, raddr, 1);
 }
 
 static shm_get_op_t *get_find(shm_iface_t *si, uint64_t id)
@@ -251,6 +461,8 @@ void shm_get_cell(shm_iface_t *si, shm_cell_t *cell)
         get_data_arrive(si, cell);
     } else if (cell->kind == SHM_KIND_GET_REQ) {
         get_req_arrive(si, cell);
+    } else if (cell->kind == SHM_KIND_HELP) {
+        help_arrive(si, cell);
     } else {
         si->dropped++;
         util_warn("shm: dropped a cell of unknown kind %u", cell->kind);
@@ -295,12 +507,24 @@ int shm_get_progress(shm_iface_t *si)
         if (!g->req_sent)
             events += get_req_push(si, g);
     }
+    if (!util_dlist_empty(&si->helps))
+        events += helps_progress(si);
     return events;
 }
 
 void shm_get_fail_ep(shm_iface_t *si, shm_ep_t *ep)
 {
     util_dlist_t *pos, *tmp;
+
+    util_dlist_foreach_safe(pos, tmp, &si->helps) {
+        shm_help_op_t *w = util_container_of(pos, shm_help_op_t, link);
+        if (w->ep == ep) {
+            util_dlist_unlink(&w->link);
+            job_release(si, w->job);
+            w->op->done(w->op, TMX_ERR_PEER_FAILED);
+            free(w);
+        }
+    }
 
     util_dlist_foreach_safe(pos, tmp, &si->gets) {
         shm_get_op_t *g = util_container_of(pos, shm_get_op_t, link);
@@ -309,9 +533,29 @@ void shm_get_fail_ep(shm_iface_t *si, shm_ep_t *ep)
     }
 }
 
+void shm_get_init(shm_iface_t *si)
+{
+    si->split_min = (size_t)config_u64("TMX_SHM_SPLIT_MIN", 0, 1ull << 40);
+    si->jobs_free = SHM_N_JOBS == 64 ? ~0ull : (1ull << SHM_N_JOBS) - 1;
+    util_dlist_init(&si->helps);
+    /* generation 0 is never handed out, and nothing is left to take */
+    for (unsigned j = 0; j < SHM_N_JOBS; j++)
+        atomic_store_explicit(&si->seg->jobs[j].claim, 0, memory_order_relaxed);
+}
+
+/* Reads abandoned by a closing context: an owner writing into their
+ * buffers is waited for (a write is bounded), so that nothing lands there
+ * once the context is gone. */
 void shm_get_fini(shm_iface_t *si)
 {
     util_dlist_t *pos, *tmp;
+
+    util_dlist_foreach_safe(pos, tmp, &si->helps) {
+        shm_help_op_t *w = util_container_of(pos, shm_help_op_t, link);
+        while (!owner_finished(si, w) && !w->ep->failed && !shm_peer_dead(w->ep))
+            sched_yield();
+        free(w);
+    }
 
     util_dlist_foreach_safe(pos, tmp, &si->gets) {
         free(util_container_of(pos, shm_get_op_t, link));

@@ -22,10 +22,31 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x4d48534du   /* "MSHM" */
-#define SHM_VERSION 1
+#define SHM_VERSION 2
 #define SHM_CACHE_LINE 64
 #define SHM_CELL_SIZE 8192      /* bytes per cell, header included */
 #define SHM_N_CELLS 128         /* a power of two */
+#define SHM_N_JOBS 64           /* shared copies under way per reader */
+
+/* A shared copy (shm_get.c): a reader that fetches a large message asks
+ * the owner of the memory to help. The message is cut into chunks of
+ * SHM_JOB_CHUNK bytes; the owner writes chunks from the front into the
+ * reader's buffer (process_vm_writev) while the reader reads chunks from
+ * the back, each taking one with a compare-and-swap on the claim word that
+ * keeps front <= back. The reader never waits for an owner that does not
+ * come (it takes every chunk left), only for a chunk being written; and
+ * once front meets back the owner can take nothing more, so nothing is
+ * written into a buffer the reader has given back. */
+#define SHM_JOB_CHUNK (64 * 1024)
+#define SHM_JOB_IDX_BITS 21                      /* chunk indices */
+#define SHM_JOB_GEN_BITS (64 - 2 * SHM_JOB_IDX_BITS)
+#define SHM_JOB_FAILED (1ull << 63)              /* in done: a write failed */
+
+typedef struct shm_job {
+    _Atomic uint64_t claim;     /* generation | front | back */
+    _Atomic uint64_t done;      /* chunks the owner has written (| FAILED) */
+    uint8_t pad[SHM_CACHE_LINE - 16];
+} shm_job_t;
 
 /* Segment header; the hot words sit on their own cache lines so that
  * producers and the consumer do not false-share. */
@@ -43,12 +64,14 @@ typedef struct shm_seg_hdr {
     _Atomic uint32_t sleeping;  /* the consumer is, or is about to be, asleep */
     _Atomic uint32_t wake_seq;  /* futex word, bumped by producers to wake it */
     uint8_t pad2[SHM_CACHE_LINE - 8];
+    shm_job_t jobs[SHM_N_JOBS]; /* shared copies into this process */
 } shm_seg_hdr_t;
 
 enum shm_cell_kind {
     SHM_KIND_PACKET = 0,        /* a packet for the layer above */
     SHM_KIND_GET_REQ = 1,       /* copy-mode read: shm_get_req_t */
-    SHM_KIND_GET_DATA = 2       /* copy-mode read: shm_get_data_t + bytes */
+    SHM_KIND_GET_DATA = 2,      /* copy-mode read: shm_get_data_t + bytes */
+    SHM_KIND_HELP = 3           /* shared copy: shm_help_req_t */
 };
 
 /* Copy-mode remote read, used where process_vm_readv is refused: the
@@ -67,7 +90,20 @@ typedef struct shm_get_data {
     uint32_t len;               /* bytes that follow */
 } shm_get_data_t;
 
+/* Shared copy: help copy len bytes of yours at raddr (registered under
+ * rkey) to my dst, as job's claim word in generation gen allows. */
+typedef struct shm_help_req {
+    uint32_t job;
+    uint32_t reserved;          /* zero */
+    uint64_t gen;
+    uint64_t raddr;
+    uint64_t rkey;
+    uint64_t len;
+    uint64_t dst;
+} shm_help_req_t;
+
 static_assert(sizeof(shm_get_req_t) == 32, "get request layout");
+static_assert(sizeof(shm_help_req_t) == 48, "help request layout");
 static_assert(sizeof(shm_get_data_t) == 24, "get data layout");
 
 /* One cell. seq == position: free for the producer of that position;
@@ -83,7 +119,8 @@ typedef struct shm_cell {
 #define SHM_CELL_PAYLOAD (SHM_CELL_SIZE - sizeof(shm_cell_t))
 #define SHM_SEG_SIZE (sizeof(shm_seg_hdr_t) + (size_t)SHM_N_CELLS * SHM_CELL_SIZE)
 
-static_assert(sizeof(shm_seg_hdr_t) == 3 * SHM_CACHE_LINE, "segment header is three lines");
+static_assert(sizeof(shm_seg_hdr_t) == (3 + SHM_N_JOBS) * SHM_CACHE_LINE,
+              "segment header: three lines and one per job");
 static_assert(offsetof(shm_seg_hdr_t, tail) == SHM_CACHE_LINE, "tail on its own line");
 static_assert(offsetof(shm_seg_hdr_t, sleeping) == 2 * SHM_CACHE_LINE, "wake words on their own line");
 static_assert(sizeof(shm_cell_t) == 24, "cell header is 24 bytes");

@@ -873,7 +873,6 @@ const tl_ops_t tl_udp_ops = {
     .ep_destroy = udp_ep_destroy,
     .send = udp_send,
     .get = udp_get,
-    .put = tl_no_put,
     .progress = udp_progress,
     .wait = udp_wait,
     .check_peers = udp_check_peers,

@@ -266,11 +266,23 @@ static tmx_status_t shared_get(shm_iface_t *si, shm_ep_t *ep, unsigned char *dst
         util_debug("shm: shared copy of %zu bytes: no room to ask for help", len);
     si->jobs_free &= ~(1ull << job);
     while ((k = chunk_take(&j->claim, h.gen, 0)) >= 0) {
-        tmx_status_t st = chunk_copy(ep, dst, raddr, len, (uint64_t)k, 0);
+        tmx_status_t st = TMX_OK;
+        if (w.status != TMX_ERR_UNSUPPORTED) /* once refused, only claim the rest */
+            st = chunk_copy(ep, dst, raddr, len, (uint64_t)k, 0);
         if (st != TMX_OK && w.status == TMX_OK)
-            w.status = st == TMX_ERR_UNSUPPORTED ? TMX_ERR_IO : st;
+            w.status = st;
     }
     w.owner_chunks = claim_front(atomic_load_explicit(&j->claim, memory_order_acquire));
+    if (w.status == TMX_ERR_UNSUPPORTED) {
+        /* the kernel refuses CMA here: once the owner's chunks under way
+         * are written, copy through cells from now on, as shm_get does */
+        while (!owner_finished(si, &w) && !ep->failed && !shm_peer_dead(ep))
+            sched_yield();
+        job_release(si, job);
+        util_warn("shm: process_vm_readv refused; copying through shared memory from now on");
+        si->cma = SHM_CMA_OFF;
+        return copy_get(si, ep, dst, len, raddr, rkey, op);
+    }
     if (owner_finished(si, &w)) {
         util_debug("shm: shared copy of %zu bytes: the owner wrote %llu of %llu chunks", len,
                    (unsigned long long)w.owner_chunks, (unsigned long long)n);

@@ -224,6 +224,26 @@ calibrate() {
     printf '%s\t%s\n' "$ROUND" "$(date +%T)" >>"$TMP/round_times"
 }
 
+# Runs ROUNDS interleaved rounds: a calibration, then every step named in
+# "$@" (the function sys_STEP), the order rotated each round so that no
+# step always runs first or last; then bench_round_end, if the script
+# defines it.
+bench_rounds() {
+    local steps=("$@") k sys
+    for ROUND in $(seq 1 "$ROUNDS"); do
+        log "round $ROUND/$ROUNDS: calibration"
+        quiet calibration
+        calibrate
+        for k in $(seq 0 $((${#steps[@]} - 1))); do
+            sys=${steps[$(((k + ROUND - 1) % ${#steps[@]}))]}
+            quiet "$sys"
+            log "round $ROUND/$ROUNDS: $sys"
+            "sys_$sys"
+        done
+        if declare -F bench_round_end >/dev/null; then bench_round_end; fi
+    done
+}
+
 # --------------------------------------------------------------- statistics
 # stats.tsv: system metric size n median min max per-round-values
 # (sizes sort as versions: numbers in numeric order, and labels such as the

@@ -255,18 +255,8 @@ T0=$(date +%s)
 SYSTEMS=(tmx vader ucx rxm tmxudp tcp)
 STEPS=("${SYSTEMS[@]}" tmxperf)
 log "output: $OUT (rounds: $ROUNDS$([ "$QUICK" = 1 ] && echo ', quick')); hosts $NS1, $NS2"
-for ROUND in $(seq 1 "$ROUNDS"); do
-    log "round $ROUND/$ROUNDS: calibration"
-    quiet calibration
-    calibrate
-    # rotate the order every round so no configuration always runs first or last
-    for k in $(seq 0 $((${#STEPS[@]} - 1))); do
-        sys=${STEPS[$(((k + ROUND - 1) % ${#STEPS[@]}))]}
-        quiet "$sys"
-        log "round $ROUND/$ROUNDS: $sys"
-        if [ "$sys" = tmxperf ]; then sys_tmxperf; else sys_run "$sys"; fi
-    done
-done
+for sys in "${SYSTEMS[@]}"; do eval "sys_$sys() { sys_run $sys; }"; done
+bench_rounds "${STEPS[@]}"
 END=$(date '+%F %T %Z')
 ELAPSED=$(($(date +%s) - T0))
 cp "$DATA" "$RAWNEW/data.tsv"

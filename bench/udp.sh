@@ -464,18 +464,7 @@ START=$(date '+%F %T %Z')
 T0=$(date +%s)
 SYSTEMS=(limits tmx rxd rxm ucx loss)
 log "output: $OUT (rounds: $ROUNDS$([ "$QUICK" = 1 ] && echo ', quick')); hosts $NS1 ($IP1), $NS2 ($IP2)"
-for ROUND in $(seq 1 "$ROUNDS"); do
-    log "round $ROUND/$ROUNDS: calibration"
-    quiet calibration
-    calibrate
-    # rotate the order every round so no system always runs first or last
-    for k in $(seq 0 $((${#SYSTEMS[@]} - 1))); do
-        sys=${SYSTEMS[$(((k + ROUND - 1) % ${#SYSTEMS[@]}))]}
-        quiet "$sys"
-        log "round $ROUND/$ROUNDS: $sys"
-        "sys_$sys"
-    done
-done
+bench_rounds "${SYSTEMS[@]}"
 END=$(date '+%F %T %Z')
 ELAPSED=$(($(date +%s) - T0))
 cp "$DATA" "$RAWNEW/data.tsv"

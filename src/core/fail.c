@@ -81,15 +81,6 @@ tmx_status_t core_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t 
     return TMX_OK;
 }
 
-static int any_source_posted(const tmx_context_h ctx)
-{
-    for (size_t i = 0; i < ctx->match.n_masks; i++) {
-        if (ctx->match.masks[i].n_any != 0)
-            return 1;
-    }
-    return 0;
-}
-
 /* Transports watch only the peers they have endpoints to, and endpoints
  * are made on first use. A receive from any source may be waiting for any
  * peer, so once one has waited long enough to sleep, every peer is
@@ -99,7 +90,7 @@ void core_watch_for_wildcards(tmx_context_h ctx)
 {
     tl_ep_t *ep;
 
-    if (ctx->watch_all || !any_source_posted(ctx))
+    if (ctx->watch_all || !match_any_source_posted(&ctx->match))
         return;
     ctx->watch_all = 1;
     for (uint32_t i = 0; i < ctx->n_peers; i++) {

@@ -10,6 +10,9 @@
 #define MATCH_BIN_CHUNK 256
 
 /* A FIFO of entries sharing one key: (mask, src or ANY, tag & ~mask). */
+/* r->bin of a receive that waits in the pending list: never dereferenced. */
+static struct match_bin *const pending_bin = (struct match_bin *)&pending_bin;
+
 typedef struct match_bin {
     struct match_bin *next;  /* hash chain */
     uint64_t hash;
@@ -137,6 +140,8 @@ tmx_status_t match_init(match_engine_t *m)
         goto err_posted;
     util_dlist_init(&m->unexp_all);
     m->unindexed = &m->unexp_all;
+    util_dlist_init(&m->pending);
+    m->pending_max = MATCH_PENDING_MAX;
     return TMX_OK;
 
 err_posted:
@@ -217,33 +222,55 @@ static void bin_idle(match_engine_t *m, match_bin_t *bin)
     }
 }
 
-tmx_status_t match_post(match_engine_t *m, match_recv_t *r)
+/* Puts one pending receive into its bin; fails only for want of memory. */
+static tmx_status_t recv_index(match_engine_t *m, match_recv_t *r)
 {
     int any = r->src == TMX_ANY_SOURCE;
     match_mask_t *mm = mask_get(m, r->ignore);
     match_bin_t *bin;
 
     if (mm == NULL)
-        goto err_nomem;
+        return TMX_ERR_NOMEM;
     bin = table_get(m, &m->posted, r->ignore, r->src, r->tag & ~r->ignore, 0);
-    if (bin == NULL)
-        goto err_mask;
+    if (bin == NULL) {
+        if (mm->n_any == 0 && mm->n_src == 0)
+            *mm = m->masks[--m->n_masks];
+        return TMX_ERR_NOMEM;
+    }
     if (any)
         mm->n_any++;
     else
         mm->n_src++;
+    util_dlist_unlink(&r->link);
+    m->n_pending--;
     r->bin = bin;
-    r->seq = m->post_seq++;
     util_dlist_push_tail(&bin->queue, &r->link);
-    m->n_posted++;
     return TMX_OK;
+}
 
-err_mask:
-    if (mm->n_any == 0 && mm->n_src == 0)
-        *mm = m->masks[--m->n_masks];
-err_nomem:
-    util_error("out of memory posting a receive (%zu posted)", m->n_posted);
-    return TMX_ERR_NOMEM;
+void match_index_posted(match_engine_t *m)
+{
+    while (!util_dlist_empty(&m->pending)) {
+        match_recv_t *r = util_container_of(m->pending.next, match_recv_t, link);
+        if (recv_index(m, r) != TMX_OK) {
+            util_warn("out of memory indexing posted receives: %zu scanned in order", m->n_pending);
+            return;
+        }
+    }
+}
+
+tmx_status_t match_post(match_engine_t *m, match_recv_t *r)
+{
+    if (m->n_pending >= m->pending_max)
+        match_index_posted(m);
+    r->bin = pending_bin;
+    r->seq = m->post_seq++;
+    util_dlist_push_tail(&m->pending, &r->link);
+    m->n_pending++;
+    m->n_posted++;
+    if (m->pending_max == 0)
+        match_index_posted(m);
+    return TMX_OK;
 }
 
 static inline match_recv_t *bin_head_recv(const match_bin_t *bin)
@@ -267,15 +294,25 @@ static inline void consider_bin(const match_table_t *t, uint64_t mask, uint32_t 
 match_recv_t *match_find_recv(match_engine_t *m, uint32_t src, uint64_t tag)
 {
     match_recv_t *best = NULL;
+    util_dlist_t *pos;
 
-    for (size_t i = 0; i < m->n_masks; i++) {
-        const match_mask_t *mm = &m->masks[i];
-        if (mm->n_src != 0)
-            consider_bin(&m->posted, mm->mask, src, tag, &best);
-        if (mm->n_any != 0)
-            consider_bin(&m->posted, mm->mask, TMX_ANY_SOURCE, tag, &best);
+    if (m->n_posted != m->n_pending) {
+        for (size_t i = 0; i < m->n_masks; i++) {
+            const match_mask_t *mm = &m->masks[i];
+            if (mm->n_src != 0)
+                consider_bin(&m->posted, mm->mask, src, tag, &best);
+            if (mm->n_any != 0)
+                consider_bin(&m->posted, mm->mask, TMX_ANY_SOURCE, tag, &best);
+        }
+        if (best != NULL)
+            return best; /* older than any pending receive */
     }
-    return best;
+    util_dlist_foreach(pos, &m->pending) {
+        match_recv_t *r = util_container_of(pos, match_recv_t, link);
+        if (match_matches(r->src, r->tag, r->ignore, src, tag))
+            return r;
+    }
+    return NULL;
 }
 
 void match_remove_recv(match_engine_t *m, match_recv_t *r)
@@ -284,10 +321,29 @@ void match_remove_recv(match_engine_t *m, match_recv_t *r)
 
     util_dlist_unlink(&r->link);
     r->bin = NULL;
+    m->n_posted--;
+    if (bin == pending_bin) {
+        m->n_pending--;
+        return;
+    }
     if (util_dlist_empty(&bin->queue))
         bin_idle(m, bin);
     mask_put(m, r->ignore, r->src == TMX_ANY_SOURCE);
-    m->n_posted--;
+}
+
+int match_any_source_posted(const match_engine_t *m)
+{
+    const util_dlist_t *pos;
+
+    for (size_t i = 0; i < m->n_masks; i++) {
+        if (m->masks[i].n_any != 0)
+            return 1;
+    }
+    for (pos = m->pending.next; pos != &m->pending; pos = pos->next) {
+        if (util_container_of(pos, match_recv_t, link)->src == TMX_ANY_SOURCE)
+            return 1;
+    }
+    return 0;
 }
 
 /* -------------------------------------------------------- unexpected side */

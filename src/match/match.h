@@ -51,8 +51,8 @@ struct match_bin;
 
 /* A posted receive. Fill src, tag and ignore before match_post(). */
 typedef struct match_recv {
-    util_dlist_t link;       /* in its bin's FIFO */
-    struct match_bin *bin;   /* NULL when not posted */
+    util_dlist_t link;       /* in its bin's FIFO, or the pending list */
+    struct match_bin *bin;   /* NULL when not posted; a marker while pending */
     uint64_t seq;            /* post order */
     uint64_t tag;
     uint64_t ignore;
@@ -93,6 +93,8 @@ typedef struct match_mask {
 #define MATCH_IDLE_BINS 64
 /* Masks whose receives are all gone stay listed, up to this many. */
 #define MATCH_MASKS_KEPT 8
+/* Receives kept out of the bins while at most this many wait. */
+#define MATCH_PENDING_MAX 8
 
 typedef struct match_table {
     struct match_bin **buckets;
@@ -102,7 +104,14 @@ typedef struct match_table {
     size_t n_idle;
 } match_table_t;
 
+/* Posted receives go first to a short list scanned in post order, which
+ * costs no hashing while few receives wait (a ping-pong has one); once
+ * more than pending_max wait, all of them go into the bins, in order. So
+ * every receive in a bin is older than every receive in the list. */
 typedef struct match_engine {
+    util_dlist_t pending;     /* posted receives not in bins, post order */
+    size_t n_pending;
+    size_t pending_max;       /* MATCH_PENDING_MAX; 0 puts every receive in a bin */
     match_table_t posted;
     match_table_t unexp;
     util_dlist_t unexp_all;   /* every unexpected message, arrival order */
@@ -133,6 +142,14 @@ match_recv_t *match_find_recv(match_engine_t *m, uint32_t src, uint64_t tag);
 
 /* Removes a posted receive (after a match, or to cancel it). */
 void match_remove_recv(match_engine_t *m, match_recv_t *r);
+
+/* Moves every pending receive into its bin (done by match_post when the
+ * list is full); a receive that finds no memory for a bin stays pending,
+ * which is slower but as correct. */
+void match_index_posted(match_engine_t *m);
+
+/* Whether a receive from TMX_ANY_SOURCE is posted. */
+int match_any_source_posted(const match_engine_t *m);
 
 /* Stores an unexpected message at the end of the arrival order. */
 tmx_status_t match_add_msg(match_engine_t *m, match_msg_t *msg);

@@ -254,9 +254,9 @@ static void fail_recv(diff_t *d, const char *what, uint32_t src, uint64_t tag,
     const match_recv_t *w = want == NONE ? NULL : d->posted.v[want].obj;
 
     total_mismatches++;
-    fail_msg("seed %#" PRIx64 " op %zu: %s message (src %" PRIu32 ", tag %#" PRIx64
+    fail_msg("seed %#" PRIx64 " pending_max %zu op %zu: %s message (src %" PRIu32 ", tag %#" PRIx64
              ") took receive %p (seq %" PRIu64 "), expected %p (seq %" PRIu64 ")",
-             d->seed, d->op, what, src, tag, (const void *)got, got ? got->seq : 0,
+             d->seed, d->m.pending_max, d->op, what, src, tag, (const void *)got, got ? got->seq : 0,
              (const void *)w, w ? w->seq : 0);
 }
 
@@ -266,10 +266,10 @@ static void fail_msg_found(diff_t *d, const char *what, query_t q, const match_m
     const match_msg_t *w = want == NONE ? NULL : d->unexp.v[want].obj;
 
     total_mismatches++;
-    fail_msg("seed %#" PRIx64 " op %zu: %s receive (src %" PRIu32 ", tag %#" PRIx64
+    fail_msg("seed %#" PRIx64 " pending_max %zu op %zu: %s receive (src %" PRIu32 ", tag %#" PRIx64
              ", ignore %#" PRIx64 ") found message %p (seq %" PRIu64 "), expected %p (seq %" PRIu64
              ")",
-             d->seed, d->op, what, q.src, q.tag, q.ignore, (const void *)got, got ? got->seq : 0,
+             d->seed, d->m.pending_max, d->op, what, q.src, q.tag, q.ignore, (const void *)got, got ? got->seq : 0,
              (const void *)w, w ? w->seq : 0);
 }
 
@@ -448,23 +448,31 @@ static void finish(diff_t *d)
     assert_int_equal(d->m.bin_pool.in_use, d->m.posted.n_idle);
 }
 
+/* Each seed runs three engines: every receive in a bin at once, a short
+ * pending list (indexed often, so that bins and list mix), and tmx's own. */
+static const size_t pending_maxes[] = {0, 3, MATCH_PENDING_MAX};
+
 static void run_seed(void **state)
 {
     uint64_t seed = *(const uint64_t *)*state;
-    diff_t *d = calloc(1, sizeof(*d));
 
-    assert_non_null(d);
-    assert_int_equal(match_init(&d->m), TMX_OK);
-    d->seed = seed;
-    d->rng = seed;
-    d->prof = profile_from_seed(seed);
-    for (d->op = 0; d->op < OPS_PER_SEED; d->op++)
-        step(d);
-    finish(d);
-    match_fini(&d->m);
-    free(d->posted.v);
-    free(d->unexp.v);
-    free(d);
+    for (size_t k = 0; k < ARRAY_LEN(pending_maxes); k++) {
+        diff_t *d = calloc(1, sizeof(*d));
+
+        assert_non_null(d);
+        assert_int_equal(match_init(&d->m), TMX_OK);
+        d->m.pending_max = pending_maxes[k];
+        d->seed = seed;
+        d->rng = seed;
+        d->prof = profile_from_seed(seed);
+        for (d->op = 0; d->op < OPS_PER_SEED; d->op++)
+            step(d);
+        finish(d);
+        match_fini(&d->m);
+        free(d->posted.v);
+        free(d->unexp.v);
+        free(d);
+    }
 }
 
 /* ------------------------------------------------------------------ main */

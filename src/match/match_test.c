@@ -23,7 +23,10 @@
 
 /* ------------------------------------------------------------- fixtures */
 
-static int setup(void **state)
+/* Two engines: one that puts every receive into a bin at once, so that
+ * the tests reach the bins with few receives, and one as tmx runs it,
+ * with receives first in the pending list (MATCH_PENDING_MAX). */
+static int setup_max(void **state, size_t pending_max)
 {
     match_engine_t *m = malloc(sizeof(*m));
 
@@ -31,8 +34,19 @@ static int setup(void **state)
         free(m);
         return -1;
     }
+    m->pending_max = pending_max;
     *state = m;
     return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_max(state, 0);
+}
+
+static int setup_pending(void **state)
+{
+    return setup_max(state, MATCH_PENDING_MAX);
 }
 
 static int teardown(void **state)
@@ -641,6 +655,83 @@ static void test_probe_then_claim_exposes_next(void **state)
     assert_empty(m);
 }
 
+/* ------------------------------------------------------ the pending list */
+
+/* Receives wait unindexed until more than MATCH_PENDING_MAX are posted;
+ * then all go into bins in post order, and matching still takes the
+ * oldest, whether it is in a bin or still pending. */
+static void test_pending_then_indexed(void **state)
+{
+    match_engine_t *m = *state;
+    match_recv_t r[3 * MATCH_PENDING_MAX];
+    size_t n = ARRAY_LEN(r);
+
+    for (size_t i = 0; i < MATCH_PENDING_MAX; i++)
+        post(m, &r[i], 1, 7, 0);
+    assert_int_equal(m->n_pending, MATCH_PENDING_MAX);
+    assert_int_equal(m->posted.n_bins, 0);
+    for (size_t i = MATCH_PENDING_MAX; i < n; i++)
+        post(m, &r[i], i % 2 ? ANY : 1, 7, i % 3 ? 0 : ALL);
+    assert_true(m->n_pending <= MATCH_PENDING_MAX);
+    assert_true(m->posted.n_bins > 0);
+    for (size_t i = 0; i < n; i++)
+        arrive_expect(m, 1, 7, &r[i]);
+    assert_empty(m);
+}
+
+/* A pending receive older than every indexed one cannot exist, but a
+ * newer pending one must lose to an older indexed one on another key. */
+static void test_indexed_older_beats_pending(void **state)
+{
+    match_engine_t *m = *state;
+    match_recv_t wild, exact;
+
+    post(m, &wild, ANY, 0, ALL);
+    match_index_posted(m);
+    assert_int_equal(m->n_pending, 0);
+    post(m, &exact, 2, 5, 0);
+    assert_int_equal(m->n_pending, 1);
+    arrive_expect(m, 2, 5, &wild);
+    arrive_expect(m, 2, 5, &exact);
+    arrive_expect(m, 2, 5, NULL);
+    assert_empty(m);
+}
+
+/* Cancelling a pending receive takes it out of the list, not a bin. */
+static void test_pending_cancel(void **state)
+{
+    match_engine_t *m = *state;
+    match_recv_t r[3];
+
+    for (int i = 0; i < 3; i++)
+        post(m, &r[i], 4, 9, 0);
+    match_remove_recv(m, &r[1]);
+    assert_false(match_recv_is_posted(&r[1]));
+    assert_int_equal(m->n_pending, 2);
+    arrive_expect(m, 4, 9, &r[0]);
+    arrive_expect(m, 4, 9, &r[2]);
+    assert_empty(m);
+}
+
+/* A wildcard receive is seen whether it waits in the list or in a bin. */
+static void test_any_source_posted(void **state)
+{
+    match_engine_t *m = *state;
+    match_recv_t named, any;
+
+    assert_false(match_any_source_posted(m));
+    post(m, &named, 3, 1, 0);
+    assert_false(match_any_source_posted(m));
+    post(m, &any, ANY, 1, 0);
+    assert_true(match_any_source_posted(m));
+    match_index_posted(m);
+    assert_true(match_any_source_posted(m));
+    match_remove_recv(m, &any);
+    assert_false(match_any_source_posted(m));
+    match_remove_recv(m, &named);
+    assert_empty(m);
+}
+
 /* -------------------------------------------------------------- bin reuse */
 
 /* Emptied bins are kept for reuse, but no more than MATCH_IDLE_BINS: a
@@ -1104,9 +1195,42 @@ static void test_enum_all_unexp_high_bits(void **state)
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define TP(f) cmocka_unit_test_setup_teardown(f, setup_pending, teardown)
 
 int main(void)
 {
+    /* Every test on the pending-list engine but those that look into the
+     * bins themselves (mask counts, idle bins). */
+    const struct CMUnitTest pending[] = {
+        TP(test_posted_exact),
+        TP(test_posted_any_src),
+        TP(test_posted_any_tag),
+        TP(test_posted_any_any),
+        TP(test_posted_partial),
+        TP(test_posted_partial_any_src),
+        TP(test_empty_finds_nothing),
+        TP(test_posted_other_source_not_found),
+        TP(test_posted_high_bit_differs),
+        TP(test_posted_mask_counts_per_source_kind),
+        TP(test_posted_fifo_same_bin),
+        TP(test_posted_older_wildcard_beats_newer_exact),
+        TP(test_posted_skips_older_nonmatching),
+        TP(test_posted_order_every_permutation_of_kinds),
+        TP(test_cancel_head_passes_to_next),
+        TP(test_cancel_middle_keeps_order),
+        TP(test_posted_refilled_bin_is_younger),
+        TP(test_growth_posted_exact),
+        TP(test_growth_posted_mixed_cancel),
+        TP(test_fini_with_entries_stored),
+        TP(test_enum_pairs_posted_small),
+        TP(test_enum_all_posted_small),
+        TP(test_enum_pairs_posted_high_bits),
+        TP(test_enum_all_posted_high_bits),
+        TP(test_pending_then_indexed),
+        TP(test_indexed_older_beats_pending),
+        TP(test_pending_cancel),
+        TP(test_any_source_posted),
+    };
     const struct CMUnitTest tests[] = {
         T(test_posted_exact),
         T(test_posted_any_src),
@@ -1141,6 +1265,7 @@ int main(void)
         T(test_cancel_middle_keeps_order),
         T(test_cancel_last_of_mask_forgets_mask),
         T(test_claim_removes_from_every_bin),
+        T(test_any_source_posted),
         T(test_probe_leaves_message),
         T(test_probe_then_claim_exposes_next),
         T(test_posted_bin_reused),
@@ -1163,5 +1288,7 @@ int main(void)
         T(test_enum_all_unexp_high_bits),
     };
 
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests_name("match, every receive in a bin", tests, NULL, NULL);
+
+    return failed + cmocka_run_group_tests_name("match, pending list first", pending, NULL, NULL);
 }

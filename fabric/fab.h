@@ -122,11 +122,7 @@ struct fab_cq {
 typedef struct fab_op {
     struct fab_op *next, *prev; /* free list, or ep->claimed */
     void *context;              /* the application's */
-    uint64_t flags;             /* FI_TAGGED|FI_MSG, FI_RECV */
-    int report;                 /* a successful completion is wanted */
-    tmx_request_h req;          /* posted receives until they complete: for
-                                   fi_cancel, which looks through every op */
-    tmx_message_h msg;          /* claimed messages (ep->claimed) */
+    tmx_message_h msg;          /* the claimed message */
 } fab_op_t;
 
 struct fab_ep {
@@ -227,7 +223,7 @@ void fab_op_list_del(fab_op_t *op);
 
 /* Ops come from a free list that grows by chunks and never shrinks, so
  * that taking one on every receive costs a few stores. */
-static inline fab_op_t *fab_op_get(fab_ep_t *ep, void *context, uint64_t flags, int report)
+static inline fab_op_t *fab_op_get(fab_ep_t *ep, void *context)
 {
     fab_op_t *op;
 
@@ -236,9 +232,6 @@ static inline fab_op_t *fab_op_get(fab_ep_t *ep, void *context, uint64_t flags, 
     op = ep->free_ops;
     ep->free_ops = op->next;
     op->context = context;
-    op->flags = flags;
-    op->report = report;
-    op->req = NULL;
     op->msg = NULL;
     return op;
 }

@@ -65,12 +65,11 @@ static fab_cq_t *send_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_
 
 static fab_cq_t *recv_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e)
 {
-    fab_op_t *op = c->user_context;
-    int report = op->report;
+    uint64_t kind = tag_kind(ep, c->tag);
 
-    *e = (fab_cqe_t){.e = {.op_context = op->context, .flags = op->flags, .len = c->length},
+    *e = (fab_cqe_t){.e = {.op_context = c->user_context, .flags = kind | FI_RECV, .len = c->length},
                      .src = fab_av_valid(ep->av, c->source) ? c->source : FI_ADDR_NOTAVAIL};
-    if (op->flags & FI_TAGGED)
+    if (kind == FI_TAGGED)
         e->e.tag = c->tag & ~ep->msg_bit;
     if (c->has_data) {
         e->e.data = c->data;
@@ -78,16 +77,10 @@ static fab_cq_t *recv_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_
     }
     if (c->status != TMX_OK)
         fill_error(c, e);
-    if (op->req) {
-        tmx_request_free(op->req);
-        op->req = NULL;
-    }
-    fab_op_put(ep, op);
-    return e->err != 0 || report ? ep->rx_cq : NULL;
+    return ep->rx_cq;
 }
 
-/* Turns a tmx completion into *e; returns the CQ it goes to, or NULL when
- * nobody asked for it. */
+/* Turns a tmx completion into *e; returns the CQ it goes to. */
 static fab_cq_t *ep_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e)
 {
     if (c->op == TMX_OP_TSEND)
@@ -110,8 +103,8 @@ static void ep_drain(fab_ep_t *ep)
         if (tmx_cq_read(ep->tmx, c, FAB_DRAIN_BATCH, &n) != TMX_OK)
             return;
         for (size_t i = 0; i < n; i++) {
-            if ((cq = ep_complete(ep, &c[i], &e)) != NULL)
-                fab_cq_push(cq, &e);
+            cq = ep_complete(ep, &c[i], &e);
+            fab_cq_push(cq, &e);
         }
     } while (n == FAB_DRAIN_BATCH);
 }
@@ -172,8 +165,7 @@ static __attribute__((noinline)) size_t cq_take(fab_cq_t *cq, fab_ep_t *ep,
     fab_cq_t *to;
 
     for (size_t i = 0; i < got; i++) {
-        if ((to = ep_complete(ep, &c[i], &e)) == NULL)
-            continue;
+        to = ep_complete(ep, &c[i], &e);
         if (to != cq || e.err != 0 || cq->count > 0) {
             fab_cq_push(to, &e);
             continue;

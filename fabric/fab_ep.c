@@ -1,7 +1,7 @@
 /*
  * Endpoints: one tmx context each, created with TMX_BOOT_NONE since the
- * address vector supplies the peers. Receives in flight carry a fab_op
- * from the endpoint's pool as their tmx user context.
+ * address vector supplies the peers. Messages claimed with FI_CLAIM wait
+ * for their receive in a fab_op from the endpoint's pool.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -48,28 +48,13 @@ void fab_op_list_del(fab_op_t *op)
 
 /* ---------------------------------------------------------------- cancel */
 
-/* Cancel is rare and receives are many: rather than keep a list of
- * posted receives, look through every op for one still posted. */
-static fab_op_t *posted_find(fab_ep_t *ep, void *context)
-{
-    for (struct fab_op_chunk *c = ep->chunks; c != NULL; c = c->next) {
-        for (int i = 0; i < OPS_PER_CHUNK; i++) {
-            if (c->ops[i].req != NULL && c->ops[i].context == context)
-                return &c->ops[i];
-        }
-    }
-    return NULL;
-}
-
 static ssize_t ep_cancel(fid_t fid, void *context)
 {
     fab_ep_t *ep = (fab_ep_t *)fid;
-    fab_op_t *op;
-    ssize_t ret = -FI_ENOENT;
+    ssize_t ret;
 
     fab_lock(ep->dom);
-    if ((op = posted_find(ep, context)) != NULL)
-        ret = tmx_request_cancel(op->req) == TMX_OK ? 0 : -FI_ENOENT;
+    ret = tmx_cancel(ep->tmx, context) == TMX_OK ? 0 : -FI_ENOENT;
     fab_unlock(ep->dom);
     return ret;
 }

@@ -116,15 +116,14 @@ static int send_check(fab_ep_t *ep, const xfer_t *x)
 }
 
 /* The send's tmx user context is the application's: the CQ rebuilds the
- * rest of the entry from the tag. */
+ * rest of the entry from the tag. A send that wants no completion still
+ * reports a failure. */
 static ssize_t send_op(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_params_t *p)
 {
-    if (ep->tx_selective && !(x->flags & FI_COMPLETION)) {
-        p->flags |= TMX_OP_FLAG_NO_CQ;
-    } else {
-        p->field_mask |= TMX_OP_FIELD_USER_CONTEXT;
-        p->user_context = x->context;
-    }
+    if (ep->tx_selective && !(x->flags & FI_COMPLETION))
+        p->flags |= TMX_OP_FLAG_CQ_ERRORS_ONLY;
+    p->field_mask |= TMX_OP_FIELD_USER_CONTEXT;
+    p->user_context = x->context;
     return -fab_errno(tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, NULL));
 }
 
@@ -167,22 +166,26 @@ static int recv_source(fab_ep_t *ep, fi_addr_t addr, tmx_peer_t *peer)
     return 0;
 }
 
+/* A receive's tmx user context is the application's own, as a send's is:
+ * the CQ rebuilds the rest of the entry from the tag, fi_cancel finds it
+ * through tmx_cancel(), and a receive that wants no completion for
+ * success still reports a failure. */
+static tmx_op_params_t recv_params(const fab_ep_t *ep, const xfer_t *x)
+{
+    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_USER_CONTEXT | TMX_OP_FIELD_FLAGS,
+                         .user_context = x->context};
+
+    if (ep->rx_selective && !(x->flags & FI_COMPLETION))
+        p.flags = TMX_OP_FLAG_CQ_ERRORS_ONLY;
+    return p;
+}
+
 static ssize_t recv_post(fab_ep_t *ep, const xfer_t *x, tmx_peer_t peer, uint64_t tag,
                          uint64_t ignore)
 {
-    int report = !ep->rx_selective || (x->flags & FI_COMPLETION);
-    uint64_t kind = (x->flags & (FI_TAGGED | FI_MSG)) | FI_RECV;
-    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_USER_CONTEXT};
-    fab_op_t *op;
-    tmx_status_t st;
+    tmx_op_params_t p = recv_params(ep, x);
 
-    if ((op = fab_op_get(ep, x->context, kind, report)) == NULL)
-        return -FI_ENOMEM;
-    p.user_context = op;
-    st = tmx_trecv(ep->tmx, peer, x->buf, x->len, tag, ignore, &p, &op->req);
-    if (st != TMX_OK)
-        fab_op_put(ep, op);
-    return -fab_errno(st);
+    return -fab_errno(tmx_trecv(ep->tmx, peer, x->buf, x->len, tag, ignore, &p, NULL));
 }
 
 static ssize_t ep_recv(fab_ep_t *ep, const xfer_t *x)
@@ -247,7 +250,7 @@ static ssize_t peek(fab_ep_t *ep, const xfer_t *x, tmx_peer_t peer, uint64_t tag
     if (x->flags & FI_DISCARD) {
         tmx_message_discard(ep->tmx, msg);
     } else if (x->flags & FI_CLAIM) {
-        if ((op = fab_op_get(ep, x->context, FI_TAGGED | FI_RECV, 1)) == NULL) {
+        if ((op = fab_op_get(ep, x->context)) == NULL) {
             tmx_message_discard(ep->tmx, msg);
             return -FI_ENOMEM;
         }
@@ -272,29 +275,27 @@ static fab_op_t *claimed_find(fab_ep_t *ep, void *context)
 static ssize_t claim_recv(fab_ep_t *ep, const xfer_t *x)
 {
     fab_op_t *op = claimed_find(ep, x->context);
-    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_USER_CONTEXT};
+    tmx_op_params_t p = recv_params(ep, x);
+    tmx_message_h msg;
     tmx_status_t st;
 
     if (op == NULL) {
         FAB_WARN(FI_LOG_EP_DATA, "FI_CLAIM with a context that claimed nothing\n");
         return -FI_EINVAL;
     }
-    fab_op_list_del(op);
-    op->report = !ep->rx_selective || (x->flags & FI_COMPLETION);
+    msg = op->msg;
     if (x->flags & FI_DISCARD) {
-        tmx_message_discard(ep->tmx, op->msg);
+        fab_op_list_del(op);
         fab_op_put(ep, op);
+        tmx_message_discard(ep->tmx, msg);
         peek_report(ep, x, NULL, 0);
         return 0;
     }
-    p.user_context = op;
-    st = tmx_mrecv(ep->tmx, op->msg, x->buf, x->len, &p, NULL);
-    if (st == TMX_ERR_INVALID) {
-        fab_op_list_add(&ep->claimed, op);
-        return -FI_EINVAL;
-    }
-    if (st != TMX_OK)
-        fab_op_put(ep, op);
+    st = tmx_mrecv(ep->tmx, msg, x->buf, x->len, &p, NULL);
+    if (st == TMX_ERR_INVALID)
+        return -FI_EINVAL; /* the message stays claimed */
+    fab_op_list_del(op);
+    fab_op_put(ep, op);
     return -fab_errno(st);
 }
 

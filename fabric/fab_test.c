@@ -430,6 +430,50 @@ static void test_selective(void **state)
     node_close(&s);
 }
 
+/* With selective completion a receive without FI_COMPLETION is silent
+ * when it succeeds, but a truncated or canceled one still reports, with
+ * the kind (tagged or untagged) it was posted as. */
+static void test_selective_recv_errors(void **state)
+{
+    node_t s;
+    node_t *a = &nodes[0];
+    struct fi_cq_tagged_entry e;
+    struct fi_cq_err_entry err;
+    struct iovec iov;
+    char buf[4], big[16] = "sixteen bytes!!";
+    int r1, r2, r3, r4, c1, c2;
+    struct fi_msg_tagged m = {.msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .tag = 31,
+                              .context = &r4};
+
+    node_open(&s, FI_SELECTIVE_COMPLETION);
+    node_insert(&s);
+    assert_int_equal(fi_trecv(s.ep, buf, 4, NULL, FI_ADDR_UNSPEC, 30, 0, &r1), 0);
+    assert_int_equal(fi_tsend(a->ep, "abc", 4, NULL, s.addr, 30, &c1), 0);
+    assert_int_equal(cq_wait(a->cq, &e, NULL), 1);
+    assert_int_equal(fi_trecv(s.ep, buf, 4, NULL, FI_ADDR_UNSPEC, 30, 0, &r2), 0);
+    assert_int_equal(fi_tsend(a->ep, big, sizeof(big), NULL, s.addr, 30, &c2), 0);
+    assert_int_equal(cq_wait(a->cq, &e, NULL), 1);
+    cq_wait_err(s.cq, &err);                /* the first was silent */
+    assert_ptr_equal(err.op_context, &r2);
+    assert_int_equal(err.err, FI_ETRUNC);
+    assert_int_equal(err.olen, sizeof(big) - 4);
+    assert_int_equal(err.flags, FI_TAGGED | FI_RECV);
+    assert_int_equal(fi_recv(s.ep, buf, 4, NULL, FI_ADDR_UNSPEC, &r3), 0);
+    assert_int_equal(fi_cancel(&s.ep->fid, &r3), 0);
+    cq_wait_err(s.cq, &err);
+    assert_ptr_equal(err.op_context, &r3);
+    assert_int_equal(err.err, FI_ECANCELED);
+    assert_int_equal(err.flags, FI_MSG | FI_RECV);
+    iov = (struct iovec){buf, 4};
+    assert_int_equal(fi_trecvmsg(s.ep, &m, FI_COMPLETION), 0);
+    assert_int_equal(fi_cancel(&s.ep->fid, &r4), 0);
+    cq_wait_err(s.cq, &err);
+    assert_ptr_equal(err.op_context, &r4);
+    assert_int_equal(err.tag, 31);
+    cq_empty(s.cq);
+    node_close(&s);
+}
+
 /* An endpoint of its own whose sends and receives go to two CQs. */
 static void split_open(node_t *n, struct fid_cq **tx, enum fi_cq_format txf, enum fi_cq_format rxf)
 {
@@ -769,6 +813,7 @@ int main(void)
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_msg_ops),
         cmocka_unit_test(test_selective),
+        cmocka_unit_test(test_selective_recv_errors),
         cmocka_unit_test(test_split_cqs),
         cmocka_unit_test(test_send_kinds),
         cmocka_unit_test(test_error_in_line),

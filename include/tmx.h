@@ -167,7 +167,11 @@ enum tmx_op_flag {
      * (req must be NULL) and no completion. TMX_ERR_AGAIN: nothing was
      * sent; progress and retry. Not with TMX_OP_FLAG_SYNC. libfabric's
      * fi_inject. */
-    TMX_OP_FLAG_INJECT = 1u << 3
+    TMX_OP_FLAG_INJECT = 1u << 3,
+    /* A completion-queue entry only if the operation fails; a success is
+     * seen through the request handle only (libfabric's
+     * FI_SELECTIVE_COMPLETION for an operation without FI_COMPLETION). */
+    TMX_OP_FLAG_CQ_ERRORS_ONLY = 1u << 4
 };
 
 /* The largest message TMX_OP_FLAG_INJECT takes, on every transport. */
@@ -273,6 +277,13 @@ tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx_complet
  * matched or completed (it then completes normally), TMX_ERR_UNSUPPORTED
  * for sends. */
 tmx_status_t tmx_request_cancel(tmx_request_h req);
+
+/* Cancels, as tmx_request_cancel() does, the earliest-posted receive of
+ * ctx that has not matched yet and was posted with this user_context: for
+ * callers that keep no handles (libfabric's fi_cancel). Returns TMX_OK if
+ * one was canceled, TMX_ERR_NOT_FOUND if there is none. A canceled
+ * receive's completion carries the source and tag it was posted with. */
+tmx_status_t tmx_cancel(tmx_context_h ctx, void *user_context);
 
 /* Releases a request handle. An operation still running continues and
  * reports through the completion queue as requested; only the handle goes. */

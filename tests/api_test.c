@@ -495,6 +495,72 @@ static void test_cancel(void **state)
     assert_int_equal(tmx_tprobe(f->ctx, f->self, 3, 0, 0, &c, NULL), TMX_OK);
 }
 
+/* tmx_cancel finds a receive by its user context, the earliest posted
+ * first; the completion names the source and tag it was posted with. */
+static void test_cancel_by_context(void **state)
+{
+    fixture_t *f = *state;
+    char a[4], b[4], c2[4];
+    int key, other;
+    tmx_op_params_t p = with_ctx(&key), q = with_ctx(&other);
+    tmx_completion_t c;
+
+    assert_int_equal(tmx_cancel(NULL, &key), TMX_ERR_INVALID);
+    assert_int_equal(tmx_cancel(f->ctx, &key), TMX_ERR_NOT_FOUND);
+    assert_int_equal(tmx_trecv(f->ctx, f->self, a, 4, 5, 0, &p, NULL), TMX_OK);
+    assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, b, 4, 6, 0, &q, NULL), TMX_OK);
+    assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, c2, 4, 7, 0, &p, NULL), TMX_OK);
+    assert_int_equal(tmx_cancel(f->ctx, &key), TMX_OK);
+    c = cq_one(f->ctx);
+    assert_int_equal(c.status, TMX_ERR_CANCELED);
+    assert_ptr_equal(c.user_context, &key);
+    assert_int_equal(c.tag, 5);
+    assert_int_equal(c.source, f->self);
+    assert_int_equal(tmx_cancel(f->ctx, &key), TMX_OK);
+    c = cq_one(f->ctx);
+    assert_int_equal(c.tag, 7);
+    assert_int_equal(c.source, TMX_ANY_SOURCE);
+    assert_int_equal(tmx_cancel(f->ctx, &key), TMX_ERR_NOT_FOUND);
+    /* A receive that has matched is no longer canceled. */
+    assert_int_equal(tmx_tsend(f->ctx, f->self, "xyz", 4, 6, NULL, NULL), TMX_OK);
+    for (int i = 0; i < 2; i++) {
+        c = cq_one(f->ctx);
+        if (c.op == TMX_OP_TRECV)
+            break;
+    }
+    assert_int_equal(c.op, TMX_OP_TRECV);
+    assert_ptr_equal(c.user_context, &other);
+    assert_int_equal(tmx_cancel(f->ctx, &other), TMX_ERR_NOT_FOUND);
+}
+
+/* TMX_OP_FLAG_CQ_ERRORS_ONLY: a success leaves no entry, a failure does. */
+static void test_cq_errors_only(void **state)
+{
+    fixture_t *f = *state;
+    char buf[4];
+    int key;
+    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_FLAGS | TMX_OP_FIELD_USER_CONTEXT,
+                         .flags = TMX_OP_FLAG_CQ_ERRORS_ONLY, .user_context = &key};
+    tmx_request_h sr;
+    tmx_completion_t c;
+
+    assert_int_equal(tmx_trecv(f->ctx, f->self, buf, 4, 1, 0, &p, NULL), TMX_OK);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, "abc", 4, 1, &p, &sr), TMX_OK);
+    assert_int_equal(tmx_request_wait(sr, -1, NULL), TMX_OK);
+    tmx_request_free(sr);
+    cq_none(f->ctx);
+    assert_string_equal(buf, "abc");
+    assert_int_equal(tmx_trecv(f->ctx, f->self, buf, 2, 1, 0, &p, NULL), TMX_OK);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, "abc", 4, 1, &p, NULL), TMX_OK);
+    c = cq_one(f->ctx);
+    assert_int_equal(c.status, TMX_ERR_TRUNCATED);
+    assert_ptr_equal(c.user_context, &key);
+    cq_none(f->ctx);
+    assert_int_equal(tmx_trecv(f->ctx, f->self, buf, 4, 2, 0, &p, NULL), TMX_OK);
+    assert_int_equal(tmx_cancel(f->ctx, &key), TMX_OK);
+    assert_int_equal(cq_one(f->ctx).status, TMX_ERR_CANCELED);
+}
+
 static void test_no_cq_and_wait_timeout(void **state)
 {
     fixture_t *f = *state;
@@ -874,6 +940,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_order_mixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_probe_claim_discard, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_by_context, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cq_errors_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_cq_and_wait_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remote_data, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_send, setup, teardown),

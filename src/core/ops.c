@@ -5,8 +5,10 @@
 
 #define TMX_API __attribute__((visibility("default")))
 
-#define SEND_FLAGS (TMX_OP_FLAG_NO_CQ | TMX_OP_FLAG_SYNC | TMX_OP_FLAG_DATA | TMX_OP_FLAG_INJECT)
-#define RECV_FLAGS TMX_OP_FLAG_NO_CQ
+#define SEND_FLAGS                                                                                 \
+    (TMX_OP_FLAG_NO_CQ | TMX_OP_FLAG_CQ_ERRORS_ONLY | TMX_OP_FLAG_SYNC | TMX_OP_FLAG_DATA |        \
+     TMX_OP_FLAG_INJECT)
+#define RECV_FLAGS (TMX_OP_FLAG_NO_CQ | TMX_OP_FLAG_CQ_ERRORS_ONLY)
 
 static tmx_status_t send_check(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
                                const tmx_op_params_t *params)
@@ -117,6 +119,8 @@ TMX_API tmx_status_t tmx_trecv(tmx_context_h ctx, tmx_peer_t peer, void *buf, si
     req->recv.src = peer;
     req->recv.tag = tag;
     req->recv.ignore = ignore;
+    req->comp.source = peer; /* until a message matches */
+    req->comp.tag = tag;
     st = proto_recv(ctx, req);
     st = submit_end(req, st, out);
     core_unlock(ctx);

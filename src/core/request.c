@@ -74,7 +74,8 @@ void core_req_complete(struct tmx_request *req, tmx_status_t status)
 {
     req->state = CORE_REQ_DONE;
     req->comp.status = status;
-    if (!(req->flags & TMX_OP_FLAG_NO_CQ))
+    if (!(req->flags & TMX_OP_FLAG_NO_CQ) &&
+        (status != TMX_OK || !(req->flags & TMX_OP_FLAG_CQ_ERRORS_ONLY)))
         core_cq_push(&req->ctx->cq, &req->comp);
     if (!req->handle_held)
         core_req_release(req);
@@ -293,6 +294,28 @@ TMX_API tmx_status_t tmx_request_cancel(tmx_request_h req)
     core_lock(req->ctx);
     st = request_cancel_locked(req);
     core_unlock(req->ctx);
+    return st;
+}
+
+TMX_API tmx_status_t tmx_cancel(tmx_context_h ctx, void *user_context)
+{
+    util_dlist_t *pos;
+    tmx_status_t st = TMX_ERR_NOT_FOUND;
+
+    if (ctx == NULL) {
+        util_error("tmx_cancel: NULL context");
+        return TMX_ERR_INVALID;
+    }
+    core_lock(ctx);
+    util_dlist_foreach(pos, &ctx->reqs) { /* oldest first */
+        struct tmx_request *req = util_container_of(pos, struct tmx_request, link);
+        if (req->comp.op == TMX_OP_TRECV && req->comp.user_context == user_context &&
+            request_cancel_locked(req) == TMX_OK) {
+            st = TMX_OK;
+            break;
+        }
+    }
+    core_unlock(ctx);
     return st;
 }
 

@@ -150,7 +150,22 @@ struct tmx_request *core_req_alloc(tmx_context_h ctx, const tmx_op_params_t *par
                                    tmx_op_type_t op);
 void core_req_complete(struct tmx_request *req, tmx_status_t status);
 void core_req_release(struct tmx_request *req);
-tmx_status_t core_op_params_check(const tmx_op_params_t *params, uint32_t allowed_flags);
+tmx_status_t core_op_params_refuse(const tmx_op_params_t *params, uint32_t allowed_flags);
+
+#define CORE_OP_FIELDS (TMX_OP_FIELD_FLAGS | TMX_OP_FIELD_USER_CONTEXT | TMX_OP_FIELD_DATA)
+
+/* Checks an operation's parameters (NULL is fine); inline, since every
+ * operation pays it. */
+static inline tmx_status_t core_op_params_check(const tmx_op_params_t *params,
+                                                uint32_t allowed_flags)
+{
+    if (params == NULL)
+        return TMX_OK;
+    if ((params->field_mask & ~(uint64_t)CORE_OP_FIELDS) ||
+        ((params->field_mask & TMX_OP_FIELD_FLAGS) && (params->flags & ~allowed_flags)))
+        return core_op_params_refuse(params, allowed_flags);
+    return TMX_OK;
+}
 tmx_status_t core_rndv_slot_get(tmx_context_h ctx, struct tmx_request *req);
 struct tmx_request *core_rndv_lookup(tmx_context_h ctx, uint32_t id);
 void core_rndv_slot_put(tmx_context_h ctx, struct tmx_request *req);
@@ -169,7 +184,14 @@ tmx_status_t core_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t 
 
 /* peer.c */
 /* The peer a number names, added or implicit; NULL for no peer. */
-core_peer_t *core_peer_get(tmx_context_h ctx, tmx_peer_t peer);
+static inline core_peer_t *core_peer_get(tmx_context_h ctx, tmx_peer_t peer)
+{
+    if (peer < ctx->n_peers) /* TMX_ANY_SOURCE and TMX_PEER_NONE are never below */
+        return &ctx->peers[peer];
+    if (peer == TMX_ANY_SOURCE || peer == TMX_PEER_NONE || !(peer & TMX_PEER_IMPLICIT))
+        return NULL;
+    return (peer & ~TMX_PEER_IMPLICIT) < ctx->n_ipeers ? &ctx->ipeers[peer & ~TMX_PEER_IMPLICIT] : NULL;
+}
 tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep);
 /* A process that sent us its address without being added (proto.c's
  * HELLO): *out is its number, TMX_PEER_IMPLICIT set, or the number it

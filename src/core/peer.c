@@ -229,15 +229,6 @@ static tmx_status_t peers_reserve(core_peer_t **arr, uint32_t n, uint32_t *cap_i
     return TMX_OK;
 }
 
-core_peer_t *core_peer_get(tmx_context_h ctx, tmx_peer_t peer)
-{
-    if (peer == TMX_ANY_SOURCE || peer == TMX_PEER_NONE)
-        return NULL;
-    if (peer & TMX_PEER_IMPLICIT)
-        return (peer & ~TMX_PEER_IMPLICIT) < ctx->n_ipeers ? &ctx->ipeers[peer & ~TMX_PEER_IMPLICIT] : NULL;
-    return peer < ctx->n_peers ? &ctx->peers[peer] : NULL;
-}
-
 /* The parsed address points into the caller's buffer: keep a copy. */
 static tmx_status_t addr_keep(core_peer_t *peer)
 {

@@ -16,23 +16,15 @@
 #define CORE_SHARED_SLEEP_US 500  /* slice per transport when several sleep */
 #define CORE_YIELD_SHARED_US 2    /* a yield this long ran someone else */
 
-static const uint64_t op_field_mask =
-    TMX_OP_FIELD_FLAGS | TMX_OP_FIELD_USER_CONTEXT | TMX_OP_FIELD_DATA;
-
-tmx_status_t core_op_params_check(const tmx_op_params_t *params, uint32_t allowed_flags)
+/* Says why core_op_params_check() refused the parameters. */
+tmx_status_t core_op_params_refuse(const tmx_op_params_t *params, uint32_t allowed_flags)
 {
-    if (params == NULL)
-        return TMX_OK;
-    if (params->field_mask & ~op_field_mask) {
+    if (params->field_mask & ~(uint64_t)CORE_OP_FIELDS)
         util_error("unknown operation field bits 0x%llx",
-                   (unsigned long long)(params->field_mask & ~op_field_mask));
-        return TMX_ERR_INVALID;
-    }
-    if ((params->field_mask & TMX_OP_FIELD_FLAGS) && (params->flags & ~allowed_flags)) {
+                   (unsigned long long)(params->field_mask & ~(uint64_t)CORE_OP_FIELDS));
+    else
         util_error("flag bits 0x%x not allowed for this operation", params->flags & ~allowed_flags);
-        return TMX_ERR_INVALID;
-    }
-    return TMX_OK;
+    return TMX_ERR_INVALID;
 }
 
 struct tmx_request *core_req_alloc(tmx_context_h ctx, const tmx_op_params_t *params,

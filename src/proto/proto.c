@@ -83,8 +83,13 @@ static tmx_status_t hello_send(tmx_context_h ctx, core_peer_t *p, tl_ep_t *ep)
 static tmx_status_t proto_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
 {
     core_peer_t *p = core_peer_get(ctx, peer);
-    tmx_status_t st = core_peer_ep(ctx, peer, ep);
+    tmx_status_t st;
 
+    if (p != NULL && p->ep != NULL && p->hello_sent && !p->failed) {
+        *ep = p->ep; /* the usual case */
+        return TMX_OK;
+    }
+    st = core_peer_ep(ctx, peer, ep);
     if (st != TMX_OK || p->hello_sent)
         return st;
     return hello_send(ctx, p, *ep);

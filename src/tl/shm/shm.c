@@ -45,7 +45,7 @@ static void seg_init(shm_seg_hdr_t *seg, uint64_t uuid)
     atomic_store_explicit(&seg->sleeping, 0, memory_order_relaxed);
     atomic_store_explicit(&seg->wake_seq, 0, memory_order_relaxed);
     for (uint64_t i = 0; i < SHM_N_CELLS; i++)
-        atomic_store_explicit(&shm_cell(seg, i)->seq, i, memory_order_relaxed);
+        atomic_store_explicit(&shm_cell(seg, i)->seq, shm_seq(i), memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
 }
 
@@ -225,8 +225,8 @@ shm_cell_t *shm_cell_claim(shm_seg_hdr_t *seg, uint64_t *out_pos)
 
     for (;;) {
         shm_cell_t *cell = shm_cell(seg, pos);
-        uint64_t seq = atomic_load_explicit(&cell->seq, memory_order_acquire);
-        int64_t diff = (int64_t)(seq - pos);
+        uint32_t seq = atomic_load_explicit(&cell->seq, memory_order_acquire);
+        int32_t diff = (int32_t)(seq - shm_seq(pos));
         if (diff == 0) {
             if (atomic_compare_exchange_weak_explicit(&seg->tail, &pos, pos + 1, memory_order_relaxed,
                                                       memory_order_relaxed)) {
@@ -283,10 +283,10 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
 void shm_cell_publish(shm_seg_hdr_t *seg, shm_cell_t *cell, uint64_t pos, uint32_t kind,
                       uint32_t len, uint64_t uuid)
 {
-    cell->len = len;
-    cell->kind = kind;
+    cell->len = (uint16_t)len;
+    cell->kind = (uint16_t)kind;
     cell->src_uuid = uuid;
-    atomic_store_explicit(&cell->seq, pos + 1, memory_order_release);
+    atomic_store_explicit(&cell->seq, shm_seq(pos + 1), memory_order_release);
     seg_wake(seg);
 }
 
@@ -313,10 +313,10 @@ static int shm_progress(tl_iface_t *iface)
 
     while (events < SHM_RECV_BUDGET) {
         shm_cell_t *cell = shm_cell(si->seg, si->head);
-        if (atomic_load_explicit(&cell->seq, memory_order_acquire) != si->head + 1)
+        if (atomic_load_explicit(&cell->seq, memory_order_acquire) != shm_seq(si->head + 1))
             break;
         cell_deliver(si, cell);
-        atomic_store_explicit(&cell->seq, si->head + SHM_N_CELLS, memory_order_release);
+        atomic_store_explicit(&cell->seq, shm_seq(si->head + SHM_N_CELLS), memory_order_release);
         si->head++;
         events++;
     }
@@ -335,7 +335,7 @@ static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
 
     atomic_store_explicit(&seg->sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&shm_cell(seg, si->head)->seq, memory_order_acquire) == si->head + 1)
+    if (atomic_load_explicit(&shm_cell(seg, si->head)->seq, memory_order_acquire) == shm_seq(si->head + 1))
         goto out_awake;
     futex(&seg->wake_seq, FUTEX_WAIT, seq, timeout_us < 0 ? NULL : &ts);
 out_awake:

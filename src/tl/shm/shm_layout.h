@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x4d48534du   /* "MSHM" */
-#define SHM_VERSION 2
+#define SHM_VERSION 3
 #define SHM_CACHE_LINE 64
 #define SHM_CELL_SIZE 8192      /* bytes per cell, header included */
 #define SHM_N_CELLS 128         /* a power of two */
@@ -107,11 +107,15 @@ static_assert(sizeof(shm_help_req_t) == 48, "help request layout");
 static_assert(sizeof(shm_get_data_t) == 24, "get data layout");
 
 /* One cell. seq == position: free for the producer of that position;
- * seq == position + 1: published, for the consumer. */
+ * seq == position + 1: published, for the consumer. Positions are 64-bit
+ * (tail) and seq holds their low 32 bits: no producer can be 2^31
+ * positions behind a ring of SHM_N_CELLS. The header is 16 bytes so that
+ * it, tmx's 16-byte tag header and 32 bytes of payload share one cache
+ * line: the one line the consumer must fetch for a small message. */
 typedef struct shm_cell {
-    _Atomic uint64_t seq;       /* ring sequence, see above */
-    uint32_t len;               /* packet bytes in payload */
-    uint32_t kind;              /* enum shm_cell_kind */
+    _Atomic uint32_t seq;       /* ring sequence, see above */
+    uint16_t len;               /* packet bytes in payload */
+    uint16_t kind;              /* enum shm_cell_kind */
     uint64_t src_uuid;          /* the sending context */
     unsigned char payload[];    /* the packet, inline */
 } shm_cell_t;
@@ -123,10 +127,16 @@ static_assert(sizeof(shm_seg_hdr_t) == (3 + SHM_N_JOBS) * SHM_CACHE_LINE,
               "segment header: three lines and one per job");
 static_assert(offsetof(shm_seg_hdr_t, tail) == SHM_CACHE_LINE, "tail on its own line");
 static_assert(offsetof(shm_seg_hdr_t, sleeping) == 2 * SHM_CACHE_LINE, "wake words on their own line");
-static_assert(sizeof(shm_cell_t) == 24, "cell header is 24 bytes");
+static_assert(sizeof(shm_cell_t) == 16, "cell header is 16 bytes");
+static_assert(SHM_CELL_SIZE - sizeof(shm_cell_t) <= UINT16_MAX, "a cell's length fits its field");
 static_assert(SHM_CELL_SIZE % SHM_CACHE_LINE == 0, "cells are whole cache lines");
 static_assert((SHM_N_CELLS & (SHM_N_CELLS - 1)) == 0, "ring size is a power of two");
 static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic uint32_t) == 4, "lock-free words");
+
+static inline uint32_t shm_seq(uint64_t pos)
+{
+    return (uint32_t)pos;
+}
 
 static inline shm_cell_t *shm_cell(shm_seg_hdr_t *seg, uint64_t pos)
 {

@@ -6,6 +6,7 @@
 static uint32_t crc_table[256];
 static int crc_hw;
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+static int crc_ready; /* set, with release order, once crc_init has run */
 
 static void table_init(void)
 {
@@ -119,11 +120,13 @@ static void crc_init(void)
 #else
     crc_hw = 0;
 #endif
+    __atomic_store_n(&crc_ready, 1, __ATOMIC_RELEASE);
 }
 
 uint32_t util_crc32c(uint32_t crc, const void *data, size_t len)
 {
-    pthread_once(&crc_once, crc_init);
+    if (!__atomic_load_n(&crc_ready, __ATOMIC_ACQUIRE)) /* a load, not a call, once ready */
+        pthread_once(&crc_once, crc_init);
     crc = ~crc;
 #if defined(__x86_64__)
     if (crc_hw)

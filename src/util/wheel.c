@@ -6,6 +6,7 @@ void util_wheel_init(util_wheel_t *w, uint64_t tick_us, uint64_t now_us)
         util_dlist_init(&w->slots[i]);
     w->tick_us = tick_us;
     w->now_tick = now_us / tick_us;
+    w->next_us = (w->now_tick + 1) * tick_us;
     w->n_armed = 0;
 }
 
@@ -59,14 +60,18 @@ static int expire_slot(util_dlist_t *slot, uint64_t now_us)
 
 int util_wheel_expire(util_wheel_t *w, uint64_t now_us)
 {
-    uint64_t tick = now_us / w->tick_us;
+    uint64_t tick;
     int n = 0;
 
+    if (now_us < w->next_us) /* most polls: still in the last tick expired */
+        return 0;
+    tick = now_us / w->tick_us;
     if (tick - w->now_tick > UTIL_WHEEL_SLOTS)
         w->now_tick = tick - UTIL_WHEEL_SLOTS;
     while (w->now_tick < tick) {
         w->now_tick++;
         n += expire_slot(&w->slots[w->now_tick % UTIL_WHEEL_SLOTS], now_us);
     }
+    w->next_us = (w->now_tick + 1) * w->tick_us;
     return n;
 }

@@ -25,6 +25,7 @@ typedef struct util_wheel {
     util_dlist_t slots[UTIL_WHEEL_SLOTS];
     uint64_t tick_us;   /* slot width */
     uint64_t now_tick;  /* last tick expired */
+    uint64_t next_us;   /* start of the tick after now_tick: nothing to do before */
     uint32_t n_armed;   /* timers armed */
 } util_wheel_t;
 

@@ -206,6 +206,9 @@ void udp_get_fini(udp_iface_t *ui);
 /* udp_fault.c: fault injection */
 void udp_faults_init(udp_faults_t *f, uint64_t seed);
 void udp_faults_fini(udp_faults_t *f);
-int udp_faults_active(const udp_faults_t *f);
+static inline int udp_faults_active(const udp_faults_t *f)
+{
+    return f->drop > 0 || f->dup > 0 || f->reorder > 0 || f->corrupt > 0;
+}
 
 #endif

@@ -52,11 +52,6 @@ void udp_faults_init(udp_faults_t *f, uint64_t seed)
               f->reorder, f->corrupt);
 }
 
-int udp_faults_active(const udp_faults_t *f)
-{
-    return f->drop > 0 || f->dup > 0 || f->reorder > 0 || f->corrupt > 0;
-}
-
 void udp_faults_fini(udp_faults_t *f)
 {
     free(f->held);

@@ -114,6 +114,11 @@ static void settings_apply(udp_iface_t *ui, uint32_t ifmtu)
     uint64_t mtu = config_u64("TMX_UDP_MTU", 0, 65535);
 
     ui->window = (uint32_t)config_u64("TMX_UDP_WINDOW", 16, 1u << 20);
+    if (ui->window & (ui->window - 1)) { /* slots are seq & (window - 1) */
+        uint32_t w = 1u << (31 - __builtin_clz(ui->window));
+        util_info("udp: TMX_UDP_WINDOW %u is not a power of two: using %u", ui->window, w);
+        ui->window = w;
+    }
     ui->ack_delay_us = config_u64("TMX_UDP_ACK_DELAY_US", 0, 1000000);
     ui->rto_us = config_u64("TMX_UDP_RTO_MS", 1, 60000) * 1000;
     ui->peer_timeout_us = config_u64("TMX_UDP_PEER_TIMEOUT_MS", 10, 3600000) * 1000;
@@ -536,7 +541,7 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags
                            const struct iovec *iov, int iovcnt, size_t len)
 {
     size_t per = (ch == UDP_CH_PRIO ? UDP_PRIO_MTU : ui->mtu) - sizeof(udp_hdr_t);
-    size_t nseg = len == 0 ? 1 : (len + per - 1) / per;
+    size_t nseg = len <= per ? 1 : (len + per - 1) / per;
     int whole = !(flags & UDP_FLAG_GET_DATA);
     udp_seg_t *batch[UDP_GSO_MAX];
     uint64_t now;

@@ -38,7 +38,7 @@ typedef struct udp_seg {
 typedef struct udp_tx {
     uint32_t next_seq;           /* the next segment's number */
     uint32_t una;                /* oldest unacknowledged */
-    udp_seg_t **win;             /* in flight, by seq % window */
+    udp_seg_t **win;             /* in flight, by udp_slot(seq) */
     uint32_t dup_acks;
     uint64_t rto_us;             /* current retransmit timeout, backs off */
     uint64_t last_progress_us;   /* when una last moved, for failure */
@@ -54,7 +54,7 @@ typedef struct udp_tx {
 
 typedef struct udp_rx {
     uint32_t expected;           /* the next segment to deliver */
-    udp_seg_t **ooo;             /* arrived early, by seq % window */
+    udp_seg_t **ooo;             /* arrived early, by udp_slot(seq) */
     uint32_t unacked;            /* delivered since our last ACK */
     uint32_t n_ooo;              /* segments held in ooo */
     uint32_t highest;            /* highest segment number seen */
@@ -102,7 +102,7 @@ typedef struct udp_iface {
     struct sockaddr_in self_sa;
     uint64_t uuid;
     uint64_t job_key;
-    uint32_t window;
+    uint32_t window;             /* a power of two */
     uint32_t mtu;                /* data channel datagram payload bytes */
     uint64_t ack_delay_us;
     uint64_t rto_us;
@@ -206,6 +206,13 @@ void udp_get_fini(udp_iface_t *ui);
 /* udp_fault.c: fault injection */
 void udp_faults_init(udp_faults_t *f, uint64_t seed);
 void udp_faults_fini(udp_faults_t *f);
+/* The window slot of a sequence number (the window is a power of two,
+ * so slots stay consistent when the 32-bit numbers wrap). */
+static inline uint32_t udp_slot(const udp_iface_t *ui, uint32_t seq)
+{
+    return seq & (ui->window - 1);
+}
+
 static inline int udp_faults_active(const udp_faults_t *f)
 {
     return f->drop > 0 || f->dup > 0 || f->reorder > 0 || f->corrupt > 0;

@@ -68,7 +68,7 @@ void udp_tx_fini(udp_tx_t *tx)
     if (tx->win == NULL)
         return;
     for (uint32_t s = tx->una; s != tx->next_seq; s++)
-        udp_seg_free(tx->ui, tx->win[s % tx->ui->window]);
+        udp_seg_free(tx->ui, tx->win[udp_slot(tx->ui, s)]);
     free(tx->win);
     tx->win = NULL;
 }
@@ -130,12 +130,18 @@ static uint64_t pto(const udp_iface_t *ui, const udp_ep_t *ep)
     return t < UDP_PTO_MIN_US ? UDP_PTO_MIN_US : t;
 }
 
-/* Arms the flight's timer: the tail probe first, then the timeout. */
-static void tx_timer_rearm(udp_iface_t *ui, udp_tx_t *tx, uint64_t now)
+/* How long the flight may go without progress: the tail probe first,
+ * then the timeout. */
+static uint64_t tx_timer_span(const udp_iface_t *ui, const udp_tx_t *tx)
 {
     uint64_t t = tx->probed ? tx->rto_us : pto(ui, tx->ep);
 
-    util_timer_arm(&ui->wheel, &tx->timer, now + (t < tx->rto_us ? t : tx->rto_us));
+    return t < tx->rto_us ? t : tx->rto_us;
+}
+
+static void tx_timer_rearm(udp_iface_t *ui, udp_tx_t *tx, uint64_t now)
+{
+    util_timer_arm(&ui->wheel, &tx->timer, now + tx_timer_span(ui, tx));
 }
 
 void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg, uint64_t now)
@@ -144,7 +150,7 @@ void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg, uint64_
 
     if (tx->una == tx->next_seq)
         tx->last_progress_us = now;
-    tx->win[seg->seq % ui->window] = seg;
+    tx->win[udp_slot(ui, seg->seq)] = seg;
     tx->next_seq++;
     if (!tx->timer.armed)
         tx_timer_rearm(ui, tx, now);
@@ -170,7 +176,7 @@ static void rack_resend(udp_iface_t *ui, udp_ep_t *ep, udp_tx_t *tx)
     uint32_t sent = 0;
 
     for (uint32_t seq = tx->una; seq_before(seq, tx->rack_seq) && sent < UDP_SACK_BURST; seq++) {
-        udp_seg_t *seg = tx->win[seq % ui->window];
+        udp_seg_t *seg = tx->win[udp_slot(ui, seq)];
         if (!rack_lost(tx, seg))
             continue;
         resend_add(ui, ep, &b, seg);
@@ -191,7 +197,7 @@ static void rack_update(udp_tx_t *tx, const udp_seg_t *seg)
 static void tail_probe(udp_iface_t *ui, udp_tx_t *tx)
 {
     for (uint32_t seq = tx->next_seq - 1; seq_before(seq, tx->next_seq) && !seq_before(seq, tx->una); seq--) {
-        udp_seg_t *seg = tx->win[seq % ui->window];
+        udp_seg_t *seg = tx->win[udp_slot(ui, seq)];
         if (!seg->sacked) {
             udp_seg_retransmit(ui, tx->ep, seg);
             return;
@@ -208,7 +214,7 @@ static void rto_resend(udp_iface_t *ui, udp_tx_t *tx, uint64_t now)
     uint32_t sent = 0;
 
     for (uint32_t seq = tx->una; seq != tx->next_seq && sent < UDP_SACK_BURST; seq++) {
-        udp_seg_t *seg = tx->win[seq % ui->window];
+        udp_seg_t *seg = tx->win[udp_slot(ui, seq)];
         if (seq != tx->una && (seg->sacked || now - seg->sent_us < tx->rto_us))
             continue;
         resend_add(ui, tx->ep, &b, seg);
@@ -227,6 +233,13 @@ static void tx_timer_fire(util_timer_t *t)
 
     if (tx->una == tx->next_seq || tx->ep->failed)
         return;
+    /* The timer is left armed when everything is acknowledged (a
+     * ping-pong would otherwise arm and cancel it for every message):
+     * what counts is the time since the flight last made progress. */
+    if (now < tx->last_progress_us + tx_timer_span(ui, tx)) {
+        util_timer_arm(&ui->wheel, &tx->timer, tx->last_progress_us + tx_timer_span(ui, tx));
+        return;
+    }
     /* Silence is what counts: a peer that still answers, even only with
      * ACKs of duplicates, is alive however lossy the path. */
     if (now - tx->ep->last_rx_us > ui->peer_timeout_us && now - tx->last_progress_us > ui->peer_timeout_us) {
@@ -254,14 +267,14 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
     udp_tx_t *tx = &ep->tx[ch];
 
     if (seq_before(tx->una, ack) && !seq_before(tx->next_seq, ack)) {
-        uint64_t sent_us = tx->win[(ack - 1) % ui->window]->sent_us;
+        uint64_t sent_us = tx->win[udp_slot(ui, ack - 1)]->sent_us;
         int clean = 1;
         for (; tx->una != ack; tx->una++) {
-            udp_seg_t *seg = tx->win[tx->una % ui->window];
+            udp_seg_t *seg = tx->win[udp_slot(ui, tx->una)];
             clean &= !seg->resent && !seg->sacked;
             rack_update(tx, seg);
             udp_seg_free(ui, seg);
-            tx->win[tx->una % ui->window] = NULL;
+            tx->win[udp_slot(ui, tx->una)] = NULL;
         }
         if (clean && ui->rx_now_us > sent_us)
             rtt_sample(ep, ui->rx_now_us - sent_us);
@@ -269,16 +282,14 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
         tx->rto_us = rto_base(ui, ep);
         tx->probed = 0;
         tx->last_progress_us = ui->rx_now_us;
-        if (tx->una == tx->next_seq) {
-            util_timer_cancel(&tx->timer);
-            return;
-        }
+        if (tx->una == tx->next_seq)
+            return; /* the timer stays: tx_timer_fire finds nothing to do */
         tx_timer_rearm(ui, tx, tx->last_progress_us);
         rack_resend(ui, ep, tx);
         return;
     }
     if (ack == tx->una && tx->una != tx->next_seq && ++tx->dup_acks == UDP_DUP_ACKS)
-        udp_seg_retransmit(ui, ep, tx->win[tx->una % ui->window]);
+        udp_seg_retransmit(ui, ep, tx->win[udp_slot(ui, tx->una)]);
 }
 
 /* ------------------------------------------------------------------ ACKs */
@@ -309,7 +320,7 @@ static size_t sack_fill(const udp_iface_t *ui, const udp_rx_t *rx, udp_sack_t *s
         span = UDP_SACK_BITS;
     memset(s->bits, 0, (span + 7) / 8);
     for (uint32_t i = 0; i < span; i++) {
-        const udp_seg_t *seg = rx->ooo[(rx->expected + 1 + i) % ui->window];
+        const udp_seg_t *seg = rx->ooo[udp_slot(ui, rx->expected + 1 + i)];
         if (seg != NULL && seg->seq == rx->expected + 1 + i)
             s->bits[i / 8] |= (uint8_t)(1u << (i % 8));
     }
@@ -355,7 +366,7 @@ void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t
         udp_seg_t *seg;
         if (!(s.bits[i / 8] & (1u << (i % 8))) || seq_before(seq, tx->una) || !seq_before(seq, tx->next_seq))
             continue;
-        seg = tx->win[seq % ui->window];
+        seg = tx->win[udp_slot(ui, seq)];
         if (!seg->sacked) {
             seg->sacked = 1;
             rack_update(tx, seg);
@@ -395,13 +406,13 @@ void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last)
         return;
     ep->stall_handled_us = ui->rx_now_us;
     if (!seq_before(last, tx->una) && seq_before(last, tx->next_seq)) {
-        udp_seg_t *seg = tx->win[last % ui->window];
+        udp_seg_t *seg = tx->win[udp_slot(ui, last)];
         t0 = seg->sent_us;
         rack_update(tx, seg);
         rack_resend(ui, ep, tx);
     }
     for (uint32_t seq = tx->una; seq != tx->next_seq && sent < UDP_SACK_BURST; seq++) {
-        udp_seg_t *seg = tx->win[seq % ui->window];
+        udp_seg_t *seg = tx->win[udp_slot(ui, seq)];
         if (seg->sacked || seg->sent_us < t0 || seg->sent_us >= t0 + UDP_STALL_US / 2 || seq == last)
             continue;
         resend_add(ui, ep, &b, seg);
@@ -521,7 +532,7 @@ static int ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const un
         return 0; /* dropped: the sender will retransmit */
     if (rx->ooo == NULL && (rx->ooo = calloc(ui->window, sizeof(*rx->ooo))) == NULL)
         return 0;
-    slot = &rx->ooo[h->seq % ui->window];
+    slot = &rx->ooo[udp_slot(ui, h->seq)];
     if (*slot != NULL)
         return 1; /* a duplicate of one already kept */
     seg = udp_seg_alloc(ui, sizeof(*h) + h->len);
@@ -543,7 +554,7 @@ static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
 
     if (rx->n_ooo == 0)
         return;
-    while (*(slot = &rx->ooo[rx->expected % ui->window]) != NULL && (*slot)->seq == rx->expected) {
+    while (*(slot = &rx->ooo[udp_slot(ui, rx->expected)]) != NULL && (*slot)->seq == rx->expected) {
         udp_seg_t *seg = *slot;
         *slot = NULL;
         rx->n_ooo--;

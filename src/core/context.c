@@ -28,7 +28,8 @@ static uint64_t make_uuid(void)
         clock_gettime(CLOCK_REALTIME, &ts);
         r = util_hash64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uintptr_t)&r);
     }
-    return util_hash64(r ^ ((uint64_t)getpid() << 32));
+    r = util_hash64(r ^ ((uint64_t)getpid() << 32));
+    return r != 0 ? r : 1; /* 0 means "nobody" (shm's sender slots) */
 }
 
 static tmx_status_t params_check(const tmx_context_params_t *p)

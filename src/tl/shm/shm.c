@@ -46,6 +46,8 @@ static void seg_init(shm_seg_hdr_t *seg, uint64_t uuid)
     atomic_store_explicit(&seg->wake_seq, 0, memory_order_relaxed);
     for (uint64_t i = 0; i < SHM_N_CELLS; i++)
         atomic_store_explicit(&shm_cell(seg, i)->seq, shm_seq(i), memory_order_relaxed);
+    for (int i = 0; i < SHM_N_SENDERS; i++)
+        atomic_store_explicit(&seg->senders[i], 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
 }
 
@@ -182,6 +184,27 @@ static tmx_status_t ep_map(shm_ep_t *ep, const shm_addr_t *a, uint64_t uuid)
     return TMX_OK;
 }
 
+/* Takes our sender slot in the peer's segment: the one that already
+ * holds our uuid (we connected before), else a free one. */
+static tmx_status_t slot_take(shm_ep_t *ep, uint64_t self)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < SHM_N_SENDERS; i++) {
+            uint64_t v = atomic_load_explicit(&ep->seg->senders[i], memory_order_relaxed);
+            if (v == self || (pass == 1 && v == 0 &&
+                              atomic_compare_exchange_strong_explicit(&ep->seg->senders[i], &v, self,
+                                                                      memory_order_release,
+                                                                      memory_order_relaxed))) {
+                ep->slot = (uint16_t)i;
+                return TMX_OK;
+            }
+        }
+    }
+    util_error("shm: peer %u's segment has no free sender slot (%d processes have sent to it)",
+               ep->super.peer, SHM_N_SENDERS);
+    return TMX_ERR_UNREACHABLE;
+}
+
 static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
                                   uint64_t uuid, tl_ep_t **out)
 {
@@ -200,7 +223,7 @@ static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t le
     ep->uuid = uuid;
     ep->pid = le32toh(a.pid);
     ep->pidfd = (int)syscall(SYS_pidfd_open, ep->pid, 0);
-    if ((st = ep_map(ep, &a, uuid)) != TMX_OK) {
+    if ((st = ep_map(ep, &a, uuid)) != TMX_OK || (st = slot_take(ep, si->uuid)) != TMX_OK) {
         ep_unmap(ep);
         free(ep);
         return st;
@@ -256,7 +279,6 @@ static void seg_wake(shm_seg_hdr_t *seg)
 static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
 {
     shm_ep_t *ep = (shm_ep_t *)tep;
-    shm_iface_t *si = (shm_iface_t *)tep->iface;
     shm_cell_t *cell;
     uint64_t pos;
     size_t off = 0, total = 0;
@@ -276,32 +298,31 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
             memcpy(cell->payload + off, iov[i].iov_base, iov[i].iov_len);
         off += iov[i].iov_len;
     }
-    shm_cell_publish(ep->seg, cell, pos, SHM_KIND_PACKET, (uint32_t)off, si->uuid);
+    shm_cell_publish(ep, cell, pos, SHM_KIND_PACKET, (uint32_t)off);
     return TMX_OK;
 }
 
-void shm_cell_publish(shm_seg_hdr_t *seg, shm_cell_t *cell, uint64_t pos, uint32_t kind,
-                      uint32_t len, uint64_t uuid)
+void shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len)
 {
-    cell->len = (uint16_t)len;
-    cell->kind = (uint16_t)kind;
-    cell->src_uuid = uuid;
+    cell->len_kind = (uint16_t)(len | kind << SHM_KIND_SHIFT);
+    cell->src = ep->slot;
     atomic_store_explicit(&cell->seq, shm_seq(pos + 1), memory_order_release);
-    seg_wake(seg);
+    seg_wake(ep->seg);
 }
 
 /* Handles one published cell; a cell that does not parse is dropped. */
 static void cell_deliver(shm_iface_t *si, shm_cell_t *cell)
 {
-    uint32_t len = cell->len;
+    uint32_t len = shm_cell_len(cell);
+    uint64_t src = shm_cell_src(si->seg, cell);
 
-    if (len == 0 || len > SHM_CELL_PAYLOAD) {
+    if (len == 0 || len > SHM_CELL_PAYLOAD || src == 0) {
         si->dropped++;
-        util_warn("shm: dropped a cell of length %u", len);
+        util_warn("shm: dropped a cell of length %u from sender slot %u", len, cell->src);
         return;
     }
-    if (cell->kind == SHM_KIND_PACKET)
-        si->super.recv_cb(si->super.recv_arg, cell->src_uuid, cell->payload, len);
+    if (shm_cell_kind(cell) == SHM_KIND_PACKET)
+        si->super.recv_cb(si->super.recv_arg, src, cell->payload, len);
     else
         shm_get_cell(si, cell);
 }

@@ -19,6 +19,7 @@ typedef struct shm_ep {
     util_dlist_t link;          /* in shm_iface_t.eps */
     shm_seg_hdr_t *seg;         /* the peer's segment, mapped */
     uint64_t uuid;              /* the peer's context */
+    uint16_t slot;              /* our sender slot in its segment */
     uint32_t pid;
     int pidfd;                  /* readable once the peer exits; -1 if none */
     int failed;
@@ -44,8 +45,7 @@ typedef struct shm_iface {
 } shm_iface_t;
 
 shm_cell_t *shm_cell_claim(shm_seg_hdr_t *seg, uint64_t *pos);
-void shm_cell_publish(shm_seg_hdr_t *seg, shm_cell_t *cell, uint64_t pos, uint32_t kind,
-                      uint32_t len, uint64_t uuid);
+void shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len);
 
 /* shm_get.c */
 int shm_cma_mode(void);

@@ -128,7 +128,7 @@ static int get_req_push(shm_iface_t *si, shm_get_op_t *g)
     wire.rkey = htole64(g->req.rkey);
     wire.len = htole64(g->req.len);
     memcpy(cell->payload, &wire, sizeof(wire));
-    shm_cell_publish(g->ep->seg, cell, pos, SHM_KIND_GET_REQ, sizeof(wire), si->uuid);
+    shm_cell_publish(g->ep, cell, pos, SHM_KIND_GET_REQ, sizeof(wire));
     g->req_sent = 1;
     return 1;
 }
@@ -193,7 +193,7 @@ static int help_push(shm_iface_t *si, shm_ep_t *ep, const shm_help_req_t *h)
     if (cell == NULL)
         return 0;
     memcpy(cell->payload, &wire, sizeof(wire));
-    shm_cell_publish(ep->seg, cell, pos, SHM_KIND_HELP, sizeof(wire), si->uuid);
+    shm_cell_publish(ep, cell, pos, SHM_KIND_HELP, sizeof(wire));
     return 1;
 }
 
@@ -308,7 +308,7 @@ static tmx_status_t shared_get(shm_iface_t *si, shm_ep_t *ep, unsigned char *dst
  * The bytes must be a registered region of ours (mem_check). */
 static void help_arrive(shm_iface_t *si, shm_cell_t *cell)
 {
-    shm_ep_t *ep = ep_by_uuid(si, cell->src_uuid);
+    shm_ep_t *ep = ep_by_uuid(si, shm_cell_src(si->seg, cell));
     shm_help_req_t h;
     shm_job_t *j;
     int64_t k;
@@ -320,7 +320,7 @@ static void help_arrive(shm_iface_t *si, shm_cell_t *cell)
     h.rkey = le64toh(h.rkey);
     h.len = le64toh(h.len);
     h.dst = le64toh(h.dst);
-    if (ep == NULL || ep->failed || cell->len != sizeof(h) || h.job >= SHM_N_JOBS || h.gen == 0 ||
+    if (ep == NULL || ep->failed || shm_cell_len(cell) != sizeof(h) || h.job >= SHM_N_JOBS || h.gen == 0 ||
         h.gen > JOB_GEN_MASK || h.len / SHM_JOB_CHUNK >= JOB_IDX_MASK) {
         si->dropped++;
         util_warn("shm: dropped a bad shared-copy request");
@@ -417,7 +417,7 @@ static void get_data_arrive(shm_iface_t *si, shm_cell_t *cell)
     d.offset = le64toh(d.offset);
     d.len = le32toh(d.len);
     g = get_find(si, d.op_id);
-    if (g == NULL || g->ep->uuid != cell->src_uuid || cell->len != sizeof(d) + d.len ||
+    if (g == NULL || g->ep->uuid != shm_cell_src(si->seg, cell) || shm_cell_len(cell) != sizeof(d) + d.len ||
         d.offset > g->req.len || d.len > g->req.len - d.offset) {
         si->dropped++;
         util_warn("shm: dropped copy-mode data for unknown or bad read %llu", (unsigned long long)d.op_id);
@@ -453,9 +453,9 @@ static void get_req_arrive(shm_iface_t *si, shm_cell_t *cell)
 {
     shm_get_req_t r;
     shm_serve_t *s;
-    shm_ep_t *ep = ep_by_uuid(si, cell->src_uuid);
+    shm_ep_t *ep = ep_by_uuid(si, shm_cell_src(si->seg, cell));
 
-    if (ep == NULL || cell->len != sizeof(r) || (s = calloc(1, sizeof(*s))) == NULL) {
+    if (ep == NULL || shm_cell_len(cell) != sizeof(r) || (s = calloc(1, sizeof(*s))) == NULL) {
         si->dropped++;
         util_warn("shm: dropped a copy-mode read request");
         return;
@@ -469,15 +469,15 @@ static void get_req_arrive(shm_iface_t *si, shm_cell_t *cell)
 
 void shm_get_cell(shm_iface_t *si, shm_cell_t *cell)
 {
-    if (cell->kind == SHM_KIND_GET_DATA && cell->len >= sizeof(shm_get_data_t)) {
+    if (shm_cell_kind(cell) == SHM_KIND_GET_DATA && shm_cell_len(cell) >= sizeof(shm_get_data_t)) {
         get_data_arrive(si, cell);
-    } else if (cell->kind == SHM_KIND_GET_REQ) {
+    } else if (shm_cell_kind(cell) == SHM_KIND_GET_REQ) {
         get_req_arrive(si, cell);
-    } else if (cell->kind == SHM_KIND_HELP) {
+    } else if (shm_cell_kind(cell) == SHM_KIND_HELP) {
         help_arrive(si, cell);
     } else {
         si->dropped++;
-        util_warn("shm: dropped a cell of unknown kind %u", cell->kind);
+        util_warn("shm: dropped a cell of unknown kind %u", shm_cell_kind(cell));
     }
 }
 
@@ -495,7 +495,7 @@ static int serve_push(shm_iface_t *si, shm_serve_t *s)
             return 0;
         memcpy(cell->payload, &d, sizeof(d));
         memcpy(cell->payload + sizeof(d), (const void *)(uintptr_t)(s->req.raddr + s->offset), n);
-        shm_cell_publish(s->ep->seg, cell, pos, SHM_KIND_GET_DATA, (uint32_t)(sizeof(d) + n), si->uuid);
+        shm_cell_publish(s->ep, cell, pos, SHM_KIND_GET_DATA, (uint32_t)(sizeof(d) + n));
         s->offset += n;
     } while (s->status == TMX_OK && s->offset < s->req.len);
     return 1;

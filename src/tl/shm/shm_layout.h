@@ -22,11 +22,12 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x4d48534du   /* "MSHM" */
-#define SHM_VERSION 3
+#define SHM_VERSION 4
 #define SHM_CACHE_LINE 64
 #define SHM_CELL_SIZE 8192      /* bytes per cell, header included */
 #define SHM_N_CELLS 128         /* a power of two */
 #define SHM_N_JOBS 64           /* shared copies under way per reader */
+#define SHM_N_SENDERS 1024      /* processes that may send to one segment */
 
 /* A shared copy (shm_get.c): a reader that fetches a large message asks
  * the owner of the memory to help. The message is cut into chunks of
@@ -65,6 +66,11 @@ typedef struct shm_seg_hdr {
     _Atomic uint32_t wake_seq;  /* futex word, bumped by producers to wake it */
     uint8_t pad2[SHM_CACHE_LINE - 8];
     shm_job_t jobs[SHM_N_JOBS]; /* shared copies into this process */
+    /* Who sends here: a sender takes a slot (compare-and-swap from 0 to
+     * its context's uuid) before its first cell and names the slot in
+     * every cell, so that a cell's header need not carry the uuid. Slots
+     * are kept for the segment's life: a cell may outlive its sender. */
+    _Atomic uint64_t senders[SHM_N_SENDERS];
 } shm_seg_hdr_t;
 
 enum shm_cell_kind {
@@ -109,26 +115,51 @@ static_assert(sizeof(shm_get_data_t) == 24, "get data layout");
 /* One cell. seq == position: free for the producer of that position;
  * seq == position + 1: published, for the consumer. Positions are 64-bit
  * (tail) and seq holds their low 32 bits: no producer can be 2^31
- * positions behind a ring of SHM_N_CELLS. The header is 16 bytes so that
- * it, tmx's 16-byte tag header and 32 bytes of payload share one cache
- * line: the one line the consumer must fetch for a small message. */
+ * positions behind a ring of SHM_N_CELLS. The header is 8 bytes so that
+ * it, tmx's 16-byte tag header, 8 bytes of remote data and 32 bytes of
+ * payload share one cache line: the one line the consumer must fetch for
+ * a small message. */
 typedef struct shm_cell {
     _Atomic uint32_t seq;       /* ring sequence, see above */
-    uint16_t len;               /* packet bytes in payload */
-    uint16_t kind;              /* enum shm_cell_kind */
-    uint64_t src_uuid;          /* the sending context */
+    uint16_t len_kind;          /* packet bytes | enum shm_cell_kind << SHM_KIND_SHIFT */
+    uint16_t src;               /* the sender's slot in senders[] */
     unsigned char payload[];    /* the packet, inline */
 } shm_cell_t;
+
+#define SHM_KIND_SHIFT 14
+#define SHM_LEN_MASK ((1u << SHM_KIND_SHIFT) - 1)
+
+static inline uint32_t shm_cell_len(const shm_cell_t *cell)
+{
+    return cell->len_kind & SHM_LEN_MASK;
+}
+
+static inline uint32_t shm_cell_kind(const shm_cell_t *cell)
+{
+    return (uint32_t)cell->len_kind >> SHM_KIND_SHIFT;
+}
+
+/* The uuid of the context that published a cell, or 0 if its slot names
+ * no sender (a cell that does not parse). */
+static inline uint64_t shm_cell_src(shm_seg_hdr_t *seg, const shm_cell_t *cell)
+{
+    if (cell->src >= SHM_N_SENDERS)
+        return 0;
+    return atomic_load_explicit(&seg->senders[cell->src], memory_order_relaxed);
+}
 
 #define SHM_CELL_PAYLOAD (SHM_CELL_SIZE - sizeof(shm_cell_t))
 #define SHM_SEG_SIZE (sizeof(shm_seg_hdr_t) + (size_t)SHM_N_CELLS * SHM_CELL_SIZE)
 
-static_assert(sizeof(shm_seg_hdr_t) == (3 + SHM_N_JOBS) * SHM_CACHE_LINE,
-              "segment header: three lines and one per job");
+static_assert(sizeof(shm_seg_hdr_t) == (3 + SHM_N_JOBS) * SHM_CACHE_LINE + SHM_N_SENDERS * 8,
+              "segment header: three lines, one per job and the senders");
 static_assert(offsetof(shm_seg_hdr_t, tail) == SHM_CACHE_LINE, "tail on its own line");
 static_assert(offsetof(shm_seg_hdr_t, sleeping) == 2 * SHM_CACHE_LINE, "wake words on their own line");
-static_assert(sizeof(shm_cell_t) == 16, "cell header is 16 bytes");
-static_assert(SHM_CELL_SIZE - sizeof(shm_cell_t) <= UINT16_MAX, "a cell's length fits its field");
+static_assert(sizeof(shm_cell_t) == 8, "cell header is 8 bytes");
+static_assert(SHM_CELL_SIZE - sizeof(shm_cell_t) <= SHM_LEN_MASK, "a cell's length fits its field");
+static_assert(SHM_KIND_HELP <= UINT16_MAX >> SHM_KIND_SHIFT, "a cell's kind fits its field");
+static_assert(SHM_N_SENDERS <= UINT16_MAX, "a sender slot fits its field");
+static_assert(sizeof(shm_seg_hdr_t) % SHM_CACHE_LINE == 0, "cells are line-aligned");
 static_assert(SHM_CELL_SIZE % SHM_CACHE_LINE == 0, "cells are whole cache lines");
 static_assert((SHM_N_CELLS & (SHM_N_CELLS - 1)) == 0, "ring size is a power of two");
 static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic uint32_t) == 4, "lock-free words");

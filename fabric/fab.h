@@ -221,8 +221,8 @@ int fab_ops_grow(fab_ep_t *ep);
 void fab_op_list_add(fab_op_t *head, fab_op_t *op);
 void fab_op_list_del(fab_op_t *op);
 
-/* Ops come from a free list that grows by chunks and never shrinks, so
- * that taking one on every receive costs a few stores. */
+/* Ops (claimed messages waiting for their receive) come from a free list
+ * that grows by chunks and never shrinks. */
 static inline fab_op_t *fab_op_get(fab_ep_t *ep, void *context)
 {
     fab_op_t *op;

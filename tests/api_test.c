@@ -12,6 +12,7 @@
 #include "core/core.h"
 #include "proto/proto.h"
 #include "proto/wire.h"
+#include "tl/shm/shm_layout.h"
 #include "tmx.h"
 
 #define SELF_EAGER 8192
@@ -561,6 +562,35 @@ static void test_cq_errors_only(void **state)
     assert_int_equal(cq_one(f->ctx).status, TMX_ERR_CANCELED);
 }
 
+/* More contexts than a shm segment has sender slots, one after another,
+ * each sending one message to this one and closing before it is
+ * received: each gives its slot back when it closes, after its message,
+ * so none finds the table full and no message is lost. */
+static void test_shm_sender_slots_reused(void **state)
+{
+    fixture_t *f = *state;
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_BOOT, .boot = TMX_BOOT_NONE};
+    unsigned char addr[TMX_ADDRESS_MAX];
+    size_t len = sizeof(addr);
+
+    assert_int_equal(tmx_address(f->ctx, addr, &len), TMX_OK);
+    for (int i = 0; i < SHM_N_SENDERS + 16; i++) {
+        tmx_context_h b;
+        tmx_peer_t pa;
+        tmx_request_h r;
+        int got = -1;
+
+        assert_int_equal(tmx_context_create(&p, &b), TMX_OK);
+        assert_int_equal(tmx_peer_add(b, addr, len, &pa), TMX_OK);
+        assert_int_equal(tmx_tsend(b, pa, &i, sizeof(i), 77, NULL, NULL), TMX_OK);
+        assert_int_equal(tmx_context_destroy(b), TMX_OK);
+        assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, &got, sizeof(got), 77, 0, NULL, &r), TMX_OK);
+        assert_int_equal(tmx_request_wait(r, 5000000, NULL), TMX_OK);
+        assert_int_equal(tmx_request_free(r), TMX_OK);
+        assert_int_equal(got, i);
+    }
+}
+
 static void test_no_cq_and_wait_timeout(void **state)
 {
     fixture_t *f = *state;
@@ -942,6 +972,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_by_context, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cq_errors_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shm_sender_slots_reused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_cq_and_wait_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remote_data, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_send, setup, teardown),

@@ -32,8 +32,10 @@
  *   that is the documented slower path, linear in the messages it skips.
  *
  * Entries are embedded in the caller's objects; the engine never allocates
- * them. It allocates bins from a pool, so match_post() and match_add_msg()
- * can fail with TMX_ERR_NOMEM and leave nothing behind.
+ * them. It allocates bins from a pool; match_add_msg() can fail with
+ * TMX_ERR_NOMEM and leave nothing behind, and a receive that finds no
+ * memory for its bin stays in the pending list, which is slower but as
+ * correct, so match_post() does not fail.
  *
  * Not thread safe: the owner serialises calls.
  */

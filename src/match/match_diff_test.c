@@ -441,6 +441,7 @@ static void finish(diff_t *d)
         op_cancel(d);
     while (d->unexp.live > 0)
         take_msg(d, find_msg_checked(d, "emptying", any_any));
+    assert_int_equal(d->m.n_pending, 0);
     assert_int_equal(d->m.posted.n_bins, d->m.posted.n_idle);
     assert_true(d->m.posted.n_idle <= MATCH_IDLE_BINS);
     assert_int_equal(d->m.unexp.n_bins, 0);

@@ -105,6 +105,8 @@ static void arrive_expect(match_engine_t *m, uint32_t src, uint64_t tag, match_r
 static void assert_empty(const match_engine_t *m)
 {
     assert_int_equal(m->n_posted, 0);
+    assert_int_equal(m->n_pending, 0);
+    assert_true(util_dlist_empty(&m->pending));
     assert_int_equal(m->n_unexp, 0);
     assert_int_equal(m->posted.n_bins, m->posted.n_idle);
     assert_true(m->posted.n_idle <= MATCH_IDLE_BINS);

@@ -198,7 +198,7 @@ static void crc_init(void)
         crc_best = UTIL_CRC32C_VPCLMUL;
     }
 #endif
-    crc_use = crc_best;
+    __atomic_store_n(&crc_use, crc_best, __ATOMIC_RELAXED);
     __atomic_store_n(&crc_ready, 1, __ATOMIC_RELEASE);
 }
 
@@ -208,9 +208,11 @@ uint32_t util_crc32c(uint32_t crc, const void *data, size_t len)
         pthread_once(&crc_once, crc_init);
     crc = ~crc;
 #if defined(__x86_64__)
-    if (crc_use == UTIL_CRC32C_VPCLMUL && len >= CRC_VP_MIN)
+    int use = __atomic_load_n(&crc_use, __ATOMIC_RELAXED);
+
+    if (use == UTIL_CRC32C_VPCLMUL && len >= CRC_VP_MIN)
         return ~crc_vp(crc, data, len);
-    if (crc_use >= UTIL_CRC32C_SSE42)
+    if (use >= UTIL_CRC32C_SSE42)
         return ~crc_hw3(crc, data, len);
 #endif
     return ~crc_sw(crc, data, len);
@@ -220,6 +222,6 @@ int util_crc32c_limit(int impl)
 {
     if (!__atomic_load_n(&crc_ready, __ATOMIC_ACQUIRE))
         pthread_once(&crc_once, crc_init);
-    crc_use = impl < crc_best ? impl : crc_best;
-    return crc_use;
+    __atomic_store_n(&crc_use, impl < crc_best ? impl : crc_best, __ATOMIC_RELAXED);
+    return __atomic_load_n(&crc_use, __ATOMIC_RELAXED);
 }

@@ -103,8 +103,11 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     return TMX_OK;
 }
 
+static void slot_give_back(shm_ep_t *ep);
+
 static void ep_unmap(shm_ep_t *ep)
 {
+    slot_give_back(ep);
     if (ep->seg != NULL)
         munmap(ep->seg, SHM_SEG_SIZE);
     if (ep->pidfd >= 0)
@@ -184,25 +187,43 @@ static tmx_status_t ep_map(shm_ep_t *ep, const shm_addr_t *a, uint64_t uuid)
     return TMX_OK;
 }
 
-/* Takes our sender slot in the peer's segment: the one that already
- * holds our uuid (we connected before), else a free one. */
+/* Takes a free sender slot in the peer's segment. Never one still
+ * holding our uuid: that one may have a goodbye on its way (slot_give_back)
+ * that would free it under us. */
 static tmx_status_t slot_take(shm_ep_t *ep, uint64_t self)
 {
-    for (int pass = 0; pass < 2; pass++) {
-        for (uint32_t i = 0; i < SHM_N_SENDERS; i++) {
-            uint64_t v = atomic_load_explicit(&ep->seg->senders[i], memory_order_relaxed);
-            if (v == self || (pass == 1 && v == 0 &&
-                              atomic_compare_exchange_strong_explicit(&ep->seg->senders[i], &v, self,
-                                                                      memory_order_release,
-                                                                      memory_order_relaxed))) {
-                ep->slot = (uint16_t)i;
-                return TMX_OK;
-            }
+    for (uint32_t i = 0; i < SHM_N_SENDERS; i++) {
+        uint64_t v = 0;
+        if (atomic_load_explicit(&ep->seg->senders[i], memory_order_relaxed) == 0 &&
+            atomic_compare_exchange_strong_explicit(&ep->seg->senders[i], &v, self, memory_order_release,
+                                                    memory_order_relaxed)) {
+            ep->slot = (uint16_t)i;
+            ep->has_slot = 1;
+            return TMX_OK;
         }
     }
-    util_error("shm: peer %u's segment has no free sender slot (%d processes have sent to it)",
-               ep->super.peer, SHM_N_SENDERS);
+    util_error("shm: peer %u's segment has no free sender slot (%d senders hold one)", ep->super.peer,
+               SHM_N_SENDERS);
     return TMX_ERR_UNREACHABLE;
+}
+
+/* Gives our slot back with a goodbye: a packet cell of length 0 after all
+ * our cells. The owner consumes its ring in order, so when it frees the
+ * slot no cell of ours is left to name it. A full ring (or a dead owner)
+ * keeps the slot; a process that dies keeps its slots too. */
+static void slot_give_back(shm_ep_t *ep)
+{
+    shm_cell_t *cell;
+    uint64_t pos;
+
+    if (!ep->has_slot || ep->failed)
+        return;
+    ep->has_slot = 0;
+    if ((cell = shm_cell_claim(ep->seg, &pos)) == NULL) {
+        util_debug("shm: peer %u's ring is full: sender slot %u stays taken", ep->super.peer, ep->slot);
+        return;
+    }
+    shm_cell_publish(ep, cell, pos, SHM_KIND_PACKET, 0);
 }
 
 static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
@@ -316,6 +337,10 @@ static void cell_deliver(shm_iface_t *si, shm_cell_t *cell)
     uint32_t len = shm_cell_len(cell);
     uint64_t src = shm_cell_src(si->seg, cell);
 
+    if (len == 0 && src != 0 && shm_cell_kind(cell) == SHM_KIND_PACKET) {
+        atomic_store_explicit(&si->seg->senders[cell->src], 0, memory_order_release); /* goodbye */
+        return;
+    }
     if (len == 0 || len > SHM_CELL_PAYLOAD || src == 0) {
         si->dropped++;
         util_warn("shm: dropped a cell of length %u from sender slot %u", len, cell->src);

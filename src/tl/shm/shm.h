@@ -20,6 +20,7 @@ typedef struct shm_ep {
     shm_seg_hdr_t *seg;         /* the peer's segment, mapped */
     uint64_t uuid;              /* the peer's context */
     uint16_t slot;              /* our sender slot in its segment */
+    int has_slot;               /* slot is ours until we give it back */
     uint32_t pid;
     int pidfd;                  /* readable once the peer exits; -1 if none */
     int failed;

@@ -68,8 +68,10 @@ typedef struct shm_seg_hdr {
     shm_job_t jobs[SHM_N_JOBS]; /* shared copies into this process */
     /* Who sends here: a sender takes a slot (compare-and-swap from 0 to
      * its context's uuid) before its first cell and names the slot in
-     * every cell, so that a cell's header need not carry the uuid. Slots
-     * are kept for the segment's life: a cell may outlive its sender. */
+     * every cell, so that a cell's header need not carry the uuid. It
+     * gives the slot back with a packet cell of length 0 after its last
+     * one, and the owner frees the slot when it consumes that cell: no
+     * cell naming the slot is left then. */
     _Atomic uint64_t senders[SHM_N_SENDERS];
 } shm_seg_hdr_t;
 

@@ -148,8 +148,14 @@ void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg, uint64_
 {
     udp_tx_t *tx = &ep->tx[ch];
 
-    if (tx->una == tx->next_seq)
+    if (tx->una == tx->next_seq) {
         tx->last_progress_us = now;
+        /* a timer left armed by an earlier flight may be due later than
+         * this one's (a backed-off timeout, the first probe before any
+         * RTT sample): never let it delay this flight's */
+        if (tx->timer.armed && tx->timer.due_us > now + tx_timer_span(ui, tx))
+            tx_timer_rearm(ui, tx, now);
+    }
     tx->win[udp_slot(ui, seg->seq)] = seg;
     tx->next_seq++;
     if (!tx->timer.armed)

@@ -103,7 +103,44 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     return TMX_OK;
 }
 
-static void slot_give_back(shm_ep_t *ep);
+/* Takes a free sender slot in the peer's segment. Never one still
+ * holding our uuid: that one may have a goodbye on its way (slot_give_back)
+ * that would free it under us. */
+static tmx_status_t slot_take(shm_ep_t *ep, uint64_t self)
+{
+    for (uint32_t i = 0; i < SHM_N_SENDERS; i++) {
+        uint64_t v = 0;
+        if (atomic_load_explicit(&ep->seg->senders[i], memory_order_relaxed) == 0 &&
+            atomic_compare_exchange_strong_explicit(&ep->seg->senders[i], &v, self, memory_order_release,
+                                                    memory_order_relaxed)) {
+            ep->slot = (uint16_t)i;
+            ep->has_slot = 1;
+            return TMX_OK;
+        }
+    }
+    util_error("shm: peer %u's segment has no free sender slot (%d senders hold one)", ep->super.peer,
+               SHM_N_SENDERS);
+    return TMX_ERR_UNREACHABLE;
+}
+
+/* Gives our slot back with a goodbye: a packet cell of length 0 after all
+ * our cells. The owner consumes its ring in order, so when it frees the
+ * slot no cell of ours is left to name it. A full ring (or a dead owner)
+ * keeps the slot; a process that dies keeps its slots too. */
+static void slot_give_back(shm_ep_t *ep)
+{
+    shm_cell_t *cell;
+    uint64_t pos;
+
+    if (!ep->has_slot || ep->failed)
+        return;
+    ep->has_slot = 0;
+    if ((cell = shm_cell_claim(ep->seg, &pos)) == NULL) {
+        util_debug("shm: peer %u's ring is full: sender slot %u stays taken", ep->super.peer, ep->slot);
+        return;
+    }
+    shm_cell_publish(ep, cell, pos, SHM_KIND_PACKET, 0);
+}
 
 static void ep_unmap(shm_ep_t *ep)
 {
@@ -185,45 +222,6 @@ static tmx_status_t ep_map(shm_ep_t *ep, const shm_addr_t *a, uint64_t uuid)
         return TMX_ERR_UNREACHABLE;
     }
     return TMX_OK;
-}
-
-/* Takes a free sender slot in the peer's segment. Never one still
- * holding our uuid: that one may have a goodbye on its way (slot_give_back)
- * that would free it under us. */
-static tmx_status_t slot_take(shm_ep_t *ep, uint64_t self)
-{
-    for (uint32_t i = 0; i < SHM_N_SENDERS; i++) {
-        uint64_t v = 0;
-        if (atomic_load_explicit(&ep->seg->senders[i], memory_order_relaxed) == 0 &&
-            atomic_compare_exchange_strong_explicit(&ep->seg->senders[i], &v, self, memory_order_release,
-                                                    memory_order_relaxed)) {
-            ep->slot = (uint16_t)i;
-            ep->has_slot = 1;
-            return TMX_OK;
-        }
-    }
-    util_error("shm: peer %u's segment has no free sender slot (%d senders hold one)", ep->super.peer,
-               SHM_N_SENDERS);
-    return TMX_ERR_UNREACHABLE;
-}
-
-/* Gives our slot back with a goodbye: a packet cell of length 0 after all
- * our cells. The owner consumes its ring in order, so when it frees the
- * slot no cell of ours is left to name it. A full ring (or a dead owner)
- * keeps the slot; a process that dies keeps its slots too. */
-static void slot_give_back(shm_ep_t *ep)
-{
-    shm_cell_t *cell;
-    uint64_t pos;
-
-    if (!ep->has_slot || ep->failed)
-        return;
-    ep->has_slot = 0;
-    if ((cell = shm_cell_claim(ep->seg, &pos)) == NULL) {
-        util_debug("shm: peer %u's ring is full: sender slot %u stays taken", ep->super.peer, ep->slot);
-        return;
-    }
-    shm_cell_publish(ep, cell, pos, SHM_KIND_PACKET, 0);
 }
 
 static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,

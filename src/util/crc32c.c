@@ -43,6 +43,7 @@ static uint32_t crc_sw(uint32_t crc, const unsigned char *p, size_t len)
  * 128, 64 and 32) leaves a short tail for the single chain. */
 #define CRC_BLK_MIN 32
 #define CRC_LEVELS 8 /* blocks of 32 to 4096 bytes */
+#define CRC_ONE_CHAIN_MAX 128
 static uint32_t crc_shift[CRC_LEVELS + 1][4][256]; /* [k]: by CRC_BLK_MIN << k bytes */
 
 __attribute__((target("sse4.2"))) static uint32_t crc_hw64(uint32_t crc, const unsigned char *p,
@@ -87,7 +88,9 @@ static void shift_table_init(uint32_t t[4][256], size_t n)
 __attribute__((target("sse4.2"))) static uint32_t crc_hw3(uint32_t crc, const unsigned char *p,
                                                          size_t len)
 {
-    if (len < 3 * CRC_BLK_MIN) /* small packets: one chain */
+    /* small packets (a short message's datagram is about 100 bytes): one
+     * chain, which leaves the shift tables out of the cache */
+    if (len < CRC_ONE_CHAIN_MAX)
         return crc_hw64(crc, p, len);
     for (int k = CRC_LEVELS - 1; k >= 0; k--) {
         size_t blk = (size_t)CRC_BLK_MIN << k;

@@ -30,7 +30,7 @@ void util_pool_fini(util_pool_t *pool)
     pool->in_use = 0;
 }
 
-static int pool_grow(util_pool_t *pool)
+int util_pool_grow(util_pool_t *pool)
 {
     char *chunk = malloc(POOL_ALIGN + pool->elem_size * pool->chunk_elems);
 
@@ -44,23 +44,4 @@ static int pool_grow(util_pool_t *pool)
         pool->free_list = obj;
     }
     return 0;
-}
-
-void *util_pool_get(util_pool_t *pool)
-{
-    void *obj;
-
-    if (pool->free_list == NULL && pool_grow(pool) != 0)
-        return NULL;
-    obj = pool->free_list;
-    pool->free_list = *(void **)obj;
-    pool->in_use++;
-    return obj;
-}
-
-void util_pool_put(util_pool_t *pool, void *obj)
-{
-    *(void **)obj = pool->free_list;
-    pool->free_list = obj;
-    pool->in_use--;
 }

@@ -19,9 +19,28 @@ void util_pool_init(util_pool_t *pool, size_t elem_size, size_t chunk_elems);
 /* Frees every chunk; objects still in use become invalid. */
 void util_pool_fini(util_pool_t *pool);
 
-/* Returns an uninitialised object, or NULL when memory is exhausted. */
-void *util_pool_get(util_pool_t *pool);
+/* Adds a chunk of objects to the free list; -1 when out of memory. */
+int util_pool_grow(util_pool_t *pool);
 
-void util_pool_put(util_pool_t *pool, void *obj);
+/* Returns an uninitialised object, or NULL when memory is exhausted.
+ * Inline: every message takes and gives back a few. */
+static inline void *util_pool_get(util_pool_t *pool)
+{
+    void *obj;
+
+    if (__builtin_expect(pool->free_list == NULL, 0) && util_pool_grow(pool) != 0)
+        return NULL;
+    obj = pool->free_list;
+    pool->free_list = *(void **)obj;
+    pool->in_use++;
+    return obj;
+}
+
+static inline void util_pool_put(util_pool_t *pool, void *obj)
+{
+    *(void **)obj = pool->free_list;
+    pool->free_list = obj;
+    pool->in_use--;
+}
 
 #endif

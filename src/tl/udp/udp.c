@@ -31,6 +31,7 @@ static_assert(UDP_EAGER_LIMIT >= TMX_INJECT_MAX, "injected sends go eagerly");
 #define UDP_LINGER_US 1000000
 #define UDP_HOT_POLLS 100000    /* after a datagram, poll the socket every time */
 #define UDP_MAX_EPS 65536       /* peers, a bound on state made by strangers */
+#define UDP_GRO_IDLE_US 100000  /* GRO goes off this long after the last read */
 
 uint64_t udp_now_us(void)
 {
@@ -81,7 +82,7 @@ static void pick_local(struct in_addr *ip, uint32_t *ifmtu)
 static tmx_status_t sock_open(udp_iface_t *ui, uint32_t *ifmtu)
 {
     socklen_t slen = sizeof(ui->self_sa);
-    int sz = UDP_SOCKBUF, one = 1;
+    int sz = UDP_SOCKBUF;
 
     memset(&ui->self_sa, 0, sizeof(ui->self_sa));
     ui->self_sa.sin_family = AF_INET;
@@ -93,10 +94,9 @@ static tmx_status_t sock_open(udp_iface_t *ui, uint32_t *ifmtu)
         setsockopt(ui->fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
     if (setsockopt(ui->fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
         setsockopt(ui->fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-    /* GSO is tried on first use; refused once, never again */
-    ui->gso = (int)config_u64("TMX_UDP_OFFLOAD", 0, 1);
-    if (ui->gso && setsockopt(ui->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) != 0)
-        util_info("udp: no UDP GRO here (%s)", strerror(errno));
+    /* GSO is tried on first use, GRO when a read starts (udp_gro_set);
+     * refused once, never again */
+    ui->gso = ui->gro_ok = (int)config_u64("TMX_UDP_OFFLOAD", 0, 1);
     if (bind(ui->fd, (struct sockaddr *)&ui->self_sa, sizeof(ui->self_sa)) != 0 ||
         getsockname(ui->fd, (struct sockaddr *)&ui->self_sa, &slen) != 0)
         goto err_close;
@@ -107,6 +107,26 @@ err_close:
 err_log:
     util_error("udp: cannot open a socket on %s: %s", inet_ntoa(ui->self_sa.sin_addr), strerror(errno));
     return TMX_ERR_IO;
+}
+
+/* UDP GRO lets one read take a whole burst the peer sent with GSO, but
+ * it costs every datagram received some of the kernel's time (about 65 ns
+ * of a one-way latency on a veth pair), so it is on only while data comes
+ * in bulk: reads we issued, reads that find several datagrams or one of
+ * data size. It goes off UDP_GRO_IDLE_US after the last of those. */
+void udp_gro_set(udp_iface_t *ui, int on)
+{
+    int v = on;
+
+    if (!ui->gro_ok || ui->gro_on == on)
+        return;
+    if (setsockopt(ui->fd, SOL_UDP, UDP_GRO, &v, sizeof(v)) != 0) {
+        util_info("udp: no UDP GRO here (%s)", strerror(errno));
+        ui->gro_ok = 0;
+        return;
+    }
+    ui->gro_on = on;
+    ui->gro_used_us = udp_now_us();
 }
 
 static void settings_apply(udp_iface_t *ui, uint32_t ifmtu)
@@ -534,6 +554,17 @@ static void segs_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_
     segs_send(ui, ep, segs, n);
 }
 
+/* A segment went out carrying our current ACKs: none is owed any more. */
+static inline void acks_carried(udp_ep_t *ep)
+{
+    if (ep->ack_queued) {
+        util_dlist_unlink(&ep->ack_link);
+        ep->ack_queued = 0;
+        for (int c = 0; c < UDP_N_CH; c++)
+            ep->rx[c].unacked = ep->rx[c].ack_now = 0;
+    }
+}
+
 /* Cuts a packet into segments of one channel, all or nothing: if the window
  * cannot take every segment, nothing is sent and the caller retries. */
 tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags,
@@ -570,27 +601,79 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags
             nb = 0;
         }
     }
-    if (ep->ack_queued) {
-        util_dlist_unlink(&ep->ack_link);
-        ep->ack_queued = 0;
-        for (int c = 0; c < UDP_N_CH; c++)
-            ep->rx[c].unacked = ep->rx[c].ack_now = 0;
+    acks_carried(ep);
+    return TMX_OK;
+}
+
+/* The common case, a packet in one data segment (every short message):
+ * the datagram is written straight into its segment and sent, and only
+ * then recorded, so the bookkeeping is off the message's way. The send
+ * time is read after the system call, which on this path includes the
+ * kernel's delivery to a local peer: round trip samples are short by that
+ * much, well inside the timeouts' floors. */
+static tmx_status_t send_one(udp_iface_t *ui, udp_ep_t *ep, const struct iovec *iov, int iovcnt,
+                             size_t len)
+{
+    udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
+    udp_seg_t *seg = util_pool_get(&ui->segs);
+    udp_hdr_t *h;
+    unsigned char *p;
+    uint64_t now;
+
+    if (seg == NULL)
+        return TMX_ERR_AGAIN;
+    ui->super.quiet = 0;
+    seg->pooled = 1;
+    seg->seq = tx->next_seq;
+    seg->len = (uint32_t)(sizeof(*h) + len);
+    seg->sacked = 0;
+    seg->resent = 0;
+    h = (udp_hdr_t *)seg->buf;
+    h->version = UDP_WIRE_VERSION;
+    h->channel = UDP_CH_DATA;
+    h->flags = htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST);
+    h->len = htole32((uint32_t)len);
+    h->job_key = htole64(ui->job_key);
+    h->src_id = htole64(ui->uuid);
+    h->dst_id = htole64(ep->uuid);
+    h->seq = htole32(seg->seq);
+    udp_hdr_fill_acks(ep, h);
+    h->frag_id = 0;
+    h->offset = htole64(len);
+    h->csum = 0;
+    h->reserved = 0;
+    p = seg->buf + sizeof(*h);
+    for (int i = 0; i < iovcnt; i++) {
+        memcpy(p, iov[i].iov_base, iov[i].iov_len);
+        p += iov[i].iov_len;
     }
+    h->csum = htole32(util_crc32c(0, seg->buf, seg->len));
+    udp_datagram_send(ui, &ep->sa, seg->buf, seg->len);
+    now = udp_now_us();
+    seg->sent_us = seg->first_sent_us = now;
+    ui->segs_sent++;
+    udp_tx_track(ui, ep, UDP_CH_DATA, seg, now);
+    acks_carried(ep);
     return TMX_OK;
 }
 
 static tmx_status_t udp_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
 {
     udp_ep_t *ep = (udp_ep_t *)tep;
+    udp_iface_t *ui = (udp_iface_t *)tep->iface;
+    udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
     size_t len = 0;
 
     for (int i = 0; i < iovcnt; i++)
         len += iov[i].iov_len;
+    if (len <= ui->mtu - sizeof(udp_hdr_t) && tx->win != NULL && !ep->failed &&
+        tx->next_seq - tx->una < ui->window)
+        return send_one(ui, ep, iov, iovcnt, len);
     if (len > UDP_MAX_PACKET) {
         util_error("udp: packet of %zu bytes exceeds %d", len, UDP_MAX_PACKET);
         return TMX_ERR_INVALID;
     }
-    return udp_send_segs((udp_iface_t *)tep->iface, ep, UDP_CH_DATA, 0, 0, 0, 0, iov, iovcnt, len);
+    return udp_send_segs(ui, ep, UDP_CH_DATA, 0, 0, 0, 0, iov, iovcnt, len);
 }
 
 /* -------------------------------------------------------------- receive */
@@ -762,6 +845,10 @@ static int recv_batch(udp_iface_t *ui)
     }
     ui->rx_now_us = udp_now_us();
     ui->dgrams_in += (uint64_t)n;
+    if (n >= 2 || ui->rmsgs[0].msg_len > UDP_PRIO_MTU) { /* a stream, or bulk data */
+        ui->gro_used_us = ui->rx_now_us;
+        udp_gro_set(ui, 1);
+    }
     for (int i = 0; i < n; i++) {
         udp_buf_input(ui, ui->riov[i].iov_base, ui->rmsgs[i].msg_len, gro_size(&ui->rmsgs[i].msg_hdr),
                   &ui->rfrom[i]);
@@ -817,6 +904,12 @@ static int udp_progress(tl_iface_t *iface)
     }
     if (!util_dlist_empty(&ui->gets) || !util_dlist_empty(&ui->serves))
         events += udp_get_progress(ui, now);
+    if (ui->gro_on) {
+        if (!util_dlist_empty(&ui->gets))
+            ui->gro_used_us = now;
+        else if (now > ui->gro_used_us + UDP_GRO_IDLE_US)
+            udp_gro_set(ui, 0);
+    }
     if (ui->wheel.n_armed > 0)
         events += util_wheel_expire(&ui->wheel, now);
     if (!util_dlist_empty(&ui->acks))

@@ -2,6 +2,7 @@
 #ifndef TMX_TL_UDP_H
 #define TMX_TL_UDP_H
 
+#include <endian.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -132,6 +133,9 @@ typedef struct udp_iface {
                                     reading is stale (atomic) */
     uint64_t rx_now_us;          /* the clock when the current batch came */
     int gso;                     /* the kernel takes UDP_SEGMENT sends */
+    int gro_ok;                  /* and UDP_GRO: not refused yet */
+    int gro_on;                  /* GRO is on (udp_gro_set) */
+    uint64_t gro_used_us;        /* when a read last wanted it */
     uint32_t clock_polls;        /* empty polls, to read the clock every
                                     UDP_CLOCK_POLL_EVERY of them */
     uint64_t poll_now_us;        /* the clock as a poll last read it */
@@ -159,6 +163,8 @@ void udp_buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gro,
                    const struct sockaddr_in *from);
 size_t udp_gro_guess(const unsigned char *buf, size_t len);
 udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
+/* GRO on or off (a system call when it changes). */
+void udp_gro_set(udp_iface_t *ui, int on);
 /* Sends len bytes gathered from iov as segments of channel ch; aux goes
  * into the header's reserved word (a read's status). All or nothing:
  * TMX_ERR_AGAIN when the window cannot take every segment. */
@@ -189,7 +195,6 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
  * received. */
 void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last);
 int udp_ack_flush(udp_iface_t *ui, uint64_t now);
-void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h);
 void udp_datagram_send(udp_iface_t *ui, const struct sockaddr_in *sa, unsigned char *buf,
                        size_t len);
 
@@ -211,6 +216,12 @@ void udp_faults_fini(udp_faults_t *f);
 static inline uint32_t udp_slot(const udp_iface_t *ui, uint32_t seq)
 {
     return seq & (ui->window - 1);
+}
+
+static inline void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h)
+{
+    for (int ch = 0; ch < UDP_N_CH; ch++)
+        h->ack[ch] = htole32(ep->rx[ch].expected);
 }
 
 static inline int udp_faults_active(const udp_faults_t *f)

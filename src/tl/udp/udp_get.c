@@ -69,6 +69,7 @@ tmx_status_t udp_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
     g->op = op;
     g->req = (udp_get_req_t){htole64(g->id), htole64(raddr), htole64(rkey), htole64(len)};
     util_dlist_push_tail(&ui->gets, &g->link);
+    udp_gro_set(ui, 1); /* the data comes in bursts */
     get_req_push(ui, g);
     return TMX_INPROGRESS;
 }

@@ -300,12 +300,6 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
 
 /* ------------------------------------------------------------------ ACKs */
 
-void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h)
-{
-    for (int ch = 0; ch < UDP_N_CH; ch++)
-        h->ack[ch] = htole32(ep->rx[ch].expected);
-}
-
 void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep)
 {
     if (ep->ack_queued)

@@ -23,6 +23,7 @@ static const config_entry_t config_table[] = {
     {"TMX_UDP_ADDR", "auto", "udp: IPv4 address to bind (auto: first up, non-loopback interface)"},
     {"TMX_UDP_MTU", "0", "udp: data datagram MTU in bytes (0: the interface's)"},
     {"TMX_UDP_WINDOW", "4096", "udp: segments in flight per peer and channel"},
+    {"TMX_UDP_CONNECT_MAX", "256", "udp: peers that get a socket of their own for sends, connected to them (the kernel keeps the route); 0 for none"},
     {"TMX_UDP_OFFLOAD", "1", "udp: 1 to use UDP GSO and GRO where the kernel has them, 0 never (sendmmsg and recvmmsg only)"},
     {"TMX_UDP_ACK_DELAY_US", "50", "udp: delayed ACK, microseconds"},
     {"TMX_UDP_RTO_MS", "100", "udp: first retransmit timeout, milliseconds (doubles up to 1 s)"},

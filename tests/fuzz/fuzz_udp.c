@@ -58,7 +58,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             h.job_key = htole64(ui->job_key);
             h.dst_id = htole64(ui->uuid);
             h.version = UDP_WIRE_VERSION;
-            h.len = htole32((uint32_t)(size - sizeof(h)));
+            h.len = htole16((uint16_t)(size - sizeof(h)));
+            h.port = htons(9);
         }
         h.csum = 0;
         memcpy(buf, &h, sizeof(h));

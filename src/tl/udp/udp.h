@@ -71,6 +71,8 @@ typedef struct udp_ep {
     util_dlist_t link;           /* in udp_iface_t.eps */
     util_dlist_t ack_link;       /* in udp_iface_t.acks while an ACK is due */
     struct sockaddr_in sa;
+    int fd;                      /* a socket connected to sa for sending,
+                                    or -1: the interface's (ep_connect) */
     uint64_t uuid;
     int connected;               /* the core made it (not just a receive) */
     int failed;
@@ -92,7 +94,7 @@ typedef struct udp_faults {
     double drop, dup, reorder, corrupt;
     unsigned char *held;         /* a datagram held back for reordering */
     size_t held_len;
-    struct sockaddr_in held_sa;
+    struct udp_ep *held_ep;
     uint64_t rng;
     uint64_t dropped, duplicated, reordered, corrupted;
 } udp_faults_t;
@@ -110,6 +112,8 @@ typedef struct udp_iface {
     uint64_t peer_timeout_us;
     util_dlist_t eps;
     uint32_t n_eps;
+    uint32_t n_conn;             /* endpoints with a socket of their own */
+    uint32_t conn_max;           /* TMX_UDP_CONNECT_MAX */
     util_dlist_t acks;           /* endpoints owing an ACK */
     util_dlist_t gets;           /* reads we wait for */
     util_dlist_t serves;         /* reads we answer */
@@ -195,8 +199,7 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
  * received. */
 void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last);
 int udp_ack_flush(udp_iface_t *ui, uint64_t now);
-void udp_datagram_send(udp_iface_t *ui, const struct sockaddr_in *sa, unsigned char *buf,
-                       size_t len);
+void udp_datagram_send(udp_iface_t *ui, udp_ep_t *ep, unsigned char *buf, size_t len);
 
 /* udp_get.c: receiver-driven reads */
 tmx_status_t udp_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
@@ -222,6 +225,14 @@ static inline void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h)
 {
     for (int ch = 0; ch < UDP_N_CH; ch++)
         h->ack[ch] = htole32(ep->rx[ch].expected);
+}
+
+/* Where a datagram to ep goes: through its own connected socket when it
+ * has one (no address to give), else the interface's with its address. */
+static inline int udp_ep_dest(const udp_iface_t *ui, const udp_ep_t *ep, const struct sockaddr_in **sa)
+{
+    *sa = ep->fd >= 0 ? NULL : &ep->sa;
+    return ep->fd >= 0 ? ep->fd : ui->fd;
 }
 
 static inline int udp_faults_active(const udp_faults_t *f)

@@ -64,14 +64,18 @@ static double roll(udp_faults_t *f)
     return (double)(f->rng >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static void raw_send(udp_iface_t *ui, const struct sockaddr_in *sa, const void *buf, size_t len)
+static void raw_send(udp_iface_t *ui, udp_ep_t *ep, const void *buf, size_t len)
 {
+    const struct sockaddr_in *sa;
+    int fd = udp_ep_dest(ui, ep, &sa);
     ssize_t n;
 
     do {
-        n = sendto(ui->fd, buf, len, 0, (const struct sockaddr *)sa, sizeof(*sa));
+        n = sendto(fd, buf, len, 0, (const struct sockaddr *)sa, sa != NULL ? sizeof(*sa) : 0);
     } while (n < 0 && errno == EINTR);
-    /* A full socket buffer is a loss like any other: retransmission covers it. */
+    /* A full socket buffer is a loss like any other, and so is a refusal
+     * that a connected socket reports for an earlier datagram (ICMP):
+     * retransmission covers it, and a peer that is gone times out. */
     if (n < 0 && errno != EAGAIN && errno != ENOBUFS)
         util_debug("udp: sendto: %s", strerror(errno));
 }
@@ -80,15 +84,15 @@ static void release_held(udp_iface_t *ui)
 {
     udp_faults_t *f = &ui->faults;
 
-    raw_send(ui, &f->held_sa, f->held, f->held_len);
+    raw_send(ui, f->held_ep, f->held, f->held_len);
     free(f->held);
     f->held = NULL;
 }
 
-static void faulty_send(udp_iface_t *ui, const struct sockaddr_in *sa, unsigned char *buf, size_t len);
+static void faulty_send(udp_iface_t *ui, udp_ep_t *ep, unsigned char *buf, size_t len);
 
 /* buf == NULL: only release a held datagram (called from progress). */
-void udp_datagram_send(udp_iface_t *ui, const struct sockaddr_in *sa, unsigned char *buf, size_t len)
+void udp_datagram_send(udp_iface_t *ui, udp_ep_t *ep, unsigned char *buf, size_t len)
 {
     if (buf == NULL) {
         if (ui->faults.held != NULL)
@@ -96,16 +100,16 @@ void udp_datagram_send(udp_iface_t *ui, const struct sockaddr_in *sa, unsigned c
         return;
     }
     if (!udp_faults_active(&ui->faults)) {
-        raw_send(ui, sa, buf, len);
+        raw_send(ui, ep, buf, len);
         return;
     }
-    faulty_send(ui, sa, buf, len);
+    faulty_send(ui, ep, buf, len);
 }
 
 /* Apart from the fast path: its datagram-sized buffer would move every
  * send's stack by 64 KiB. */
-static __attribute__((noinline)) void faulty_send(udp_iface_t *ui, const struct sockaddr_in *sa,
-                                                  unsigned char *buf, size_t len)
+static __attribute__((noinline)) void faulty_send(udp_iface_t *ui, udp_ep_t *ep, unsigned char *buf,
+                                                  size_t len)
 {
     udp_faults_t *f = &ui->faults;
     unsigned char tmp[UDP_MAX_DGRAM];
@@ -123,13 +127,13 @@ static __attribute__((noinline)) void faulty_send(udp_iface_t *ui, const struct 
     if (f->reorder > 0 && f->held == NULL && roll(f) < f->reorder && (f->held = malloc(len)) != NULL) {
         memcpy(f->held, buf, len);
         f->held_len = len;
-        f->held_sa = *sa;
+        f->held_ep = ep;
         f->reordered++;
         return;
     }
-    raw_send(ui, sa, buf, len);
+    raw_send(ui, ep, buf, len);
     if (f->dup > 0 && roll(f) < f->dup) {
-        raw_send(ui, sa, buf, len);
+        raw_send(ui, ep, buf, len);
         f->duplicated++;
     }
     if (f->held != NULL)

@@ -333,7 +333,7 @@ static size_t sack_fill(const udp_iface_t *ui, const udp_rx_t *rx, udp_sack_t *s
 static void ack_send(udp_iface_t *ui, udp_ep_t *ep, uint16_t extra)
 {
     uint32_t seq = extra & UDP_FLAG_STALL ? ep->rx_data_seq : 0;
-    udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY), 0,
+    udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY), 0, ui->self_sa.sin_port,
                    htole64(ui->job_key), htole64(ui->uuid), htole64(ep->uuid), htole32(seq), {0, 0},
                    0, 0, 0, 0};
     unsigned char buf[sizeof(h) + sizeof(udp_sack_t)];
@@ -341,11 +341,11 @@ static void ack_send(udp_iface_t *ui, udp_ep_t *ep, uint16_t extra)
 
     udp_hdr_fill_acks(ep, &h);
     h.flags = htole16(UDP_FLAG_ACK_ONLY | (n != 0 ? UDP_FLAG_SACK : 0) | extra);
-    h.len = htole32((uint32_t)n);
+    h.len = htole16((uint16_t)n);
     memcpy(buf, &h, sizeof(h));
     h.csum = htole32(util_crc32c(0, buf, sizeof(h) + n));
     memcpy(buf, &h, sizeof(h));
-    udp_datagram_send(ui, &ep->sa, buf, sizeof(h) + n);
+    udp_datagram_send(ui, ep, buf, sizeof(h) + n);
 }
 
 /* Marks what the receiver holds, then resends what that shows lost. */

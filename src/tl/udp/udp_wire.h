@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define UDP_WIRE_VERSION 1
+#define UDP_WIRE_VERSION 2
 
 enum udp_channel {
     UDP_CH_PRIO = 0,  /* small MTU: control packets (FIN, read requests) */
@@ -39,7 +39,10 @@ typedef struct udp_hdr {
     uint8_t version;      /* UDP_WIRE_VERSION */
     uint8_t channel;      /* enum udp_channel */
     uint16_t flags;       /* enum udp_flag */
-    uint32_t len;         /* payload bytes after this header */
+    uint16_t len;         /* payload bytes after this header */
+    uint16_t port;        /* the sender's socket port, network order: its
+                             datagrams may leave from another (a socket
+                             connected to us), replies go to this one */
     uint64_t job_key;     /* the job's key: other jobs' packets are dropped */
     uint64_t src_id;      /* the sending context */
     uint64_t dst_id;      /* the receiving context */
@@ -52,6 +55,7 @@ typedef struct udp_hdr {
 } udp_hdr_t;
 
 static_assert(sizeof(udp_hdr_t) == 64, "udp header is 64 bytes");
+static_assert(offsetof(udp_hdr_t, port) == 6, "udp header layout");
 static_assert(offsetof(udp_hdr_t, job_key) == 8, "udp header layout");
 static_assert(offsetof(udp_hdr_t, seq) == 32, "udp header layout");
 static_assert(offsetof(udp_hdr_t, offset) == 48, "udp header layout");

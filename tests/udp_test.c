@@ -1,0 +1,296 @@
+/*
+ * The udp transport on its own, two interfaces of one process over
+ * 127.0.0.1: where datagrams leave from and where replies go (a peer's
+ * own connected socket, the header's reply port), and when UDP GRO is on.
+ * The fault tests (tests/fault) cover loss, reordering and peers across
+ * hosts; this covers what they cannot see from outside.
+ */
+#include <arpa/inet.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tl/udp/udp.h"
+#include "util/crc32c.h"
+
+#define JOB_KEY 0x5eed
+#define UUID_A 0xa11ceULL
+#define UUID_B 0xb0bULL
+
+typedef struct side {
+    udp_iface_t *ui;
+    size_t packets;              /* delivered to the layer above */
+    size_t bytes;
+} side_t;
+
+static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
+{
+    side_t *s = arg;
+
+    (void)src;
+    (void)data;
+    s->packets++;
+    s->bytes += len;
+}
+
+static void on_fail(void *arg, uint64_t uuid, int clean)
+{
+    (void)arg;
+    (void)uuid;
+    (void)clean;
+    fail_msg("no peer may fail here");
+}
+
+static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_t rkey)
+{
+    (void)arg;
+    (void)addr;
+    (void)len;
+    (void)rkey;
+    return TMX_ERR_NOT_FOUND;
+}
+
+static void side_open(side_t *s, uint64_t uuid)
+{
+    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s};
+    tl_iface_t *iface;
+
+    memset(s, 0, sizeof(*s));
+    assert_int_equal(tl_udp_ops.iface_open(&p, &iface), TMX_OK);
+    s->ui = (udp_iface_t *)iface;
+}
+
+static void side_close(side_t *s)
+{
+    tl_udp_ops.iface_close(&s->ui->super);
+}
+
+/* a's endpoint for b, made the way the core makes it: from b's address. */
+static udp_ep_t *connect_to(side_t *a, side_t *b, uint64_t b_uuid)
+{
+    unsigned char addr[64];
+    size_t len = sizeof(addr);
+    tl_ep_t *ep;
+
+    assert_int_equal(tl_udp_ops.address(&b->ui->super, addr, &len), TMX_OK);
+    assert_int_equal(tl_udp_ops.ep_create(&a->ui->super, addr, len, 1, b_uuid, &ep), TMX_OK);
+    return (udp_ep_t *)ep;
+}
+
+static void send_bytes(udp_ep_t *ep, size_t len)
+{
+    unsigned char *buf = calloc(1, len);
+    struct iovec iov = {buf, len};
+
+    assert_non_null(buf);
+    assert_int_equal(tl_udp_ops.send(&ep->super, &iov, 1), TMX_OK);
+    free(buf);
+}
+
+/* Polls both sides until done(arg) or 2 s pass; returns done's verdict. */
+static int poll_until(side_t *a, side_t *b, int (*done)(void *), void *arg)
+{
+    uint64_t end = udp_now_us() + 2000000;
+
+    while (!done(arg) && udp_now_us() < end) {
+        tl_udp_ops.progress(&a->ui->super);
+        tl_udp_ops.progress(&b->ui->super);
+    }
+    return done(arg);
+}
+
+typedef struct want {
+    side_t *side;
+    size_t packets;
+    udp_ep_t *ep;                /* for all_acked */
+} want_t;
+
+static int got_packets(void *arg)
+{
+    want_t *w = arg;
+
+    return w->side->packets >= w->packets;
+}
+
+static int all_acked(void *arg)
+{
+    want_t *w = arg;
+    udp_tx_t *tx = &w->ep->tx[UDP_CH_DATA];
+
+    return tx->una == tx->next_seq;
+}
+
+/* The sender's datagrams leave from its endpoint's own socket, so the
+ * receiver, which has no endpoint for it yet, must send its ACKs to the
+ * port the header names: without it every ACK would go to the connected
+ * socket, which nobody reads, and the sender would never see one. */
+static void test_acks_reach_a_connected_sender(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab, *ba;
+    want_t w;
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b, UUID_B);
+    assert_true(ab->fd >= 0);
+    for (int i = 0; i < 3; i++)
+        send_bytes(ab, 100);
+    w = (want_t){&b, 3, ab};
+    assert_true(poll_until(&a, &b, got_packets, &w));
+    ba = udp_ep_find(b.ui, UUID_A);
+    assert_non_null(ba);
+    assert_false(ba->connected); /* made by the datagrams, not by a connect */
+    assert_int_equal(ba->sa.sin_port, a.ui->self_sa.sin_port);
+    assert_true(poll_until(&a, &b, all_acked, &w));
+    assert_int_equal(b.ui->dropped, 0);
+    side_close(&a);
+    side_close(&b);
+}
+
+/* Both directions, each side with a socket of its own for the other. */
+static void test_both_connected(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab, *ba;
+    want_t w;
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b, UUID_B);
+    ba = connect_to(&b, &a, UUID_A);
+    assert_true(ab->fd >= 0 && ba->fd >= 0);
+    assert_int_equal(a.ui->n_conn, 1);
+    for (int i = 0; i < 10; i++) {
+        send_bytes(ab, 8);
+        w = (want_t){&b, (size_t)i + 1, ab};
+        assert_true(poll_until(&a, &b, got_packets, &w));
+        send_bytes(ba, 8);
+        w = (want_t){&a, (size_t)i + 1, ba};
+        assert_true(poll_until(&a, &b, got_packets, &w));
+    }
+    w = (want_t){&a, 0, ab};
+    assert_true(poll_until(&a, &b, all_acked, &w));
+    w.ep = ba;
+    assert_true(poll_until(&a, &b, all_acked, &w));
+    side_close(&a);
+    side_close(&b);
+}
+
+/* TMX_UDP_CONNECT_MAX bounds the sockets; beyond it the shared one sends. */
+static void test_connect_max(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab;
+    want_t w;
+
+    (void)state;
+    setenv("TMX_UDP_CONNECT_MAX", "0", 1);
+    side_open(&a, UUID_A);
+    unsetenv("TMX_UDP_CONNECT_MAX");
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b, UUID_B);
+    assert_int_equal(ab->fd, -1);
+    assert_int_equal(a.ui->n_conn, 0);
+    send_bytes(ab, 64);
+    w = (want_t){&b, 1, ab};
+    assert_true(poll_until(&a, &b, got_packets, &w));
+    assert_true(poll_until(&a, &b, all_acked, &w));
+    side_close(&a);
+    side_close(&b);
+}
+
+/* A header that names port 0 names no place for replies: dropped. */
+static void test_reply_port_zero_dropped(void **state)
+{
+    side_t b;
+    unsigned char buf[sizeof(udp_hdr_t) + 8] = {0};
+    udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), 0,
+                   htole64(JOB_KEY), htole64(UUID_A), htole64(UUID_B), 0, {0, 0}, 0, htole64(8), 0, 0};
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_port = htons(9)};
+
+    (void)state;
+    side_open(&b, UUID_B);
+    memcpy(buf, &h, sizeof(h));
+    h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
+    memcpy(buf, &h, sizeof(h));
+    b.ui->rx_now_us = udp_now_us();
+    udp_dgram_input(b.ui, buf, sizeof(buf), &from);
+    assert_int_equal(b.ui->dropped, 1);
+    assert_int_equal(b.packets, 0);
+    assert_null(udp_ep_find(b.ui, UUID_A));
+    /* the same datagram with a port is taken */
+    h.port = htons(9);
+    h.csum = 0;
+    memcpy(buf, &h, sizeof(h));
+    h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
+    memcpy(buf, &h, sizeof(h));
+    udp_dgram_input(b.ui, buf, sizeof(buf), &from);
+    assert_int_equal(b.ui->dropped, 1);
+    assert_int_equal(b.packets, 1);
+    side_close(&b);
+}
+
+/* GRO is off while messages come one at a time, on once data comes in
+ * bulk, and off again UDP_GRO_IDLE_US after the last bulk read. */
+static void test_gro_follows_bulk(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab;
+    want_t w;
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    if (!b.ui->gro_ok) {
+        print_message("skipped: TMX_UDP_OFFLOAD is 0 here\n");
+        side_close(&a);
+        side_close(&b);
+        return;
+    }
+    ab = connect_to(&a, &b, UUID_B);
+    for (int i = 0; i < 5; i++) {
+        send_bytes(ab, 8);
+        w = (want_t){&b, (size_t)i + 1, ab};
+        assert_true(poll_until(&a, &b, got_packets, &w));
+    }
+    assert_false(b.ui->gro_on);
+    send_bytes(ab, 60000); /* many segments, sent with GSO where there is one */
+    w = (want_t){&b, 6, ab};
+    assert_true(poll_until(&a, &b, got_packets, &w));
+    if (!b.ui->gro_ok) {
+        print_message("skipped: the kernel refused UDP GRO\n");
+    } else {
+        assert_true(b.ui->gro_on);
+        b.ui->gro_used_us -= 2 * 100000; /* as if the bulk read were long ago */
+        tl_udp_ops.progress(&b.ui->super);
+        tl_udp_ops.progress(&b.ui->super);
+        assert_false(b.ui->gro_on);
+    }
+    assert_int_equal(b.bytes, 5 * 8 + 60000);
+    side_close(&a);
+    side_close(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_acks_reach_a_connected_sender),
+        cmocka_unit_test(test_both_connected),
+        cmocka_unit_test(test_connect_max),
+        cmocka_unit_test(test_reply_port_zero_dropped),
+        cmocka_unit_test(test_gro_follows_bulk),
+    };
+
+    setenv("TMX_UDP_ADDR", "127.0.0.1", 1);
+    setenv("TMX_UDP_MTU", "1500", 1); /* segments as on a network, not loopback's 64 KiB */
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,7 +1,7 @@
 /*
  * Fuzz target: datagrams arriving at the udp transport. The harness
- * fixes the checksum (and, for inputs whose first byte is odd, the job key
- * and destination) so that the fuzzer reaches the sequence, ACK, SACK,
+ * fixes the checksum (and, for inputs whose first byte is odd, the version,
+ * length, reply port, job key and destination) so that the fuzzer reaches the sequence, ACK, SACK,
  * reassembly and read paths instead of stopping at the CRC; inputs with
  * bit 1 of the first byte set go in as a buffer GRO may have coalesced,
  * cut by its first header. Packets that

@@ -196,6 +196,16 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     return TMX_OK;
 }
 
+/* The endpoint's own socket goes (see ep_connect); the shared one sends. */
+static void ep_disconnect(udp_iface_t *ui, udp_ep_t *ep)
+{
+    if (ep->fd < 0)
+        return;
+    close(ep->fd);
+    ep->fd = -1;
+    ui->n_conn--;
+}
+
 static void ep_free(udp_iface_t *ui, udp_ep_t *ep)
 {
     util_debug("udp: peer %u: round trip %llu us (deviation %llu us), timeout %llu us",
@@ -211,10 +221,7 @@ static void ep_free(udp_iface_t *ui, udp_ep_t *ep)
         util_dlist_unlink(&ep->ack_link);
     util_dlist_unlink(&ep->link);
     ui->n_eps--;
-    if (ep->fd >= 0) {
-        close(ep->fd);
-        ui->n_conn--;
-    }
+    ep_disconnect(ui, ep);
     free(ep);
 }
 
@@ -338,11 +345,7 @@ static void ep_connect(udp_iface_t *ui, udp_ep_t *ep)
     struct sockaddr_in me = ui->self_sa;
     int sz = UDP_SOCKBUF, fd;
 
-    if (ep->fd >= 0) {
-        close(ep->fd);
-        ep->fd = -1;
-        ui->n_conn--;
-    }
+    ep_disconnect(ui, ep);
     if (ui->n_conn >= ui->conn_max)
         return;
     me.sin_port = 0;
@@ -407,6 +410,7 @@ void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep)
     ep->failed = 1;
     util_warn("udp: peer %u at %s:%u stopped answering", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
               ntohs(ep->sa.sin_port));
+    ep_disconnect(ui, ep); /* nothing more goes to it: the descriptor is for the next peer */
     for (int ch = 0; ch < UDP_N_CH; ch++)
         util_timer_cancel(&ep->tx[ch].timer);
     udp_get_fail_ep(ui, ep);
@@ -698,6 +702,8 @@ static tmx_status_t send_one(udp_iface_t *ui, udp_ep_t *ep, const struct iovec *
     h->reserved = 0;
     p = seg->buf + sizeof(*h);
     for (int i = 0; i < iovcnt; i++) {
+        if (iov[i].iov_len == 0) /* an empty message may have no buffer */
+            continue;
         memcpy(p, iov[i].iov_base, iov[i].iov_len);
         p += iov[i].iov_len;
     }
@@ -910,8 +916,12 @@ static int recv_batch(udp_iface_t *ui)
         udp_gro_set(ui, 1);
     }
     for (int i = 0; i < n; i++) {
-        udp_buf_input(ui, ui->riov[i].iov_base, ui->rmsgs[i].msg_len, gro_size(&ui->rmsgs[i].msg_hdr),
-                  &ui->rfrom[i]);
+        unsigned char *buf = ui->riov[i].iov_base;
+        size_t len = ui->rmsgs[i].msg_len, gro = gro_size(&ui->rmsgs[i].msg_hdr);
+        /* a burst joined while GRO was on comes without the note once it is off */
+        if (gro == 0)
+            gro = udp_gro_guess(buf, len);
+        udp_buf_input(ui, buf, len, gro, &ui->rfrom[i]);
         rmsg_reset(ui, i);
     }
     return n;

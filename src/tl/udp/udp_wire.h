@@ -2,7 +2,8 @@
  * The udp transport's wire header, after seed 001 (the usNIC BTL): every
  * datagram carries one segment of one channel of one peer pair, with a
  * sequence number, a cumulative ACK of each channel piggy-backed, and a
- * fragment's place in the packet it belongs to. Little endian; a receiver
+ * fragment's place in the packet it belongs to. Little endian (but port,
+ * which is in network order as in a sockaddr); a receiver
  * checks every field, and the checksum over header and payload, before it
  * trusts any of them.
  */
@@ -55,6 +56,7 @@ typedef struct udp_hdr {
 } udp_hdr_t;
 
 static_assert(sizeof(udp_hdr_t) == 64, "udp header is 64 bytes");
+static_assert(65507 - sizeof(udp_hdr_t) <= UINT16_MAX, "a datagram's payload length fits len");
 static_assert(offsetof(udp_hdr_t, port) == 6, "udp header layout");
 static_assert(offsetof(udp_hdr_t, job_key) == 8, "udp header layout");
 static_assert(offsetof(udp_hdr_t, seq) == 32, "udp header layout");

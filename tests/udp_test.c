@@ -340,6 +340,42 @@ static void test_burst_read_after_gro_off(void **state)
     side_close(&b);
 }
 
+/* A segment sent again is the one sent first: its payload is where it
+ * was, whatever the pooled buffer held before (a one-segment send takes
+ * it from the pool itself). */
+static void test_resend_is_the_same(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab;
+    udp_seg_t *seg;
+    unsigned char *dirty;
+    want_t w;
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b, UUID_B);
+    send_bytes(ab, 8); /* the first send of a peer takes the general path */
+    w = (want_t){&b, 1, ab};
+    assert_true(poll_until(&a, &b, got_packets, &w));
+    assert_true(poll_until(&a, &b, all_acked, &w));
+    dirty = util_pool_get(&a.ui->segs); /* the next one-segment send gets it */
+    memset(dirty, 0xbe, sizeof(udp_seg_t) + sizeof(udp_hdr_t) + 8);
+    util_pool_put(&a.ui->segs, dirty);
+    send_bytes(ab, 8);
+    seg = ab->tx[UDP_CH_DATA].win[udp_slot(a.ui, ab->tx[UDP_CH_DATA].una)];
+    assert_ptr_equal(seg, dirty);
+    udp_seg_retransmit(a.ui, ab, seg);
+    assert_null(seg->ext);
+    assert_int_equal(seg->len, sizeof(udp_hdr_t) + 8);
+    assert_int_equal(le16toh(((udp_hdr_t *)seg->buf)->len), 8);
+    w = (want_t){&b, 2, ab};
+    assert_true(poll_until(&a, &b, got_packets, &w));
+    assert_int_equal(b.bytes, 16);
+    side_close(&a);
+    side_close(&b);
+}
+
 /* A peer declared failed gives its socket back for the next one. */
 static void test_failed_peer_gives_socket_back(void **state)
 {
@@ -371,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_empty_pieces),
         cmocka_unit_test(test_burst_read_after_gro_off),
         cmocka_unit_test(test_failed_peer_gives_socket_back),
+        cmocka_unit_test(test_resend_is_the_same),
     };
 
     setenv("TMX_UDP_ADDR", "127.0.0.1", 1);

@@ -190,6 +190,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->poll_now_us = udp_now_us();
     ui->seg_cap = ui->mtu;
     util_pool_init(&ui->segs, sizeof(udp_seg_t) + ui->seg_cap, 64);
+    util_pool_init(&ui->hsegs, sizeof(udp_seg_t) + sizeof(udp_hdr_t), 256);
     util_info("udp: %s:%u, datagrams of %u bytes, window %u", inet_ntoa(ui->self_sa.sin_addr),
               ntohs(ui->self_sa.sin_port), ui->mtu, ui->window);
     *out = &ui->super;
@@ -271,6 +272,8 @@ static void udp_iface_close(tl_iface_t *iface)
         ep_free(ui, util_container_of(ui->eps.next, udp_ep_t, link));
     udp_faults_fini(&ui->faults);
     util_pool_fini(&ui->segs);
+    util_pool_fini(&ui->hsegs);
+    free(ui->gather);
     close(ui->fd);
     free(ui->rbufs);
     free(ui);
@@ -421,20 +424,74 @@ void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep)
 
 udp_seg_t *udp_seg_alloc(udp_iface_t *ui, size_t len)
 {
-    int pooled = len <= ui->seg_cap;
-    udp_seg_t *seg = pooled ? util_pool_get(&ui->segs) : malloc(sizeof(*seg) + len);
+    uint32_t pooled = len <= sizeof(udp_hdr_t) ? UDP_SEG_HDR_POOL
+                      : len <= ui->seg_cap     ? UDP_SEG_POOL
+                                               : UDP_SEG_MALLOC;
+    udp_seg_t *seg = pooled == UDP_SEG_HDR_POOL ? util_pool_get(&ui->hsegs)
+                     : pooled == UDP_SEG_POOL   ? util_pool_get(&ui->segs)
+                                                : malloc(sizeof(*seg) + len);
 
-    if (seg != NULL)
-        seg->pooled = (uint32_t)pooled;
-    return seg;
+    if (seg != NULL) {
+        seg->pooled = pooled;
+        seg->ext = NULL;
+    }
+    return seg; /* the rest is the caller's to set */
 }
 
 void udp_seg_free(udp_iface_t *ui, udp_seg_t *seg)
 {
-    if (seg->pooled)
+    if (seg->pooled == UDP_SEG_POOL)
         util_pool_put(&ui->segs, seg);
+    else if (seg->pooled == UDP_SEG_HDR_POOL)
+        util_pool_put(&ui->hsegs, seg);
     else
         free(seg);
+}
+
+/* A segment as the pieces of its datagram: the header, and the payload
+ * when it is elsewhere. */
+static inline int seg_iov(const udp_seg_t *seg, struct iovec *iov)
+{
+    if (seg->ext == NULL) {
+        iov[0] = (struct iovec){(void *)seg->buf, seg->len};
+        return 1;
+    }
+    iov[0] = (struct iovec){(void *)seg->buf, sizeof(udp_hdr_t)};
+    iov[1] = (struct iovec){(void *)seg->ext, seg->len - sizeof(udp_hdr_t)};
+    return 2;
+}
+
+/* One segment in one datagram. One whose payload is elsewhere goes out in
+ * pieces, or gathered when the fault injector wants it whole. */
+static void seg_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg)
+{
+    struct iovec iov[2];
+    struct msghdr mh = {NULL, 0, iov, 0, NULL, 0, 0};
+    const struct sockaddr_in *sa;
+    int fd;
+    ssize_t r;
+
+    if (seg->ext == NULL) {
+        udp_datagram_send(ui, ep, seg->buf, seg->len);
+        return;
+    }
+    if (udp_faults_active(&ui->faults)) {
+        if (ui->gather == NULL && (ui->gather = malloc(UDP_MAX_DGRAM)) == NULL)
+            return; /* like a loss */
+        memcpy(ui->gather, seg->buf, sizeof(udp_hdr_t));
+        memcpy(ui->gather + sizeof(udp_hdr_t), seg->ext, seg->len - sizeof(udp_hdr_t));
+        udp_datagram_send(ui, ep, ui->gather, seg->len);
+        return;
+    }
+    fd = udp_ep_dest(ui, ep, &sa);
+    mh.msg_name = (void *)sa;
+    mh.msg_namelen = sa != NULL ? sizeof(*sa) : 0;
+    mh.msg_iovlen = (size_t)seg_iov(seg, iov);
+    do {
+        r = sendmsg(fd, &mh, 0);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0 && errno != EAGAIN && errno != ENOBUFS) /* a loss, as in raw_send */
+        util_debug("udp: sendmsg: %s", strerror(errno));
 }
 
 static void iov_gather(unsigned char *dst, const struct iovec *iov, int iovcnt, size_t off, size_t n)
@@ -453,37 +510,80 @@ static void iov_gather(unsigned char *dst, const struct iovec *iov, int iovcnt, 
     }
 }
 
+/* A new segment's header, written in place (a copy from the stack would
+ * be read back in wider pieces than it was written). The ACKs and the
+ * checksum come when it is sent (seg_stamp). */
+static inline void hdr_fill(const udp_iface_t *ui, const udp_ep_t *ep, udp_seg_t *seg, int ch,
+                            uint16_t flags, uint32_t frag_id, uint64_t offset, uint32_t aux, size_t n)
+{
+    udp_hdr_t *h = (udp_hdr_t *)seg->buf;
+
+    seg->seq = ep->tx[ch].next_seq;
+    seg->len = (uint32_t)(sizeof(*h) + n);
+    seg->sacked = 0;
+    seg->resent = 0;
+    seg->ext = NULL; /* the payload follows the header (seg_build may say otherwise) */
+    h->version = UDP_WIRE_VERSION;
+    h->channel = (uint8_t)ch;
+    h->flags = htole16(flags);
+    h->len = htole16((uint16_t)n);
+    h->port = ui->self_sa.sin_port;
+    h->job_key = htole64(ui->job_key);
+    h->src_id = htole64(ui->uuid);
+    h->dst_id = htole64(ep->uuid);
+    h->seq = htole32(seg->seq);
+    h->frag_id = htole32(frag_id);
+    h->offset = htole64(offset);
+    h->csum = 0;
+    h->reserved = htole32(aux);
+}
+
+/* zcopy: the payload stays where iov (one piece) has it, and is read
+ * from there whenever the segment is sent. */
 static udp_seg_t *seg_build(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags, uint32_t frag_id,
                             uint64_t offset, uint32_t aux, const struct iovec *iov, int iovcnt,
-                            size_t off, size_t n)
+                            size_t off, size_t n, int zcopy, uint64_t rkey)
 {
-    udp_seg_t *seg = udp_seg_alloc(ui, sizeof(udp_hdr_t) + n);
-    udp_hdr_t h = {UDP_WIRE_VERSION, (uint8_t)ch, htole16(flags), htole16((uint16_t)n),
-                   ui->self_sa.sin_port, htole64(ui->job_key), htole64(ui->uuid), htole64(ep->uuid),
-                   htole32(ep->tx[ch].next_seq), {0, 0}, htole32(frag_id), htole64(offset), 0, htole32(aux)};
+    udp_seg_t *seg = udp_seg_alloc(ui, sizeof(udp_hdr_t) + (zcopy ? 0 : n));
 
     if (seg == NULL)
         return NULL;
-    seg->seq = ep->tx[ch].next_seq;
-    seg->sacked = 0;
-    seg->resent = 0;
-    seg->len = (uint32_t)(sizeof(h) + n);
-    iov_gather(seg->buf + sizeof(h), iov, iovcnt, off, n);
-    memcpy(seg->buf, &h, sizeof(h));
+    hdr_fill(ui, ep, seg, ch, flags, frag_id, offset, aux, n);
+    if (zcopy && n > 0) {
+        seg->ext = (const unsigned char *)iov[0].iov_base + off;
+        seg->ext_key = rkey;
+    } else
+        iov_gather(seg->buf + sizeof(udp_hdr_t), iov, iovcnt, off, n);
     return seg;
 }
 
-/* Stamps the current ACKs and the checksum into a datagram image. */
-static void seg_stamp(const udp_ep_t *ep, unsigned char *buf, size_t len)
+/* Stamps the current ACKs and the checksum into a segment. Read data
+ * still in the owner's memory is read only if that memory is still lent:
+ * the owner's send can fail while its segments wait (its peer declared
+ * dead by other means, say), and the buffer is then the application's
+ * again. The segment then carries the refusal instead, which ends the
+ * reader's read. */
+static void seg_stamp(const udp_iface_t *ui, const udp_ep_t *ep, udp_seg_t *seg)
 {
-    udp_hdr_t h;
+    udp_hdr_t *h = (udp_hdr_t *)seg->buf;
+    uint32_t c;
+    tmx_status_t st;
 
-    memcpy(&h, buf, sizeof(h));
-    udp_hdr_fill_acks(ep, &h);
-    h.csum = 0;
-    memcpy(buf, &h, sizeof(h));
-    h.csum = htole32(util_crc32c(0, buf, len));
-    memcpy(buf, &h, sizeof(h));
+    if (seg->ext != NULL &&
+        (st = ui->super.mem_check(ui->super.recv_arg, (uintptr_t)seg->ext, seg->len - sizeof(*h), seg->ext_key)) !=
+            TMX_OK) {
+        seg->ext = NULL;
+        seg->len = sizeof(*h);
+        h->len = 0;
+        h->reserved = htole32((uint32_t)st);
+    }
+    udp_hdr_fill_acks(ep, h);
+    h->csum = 0;
+    if (seg->ext == NULL)
+        c = util_crc32c(0, seg->buf, seg->len);
+    else
+        c = util_crc32c(util_crc32c(0, seg->buf, sizeof(*h)), seg->ext, seg->len - sizeof(*h));
+    h->csum = htole32(c);
 }
 
 /* Sends segments of equal size (the last may be shorter) in one system
@@ -491,17 +591,17 @@ static void seg_stamp(const udp_ep_t *ep, unsigned char *buf, size_t len)
  * kernel refused, so the caller sends them one by one. */
 static int gso_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n)
 {
-    struct iovec iov[UDP_GSO_MAX];
+    struct iovec iov[2 * UDP_GSO_MAX];
     char ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
     const struct sockaddr_in *sa;
     int fd = udp_ep_dest(ui, ep, &sa);
-    struct msghdr mh = {(void *)sa, sa != NULL ? sizeof(*sa) : 0, iov, (int)n, ctl, sizeof(ctl), 0};
+    struct msghdr mh = {(void *)sa, sa != NULL ? sizeof(*sa) : 0, iov, 0, ctl, sizeof(ctl), 0};
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
     uint16_t gso = (uint16_t)segs[0]->len;
     ssize_t r;
 
     for (size_t i = 0; i < n; i++)
-        iov[i] = (struct iovec){segs[i]->buf, segs[i]->len};
+        mh.msg_iovlen += (size_t)seg_iov(segs[i], iov + mh.msg_iovlen);
     cm->cmsg_level = SOL_UDP;
     cm->cmsg_type = UDP_SEGMENT;
     cm->cmsg_len = CMSG_LEN(sizeof(gso));
@@ -522,21 +622,22 @@ static int gso_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n)
 static void dgrams_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n)
 {
     struct mmsghdr mm[UDP_GSO_MAX];
-    struct iovec iov[UDP_GSO_MAX];
+    struct iovec iov[2 * UDP_GSO_MAX];
     const struct sockaddr_in *sa;
     int fd = udp_ep_dest(ui, ep, &sa);
 
     if (n == 1 || udp_faults_active(&ui->faults)) {
         for (size_t k = 0; k < n; k++)
-            udp_datagram_send(ui, ep, segs[k]->buf, segs[k]->len);
+            seg_send(ui, ep, segs[k]);
         return;
     }
     for (size_t i = 0; i < n;) {
         unsigned m = n - i < UDP_GSO_MAX ? (unsigned)(n - i) : UDP_GSO_MAX;
         int r;
         for (unsigned k = 0; k < m; k++) {
-            iov[k] = (struct iovec){segs[i + k]->buf, segs[i + k]->len};
-            mm[k].msg_hdr = (struct msghdr){(void *)sa, sa != NULL ? sizeof(*sa) : 0, &iov[k], 1, NULL, 0, 0};
+            size_t pieces = (size_t)seg_iov(segs[i + k], &iov[2 * k]);
+            mm[k].msg_hdr = (struct msghdr){(void *)sa, sa != NULL ? sizeof(*sa) : 0, &iov[2 * k], pieces,
+                                            NULL, 0, 0};
         }
         do {
             r = sendmmsg(fd, mm, m, 0);
@@ -587,7 +688,7 @@ void udp_segs_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t
     uint64_t now = udp_now_us();
 
     for (size_t k = 0; k < n; k++) {
-        seg_stamp(ep, segs[k]->buf, segs[k]->len);
+        seg_stamp(ui, ep, segs[k]);
         segs[k]->sent_us = now;
         segs[k]->resent = 1;
     }
@@ -605,7 +706,7 @@ static void segs_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_
 {
     ui->segs_sent += n;
     for (size_t k = 0; k < n; k++) {
-        seg_stamp(ep, segs[k]->buf, segs[k]->len);
+        seg_stamp(ui, ep, segs[k]);
         segs[k]->sent_us = segs[k]->first_sent_us = now;
     }
     segs_send(ui, ep, segs, n);
@@ -623,14 +724,18 @@ static inline void acks_carried(udp_ep_t *ep)
 }
 
 /* Cuts a packet into segments of one channel, all or nothing: if the window
- * cannot take every segment, nothing is sent and the caller retries. */
+ * cannot take every segment, nothing is sent and the caller retries.
+ * Read data (GET_DATA) is not copied: its segments point into the owner's
+ * memory, which stays until the reader's FIN, and the FIN comes after the
+ * reader has every byte, its header acknowledging them all; a reader that
+ * fails takes the segments' resending with it. */
 tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags,
                            uint32_t frag_id, uint64_t offset, uint32_t aux,
-                           const struct iovec *iov, int iovcnt, size_t len)
+                           const struct iovec *iov, int iovcnt, size_t len, uint64_t rkey)
 {
     size_t per = (ch == UDP_CH_PRIO ? UDP_PRIO_MTU : ui->mtu) - sizeof(udp_hdr_t);
     size_t nseg = len <= per ? 1 : (len + per - 1) / per;
-    int whole = !(flags & UDP_FLAG_GET_DATA);
+    int whole = !(flags & UDP_FLAG_GET_DATA), zcopy = !whole && iovcnt == 1;
     udp_seg_t *batch[UDP_GSO_MAX];
     uint64_t now;
 
@@ -646,7 +751,7 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags
         size_t off = i * per, n = len - off < per ? len - off : per;
         uint16_t f = flags | (whole && i == 0 ? UDP_FLAG_FIRST : 0) | (whole && i == nseg - 1 ? UDP_FLAG_LAST : 0);
         udp_seg_t *seg = seg_build(ui, ep, ch, f, frag_id, whole ? (i == 0 ? len : off) : offset + off,
-                                   aux, iov, iovcnt, off, n);
+                                   aux, iov, iovcnt, off, n, zcopy, rkey);
         if (seg == NULL) {
             segs_transmit(ui, ep, batch, nb, now);
             return i == 0 ? TMX_ERR_AGAIN : TMX_ERR_NOMEM;
@@ -671,7 +776,6 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags
 static tmx_status_t send_one(udp_iface_t *ui, udp_ep_t *ep, const struct iovec *iov, int iovcnt,
                              size_t len)
 {
-    udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
     udp_seg_t *seg = util_pool_get(&ui->segs);
     udp_hdr_t *h;
     unsigned char *p;
@@ -681,25 +785,9 @@ static tmx_status_t send_one(udp_iface_t *ui, udp_ep_t *ep, const struct iovec *
         return TMX_ERR_AGAIN;
     ui->super.quiet = 0;
     seg->pooled = 1;
-    seg->seq = tx->next_seq;
-    seg->len = (uint32_t)(sizeof(*h) + len);
-    seg->sacked = 0;
-    seg->resent = 0;
+    hdr_fill(ui, ep, seg, UDP_CH_DATA, UDP_FLAG_FIRST | UDP_FLAG_LAST, 0, len, 0, len);
     h = (udp_hdr_t *)seg->buf;
-    h->version = UDP_WIRE_VERSION;
-    h->channel = UDP_CH_DATA;
-    h->flags = htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST);
-    h->len = htole16((uint16_t)len);
-    h->port = ui->self_sa.sin_port;
-    h->job_key = htole64(ui->job_key);
-    h->src_id = htole64(ui->uuid);
-    h->dst_id = htole64(ep->uuid);
-    h->seq = htole32(seg->seq);
     udp_hdr_fill_acks(ep, h);
-    h->frag_id = 0;
-    h->offset = htole64(len);
-    h->csum = 0;
-    h->reserved = 0;
     p = seg->buf + sizeof(*h);
     for (int i = 0; i < iovcnt; i++) {
         if (iov[i].iov_len == 0) /* an empty message may have no buffer */
@@ -733,7 +821,7 @@ static tmx_status_t udp_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
         util_error("udp: packet of %zu bytes exceeds %d", len, UDP_MAX_PACKET);
         return TMX_ERR_INVALID;
     }
-    return udp_send_segs(ui, ep, UDP_CH_DATA, 0, 0, 0, 0, iov, iovcnt, len);
+    return udp_send_segs(ui, ep, UDP_CH_DATA, 0, 0, 0, 0, iov, iovcnt, len, 0);
 }
 
 /* -------------------------------------------------------------- receive */
@@ -1027,7 +1115,7 @@ static void udp_check_peers(tl_iface_t *iface)
         if (ep->failed || !ep->connected || now - ep->last_rx_us < ui->peer_timeout_us / 4 ||
             tx->una != tx->next_seq)
             continue;
-        udp_send_segs(ui, ep, UDP_CH_PRIO, 0, 0, 0, 0, NULL, 0, 0);
+        udp_send_segs(ui, ep, UDP_CH_PRIO, 0, 0, 0, 0, NULL, 0, 0, 0);
     }
 }
 

@@ -23,6 +23,8 @@
 #define UDP_TICK_US 50           /* timer wheel slot: timers fire this late at most */
 #define UDP_MAX_PACKET (256 * 1024) /* upper-layer packet, before fragments */
 
+enum { UDP_SEG_MALLOC, UDP_SEG_POOL, UDP_SEG_HDR_POOL };
+
 /* A segment sent and not yet acknowledged: the datagram image, kept for
  * retransmission. */
 typedef struct udp_seg {
@@ -31,8 +33,13 @@ typedef struct udp_seg {
     uint32_t seq;
     uint32_t len;                /* datagram bytes */
     uint32_t sacked;             /* the receiver holds it (selective ACK) */
-    uint32_t pooled;             /* from udp_iface_t.segs, not malloc */
+    uint32_t pooled;             /* UDP_SEG_MALLOC, _POOL or _HDR_POOL */
     uint32_t resent;             /* sent more than once: no RTT sample (Karn) */
+    const unsigned char *ext;    /* the payload when it is not in buf: a
+                                    read served straight from the owner's
+                                    memory (udp_send_segs) */
+    uint64_t ext_key;            /* that memory's key, checked before each
+                                    sending (seg_stamp) */
     _Alignas(8) unsigned char buf[]; /* a udp_hdr_t is read in place */
 } udp_seg_t;
 
@@ -128,7 +135,10 @@ typedef struct udp_iface {
     struct sockaddr_in rfrom[UDP_RECV_BATCH];
     char rctl[UDP_RECV_BATCH][CMSG_SPACE(sizeof(int))];
     util_pool_t segs;            /* segment buffers up to seg_cap bytes */
+    util_pool_t hsegs;           /* segments of a header alone */
     uint32_t seg_cap;
+    unsigned char *gather;       /* a datagram whose payload is elsewhere,
+                                    gathered for the fault injector */
     uint64_t ooo_bytes;          /* payload held in early segments */
     uint32_t hot_polls;          /* polls left that look at the socket */
     int woken;                   /* udp_wait saw the socket readable
@@ -171,10 +181,11 @@ udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
 void udp_gro_set(udp_iface_t *ui, int on);
 /* Sends len bytes gathered from iov as segments of channel ch; aux goes
  * into the header's reserved word (a read's status). All or nothing:
- * TMX_ERR_AGAIN when the window cannot take every segment. */
+ * TMX_ERR_AGAIN when the window cannot take every segment. Read data
+ * (GET_DATA, one piece) is not copied: rkey is the key of its memory. */
 tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags,
                            uint32_t frag_id, uint64_t offset, uint32_t aux,
-                           const struct iovec *iov, int iovcnt, size_t len);
+                           const struct iovec *iov, int iovcnt, size_t len, uint64_t rkey);
 void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep);
 /* Segments holding up to len datagram bytes: from the pool when they fit
  * (every segment we build does), so the data path never calls malloc. */

@@ -32,6 +32,7 @@ typedef struct udp_serve {
     udp_ep_t *ep;
     uint32_t id;
     uint64_t raddr;
+    uint64_t rkey;
     uint64_t len;
     uint64_t offset;
     tmx_status_t status;
@@ -41,7 +42,7 @@ static int get_req_push(udp_iface_t *ui, udp_get_op_t *g)
 {
     struct iovec iov = {&g->req, sizeof(g->req)};
 
-    if (udp_send_segs(ui, g->ep, UDP_CH_PRIO, UDP_FLAG_GET_REQ, 0, 0, 0, &iov, 1, sizeof(g->req)) != TMX_OK)
+    if (udp_send_segs(ui, g->ep, UDP_CH_PRIO, UDP_FLAG_GET_REQ, 0, 0, 0, &iov, 1, sizeof(g->req), 0) != TMX_OK)
         return 0;
     g->req_sent = 1;
     g->start_us = udp_now_us();
@@ -130,8 +131,9 @@ void udp_get_req_arrive(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, s
     s->ep = ep;
     s->id = (uint32_t)le64toh(r.op_id);
     s->raddr = le64toh(r.raddr);
+    s->rkey = le64toh(r.rkey);
     s->len = le64toh(r.len);
-    s->status = ui->super.mem_check(ui->super.recv_arg, s->raddr, s->len, le64toh(r.rkey));
+    s->status = ui->super.mem_check(ui->super.recv_arg, s->raddr, s->len, s->rkey);
     util_dlist_push_tail(&ui->serves, &s->link);
 }
 
@@ -146,7 +148,7 @@ static int serve_push(udp_iface_t *ui, udp_serve_t *s)
         size_t n = s->status != TMX_OK ? 0 : (left < per ? (size_t)left : per);
         struct iovec iov = {(void *)(uintptr_t)(s->raddr + s->offset), n};
         tmx_status_t st = udp_send_segs(ui, s->ep, UDP_CH_DATA, UDP_FLAG_GET_DATA, s->id, s->offset,
-                                        (uint32_t)s->status, &iov, 1, n);
+                                        (uint32_t)s->status, &iov, 1, n, s->rkey);
         if (st == TMX_ERR_AGAIN)
             return 0;
         if (st != TMX_OK)

@@ -28,6 +28,8 @@ typedef struct side {
     size_t packets;              /* delivered to the layer above */
     size_t bytes;
     int failures;                /* peers reported failed */
+    const unsigned char *lent;   /* memory others may read (mem_check) */
+    size_t lent_len;
 } side_t;
 
 static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
@@ -47,13 +49,37 @@ static void on_fail(void *arg, uint64_t uuid, int clean)
     ((side_t *)arg)->failures++;
 }
 
+#define LENT_KEY 0x1e47
+
 static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_t rkey)
 {
-    (void)arg;
-    (void)addr;
-    (void)len;
-    (void)rkey;
-    return TMX_ERR_NOT_FOUND;
+    side_t *s = arg;
+    uint64_t base = (uintptr_t)s->lent;
+
+    if (s->lent == NULL || rkey != LENT_KEY)
+        return TMX_ERR_NOT_FOUND;
+    if (addr < base || len > s->lent_len || addr - base > s->lent_len - len)
+        return TMX_ERR_INVALID;
+    return TMX_OK;
+}
+
+typedef struct read_op {
+    tl_get_op_t super;
+    int done;
+    tmx_status_t status;
+} read_op_t;
+
+static void read_done(tl_get_op_t *op, tmx_status_t status)
+{
+    read_op_t *r = (read_op_t *)op;
+
+    r->done = 1;
+    r->status = status;
+}
+
+static int read_finished(void *arg)
+{
+    return ((read_op_t *)arg)->done;
 }
 
 static void side_open(side_t *s, uint64_t uuid)
@@ -376,6 +402,82 @@ static void test_resend_is_the_same(void **state)
     side_close(&b);
 }
 
+/* A read is streamed from the owner's memory as it is, byte for byte. */
+static void test_read_from_lent_memory(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ba;
+    size_t len = 300000;
+    unsigned char *src = malloc(len), *dst = calloc(1, len);
+    read_op_t op = {{read_done}, 0, TMX_OK};
+
+    (void)state;
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (size_t i = 0; i < len; i++)
+        src[i] = (unsigned char)(i * 7 + 3);
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    a.lent = src;
+    a.lent_len = len;
+    ba = connect_to(&b, &a, UUID_A);
+    assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, &op.super), TMX_INPROGRESS);
+    assert_true(poll_until(&a, &b, read_finished, &op));
+    assert_int_equal(op.status, TMX_OK);
+    assert_memory_equal(dst, src, len);
+    side_close(&a);
+    side_close(&b);
+    free(src);
+    free(dst);
+}
+
+/* Segments of a read wait to be sent again when the owner takes its
+ * memory back (its send failed by another path): what goes out then is
+ * the refusal, never the memory, and the reader's read ends with it. */
+static void test_read_ends_when_memory_is_taken_back(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab, *ba;
+    size_t len = 100000;
+    unsigned char *src = malloc(len), *dst = calloc(1, len);
+    read_op_t op = {{read_done}, 0, TMX_OK};
+    udp_tx_t *tx;
+    uint64_t end;
+
+    (void)state;
+    assert_non_null(src);
+    assert_non_null(dst);
+    memset(src, 0x42, len);
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    a.lent = src;
+    a.lent_len = len;
+    ba = connect_to(&b, &a, UUID_A);
+    ab = connect_to(&a, &b, UUID_B);
+    a.ui->faults.drop = 1.0; /* everything the owner sends is lost */
+    assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, &op.super), TMX_INPROGRESS);
+    tx = &ab->tx[UDP_CH_DATA];
+    end = udp_now_us() + 2000000;
+    while ((tx->win == NULL || tx->next_seq - tx->una < 2) && udp_now_us() < end) {
+        tl_udp_ops.progress(&b.ui->super);
+        tl_udp_ops.progress(&a.ui->super);
+    }
+    assert_true(tx->next_seq - tx->una >= 2); /* the read's segments wait */
+    a.lent = NULL;                            /* the memory is the application's again */
+    memset(src, 0x66, len);
+    a.ui->faults.drop = 0;
+    for (uint32_t s = tx->una; s != tx->next_seq; s++)
+        udp_seg_retransmit(a.ui, ab, tx->win[udp_slot(a.ui, s)]);
+    assert_true(poll_until(&a, &b, read_finished, &op));
+    assert_int_equal(op.status, TMX_ERR_NOT_FOUND);
+    for (size_t i = 0; i < len; i++)
+        assert_int_not_equal(dst[i], 0x66);
+    side_close(&a);
+    side_close(&b);
+    free(src);
+    free(dst);
+}
+
 /* A peer declared failed gives its socket back for the next one. */
 static void test_failed_peer_gives_socket_back(void **state)
 {
@@ -408,6 +510,8 @@ int main(void)
         cmocka_unit_test(test_burst_read_after_gro_off),
         cmocka_unit_test(test_failed_peer_gives_socket_back),
         cmocka_unit_test(test_resend_is_the_same),
+        cmocka_unit_test(test_read_from_lent_memory),
+        cmocka_unit_test(test_read_ends_when_memory_is_taken_back),
     };
 
     setenv("TMX_UDP_ADDR", "127.0.0.1", 1);

@@ -98,6 +98,18 @@ static void side_close(side_t *s)
     tl_udp_ops.iface_close(&s->ui->super);
 }
 
+static void pair_open(side_t *a, side_t *b)
+{
+    side_open(a, UUID_A);
+    side_open(b, UUID_B);
+}
+
+static void pair_close(side_t *a, side_t *b)
+{
+    side_close(a);
+    side_close(b);
+}
+
 /* a's endpoint for b, made the way the core makes it: from b's address. */
 static udp_ep_t *connect_to(side_t *a, side_t *b, uint64_t b_uuid)
 {
@@ -164,8 +176,7 @@ static void test_acks_reach_a_connected_sender(void **state)
     want_t w;
 
     (void)state;
-    side_open(&a, UUID_A);
-    side_open(&b, UUID_B);
+    pair_open(&a, &b);
     ab = connect_to(&a, &b, UUID_B);
     assert_true(ab->fd >= 0);
     for (int i = 0; i < 3; i++)
@@ -178,8 +189,7 @@ static void test_acks_reach_a_connected_sender(void **state)
     assert_int_equal(ba->sa.sin_port, a.ui->self_sa.sin_port);
     assert_true(poll_until(&a, &b, all_acked, &w));
     assert_int_equal(b.ui->dropped, 0);
-    side_close(&a);
-    side_close(&b);
+    pair_close(&a, &b);
 }
 
 /* Both directions, each side with a socket of its own for the other. */
@@ -190,8 +200,7 @@ static void test_both_connected(void **state)
     want_t w;
 
     (void)state;
-    side_open(&a, UUID_A);
-    side_open(&b, UUID_B);
+    pair_open(&a, &b);
     ab = connect_to(&a, &b, UUID_B);
     ba = connect_to(&b, &a, UUID_A);
     assert_true(ab->fd >= 0 && ba->fd >= 0);
@@ -208,8 +217,7 @@ static void test_both_connected(void **state)
     assert_true(poll_until(&a, &b, all_acked, &w));
     w.ep = ba;
     assert_true(poll_until(&a, &b, all_acked, &w));
-    side_close(&a);
-    side_close(&b);
+    pair_close(&a, &b);
 }
 
 /* TMX_UDP_CONNECT_MAX bounds the sockets; beyond it the shared one sends. */
@@ -231,8 +239,7 @@ static void test_connect_max(void **state)
     w = (want_t){&b, 1, ab};
     assert_true(poll_until(&a, &b, got_packets, &w));
     assert_true(poll_until(&a, &b, all_acked, &w));
-    side_close(&a);
-    side_close(&b);
+    pair_close(&a, &b);
 }
 
 /* A header that names port 0 names no place for replies: dropped. */
@@ -275,12 +282,10 @@ static void test_gro_follows_bulk(void **state)
     want_t w;
 
     (void)state;
-    side_open(&a, UUID_A);
-    side_open(&b, UUID_B);
+    pair_open(&a, &b);
     if (!b.ui->gro_ok) {
         print_message("skipped: TMX_UDP_OFFLOAD is 0 here\n");
-        side_close(&a);
-        side_close(&b);
+        pair_close(&a, &b);
         return;
     }
     ab = connect_to(&a, &b, UUID_B);
@@ -303,8 +308,7 @@ static void test_gro_follows_bulk(void **state)
         assert_false(b.ui->gro_on);
     }
     assert_int_equal(b.bytes, 5 * 8 + 60000);
-    side_close(&a);
-    side_close(&b);
+    pair_close(&a, &b);
 }
 
 /* A packet may end in an empty piece with no buffer (an empty message:
@@ -319,16 +323,14 @@ static void test_empty_pieces(void **state)
     want_t w;
 
     (void)state;
-    side_open(&a, UUID_A);
-    side_open(&b, UUID_B);
+    pair_open(&a, &b);
     ab = connect_to(&a, &b, UUID_B);
     for (int i = 0; i < 3; i++)
         assert_int_equal(tl_udp_ops.send(&ab->super, iov, 2), TMX_OK);
     w = (want_t){&b, 3, ab};
     assert_true(poll_until(&a, &b, got_packets, &w));
     assert_int_equal(b.bytes, 3 * sizeof(hdr));
-    side_close(&a);
-    side_close(&b);
+    pair_close(&a, &b);
 }
 
 /* A burst the kernel joined while GRO was on stays joined in the socket;
@@ -342,13 +344,11 @@ static void test_burst_read_after_gro_off(void **state)
     uint64_t end;
 
     (void)state;
-    side_open(&a, UUID_A);
-    side_open(&b, UUID_B);
+    pair_open(&a, &b);
     udp_gro_set(b.ui, 1);
     if (!b.ui->gro_on || !a.ui->gso) {
         print_message("skipped: no UDP GSO and GRO here\n");
-        side_close(&a);
-        side_close(&b);
+        pair_close(&a, &b);
         return;
     }
     ab = connect_to(&a, &b, UUID_B);
@@ -362,8 +362,7 @@ static void test_burst_read_after_gro_off(void **state)
     assert_int_equal(b.bytes, 60000);
     assert_int_equal(b.ui->dropped, 0);
     assert_int_equal(a.ui->retransmits, 0);
-    side_close(&a);
-    side_close(&b);
+    pair_close(&a, &b);
 }
 
 /* A segment sent again is the one sent first: its payload is where it
@@ -378,8 +377,7 @@ static void test_resend_is_the_same(void **state)
     want_t w;
 
     (void)state;
-    side_open(&a, UUID_A);
-    side_open(&b, UUID_B);
+    pair_open(&a, &b);
     ab = connect_to(&a, &b, UUID_B);
     send_bytes(ab, 8); /* the first send of a peer takes the general path */
     w = (want_t){&b, 1, ab};
@@ -398,8 +396,7 @@ static void test_resend_is_the_same(void **state)
     w = (want_t){&b, 2, ab};
     assert_true(poll_until(&a, &b, got_packets, &w));
     assert_int_equal(b.bytes, 16);
-    side_close(&a);
-    side_close(&b);
+    pair_close(&a, &b);
 }
 
 /* A read is streamed from the owner's memory as it is, byte for byte. */
@@ -416,8 +413,7 @@ static void test_read_from_lent_memory(void **state)
     assert_non_null(dst);
     for (size_t i = 0; i < len; i++)
         src[i] = (unsigned char)(i * 7 + 3);
-    side_open(&a, UUID_A);
-    side_open(&b, UUID_B);
+    pair_open(&a, &b);
     a.lent = src;
     a.lent_len = len;
     ba = connect_to(&b, &a, UUID_A);
@@ -425,8 +421,7 @@ static void test_read_from_lent_memory(void **state)
     assert_true(poll_until(&a, &b, read_finished, &op));
     assert_int_equal(op.status, TMX_OK);
     assert_memory_equal(dst, src, len);
-    side_close(&a);
-    side_close(&b);
+    pair_close(&a, &b);
     free(src);
     free(dst);
 }
@@ -448,8 +443,7 @@ static void test_read_ends_when_memory_is_taken_back(void **state)
     assert_non_null(src);
     assert_non_null(dst);
     memset(src, 0x42, len);
-    side_open(&a, UUID_A);
-    side_open(&b, UUID_B);
+    pair_open(&a, &b);
     a.lent = src;
     a.lent_len = len;
     ba = connect_to(&b, &a, UUID_A);
@@ -472,8 +466,7 @@ static void test_read_ends_when_memory_is_taken_back(void **state)
     assert_int_equal(op.status, TMX_ERR_NOT_FOUND);
     for (size_t i = 0; i < len; i++)
         assert_int_not_equal(dst[i], 0x66);
-    side_close(&a);
-    side_close(&b);
+    pair_close(&a, &b);
     free(src);
     free(dst);
 }
@@ -485,8 +478,7 @@ static void test_failed_peer_gives_socket_back(void **state)
     udp_ep_t *ab;
 
     (void)state;
-    side_open(&a, UUID_A);
-    side_open(&b, UUID_B);
+    pair_open(&a, &b);
     ab = connect_to(&a, &b, UUID_B);
     assert_int_equal(a.ui->n_conn, 1);
     udp_ep_fail(a.ui, ab);
@@ -494,8 +486,7 @@ static void test_failed_peer_gives_socket_back(void **state)
     assert_int_equal(ab->fd, -1);
     assert_int_equal(a.ui->n_conn, 0);
     a.failures = 0;
-    side_close(&a);
-    side_close(&b);
+    pair_close(&a, &b);
 }
 
 int main(void)

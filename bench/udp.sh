@@ -315,14 +315,15 @@ wait_line() {
     done
     return 1
 }
-limits_pingpong() { # FILE MODE(spin|blocking) ITERS
-    local f=$1 mode=$2 n=$3 b="" spid crc port
-    [ "$mode" = spin ] || b=-b
+limits_pingpong() { # FILE MODE(spin|conn|blocking) ITERS; conn: spinning, the server connected too
+    local f=$1 mode=$2 n=$3 b="" C="" spid crc port
+    [ "$mode" = blocking ] && b=-b
+    [ "$mode" = conn ] && C=-C
     next_port
     port=$PORT
     : >"$TMP/pp_server.txt"
-    logcmd "ip netns exec $NS1 timeout $TO udp_pingpong server $port -c 0 $b  &  ip netns exec $NS2 timeout $TO udp_pingpong client $IP1 $port -c 1 -s 8 -n $n $b"
-    start_bg "$TMP/pp_server.txt" ip netns exec "$NS1" timeout "$TO" "$LIM/udp_pingpong" server "$port" -c 0 $b
+    logcmd "ip netns exec $NS1 timeout $TO udp_pingpong server $port -c 0 $b $C  &  ip netns exec $NS2 timeout $TO udp_pingpong client $IP1 $port -c 1 -s 8 -n $n $b"
+    start_bg "$TMP/pp_server.txt" ip netns exec "$NS1" timeout "$TO" "$LIM/udp_pingpong" server "$port" -c 0 $b $C
     spid=$BG
     if ! wait_line "$TMP/pp_server.txt" "server ready" "$spid"; then
         kill -TERM "$spid" 2>/dev/null || true
@@ -377,6 +378,7 @@ limits_stream() { # FILE SYSTEM SIZE [SEGMENT [GRO]]: receiver host 1 core 0, se
 sys_limits() {
     local f=$RAWNEW/r${ROUND}_limits.txt s
     limits_pingpong "$f" spin "$N_PP"
+    limits_pingpong "$f" conn "$N_PP"
     limits_pingpong "$f" blocking $((N_PP / 2))
     for s in $STREAMS; do limits_stream "$f" udpstream "$s"; done
     limits_stream "$f" udpgso "$GSO_SEND" 1472
@@ -483,6 +485,7 @@ done
 awk -F'\t' '$1 == "udpstream" && $2 == "bw" { print $3, $5 }' "$TMP/stats.tsv" | sort -n >"$TMP/p_udpstream.dat"
 SPIN_US=$(med udpspin lat 8)
 BLOCK_US=$(med udpblocking lat 8)
+CONN_US=$(med udpconn lat 8)
 GSO_MBS=$(med udpgso bw 1472)
 GRO_MBS=$(med udpgsogro bw 1472)
 {
@@ -569,7 +572,7 @@ pct_fmt() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.0f 
     echo
     echo "| | tmx (udp) | libfabric udp;ofi_rxd | libfabric tcp;ofi_rxm | UCX tcp | raw UDP limit |"
     echo "|---|---|---|---|---|---|"
-    echo "| latency 8 B, one way (us) | **$(fmt us "$(med tmx lat 8)")** | $(fmt us "$(med rxd lat 8)") | $(fmt us "$(med rxm lat 8)") | $(fmt us "$(med ucx lat 8)") (median sample $(fmt us "$(med ucx lattyp 8)")) | $(fmt us "$SPIN_US") spinning, $(fmt us "$BLOCK_US") blocking |"
+    echo "| latency 8 B, one way (us) | **$(fmt us "$(med tmx lat 8)")** | $(fmt us "$(med rxd lat 8)") | $(fmt us "$(med rxm lat 8)") | $(fmt us "$(med ucx lat 8)") (median sample $(fmt us "$(med ucx lattyp 8)")) | $(fmt us "$SPIN_US") spinning ($(fmt us "$CONN_US") both ends connected), $(fmt us "$BLOCK_US") blocking |"
     echo "| ping-pong bandwidth 64 KiB (MB/s) | **$(fmt mbs "$(med tmx pbw 65536)")** | $(fmt mbs "$(med rxd pbw 65536)") | $(fmt mbs "$(med rxm pbw 65536)") | $(fmt mbs "$(med ucx pbw 65536)") | |"
     echo "| ping-pong bandwidth 1 MiB (MB/s) | **$(fmt mbs "$(med tmx pbw 1048576)")** | $(fmt mbs "$(med rxd pbw 1048576)") | $(fmt mbs "$(med rxm pbw 1048576)") | $(fmt mbs "$(med ucx pbw 1048576)") | |"
     echo "| streaming bandwidth 64 KiB (MB/s) | **$(fmt mbs "$(med tmx bw 65536)")** | n/a (no streaming test) | n/a (no streaming test) | $(fmt mbs "$(med ucx bw 65536)") | $(fmt mbs "$(med udpstream bw 1472)") (1472 B datagrams), $(fmt mbs "$(med udpgso bw 1472)") (GSO), $(fmt mbs "$(med udpgsogro bw 1472)") (GSO+GRO) |"
@@ -591,7 +594,7 @@ pct_fmt() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.0f 
     echo
     echo "| metric | tmx/rxd | tmx/tcp;rxm | tmx/UCX-tcp | tmx/raw UDP |"
     echo "|---|---|---|---|---|"
-    echo "| latency 8 B | $(ratio "$(med tmx lat 8)" "$(med rxd lat 8)") | $(ratio "$(med tmx lat 8)" "$(med rxm lat 8)") | $(ratio "$(med tmx lat 8)" "$(med ucx lat 8)") | $(ratio "$(med tmx lat 8)" "$SPIN_US") (spinning ping-pong) |"
+    echo "| latency 8 B | $(ratio "$(med tmx lat 8)" "$(med rxd lat 8)") | $(ratio "$(med tmx lat 8)" "$(med rxm lat 8)") | $(ratio "$(med tmx lat 8)" "$(med ucx lat 8)") | $(ratio "$(med tmx lat 8)" "$SPIN_US") (spinning ping-pong; $(ratio "$(med tmx lat 8)" "$CONN_US") with both ends connected) |"
     echo "| ping-pong bandwidth 64 KiB | $(ratio "$(med tmx pbw 65536)" "$(med rxd pbw 65536)") | $(ratio "$(med tmx pbw 65536)" "$(med rxm pbw 65536)") | $(ratio "$(med tmx pbw 65536)" "$(med ucx pbw 65536)") | |"
     echo "| ping-pong bandwidth 1 MiB | $(ratio "$(med tmx pbw 1048576)" "$(med rxd pbw 1048576)") | $(ratio "$(med tmx pbw 1048576)" "$(med rxm pbw 1048576)") | $(ratio "$(med tmx pbw 1048576)" "$(med ucx pbw 1048576)") | |"
     echo "| streaming bandwidth 64 KiB | n/a | n/a | $(ratio "$(med tmx bw 65536)" "$(med ucx bw 65536)") | $(ratio "$(med tmx bw 65536)" "$(med udpstream bw 1472)") (1472 B stream), $(ratio "$(med tmx bw 65536)" "$GRO_MBS") (GSO+GRO) |"
@@ -614,6 +617,8 @@ pct_fmt() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.0f 
     row "limit: raw UDP ping-pong, spinning (mean of $N_PP)" udpspin lat 8 us lat 8
     row "raw UDP ping-pong, spinning (median)" udpspin latmed 8 us - -
     row "raw UDP ping-pong, spinning (99th percentile)" udpspin latp99 8 us - -
+    row "raw UDP ping-pong, spinning, server connected too (mean of $N_PP)" udpconn lat 8 us lat 8
+    row "raw UDP ping-pong, spinning, server connected too (median)" udpconn latmed 8 us - -
     row "raw UDP ping-pong, blocking recvfrom (mean of $((N_PP / 2)))" udpblocking lat 8 us lat 8
     row "raw UDP ping-pong, blocking (median)" udpblocking latmed 8 us - -
     row "raw UDP ping-pong, blocking (99th percentile)" udpblocking latp99 8 us - -
@@ -634,6 +639,9 @@ pct_fmt() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.0f 
         echo "tmx's header, CRC-32C, matching, reliability and progress engine)."
         ;;
     esac
+    echo
+    echo "Against the quickest raw path, both ends on connected sockets as tmx's are (udp_pingpong"
+    echo "server -C): $(ratio "$(med tmx lat 8)" "$CONN_US") ($(fmt us "$(med tmx lat 8)") us vs $(fmt us "$CONN_US") us), which leaves only tmx's own work."
     echo
     for s in 65536 1048576; do
         sz=$([ $s = 65536 ] && echo "64 KiB" || echo "1 MiB")

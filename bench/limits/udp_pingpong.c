@@ -1,7 +1,7 @@
 /* UDP ping-pong between two hosts (network namespaces): the least a
  * message over UDP sockets can cost one way, for bench/udp.sh.
  *
- *   udp_pingpong server PORT [-b] [-c CORE]
+ *   udp_pingpong server PORT [-b] [-C] [-c CORE]
  *   udp_pingpong client ADDR PORT [-b] [-c CORE] [-s SIZE] [-n ITERS] [-w WARM]
  *
  * The server echoes every datagram to its sender until it gets an empty
@@ -11,6 +11,10 @@
  *
  * -b: blocking recvfrom (the process sleeps until the datagram is there);
  *     without it both sides spin on a non-blocking recv (MSG_DONTWAIT).
+ * -C: the server connects its socket to the first client and answers with
+ *     send: like the client, it then has the route at hand instead of the
+ *     kernel looking it up for every datagram (sendto on an unconnected
+ *     socket, the usual echo server), so both ends take the quickest path.
  * A datagram lost on the way (nothing back within 1 s) ends the client
  * with an error rather than skewing the figures.
  */
@@ -31,7 +35,7 @@ static int blocking;
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: udp_pingpong server PORT [-b] [-c CORE]\n"
+    fprintf(stderr, "usage: udp_pingpong server PORT [-b] [-C] [-c CORE]\n"
                     "       udp_pingpong client ADDR PORT [-b] [-c CORE] [-s SIZE] [-n ITERS] [-w WARM]\n");
     exit(2);
 }
@@ -92,16 +96,18 @@ static int server(int argc, char **argv)
 {
     static char buf[MAXSZ];
     struct sockaddr_in me = {.sin_family = AF_INET}, from;
-    int fd, opt, core = -1;
+    int fd, opt, core = -1, conn = 0;
     long echoed = 0;
 
     if (argc < 3)
         usage();
     me.sin_port = htons((uint16_t)atoi(argv[2]));
     optind = 3;
-    while ((opt = getopt(argc, argv, "bc:")) != -1) {
+    while ((opt = getopt(argc, argv, "bCc:")) != -1) {
         if (opt == 'b')
             blocking = 1;
+        else if (opt == 'C')
+            conn = 1;
         else if (opt == 'c')
             core = atoi(optarg);
         else
@@ -126,8 +132,15 @@ static int server(int argc, char **argv)
         }
         if (n == 0)
             break;
-        if (sendto(fd, buf, (size_t)n, 0, (struct sockaddr *)&from, sizeof(from)) != n) {
-            perror("sendto");
+        if (conn == 1) {
+            if (connect(fd, (struct sockaddr *)&from, sizeof(from)) != 0) {
+                perror("connect");
+                return 1;
+            }
+            conn = 2;
+        }
+        if ((conn ? send(fd, buf, (size_t)n, 0) : sendto(fd, buf, (size_t)n, 0, (struct sockaddr *)&from, sizeof(from))) != n) {
+            perror("send");
             return 1;
         }
         echoed++;

@@ -30,6 +30,7 @@ typedef struct side {
     int failures;                /* peers reported failed */
     const unsigned char *lent;   /* memory others may read (mem_check) */
     size_t lent_len;
+    unsigned refused;            /* mem_check answers other than TMX_OK */
 } side_t;
 
 static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
@@ -56,10 +57,14 @@ static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_
     side_t *s = arg;
     uint64_t base = (uintptr_t)s->lent;
 
-    if (s->lent == NULL || rkey != LENT_KEY)
+    if (s->lent == NULL || rkey != LENT_KEY) {
+        s->refused++;
         return TMX_ERR_NOT_FOUND;
-    if (addr < base || len > s->lent_len || addr - base > s->lent_len - len)
+    }
+    if (addr < base || len > s->lent_len || addr - base > s->lent_len - len) {
+        s->refused++;
         return TMX_ERR_INVALID;
+    }
     return TMX_OK;
 }
 
@@ -428,22 +433,28 @@ static void test_read_from_lent_memory(void **state)
 
 /* Segments of a read wait to be sent again when the owner takes its
  * memory back (its send failed by another path): what goes out then is
- * the refusal, never the memory, and the reader's read ends with it. */
+ * the refusal, never the memory, and the reader's read ends with it. The
+ * core is asked once, not once per segment, and the rest of the read is
+ * not cut into more refusals. */
 static void test_read_ends_when_memory_is_taken_back(void **state)
 {
     side_t a, b;
     udp_ep_t *ab, *ba;
-    size_t len = 100000;
+    size_t len = 4 << 20;
     unsigned char *src = malloc(len), *dst = calloc(1, len);
     read_op_t op = {{read_done}, 0, TMX_OK};
     udp_tx_t *tx;
     uint64_t end;
+    uint32_t waiting;
+    want_t w;
 
     (void)state;
     assert_non_null(src);
     assert_non_null(dst);
     memset(src, 0x42, len);
+    setenv("TMX_UDP_WINDOW", "256", 1); /* the read is longer than the window */
     pair_open(&a, &b);
+    unsetenv("TMX_UDP_WINDOW");
     a.lent = src;
     a.lent_len = len;
     ba = connect_to(&b, &a, UUID_A);
@@ -457,6 +468,7 @@ static void test_read_ends_when_memory_is_taken_back(void **state)
         tl_udp_ops.progress(&a.ui->super);
     }
     assert_true(tx->next_seq - tx->una >= 2); /* the read's segments wait */
+    waiting = tx->next_seq - tx->una;
     a.lent = NULL;                            /* the memory is the application's again */
     memset(src, 0x66, len);
     a.ui->faults.drop = 0;
@@ -466,6 +478,14 @@ static void test_read_ends_when_memory_is_taken_back(void **state)
     assert_int_equal(op.status, TMX_ERR_NOT_FOUND);
     for (size_t i = 0; i < len; i++)
         assert_int_not_equal(dst[i], 0x66);
+    w = (want_t){&b, 0, ab};
+    assert_true(poll_until(&a, &b, all_acked, &w)); /* the serve ended: nothing more to send */
+    assert_true(util_dlist_empty(&a.ui->serves));
+    assert_true(a.refused <= 2); /* the first resend, and the next chunk */
+    /* the reader drops the refusals after the first: those that waited,
+     * and at most one for the rest of the read (not one per segment) */
+    assert_true(b.ui->dropped <= waiting);
+    assert_true(waiting <= 256);
     pair_close(&a, &b);
     free(src);
     free(dst);

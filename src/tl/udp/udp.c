@@ -557,6 +557,29 @@ static udp_seg_t *seg_build(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flag
     return seg;
 }
 
+static void seg_refuse(udp_seg_t *seg, tmx_status_t st)
+{
+    udp_hdr_t *h = (udp_hdr_t *)seg->buf;
+
+    seg->ext = NULL;
+    seg->len = sizeof(*h);
+    h->len = 0;
+    h->reserved = htole32((uint32_t)st);
+}
+
+/* Every waiting segment of memory under this key carries the refusal from
+ * now on: one question to the core, not one per segment. */
+static void refuse_key(const udp_iface_t *ui, const udp_ep_t *ep, uint64_t key, tmx_status_t st)
+{
+    const udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
+
+    for (uint32_t s = tx->una; s != tx->next_seq; s++) {
+        udp_seg_t *seg = tx->win[udp_slot(ui, s)];
+        if (seg != NULL && seg->ext != NULL && seg->ext_key == key)
+            seg_refuse(seg, st);
+    }
+}
+
 /* Stamps the current ACKs and the checksum into a segment. Read data
  * still in the owner's memory is read only if that memory is still lent:
  * the owner's send can fail while its segments wait (its peer declared
@@ -572,10 +595,9 @@ static void seg_stamp(const udp_iface_t *ui, const udp_ep_t *ep, udp_seg_t *seg)
     if (seg->ext != NULL &&
         (st = ui->super.mem_check(ui->super.recv_arg, (uintptr_t)seg->ext, seg->len - sizeof(*h), seg->ext_key)) !=
             TMX_OK) {
-        seg->ext = NULL;
-        seg->len = sizeof(*h);
-        h->len = 0;
-        h->reserved = htole32((uint32_t)st);
+        refuse_key(ui, ep, seg->ext_key, st);
+        if (seg->ext != NULL) /* not in the window: never, but never read it */
+            seg_refuse(seg, st);
     }
     udp_hdr_fill_acks(ep, h);
     h->csum = 0;

@@ -146,8 +146,18 @@ static int serve_push(udp_iface_t *ui, udp_serve_t *s)
     do {
         uint64_t left = s->len - s->offset;
         size_t n = s->status != TMX_OK ? 0 : (left < per ? (size_t)left : per);
-        struct iovec iov = {(void *)(uintptr_t)(s->raddr + s->offset), n};
-        tmx_status_t st = udp_send_segs(ui, s->ep, UDP_CH_DATA, UDP_FLAG_GET_DATA, s->id, s->offset,
+        struct iovec iov;
+        tmx_status_t st;
+
+        /* the memory is lent only while the owner's send lasts: asked
+         * again for every chunk, so that a send failed meanwhile ends the
+         * read with one refusal instead of a refusal per segment */
+        if (n > 0 && (st = ui->super.mem_check(ui->super.recv_arg, s->raddr + s->offset, n, s->rkey)) != TMX_OK) {
+            s->status = st;
+            n = 0;
+        }
+        iov = (struct iovec){(void *)(uintptr_t)(s->raddr + s->offset), n};
+        st = udp_send_segs(ui, s->ep, UDP_CH_DATA, UDP_FLAG_GET_DATA, s->id, s->offset,
                                         (uint32_t)s->status, &iov, 1, n, s->rkey);
         if (st == TMX_ERR_AGAIN)
             return 0;

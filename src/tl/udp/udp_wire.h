@@ -52,7 +52,8 @@ typedef struct udp_hdr {
     uint32_t frag_id;     /* GET_DATA: the read's id; else 0 */
     uint64_t offset;      /* GET_DATA: where the bytes go; FIRST: packet length */
     uint32_t csum;        /* CRC-32C of header (with csum 0) and payload */
-    uint32_t reserved;    /* zero */
+    uint32_t reserved;    /* GET_DATA: the owner's status (non-zero: it
+                             refused the read); else zero */
 } udp_hdr_t;
 
 static_assert(sizeof(udp_hdr_t) == 64, "udp header is 64 bytes");

@@ -461,37 +461,15 @@ static inline int seg_iov(const udp_seg_t *seg, struct iovec *iov)
     return 2;
 }
 
-/* One segment in one datagram. One whose payload is elsewhere goes out in
- * pieces, or gathered when the fault injector wants it whole. */
+/* One segment in one datagram, in its pieces. */
 static void seg_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg)
 {
     struct iovec iov[2];
-    struct msghdr mh = {NULL, 0, iov, 0, NULL, 0, 0};
-    const struct sockaddr_in *sa;
-    int fd;
-    ssize_t r;
 
-    if (seg->ext == NULL) {
+    if (seg->ext == NULL)
         udp_datagram_send(ui, ep, seg->buf, seg->len);
-        return;
-    }
-    if (udp_faults_active(&ui->faults)) {
-        if (ui->gather == NULL && (ui->gather = malloc(UDP_MAX_DGRAM)) == NULL)
-            return; /* like a loss */
-        memcpy(ui->gather, seg->buf, sizeof(udp_hdr_t));
-        memcpy(ui->gather + sizeof(udp_hdr_t), seg->ext, seg->len - sizeof(udp_hdr_t));
-        udp_datagram_send(ui, ep, ui->gather, seg->len);
-        return;
-    }
-    fd = udp_ep_dest(ui, ep, &sa);
-    mh.msg_name = (void *)sa;
-    mh.msg_namelen = sa != NULL ? sizeof(*sa) : 0;
-    mh.msg_iovlen = (size_t)seg_iov(seg, iov);
-    do {
-        r = sendmsg(fd, &mh, 0);
-    } while (r < 0 && errno == EINTR);
-    if (r < 0 && errno != EAGAIN && errno != ENOBUFS) /* a loss, as in raw_send */
-        util_debug("udp: sendmsg: %s", strerror(errno));
+    else
+        udp_datagram_sendv(ui, ep, iov, seg_iov(seg, iov), seg->len);
 }
 
 static void iov_gather(unsigned char *dst, const struct iovec *iov, int iovcnt, size_t off, size_t n)
@@ -596,7 +574,7 @@ static void seg_stamp(const udp_iface_t *ui, const udp_ep_t *ep, udp_seg_t *seg)
         (st = ui->super.mem_check(ui->super.recv_arg, (uintptr_t)seg->ext, seg->len - sizeof(*h), seg->ext_key)) !=
             TMX_OK) {
         refuse_key(ui, ep, seg->ext_key, st);
-        if (seg->ext != NULL) /* not in the window: never, but never read it */
+        if (seg->ext != NULL) /* every segment sent is in the window; this one too, whatever comes */
             seg_refuse(seg, st);
     }
     udp_hdr_fill_acks(ep, h);
@@ -800,23 +778,16 @@ static tmx_status_t send_one(udp_iface_t *ui, udp_ep_t *ep, const struct iovec *
 {
     udp_seg_t *seg = util_pool_get(&ui->segs);
     udp_hdr_t *h;
-    unsigned char *p;
     uint64_t now;
 
     if (seg == NULL)
         return TMX_ERR_AGAIN;
     ui->super.quiet = 0;
-    seg->pooled = 1;
+    seg->pooled = UDP_SEG_POOL;
     hdr_fill(ui, ep, seg, UDP_CH_DATA, UDP_FLAG_FIRST | UDP_FLAG_LAST, 0, len, 0, len);
     h = (udp_hdr_t *)seg->buf;
     udp_hdr_fill_acks(ep, h);
-    p = seg->buf + sizeof(*h);
-    for (int i = 0; i < iovcnt; i++) {
-        if (iov[i].iov_len == 0) /* an empty message may have no buffer */
-            continue;
-        memcpy(p, iov[i].iov_base, iov[i].iov_len);
-        p += iov[i].iov_len;
-    }
+    iov_gather(seg->buf + sizeof(*h), iov, iovcnt, 0, len); /* skips empty pieces, which may have no buffer */
     h->csum = htole32(util_crc32c(0, seg->buf, seg->len));
     udp_datagram_send(ui, ep, seg->buf, seg->len);
     now = udp_now_us();
@@ -895,11 +866,10 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
     if (dgram_parse(ui, buf, len, &h) != 0)
         return;
     ep = udp_ep_find(ui, h.src_id);
-    if (ep == NULL) {
+    if (ep == NULL && ui->n_eps < UDP_MAX_EPS) {
         struct sockaddr_in sa = *from;
         sa.sin_port = h.port; /* not the port it left from: see udp_wire.h */
-        if (ui->n_eps >= UDP_MAX_EPS || (ep = ep_new(ui, h.src_id, &sa)) == NULL)
-            ep = NULL;
+        ep = ep_new(ui, h.src_id, &sa);
     }
     if (ep == NULL) {
         dgram_drop(ui, "no room for a new peer", len);
@@ -1003,7 +973,7 @@ static int recv_one(udp_iface_t *ui)
 static int recv_batch(udp_iface_t *ui)
 {
     unsigned vlen = ui->recv_vlen;
-    int n;
+    int n, bulk;
 
     if (vlen == 1)
         return recv_one(ui);
@@ -1019,20 +989,22 @@ static int recv_batch(udp_iface_t *ui)
         ui->recv_vlen = 1;
         ui->recv_streak = 0;
     }
+    bulk = n >= 2;
     ui->rx_now_us = udp_now_us();
     ui->dgrams_in += (uint64_t)n;
-    if (n >= 2 || gro_size(&ui->rmsgs[0].msg_hdr) != 0) { /* a stream, or a burst GRO joined */
-        ui->gro_used_us = ui->rx_now_us;
-        udp_gro_set(ui, 1);
-    }
     for (int i = 0; i < n; i++) {
         unsigned char *buf = ui->riov[i].iov_base;
         size_t len = ui->rmsgs[i].msg_len, gro = gro_size(&ui->rmsgs[i].msg_hdr);
+        bulk |= gro != 0;
         /* a burst joined while GRO was on comes without the note once it is off */
         if (gro == 0)
             gro = udp_gro_guess(buf, len);
         udp_buf_input(ui, buf, len, gro, &ui->rfrom[i]);
         rmsg_reset(ui, i);
+    }
+    if (bulk) { /* a stream, or a burst GRO joined */
+        ui->gro_used_us = ui->rx_now_us;
+        udp_gro_set(ui, 1);
     }
     return n;
 }

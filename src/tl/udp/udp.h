@@ -137,8 +137,8 @@ typedef struct udp_iface {
     util_pool_t segs;            /* segment buffers up to seg_cap bytes */
     util_pool_t hsegs;           /* segments of a header alone */
     uint32_t seg_cap;
-    unsigned char *gather;       /* a datagram whose payload is elsewhere,
-                                    gathered for the fault injector */
+    unsigned char *gather;       /* a datagram sent in pieces, gathered for
+                                    the fault injector (udp_datagram_sendv) */
     uint64_t ooo_bytes;          /* payload held in early segments */
     uint32_t hot_polls;          /* polls left that look at the socket */
     int woken;                   /* udp_wait saw the socket readable
@@ -211,6 +211,9 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
 void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last);
 int udp_ack_flush(udp_iface_t *ui, uint64_t now);
 void udp_datagram_send(udp_iface_t *ui, udp_ep_t *ep, unsigned char *buf, size_t len);
+/* The same with the datagram's len bytes in n pieces (gathered into one
+ * buffer for the fault injector). */
+void udp_datagram_sendv(udp_iface_t *ui, udp_ep_t *ep, const struct iovec *iov, int n, size_t len);
 
 /* udp_get.c: receiver-driven reads */
 tmx_status_t udp_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,

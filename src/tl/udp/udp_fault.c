@@ -64,6 +64,15 @@ static double roll(udp_faults_t *f)
     return (double)(f->rng >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* A full socket buffer is a loss like any other, and so is a refusal
+ * that a connected socket reports for an earlier datagram (ICMP):
+ * retransmission covers it, and a peer that is gone times out. */
+static void sent(ssize_t n, const char *call)
+{
+    if (n < 0 && errno != EAGAIN && errno != ENOBUFS)
+        util_debug("udp: %s: %s", call, strerror(errno));
+}
+
 static void raw_send(udp_iface_t *ui, udp_ep_t *ep, const void *buf, size_t len)
 {
     const struct sockaddr_in *sa;
@@ -73,11 +82,7 @@ static void raw_send(udp_iface_t *ui, udp_ep_t *ep, const void *buf, size_t len)
     do {
         n = sendto(fd, buf, len, 0, (const struct sockaddr *)sa, sa != NULL ? sizeof(*sa) : 0);
     } while (n < 0 && errno == EINTR);
-    /* A full socket buffer is a loss like any other, and so is a refusal
-     * that a connected socket reports for an earlier datagram (ICMP):
-     * retransmission covers it, and a peer that is gone times out. */
-    if (n < 0 && errno != EAGAIN && errno != ENOBUFS)
-        util_debug("udp: sendto: %s", strerror(errno));
+    sent(n, "sendto");
 }
 
 static void release_held(udp_iface_t *ui)
@@ -104,6 +109,31 @@ void udp_datagram_send(udp_iface_t *ui, udp_ep_t *ep, unsigned char *buf, size_t
         return;
     }
     faulty_send(ui, ep, buf, len);
+}
+
+void udp_datagram_sendv(udp_iface_t *ui, udp_ep_t *ep, const struct iovec *iov, int n, size_t len)
+{
+    struct msghdr mh = {NULL, 0, (struct iovec *)iov, (size_t)n, NULL, 0, 0};
+    const struct sockaddr_in *sa;
+    ssize_t r;
+    int fd;
+
+    if (udp_faults_active(&ui->faults)) {
+        size_t off = 0;
+        if (ui->gather == NULL && (ui->gather = malloc(UDP_MAX_DGRAM)) == NULL)
+            return; /* like a loss */
+        for (int i = 0; i < n; off += iov[i++].iov_len)
+            memcpy(ui->gather + off, iov[i].iov_base, iov[i].iov_len);
+        faulty_send(ui, ep, ui->gather, len);
+        return;
+    }
+    fd = udp_ep_dest(ui, ep, &sa);
+    mh.msg_name = (void *)sa;
+    mh.msg_namelen = sa != NULL ? sizeof(*sa) : 0;
+    do {
+        r = sendmsg(fd, &mh, 0);
+    } while (r < 0 && errno == EINTR);
+    sent(r, "sendmsg");
 }
 
 /* Apart from the fast path: its datagram-sized buffer would move every

@@ -183,7 +183,6 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     pthread_mutex_init(&ctx->lock, NULL);
     context_apply(ctx, params);
     ctx->uuid = make_uuid();
-    ctx->rkey_seed = ctx->uuid;
     ctx->self_peer = TMX_PEER_NONE;
     ctx->last_peer = TMX_PEER_NONE; /* the uuid cache starts empty */
     ctx->rndv_free = UINT32_MAX;
@@ -192,6 +191,8 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     util_dlist_init(&ctx->ctrl_pending);
     util_pool_init(&ctx->req_pool, sizeof(struct tmx_request), CORE_POOL_CHUNK);
     util_pool_init(&ctx->msg_pool, sizeof(struct tmx_message), CORE_POOL_CHUNK);
+    if ((st = reg_keygen_init(&ctx->keygen)) != TMX_OK)
+        goto err_free;
     if ((st = match_init(&ctx->match)) != TMX_OK)
         goto err_free;
     if ((st = core_cq_init(&ctx->cq)) != TMX_OK)

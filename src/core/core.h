@@ -10,6 +10,7 @@
 
 #include "boot/job.h"
 #include "match/match.h"
+#include "reg/reg.h"
 #include "tl/tl.h"
 #include "tmx.h"
 #include "util/list.h"
@@ -121,7 +122,7 @@ struct tmx_context {
     struct tmx_request **rndv;  /* rendezvous sends by id */
     uint32_t n_rndv_slots;
     uint32_t rndv_free;         /* head of the free-slot chain */
-    uint64_t rkey_seed;
+    reg_keygen_t keygen;        /* remote-access keys (src/reg) */
     util_dlist_t ctrl_pending;  /* control packets waiting for room */
     uint64_t dropped;           /* packets from the wire that did not parse */
     core_cq_t cq;

@@ -82,7 +82,10 @@ struct tl_ops {
     tmx_status_t (*iface_open)(const tl_iface_params_t *params, tl_iface_t **iface);
 
     /* Closes the transport and every endpoint still open on it; queued
-     * packets are dropped and gets in flight are abandoned (no callback). */
+     * packets are dropped and gets in flight are abandoned (no callback).
+     * Called after tl_iface_mute(): it may still progress (udp lingers
+     * to deliver its last segments), but nothing reaches the layer above.
+     * Blocks for a bounded time (udp: UDP_LINGER_US at most). */
     void (*iface_close)(tl_iface_t *iface);
 
     /* Writes this transport's address section (*len in: room, out: used).
@@ -129,6 +132,12 @@ struct tl_ops {
 extern const tl_ops_t tl_self_ops;
 extern const tl_ops_t tl_shm_ops;
 extern const tl_ops_t tl_udp_ops;
+
+/* Stops every upcall of iface: from now on packets are dropped, failed
+ * peers ignored and remote reads refused. The first step of teardown,
+ * before any endpoint or the interface closes, so that a transport still
+ * progressing while it closes never calls into state being freed. */
+void tl_iface_mute(tl_iface_t *iface);
 
 /* Fallbacks for transports without the operation. */
 void tl_no_wait(tl_iface_t *iface, int64_t timeout_us);

@@ -259,6 +259,10 @@ static void udp_iface_close(tl_iface_t *iface)
 {
     udp_iface_t *ui = (udp_iface_t *)iface;
 
+    /* reads are abandoned before lingering: their data, arriving now,
+     * finds no read and is dropped, and no callback runs */
+    udp_get_fini(ui);
+    ui->closing = 1;
     linger(ui);
     udp_ack_flush(ui, UINT64_MAX);
     util_info("udp: %llu segments sent, %llu resent, %llu probes, %llu timeouts, %llu stalls reported; "
@@ -267,7 +271,7 @@ static void udp_iface_close(tl_iface_t *iface)
               (unsigned long long)ui->timeouts,
               (unsigned long long)ui->stalls_sent, (unsigned long long)ui->dgrams_in,
               (unsigned long long)ui->dropped);
-    udp_get_fini(ui);
+    udp_get_fini(ui); /* refusals of reads asked meanwhile */
     while (!util_dlist_empty(&ui->eps))
         ep_free(ui, util_container_of(ui->eps.next, udp_ep_t, link));
     udp_faults_fini(&ui->faults);

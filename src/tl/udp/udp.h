@@ -155,6 +155,7 @@ typedef struct udp_iface {
     uint64_t poll_now_us;        /* the clock as a poll last read it */
     unsigned recv_vlen;          /* datagrams asked of the next read */
     unsigned recv_streak;        /* single reads in a row that found one */
+    int closing;                 /* iface_close lingers: reads are gone */
     uint64_t dropped;            /* datagrams that did not parse or belong */
     uint64_t retransmits;        /* segments sent again, for any reason */
     uint64_t timeouts;           /* retransmit timers that fired */

@@ -5,9 +5,15 @@
  * and never tests an operation for NULL (tl_no_get() fills the gap where a
  * transport cannot read remote memory).
  *
- * Threads: the core serialises every call into one interface; no operation
- * is called concurrently with another on the same interface, and callbacks
- * run inside tl_ops_t.progress() only.
+ * Threads: the core serialises every call into one interface under its
+ * lock, with one exception: wait() runs unlocked (a sleeping thread must
+ * not keep the others out), concurrently with any other operation on the
+ * same interface, including progress() and another thread's wait(). So no
+ * operation but wait() is called concurrently with another, and wait()
+ * may touch only what iface_open() fixed for the interface's life (a
+ * descriptor, a mapped futex word) and fields that every side reads and
+ * writes atomically. Callbacks run inside progress() only (and, for
+ * gets, see get()).
  */
 #ifndef TMX_TL_H
 #define TMX_TL_H
@@ -121,7 +127,11 @@ struct tl_ops {
     int (*progress)(tl_iface_t *iface);
 
     /* Blocks until something may have arrived, or timeout_us passes (< 0:
-     * no limit). May return early; the caller progresses and decides. */
+     * no limit). May return early; the caller progresses and decides.
+     * Called without the core's lock, concurrently with any operation
+     * (see "Threads" above): it reads only fixed or atomic fields, makes
+     * no upcall, and what it learns (woken, how long to sleep) passes to
+     * and from progress() through atomic fields. */
     void (*wait)(tl_iface_t *iface, int64_t timeout_us);
 
     /* Looks for dead peers and reports them through fail_cb. Called from

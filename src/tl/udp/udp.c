@@ -188,6 +188,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     rmsgs_init(ui);
     ui->recv_vlen = UDP_RECV_BATCH;
     ui->poll_now_us = udp_now_us();
+    ui->wait_cap_us = 1000;
     ui->seg_cap = ui->mtu;
     util_pool_init(&ui->segs, sizeof(udp_seg_t) + ui->seg_cap, 64);
     util_pool_init(&ui->hsegs, sizeof(udp_seg_t) + sizeof(udp_hdr_t), 256);
@@ -1029,6 +1030,20 @@ static int udp_idle(const udp_iface_t *ui)
             util_dlist_empty(&ui->serves) && ui->faults.held == NULL);
 }
 
+/* The longest a wait may sleep for what is pending now: ACKs and
+ * retransmissions fall due while asleep, so wake for the earliest, to
+ * the wheel's tick while a retransmit timer runs or a read waits, else
+ * every millisecond. Computed under the lock by each progress, for
+ * udp_wait, which may not look at that state itself (tl.h, "Threads"). */
+static void wait_cap_update(udp_iface_t *ui)
+{
+    int64_t cap = ui->wheel.n_armed > 0 || !util_dlist_empty(&ui->gets) ? UDP_TICK_US : 1000;
+
+    if ((!util_dlist_empty(&ui->acks) || ui->faults.held != NULL) && (int64_t)ui->ack_delay_us < cap)
+        cap = (int64_t)ui->ack_delay_us;
+    __atomic_store_n(&ui->wait_cap_us, cap, __ATOMIC_RELAXED);
+}
+
 static int udp_progress(tl_iface_t *iface)
 {
     udp_iface_t *ui = (udp_iface_t *)iface;
@@ -1073,27 +1088,26 @@ static int udp_progress(tl_iface_t *iface)
     if (ui->faults.held != NULL)
         udp_datagram_send(ui, NULL, NULL, 0);
     iface->quiet = udp_idle(ui);
+    wait_cap_update(ui);
     return events;
 }
 
 /* The kernel's receive work needs the CPU, so a waiter sleeps in poll
- * rather than spinning (blocking beats spinning across namespaces). ACKs
- * and retransmissions fall due while asleep: wake for the earliest, to
- * the wheel's tick while a retransmit timer runs, else every millisecond. */
+ * rather than spinning (blocking beats spinning across namespaces). Runs
+ * unlocked, beside any other operation: it reads only the socket, fixed
+ * from iface_open on, and writes only atomic flags. */
 static void udp_wait(tl_iface_t *iface, int64_t timeout_us)
 {
     udp_iface_t *ui = (udp_iface_t *)iface;
     struct pollfd pfd = {ui->fd, POLLIN, 0};
-    int64_t t = timeout_us, cap = ui->wheel.n_armed > 0 || !util_dlist_empty(&ui->gets) ? UDP_TICK_US : 1000;
+    int64_t t = timeout_us, cap = __atomic_load_n(&ui->wait_cap_us, __ATOMIC_RELAXED);
     struct timespec ts;
 
-    if (!util_dlist_empty(&ui->acks) || ui->faults.held != NULL)
-        t = t < 0 || (int64_t)ui->ack_delay_us < t ? (int64_t)ui->ack_delay_us : t;
     if (t < 0 || t > cap)
         t = cap;
     ts.tv_sec = t / 1000000;
     ts.tv_nsec = (t % 1000000) * 1000;
-    if (ppoll(&pfd, 1, &ts, NULL) > 0 && (pfd.revents & POLLIN))
+    if (ppoll(&pfd, 1, &ts, NULL) > 0 && (pfd.revents & (POLLIN | POLLERR)))
         __atomic_store_n(&ui->woken, 1, __ATOMIC_RELAXED); /* the next poll reads it */
     __atomic_store_n(&ui->slept, 1, __ATOMIC_RELAXED); /* and reads the clock */
 }

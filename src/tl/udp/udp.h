@@ -145,6 +145,8 @@ typedef struct udp_iface {
                                     (written unlocked: atomic) */
     int slept;                   /* udp_wait returned: the poll's clock
                                     reading is stale (atomic) */
+    int64_t wait_cap_us;         /* the longest udp_wait sleeps, set by
+                                    progress (atomic: wait runs unlocked) */
     uint64_t rx_now_us;          /* the clock when the current batch came */
     int gso;                     /* the kernel takes UDP_SEGMENT sends */
     int gro_ok;                  /* and UDP_GRO: not refused yet */

@@ -501,7 +501,7 @@ static void test_failed_peer_gives_socket_back(void **state)
     pair_open(&a, &b);
     ab = connect_to(&a, &b, UUID_B);
     assert_int_equal(a.ui->n_conn, 1);
-    udp_ep_fail(a.ui, ab);
+    udp_ep_fail(a.ui, ab, "the test says so");
     assert_int_equal(a.failures, 1);
     assert_int_equal(ab->fd, -1);
     assert_int_equal(a.ui->n_conn, 0);

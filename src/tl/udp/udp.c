@@ -100,6 +100,7 @@ static tmx_status_t sock_open(udp_iface_t *ui, uint32_t *ifmtu)
     if (bind(ui->fd, (struct sockaddr *)&ui->self_sa, sizeof(ui->self_sa)) != 0 ||
         getsockname(ui->fd, (struct sockaddr *)&ui->self_sa, &slen) != 0)
         goto err_close;
+    udp_live_socket(ui);
     return TMX_OK;
 
 err_close:
@@ -411,13 +412,13 @@ static void udp_ep_destroy(tl_ep_t *tep)
     ((udp_ep_t *)tep)->connected = 0;
 }
 
-void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep)
+void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why)
 {
     if (ep->failed)
         return;
     ep->failed = 1;
-    util_warn("udp: peer %u at %s:%u stopped answering", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
-              ntohs(ep->sa.sin_port));
+    util_warn("udp: peer %u at %s:%u failed: %s", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
+              ntohs(ep->sa.sin_port), why);
     ep_disconnect(ui, ep); /* nothing more goes to it: the descriptor is for the next peer */
     for (int ch = 0; ch < UDP_N_CH; ch++)
         util_timer_cancel(&ep->tx[ch].timer);
@@ -619,6 +620,8 @@ static int gso_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n)
         ui->gso = 0;
         return 0;
     }
+    if (r < 0)
+        udp_live_send_error(ui, ep, fd, errno);
     return 1; /* a full buffer loses them all, like a loss: retransmission covers it */
 }
 
@@ -649,8 +652,10 @@ static void dgrams_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t 
         } while (r < 0 && errno == EINTR);
         if (r <= 0) {
             /* a full socket buffer loses the rest, like a loss */
-            if (r < 0 && errno != EAGAIN && errno != ENOBUFS)
+            if (r < 0 && errno != EAGAIN && errno != ENOBUFS) {
                 util_debug("udp: sendmmsg: %s", strerror(errno));
+                udp_live_send_error(ui, ep, fd, errno);
+            }
             return;
         }
         i += (size_t)r;
@@ -950,6 +955,16 @@ size_t udp_gro_guess(const unsigned char *buf, size_t len)
     return first < len ? first : 0;
 }
 
+/* A refusal (IP_RECVERR) is reported by the next read: its details
+ * wait in the error queue (udp_live.c). */
+static void recv_error(udp_iface_t *ui, const char *call)
+{
+    if (errno == ECONNREFUSED)
+        udp_live_send_error(ui, NULL, ui->fd, errno);
+    else if (errno != EAGAIN && errno != EINTR)
+        util_warn("udp: %s: %s", call, strerror(errno));
+}
+
 /* One datagram by recvfrom, the cheapest read there is (no message
  * header or control data to copy in and out). */
 static int recv_one(udp_iface_t *ui)
@@ -958,8 +973,7 @@ static int recv_one(udp_iface_t *ui)
     ssize_t n = recvfrom(ui->fd, ui->rbufs, 65536, MSG_DONTWAIT, (struct sockaddr *)&ui->rfrom[0], &fl);
 
     if (n < 0) {
-        if (errno != EAGAIN && errno != EINTR)
-            util_warn("udp: recvfrom: %s", strerror(errno));
+        recv_error(ui, "recvfrom");
         ui->recv_streak = 0;
         return 0;
     }
@@ -984,8 +998,7 @@ static int recv_batch(udp_iface_t *ui)
         return recv_one(ui);
     n = recvmmsg(ui->fd, ui->rmsgs, vlen, MSG_DONTWAIT, NULL);
     if (n < 0) {
-        if (errno != EAGAIN && errno != EINTR)
-            util_warn("udp: recvmmsg: %s", strerror(errno));
+        recv_error(ui, "recvmmsg");
         ui->recv_vlen = 1;
         ui->recv_streak = 0;
         return 0;
@@ -1053,6 +1066,8 @@ static int udp_progress(tl_iface_t *iface)
     if (__atomic_load_n(&ui->woken, __ATOMIC_RELAXED)) {
         __atomic_store_n(&ui->woken, 0, __ATOMIC_RELAXED);
         ui->hot_polls = UDP_HOT_POLLS;
+        if (__atomic_exchange_n(&ui->errq_woken, 0, __ATOMIC_RELAXED))
+            ui->errq = 1;
     }
     if (ui->hot_polls > 0)
         ui->hot_polls--;
@@ -1087,6 +1102,8 @@ static int udp_progress(tl_iface_t *iface)
         udp_ack_flush(ui, now);
     if (ui->faults.held != NULL)
         udp_datagram_send(ui, NULL, NULL, 0);
+    if (ui->errq || ui->refusals)
+        udp_live_progress(ui);
     iface->quiet = udp_idle(ui);
     wait_cap_update(ui);
     return events;
@@ -1107,28 +1124,19 @@ static void udp_wait(tl_iface_t *iface, int64_t timeout_us)
         t = cap;
     ts.tv_sec = t / 1000000;
     ts.tv_nsec = (t % 1000000) * 1000;
-    if (ppoll(&pfd, 1, &ts, NULL) > 0 && (pfd.revents & (POLLIN | POLLERR)))
+    if (ppoll(&pfd, 1, &ts, NULL) > 0 && (pfd.revents & (POLLIN | POLLERR))) {
+        if (pfd.revents & POLLERR) /* a refusal queued (udp_live.c) */
+            __atomic_store_n(&ui->errq_woken, 1, __ATOMIC_RELAXED);
         __atomic_store_n(&ui->woken, 1, __ATOMIC_RELAXED); /* the next poll reads it */
+    }
     __atomic_store_n(&ui->slept, 1, __ATOMIC_RELAXED); /* and reads the clock */
 }
 
-/* Keepalives while someone waits: a reliable empty segment to each peer
- * not heard from lately, so that a dead peer times out even when nothing
- * else is in flight to it. */
+/* Called while someone waits: keepalives to silent peers, and the
+ * kernel's refusals read (udp_live.c). */
 static void udp_check_peers(tl_iface_t *iface)
 {
-    udp_iface_t *ui = (udp_iface_t *)iface;
-    uint64_t now = udp_now_us();
-    util_dlist_t *pos;
-
-    util_dlist_foreach(pos, &ui->eps) {
-        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
-        udp_tx_t *tx = &ep->tx[UDP_CH_PRIO];
-        if (ep->failed || !ep->connected || now - ep->last_rx_us < ui->peer_timeout_us / 4 ||
-            tx->una != tx->next_seq)
-            continue;
-        udp_send_segs(ui, ep, UDP_CH_PRIO, 0, 0, 0, 0, NULL, 0, 0, 0);
-    }
+    udp_live_check((udp_iface_t *)iface, udp_now_us());
 }
 
 const tl_ops_t tl_udp_ops = {

@@ -12,8 +12,8 @@
  * operation but wait() is called concurrently with another, and wait()
  * may touch only what iface_open() fixed for the interface's life (a
  * descriptor, a mapped futex word) and fields that every side reads and
- * writes atomically. Callbacks run inside progress() only (and, for
- * gets, see get()).
+ * writes atomically. Callbacks run inside progress() and check_peers()
+ * only, never inside wait().
  */
 #ifndef TMX_TL_H
 #define TMX_TL_H

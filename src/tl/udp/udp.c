@@ -955,14 +955,15 @@ size_t udp_gro_guess(const unsigned char *buf, size_t len)
     return first < len ? first : 0;
 }
 
-/* A refusal (IP_RECVERR) is reported by the next read: its details
- * wait in the error queue (udp_live.c). */
+/* With IP_RECVERR, an ICMP error (a refusal, an unreachable host) is
+ * reported by the next read, its details waiting in the error queue
+ * (udp_live.c, which acts on refusals only). */
 static void recv_error(udp_iface_t *ui, const char *call)
 {
-    if (errno == ECONNREFUSED)
-        udp_live_send_error(ui, NULL, ui->fd, errno);
-    else if (errno != EAGAIN && errno != EINTR)
-        util_warn("udp: %s: %s", call, strerror(errno));
+    if (errno == EAGAIN || errno == EINTR)
+        return;
+    util_debug("udp: %s: %s", call, strerror(errno));
+    udp_live_send_error(ui, NULL, ui->fd, errno);
 }
 
 /* One datagram by recvfrom, the cheapest read there is (no message

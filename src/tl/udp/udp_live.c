@@ -49,13 +49,14 @@ void udp_live_socket(udp_iface_t *ui)
 
 void udp_live_send_error(udp_iface_t *ui, udp_ep_t *ep, int fd, int err)
 {
-    if (err != ECONNREFUSED)
-        return;
-    if (ep != NULL && fd >= 0 && fd == ep->fd)
+    if (ep != NULL && fd >= 0 && fd == ep->fd) {
+        if (err != ECONNREFUSED)
+            return; /* an unreachable host is not a dead process */
         ep->refused = 1;
-    else
+        ui->refusals = 1;
+    } else {
         ui->errq = 1; /* the shared socket: its error queue names the peer */
-    ui->refusals = 1;
+    }
 }
 
 static udp_ep_t *ep_by_addr(udp_iface_t *ui, const struct sockaddr_in *sa)

@@ -28,6 +28,7 @@ typedef struct side {
     size_t packets;              /* delivered to the layer above */
     size_t bytes;
     int failures;                /* peers reported failed */
+    int clean;                   /* of which said they closed */
     const unsigned char *lent;   /* memory others may read (mem_check) */
     size_t lent_len;
     unsigned refused;            /* mem_check answers other than TMX_OK */
@@ -46,8 +47,8 @@ static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
 static void on_fail(void *arg, uint64_t uuid, int clean)
 {
     (void)uuid;
-    (void)clean;
     ((side_t *)arg)->failures++;
+    ((side_t *)arg)->clean += clean;
 }
 
 #define LENT_KEY 0x1e47
@@ -546,11 +547,35 @@ static void refused(const char *connect_max)
     w = (want_t){&b, 1, ab};
     assert_true(poll_until(&a, &b, got_packets, &w));
     assert_true(poll_until(&a, &b, all_acked, &w));
+    udp_ep_find(b.ui, UUID_A)->failed = 1; /* b dies: no goodbye */
     side_close(&b); /* its port closes */
     send_bytes(ab, 64);
     assert_true(wait_alone(&a, failed_once, &a));
     assert_true(ab->failed && ab->refused);
     a.failures = 0;
+    side_close(&a);
+}
+
+/* A peer that closes its context says so: it is gone, cleanly, and its
+ * port's refusal afterwards is no death. */
+static void test_closing_peer_says_bye(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab;
+    want_t w;
+
+    (void)state;
+    pair_open(&a, &b);
+    ab = connect_to(&a, &b, UUID_B);
+    send_bytes(ab, 64);
+    w = (want_t){&b, 1, ab};
+    assert_true(poll_until(&a, &b, got_packets, &w));
+    assert_true(poll_until(&a, &b, all_acked, &w));
+    side_close(&b);
+    assert_true(wait_alone(&a, failed_once, &a));
+    assert_int_equal(a.clean, 1);
+    assert_false(ab->refused);
+    a.failures = a.clean = 0;
     side_close(&a);
 }
 
@@ -588,6 +613,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_acks_reach_a_connected_sender),
+        cmocka_unit_test(test_closing_peer_says_bye),
         cmocka_unit_test(test_refused_port_is_death),
         cmocka_unit_test(test_silent_peer_is_not_dead),
         cmocka_unit_test(test_both_connected),

@@ -257,6 +257,8 @@ static void linger(udp_iface_t *ui)
     }
 }
 
+static void bye_all(udp_iface_t *ui);
+
 static void udp_iface_close(tl_iface_t *iface)
 {
     udp_iface_t *ui = (udp_iface_t *)iface;
@@ -267,6 +269,7 @@ static void udp_iface_close(tl_iface_t *iface)
     ui->closing = 1;
     linger(ui);
     udp_ack_flush(ui, UINT64_MAX);
+    bye_all(ui);
     util_info("udp: %llu segments sent, %llu resent, %llu probes, %llu timeouts, %llu stalls reported; "
               "%llu datagrams received, %llu dropped", (unsigned long long)ui->segs_sent,
               (unsigned long long)ui->retransmits, (unsigned long long)ui->probes,
@@ -412,18 +415,47 @@ static void udp_ep_destroy(tl_ep_t *tep)
     ((udp_ep_t *)tep)->connected = 0;
 }
 
-void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why)
+static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)
 {
-    if (ep->failed)
-        return;
     ep->failed = 1;
-    util_warn("udp: peer %u at %s:%u failed: %s", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
-              ntohs(ep->sa.sin_port), why);
     ep_disconnect(ui, ep); /* nothing more goes to it: the descriptor is for the next peer */
     for (int ch = 0; ch < UDP_N_CH; ch++)
         util_timer_cancel(&ep->tx[ch].timer);
     udp_get_fail_ep(ui, ep);
-    ui->super.fail_cb(ui->super.recv_arg, ep->uuid, 0);
+    ui->super.fail_cb(ui->super.recv_arg, ep->uuid, clean);
+}
+
+void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why)
+{
+    if (ep->failed)
+        return;
+    util_warn("udp: peer %u at %s:%u failed: %s", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
+              ntohs(ep->sa.sin_port), why);
+    ep_end(ui, ep, 0);
+}
+
+void udp_ep_gone(udp_iface_t *ui, udp_ep_t *ep)
+{
+    if (ep->failed)
+        return;
+    util_debug("udp: peer %u at %s:%u closed its context", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
+               ntohs(ep->sa.sin_port));
+    ep_end(ui, ep, 1);
+}
+
+/* A clean exit, told to every peer we talked with, so that its port's
+ * refusal afterwards is not taken for a death (udp_live.c). One datagram,
+ * not acknowledged: if it is lost, the refusal decides. */
+static void bye_all(udp_iface_t *ui)
+{
+    util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &ui->eps) {
+        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+        if (!ep->failed && (ep->rx_data_seen || ep->tx[UDP_CH_DATA].next_seq != 0 ||
+                            ep->tx[UDP_CH_PRIO].next_seq != 0))
+            udp_bye_send(ui, ep);
+    }
 }
 
 /* ----------------------------------------------------------------- send */
@@ -896,6 +928,10 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         udp_tx_sacked(ui, ep, buf + sizeof(h), h.len);
     if (h.flags & UDP_FLAG_STALL)
         udp_tx_stalled(ui, ep, h.seq);
+    if ((h.flags & UDP_FLAG_BYE) && (h.flags & UDP_FLAG_ACK_ONLY)) {
+        udp_ep_gone(ui, ep);
+        return;
+    }
     if (!(h.flags & UDP_FLAG_ACK_ONLY))
         udp_rx_segment(ui, ep, &h, buf + sizeof(h));
 }

@@ -196,6 +196,8 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags
                            const struct iovec *iov, int iovcnt, size_t len, uint64_t rkey);
 /* Declares ep failed (why: for the log) and tells the layer above. */
 void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why);
+/* The same for a peer that said it closed (clean: not logged as a death). */
+void udp_ep_gone(udp_iface_t *ui, udp_ep_t *ep);
 /* Segments holding up to len datagram bytes: from the pool when they fit
  * (every segment we build does), so the data path never calls malloc. */
 udp_seg_t *udp_seg_alloc(udp_iface_t *ui, size_t len);
@@ -219,6 +221,8 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
  * received. */
 void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last);
 int udp_ack_flush(udp_iface_t *ui, uint64_t now);
+/* Tells ep that this context closes (an ACK with UDP_FLAG_BYE). */
+void udp_bye_send(udp_iface_t *ui, udp_ep_t *ep);
 void udp_datagram_send(udp_iface_t *ui, udp_ep_t *ep, unsigned char *buf, size_t len);
 /* The same with the datagram's len bytes in n pieces (gathered into one
  * buffer for the fault injector). */

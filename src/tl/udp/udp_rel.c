@@ -387,6 +387,11 @@ void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t
     rack_resend(ui, ep, tx);
 }
 
+void udp_bye_send(udp_iface_t *ui, udp_ep_t *ep)
+{
+    ack_send(ui, ep, UDP_FLAG_BYE);
+}
+
 void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t now)
 {
     if (ep->rx_data_us > since)

@@ -11,11 +11,15 @@
  * ECONNREFUSED; the shared socket, with IP_RECVERR, queues it with the
  * destination that refused (MSG_ERRQUEUE).
  *
- * To collect that evidence, a peer silent for UDP_PROBE_MIN_US is sent a
- * keepalive (a reliable empty segment), whose retransmissions then probe
- * at intervals that grow with the silence, up to UDP_PROBE_MAX_US (see
+ * To collect that evidence, a peer silent for UDP_PROBE_MIN_US (or a
+ * quarter of the silence limit, if shorter) is sent a keepalive (a
+ * reliable empty segment), whose retransmissions then probe at intervals
+ * that grow with the silence, up to UDP_PROBE_MAX_US (see
  * udp_probe_interval): a busy peer costs a datagram every few seconds,
- * and a killed one is found within a probe interval.
+ * and a killed one is found within a probe interval. A peer that answers
+ * is probed once a second at most while someone waits, as before: more
+ * often would cost a job of many ranks thousands of datagrams a second
+ * while it is idle.
  */
 #include <errno.h>
 #include <time.h> /* before linux/errqueue.h, which uses struct timespec */
@@ -27,7 +31,7 @@
 #include "tl/udp/udp.h"
 #include "util/log.h"
 
-#define UDP_PROBE_MIN_US 300000   /* silence before the first keepalive */
+#define UDP_PROBE_MIN_US 1000000  /* silence before the first keepalive */
 #define UDP_PROBE_MAX_US 5000000  /* the longest between two probes */
 #define UDP_ERRQ_BATCH 256        /* error queue entries read per progress */
 
@@ -142,12 +146,13 @@ static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
 void udp_live_check(udp_iface_t *ui, uint64_t now)
 {
     util_dlist_t *pos;
+    uint64_t first = ui->peer_timeout_us / 4 < UDP_PROBE_MIN_US ? ui->peer_timeout_us / 4 : UDP_PROBE_MIN_US;
 
     ui->errq = 1; /* one system call when the queue is empty */
     util_dlist_foreach(pos, &ui->eps) {
         udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
         uint64_t silence = now > ep->last_rx_us ? now - ep->last_rx_us : 0;
-        if (ep->failed || !ep->connected || silence < UDP_PROBE_MIN_US ||
+        if (ep->failed || !ep->connected || silence < first ||
             now - ep->probe_us < udp_probe_interval(silence))
             continue;
         ep_probe(ui, ep, now);

@@ -16,10 +16,10 @@ for preset in release asan; do
     cmake --build --preset "$preset" -j "$jobs"
     ctest --preset "$preset" -j 2
 done
-echo "== ThreadSanitizer (single-process tests)"
+echo "== ThreadSanitizer (single-process tests, udp in multi-threaded mode)"
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan -j "$jobs" --target api_test match_test
-ctest --preset tsan -R '^(api_test|match_test)$'
+cmake --build --preset tsan -j "$jobs" --target api_test match_test udp_mt_test
+ctest --preset tsan -R '^(api_test|match_test|udp_mt_test)$'
 echo "== valgrind"
 valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
     build/release/tests/api_test >/dev/null

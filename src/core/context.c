@@ -119,13 +119,20 @@ static void context_free(tmx_context_h ctx)
     util_dlist_t *pos, *tmp;
 
     boot_job_leave(&ctx->job);
+    /* Teardown runs in three steps (DESIGN.md): upcalls stop, transports
+     * close, then the state above them goes. A transport may progress
+     * while it closes (udp lingers for its last segments), and a FIN or
+     * read request it reads then must not reach peers already freed. */
+    for (int i = 0; i < ctx->n_ifaces; i++)
+        tl_iface_mute(ctx->ifaces[i]);
+    core_peers_close(ctx);
+    for (int i = 0; i < ctx->n_ifaces; i++)
+        ctx->ifaces[i]->ops->iface_close(ctx->ifaces[i]);
     util_dlist_foreach_safe(pos, tmp, &ctx->msgs) {
         free(util_container_of(pos, struct tmx_message, link)->payload);
     }
     proto_fini(ctx);
     core_peers_fini(ctx);
-    for (int i = 0; i < ctx->n_ifaces; i++)
-        ctx->ifaces[i]->ops->iface_close(ctx->ifaces[i]);
     match_fini(&ctx->match);
     util_pool_fini(&ctx->req_pool);
     util_pool_fini(&ctx->msg_pool);

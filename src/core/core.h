@@ -203,6 +203,9 @@ tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void
 tmx_status_t core_address(tmx_context_h ctx, void *buf, size_t room, size_t *used);
 tmx_peer_t core_peer_by_uuid(tmx_context_h ctx, uint64_t uuid);
 tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_peer_t *out);
+/* Destroys every peer's endpoint (teardown: after the transports are
+ * muted, before they close); core_peers_fini then frees the peers. */
+void core_peers_close(tmx_context_h ctx);
 void core_peers_fini(tmx_context_h ctx);
 
 /* message lifetime */

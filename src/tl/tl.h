@@ -6,8 +6,8 @@
  * transport cannot read remote memory).
  *
  * Threads: the core serialises every call into one interface; no operation
- * is called concurrently with another on the same interface, and callbacks
- * run inside tl_ops_t.progress() only.
+ * is called concurrently with another on the same interface, except
+ * wait() (see there), and callbacks run inside tl_ops_t.progress() only.
  */
 #ifndef TMX_TL_H
 #define TMX_TL_H
@@ -118,7 +118,10 @@ struct tl_ops {
     int (*progress)(tl_iface_t *iface);
 
     /* Blocks until something may have arrived, or timeout_us passes (< 0:
-     * no limit). May return early; the caller progresses and decides. */
+     * no limit). May return early; the caller progresses and decides.
+     * Called without the core's lock in multi-threaded mode, so it may run
+     * beside any other operation on the interface, other threads' wait()
+     * included: it touches only state made for that (atomics). */
     void (*wait)(tl_iface_t *iface, int64_t timeout_us);
 
     /* Looks for dead peers and reports them through fail_cb. Called from

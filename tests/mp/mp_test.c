@@ -11,10 +11,16 @@
  *   peerdeath  (3 ranks) rank 2 dies by SIGKILL; the others' operations on
  *                        it fail, and theirs between each other still work
  *   oversub    (N ranks) ring exchange, meant for more ranks than cores
+ *   threads    (2 ranks) a context in multi-threaded mode; two threads per rank
+ *                        exchange with the peer's at once, so both wait and
+ *                        send together (run under ThreadSanitizer)
  *   deadclaim  (4 ranks) rank 3 stops inside a send to rank 0 (after claiming
  *                        a cell of its ring, or before publishing it:
  *                        MP_DC_STOP=claim:N|publish:N) and rank 1 kills it;
  *                        ranks 1 and 2 still deliver everything to rank 0
+ *
+ * With MP_MT=1 in the environment every case runs on a context in
+ * multi-threaded mode (threads always does).
  *
  * Every payload is a pattern derived from what identifies the message (size,
  * iteration, sender, sequence), checked byte by byte, and every receive
@@ -23,6 +29,7 @@
  * on stderr and exits 1, which makes tmxrun stop the job and exit non-zero.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1195,6 +1202,61 @@ static void case_lonely(void)
     free(buf);
 }
 
+/* ---------------------------------------------------------------- threads */
+
+#define TH_THREADS 2
+#define TH_ITERS 400
+#define TH_TAG UINT64_C(0x7400000000000000)
+#define TH_MAX ((size_t)300000)
+
+static size_t th_size(unsigned i)
+{
+    static const size_t sizes[] = {8, 4000, MP_EAGER + 1, 0, TH_MAX, 64};
+    return sizes[i % (sizeof(sizes) / sizeof(sizes[0]))];
+}
+
+/* Thread t exchanges with the peer's thread t: receive posted, send, both
+ * waited for, while the other thread does the same. */
+static void *th_run(void *arg)
+{
+    unsigned t = (unsigned)(uintptr_t)arg;
+    tmx_peer_t peer = 1 - mp_rank;
+    unsigned char *sbuf = mp_buf_alloc(TH_MAX), *rbuf = mp_buf_alloc(TH_MAX);
+
+    for (unsigned i = 0; i < TH_ITERS; i++) {
+        size_t len = th_size(i);
+        uint64_t tag = TH_TAG | (uint64_t)t << 32 | i;
+        tmx_request_h rreq = mp_recv(peer, rbuf, TH_MAX, tag, TMX_TAG_EXACT);
+        tmx_completion_t c;
+        tmx_status_t st;
+
+        mp_fill(sbuf, len, mp_seed(mp_rank, t, i));
+        tmx_request_h sreq = mp_send(peer, sbuf, len, tag);
+        mp_guard_set(rbuf, len, TH_MAX + MP_GUARD);
+        st = mp_wait(rreq, &c, "threaded receive");
+        mp_check_recv("threaded receive", st, &c, peer, tag, TH_MAX, len);
+        mp_check_pattern("threaded receive", rbuf, len, mp_seed(peer, t, i));
+        mp_check_guard("threaded receive", rbuf, len, TH_MAX + MP_GUARD);
+        mp_wait_send(sreq, peer, tag, len, "threaded send");
+    }
+    free(sbuf);
+    free(rbuf);
+    return NULL;
+}
+
+static void case_threads(void)
+{
+    pthread_t th[TH_THREADS];
+
+    for (unsigned t = 0; t < TH_THREADS; t++) {
+        if (pthread_create(&th[t], NULL, th_run, (void *)(uintptr_t)t) != 0)
+            mp_fail("pthread_create");
+    }
+    for (unsigned t = 0; t < TH_THREADS; t++)
+        pthread_join(th[t], NULL);
+    printf("threads: %u threads x %u exchanges each way\n", TH_THREADS, TH_ITERS);
+}
+
 /* -------------------------------------------------------------- deadclaim */
 
 #define DC_TAG UINT64_C(0xdc00000000000000)
@@ -1339,7 +1401,7 @@ static const mp_case_t mp_cases[] = {
     {"order", 2, 2, case_order, 1},       {"truncate", 2, 2, case_truncate, 1},
     {"probe", 2, 2, case_probe, 1},       {"peerdeath", 3, 3, case_peerdeath, 0},
     {"oversub", 2, 4096, case_oversub, 1}, {"lonely", 2, 2, case_lonely, 1},
-    {"deadclaim", 4, 4, case_deadclaim, 0},
+    {"deadclaim", 4, 4, case_deadclaim, 0}, {"threads", 2, 2, case_threads, 1},
 };
 
 static const mp_case_t *mp_find(const char *name)
@@ -1374,7 +1436,12 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (tc->run == case_deadclaim)
         dc_arm();
-    if ((st = tmx_context_create(NULL, &mp_ctx)) != TMX_OK)
+    const char *mt = getenv("MP_MT");
+    tmx_context_params_t cp = {.field_mask = TMX_CONTEXT_FIELD_THREAD_MODE,
+                               .thread_mode = tc->run == case_threads || (mt != NULL && strcmp(mt, "1") == 0)
+                                                  ? TMX_THREAD_MULTIPLE
+                                                  : TMX_THREAD_SINGLE};
+    if ((st = tmx_context_create(&cp, &mp_ctx)) != TMX_OK)
         mp_fail("tmx_context_create: %s", tmx_strerror(st));
     if ((st = tmx_job_info(mp_ctx, &mp_rank, &mp_size)) != TMX_OK)
         mp_fail("tmx_job_info: %s (run me under tmxrun)", tmx_strerror(st));

@@ -343,15 +343,15 @@ shm_cell_t *shm_cell_claim(shm_ep_t *ep, uint64_t *out_pos)
     }
 }
 
-/* Wakes the consumer if it announced that it sleeps. The seq_cst fence
- * pairs with the one in shm_wait(): either the consumer sees our cell, or
- * we see its flag. */
+/* Wakes the consumer's threads if any announced that it sleeps. The
+ * seq_cst fence pairs with the one in shm_wait(): either a sleeper sees
+ * our cell, or we see its count. */
 static void seg_wake(shm_seg_hdr_t *seg)
 {
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&seg->sleeping, memory_order_relaxed)) {
+    if (atomic_load_explicit(&seg->sleeping, memory_order_relaxed) != 0) {
         atomic_fetch_add_explicit(&seg->wake_seq, 1, memory_order_relaxed);
-        futex(&seg->wake_seq, FUTEX_WAKE, 1, NULL);
+        futex(&seg->wake_seq, FUTEX_WAKE, INT_MAX, NULL);
     }
 }
 
@@ -482,6 +482,7 @@ static void ring_unblock(shm_iface_t *si)
     atomic_store_explicit(&cell->seq, shm_seq(si->head + SHM_N_CELLS), memory_order_release);
     si->head++;
     si->skipped++;
+    atomic_store_explicit(&si->wait_head, si->head, memory_order_relaxed);
 }
 
 static int shm_progress(tl_iface_t *iface)
@@ -498,6 +499,8 @@ static int shm_progress(tl_iface_t *iface)
         si->head++;
         events++;
     }
+    if (events != 0)
+        atomic_store_explicit(&si->wait_head, si->head, memory_order_relaxed);
     if (!util_dlist_empty(&si->gets) || !util_dlist_empty(&si->serves) || !util_dlist_empty(&si->helps))
         events += shm_get_progress(si);
     if (events == 0 && ++si->empty_polls % SHM_STUCK_POLLS == 0)
@@ -505,21 +508,28 @@ static int shm_progress(tl_iface_t *iface)
     return events;
 }
 
-/* Sleeps until a producer publishes a cell or timeout_us passes. */
+/* Sleeps until a producer publishes a cell or timeout_us passes. Runs
+ * without the core's lock, beside other threads' progress and waits (see
+ * tl.h): it reads the consumer's position only as wait_head, and sleeps
+ * only if the cell there still waits for its producer; a cell already
+ * published, or already consumed by another thread (head has moved on),
+ * sends it back to progress. Each sleeper counts itself in sleeping, so
+ * one waking up does not hide the others from producers. */
 static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
     shm_seg_hdr_t *seg = si->seg;
     uint32_t seq = atomic_load_explicit(&seg->wake_seq, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&si->wait_head, memory_order_relaxed);
     struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000};
 
-    atomic_store_explicit(&seg->sleeping, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&seg->sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&shm_cell(seg, si->head)->seq, memory_order_acquire) == shm_seq(si->head + 1))
+    if (atomic_load_explicit(&shm_cell(seg, head)->seq, memory_order_acquire) != shm_seq(head))
         goto out_awake;
     futex(&seg->wake_seq, FUTEX_WAIT, seq, timeout_us < 0 ? NULL : &ts);
 out_awake:
-    atomic_store_explicit(&seg->sleeping, 0, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&seg->sleeping, 1, memory_order_relaxed);
 }
 
 /* Reports peers whose process has exited (seed: every operation on a dead

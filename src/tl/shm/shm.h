@@ -3,6 +3,7 @@
 #define TMX_TL_SHM_H
 
 #include <endian.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "tl/shm/shm_layout.h"
@@ -31,6 +32,7 @@ typedef struct shm_iface {
     shm_seg_hdr_t *seg;         /* our receive ring */
     int fd;                     /* its memfd, named in our address */
     uint64_t head;              /* next position we consume */
+    _Atomic uint64_t wait_head; /* head, for shm_wait, which runs unlocked */
     uint64_t uuid;
     uint64_t host_id;
     int cma;                    /* enum shm_cma */

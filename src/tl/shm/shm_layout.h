@@ -82,7 +82,7 @@ typedef struct shm_seg_hdr {
     uint8_t pad0[SHM_CACHE_LINE - 32];
     _Atomic uint64_t tail;      /* next position producers claim */
     uint8_t pad1[SHM_CACHE_LINE - 8];
-    _Atomic uint32_t sleeping;  /* the consumer is, or is about to be, asleep */
+    _Atomic uint32_t sleeping;  /* consumer threads asleep, or about to be */
     _Atomic uint32_t wake_seq;  /* futex word, bumped by producers to wake it */
     uint8_t pad2[SHM_CACHE_LINE - 8];
     shm_job_t jobs[SHM_N_JOBS]; /* shared copies into this process */

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The whole test suite: the normal and the ASan+UBSan builds (fault tests
 # across network-namespace hosts need root), ThreadSanitizer
-# on the single-process tests, valgrind on the API test, and a bounded
+# on the single-process tests and on shm across processes in multi-threaded
+# mode, valgrind on the API test, and a bounded
 # libFuzzer run on the wire parsers.
 set -eu
 cd "$(dirname "$0")/.."
@@ -20,6 +21,9 @@ echo "== ThreadSanitizer (single-process tests, udp in multi-threaded mode)"
 cmake --preset tsan >/dev/null
 cmake --build --preset tsan -j "$jobs" --target api_test match_test udp_mt_test
 ctest --preset tsan -R '^(api_test|match_test|udp_mt_test)$'
+echo "== ThreadSanitizer (shm across processes, multi-threaded contexts)"
+cmake --build --preset tsan -j "$jobs" --target mp_test tmxrun
+ctest --preset tsan -R '^mp_(threads|[a-z]+_mt)$'
 echo "== valgrind"
 valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
     build/release/tests/api_test >/dev/null

@@ -19,6 +19,16 @@
  *   alltoall   (N ranks) every pair both ways: small at once, large
  *                        (MP_AA_BYTES, default 100000) at once and in
  *                        shifted rounds
+ *   threads    (2 ranks) a context in multi-threaded mode; two threads per rank
+ *                        exchange with the peer's at once, so both wait and
+ *                        send together (run under ThreadSanitizer)
+ *   deadclaim  (4 ranks) rank 3 stops inside a send to rank 0 (after claiming
+ *                        a cell of its ring, or before publishing it:
+ *                        MP_DC_STOP=claim:N|publish:N) and rank 1 kills it;
+ *                        ranks 1 and 2 still deliver everything to rank 0
+ *
+ * With MP_MT=1 in the environment every case runs on a context in
+ * multi-threaded mode (threads always does).
  *
  * Every payload is a pattern derived from what identifies the message (size,
  * iteration, sender, sequence), checked byte by byte, and every receive
@@ -27,6 +37,7 @@
  * on stderr and exits 1, which makes tmxrun stop the job and exit non-zero.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1396,6 +1407,190 @@ static void case_alltoall(void)
                (double)(mp_now_us() - t0) / 1e6);
 }
 
+/* ---------------------------------------------------------------- threads */
+
+#define TH_THREADS 2
+#define TH_ITERS 400
+#define TH_TAG UINT64_C(0x7400000000000000)
+#define TH_MAX ((size_t)300000)
+
+static size_t th_size(unsigned i)
+{
+    static const size_t sizes[] = {8, 4000, MP_EAGER + 1, 0, TH_MAX, 64};
+    return sizes[i % (sizeof(sizes) / sizeof(sizes[0]))];
+}
+
+/* Thread t exchanges with the peer's thread t: receive posted, send, both
+ * waited for, while the other thread does the same. */
+static void *th_run(void *arg)
+{
+    unsigned t = (unsigned)(uintptr_t)arg;
+    tmx_peer_t peer = 1 - mp_rank;
+    unsigned char *sbuf = mp_buf_alloc(TH_MAX), *rbuf = mp_buf_alloc(TH_MAX);
+
+    for (unsigned i = 0; i < TH_ITERS; i++) {
+        size_t len = th_size(i);
+        uint64_t tag = TH_TAG | (uint64_t)t << 32 | i;
+        tmx_request_h rreq = mp_recv(peer, rbuf, TH_MAX, tag, TMX_TAG_EXACT);
+        tmx_completion_t c;
+        tmx_status_t st;
+
+        mp_fill(sbuf, len, mp_seed(mp_rank, t, i));
+        tmx_request_h sreq = mp_send(peer, sbuf, len, tag);
+        mp_guard_set(rbuf, len, TH_MAX + MP_GUARD);
+        st = mp_wait(rreq, &c, "threaded receive");
+        mp_check_recv("threaded receive", st, &c, peer, tag, TH_MAX, len);
+        mp_check_pattern("threaded receive", rbuf, len, mp_seed(peer, t, i));
+        mp_check_guard("threaded receive", rbuf, len, TH_MAX + MP_GUARD);
+        mp_wait_send(sreq, peer, tag, len, "threaded send");
+    }
+    free(sbuf);
+    free(rbuf);
+    return NULL;
+}
+
+static void case_threads(void)
+{
+    pthread_t th[TH_THREADS];
+
+    for (unsigned t = 0; t < TH_THREADS; t++) {
+        if (pthread_create(&th[t], NULL, th_run, (void *)(uintptr_t)t) != 0)
+            mp_fail("pthread_create");
+    }
+    for (unsigned t = 0; t < TH_THREADS; t++)
+        pthread_join(th[t], NULL);
+    printf("threads: %u threads x %u exchanges each way\n", TH_THREADS, TH_ITERS);
+}
+
+/* -------------------------------------------------------------- deadclaim */
+
+#define DC_TAG UINT64_C(0xdc00000000000000)
+#define DC_MSGS 600                 /* per live sender: several rings' worth */
+#define DC_VICTIM_MSGS 1000
+#define DC_LIMIT_US 1500000         /* inside tmxrun's grace after the kill */
+
+/* Rank 3 stops itself in its shm transport (TMX_SHM_TEST_STOP, a test
+ * hook) at a cell of its stream to rank 0; the environment is read when
+ * the context opens, so this runs before. */
+static void dc_arm(void)
+{
+    const char *rank = getenv("TMX_RANK"), *at = getenv("MP_DC_STOP");
+
+    if (rank != NULL && strcmp(rank, "3") == 0)
+        setenv("TMX_SHM_TEST_STOP", at != NULL ? at : "claim:20", 1);
+}
+
+static size_t dc_len(unsigned i)
+{
+    return ((size_t)i * 997) % (MP_EAGER + 1);
+}
+
+static void dc_victim(void)
+{
+    uint32_t pid = (uint32_t)getpid();
+    unsigned char buf[64] = {0};
+
+    mp_wait_send(mp_send(1, &pid, sizeof(pid), DC_TAG), 1, DC_TAG, sizeof(pid), "pid to rank 1");
+    for (unsigned i = 0; i < DC_VICTIM_MSGS; i++)
+        mp_wait_send(mp_send(0, buf, sizeof(buf), DC_TAG | 3u << 20 | i), 0, DC_TAG | 3u << 20 | i,
+                     sizeof(buf), "victim's send");
+    mp_fail("never stopped: is MP_DC_STOP claim:N or publish:N with N <= %d?", DC_VICTIM_MSGS);
+}
+
+/* Waits until rank 3 has stopped itself, then kills it. */
+static void dc_kill_victim(void)
+{
+    uint32_t pid = 0;
+    tmx_completion_t c;
+    int64_t t0 = mp_now_us();
+    char path[64], stat[256];
+
+    mp_check_recv("victim's pid", mp_wait(mp_recv(3, &pid, sizeof(pid), DC_TAG, TMX_TAG_EXACT), &c,
+                                          "victim's pid"), &c, 3, DC_TAG, sizeof(pid), sizeof(pid));
+    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    for (;;) {
+        FILE *f = fopen(path, "r");
+        size_t n = f != NULL ? fread(stat, 1, sizeof(stat) - 1, f) : 0;
+        if (f != NULL)
+            fclose(f);
+        stat[n] = '\0';
+        char *paren = strrchr(stat, ')');
+        if (paren != NULL && paren[1] == ' ' && paren[2] == 'T')
+            break;
+        if (mp_now_us() - t0 > MP_WAIT_US)
+            mp_fail("rank 3 (pid %u) did not stop itself: %s", pid, stat);
+        usleep(1000);
+    }
+    kill((pid_t)pid, SIGKILL);
+    fprintf(stderr, "mp_test rank 1: killed rank 3 (pid %u), stopped inside a send\n", pid);
+}
+
+static void dc_send_all(void)
+{
+    unsigned char *buf = mp_buf_alloc(MP_EAGER);
+    tmx_completion_t c;
+    char go = 0;
+
+    if (mp_rank == 1) {
+        dc_kill_victim();
+        mp_wait_send(mp_send(2, &go, 1, DC_TAG | 1), 2, DC_TAG | 1, 1, "go to rank 2");
+    } else {
+        mp_wait(mp_recv(1, &go, 1, DC_TAG | 1, TMX_TAG_EXACT), &c, "go from rank 1");
+    }
+    for (unsigned i = 0; i < DC_MSGS; i++) {
+        uint64_t tag = DC_TAG | (uint64_t)mp_rank << 20 | i;
+        mp_fill(buf, dc_len(i), mp_seed(mp_rank, i, 0xdc));
+        mp_wait_send(mp_send(0, buf, dc_len(i), tag), 0, tag, dc_len(i), "live sender's send");
+    }
+    mp_wait(mp_recv(0, &go, 1, DC_TAG | 2, TMX_TAG_EXACT), &c, "rank 0's answer");
+    free(buf);
+}
+
+static void dc_recv_all(void)
+{
+    unsigned char *bufs = mp_buf_alloc(2 * DC_MSGS * (MP_EAGER + MP_GUARD));
+    tmx_request_h reqs[2 * DC_MSGS];
+    int64_t t0 = mp_now_us();
+    char go = 1;
+
+    for (unsigned k = 0; k < 2 * DC_MSGS; k++) {
+        unsigned char *b = bufs + (size_t)k * (MP_EAGER + MP_GUARD);
+        mp_guard_set(b, 0, MP_EAGER + MP_GUARD);
+        reqs[k] = mp_recv(1 + k / DC_MSGS, b, MP_EAGER, DC_TAG | (uint64_t)(1 + k / DC_MSGS) << 20 | k % DC_MSGS,
+                          TMX_TAG_EXACT);
+    }
+    for (unsigned k = 0; k < 2 * DC_MSGS; k++) {
+        unsigned char *b = bufs + (size_t)k * (MP_EAGER + MP_GUARD);
+        uint32_t src = 1 + k / DC_MSGS, i = k % DC_MSGS;
+        tmx_completion_t c;
+        tmx_status_t st = mp_wait(reqs[k], &c, "receive from a live sender");
+        mp_check_recv("receive from a live sender", st, &c, src, DC_TAG | (uint64_t)src << 20 | i, MP_EAGER,
+                      dc_len(i));
+        mp_check_pattern("receive from a live sender", b, dc_len(i), mp_seed(src, i, 0xdc));
+        mp_check_guard("receive from a live sender", b, dc_len(i), MP_EAGER + MP_GUARD);
+    }
+    for (tmx_peer_t p = 1; p <= 2; p++)
+        mp_wait_send(mp_send(p, &go, 1, DC_TAG | 2), p, DC_TAG | 2, 1, "answer");
+    fprintf(stderr, "mp_test rank 0: %u messages from the live senders in %.0f ms\n", 2 * DC_MSGS,
+            (double)(mp_now_us() - t0) / 1000.0);
+    free(bufs);
+}
+
+static void case_deadclaim(void)
+{
+    struct sigaction sa = {.sa_handler = pd_on_term};
+
+    sigaction(SIGTERM, &sa, NULL);
+    mp_barrier("before rank 3 sends"); /* every rank outlives tmxrun's SIGTERM */
+    if (mp_rank == 3)
+        dc_victim();
+    if (mp_rank == 0)
+        dc_recv_all();
+    else
+        dc_send_all();
+    printf("deadclaim ok rank %u\n", mp_rank);
+}
+
 /* ------------------------------------------------------------------- main */
 
 typedef struct mp_case {
@@ -1413,6 +1608,7 @@ static const mp_case_t mp_cases[] = {
     {"oversub", 2, 4096, case_oversub, 1}, {"lonely", 2, 2, case_lonely, 1},
     {"busy", 2, 2, case_busy, 1},         {"alltoall", 2, 4096, case_alltoall, 1},
     {"hostgone", 2, 2, case_hostgone, 0},
+    {"deadclaim", 4, 4, case_deadclaim, 0}, {"threads", 2, 2, case_threads, 1},
 };
 
 static const mp_case_t *mp_find(const char *name)
@@ -1445,7 +1641,14 @@ int main(int argc, char **argv)
     }
     mp_case = tc->name;
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if ((st = tmx_context_create(NULL, &mp_ctx)) != TMX_OK)
+    if (tc->run == case_deadclaim)
+        dc_arm();
+    const char *mt = getenv("MP_MT");
+    tmx_context_params_t cp = {.field_mask = TMX_CONTEXT_FIELD_THREAD_MODE,
+                               .thread_mode = tc->run == case_threads || (mt != NULL && strcmp(mt, "1") == 0)
+                                                  ? TMX_THREAD_MULTIPLE
+                                                  : TMX_THREAD_SINGLE};
+    if ((st = tmx_context_create(&cp, &mp_ctx)) != TMX_OK)
         mp_fail("tmx_context_create: %s", tmx_strerror(st));
     if ((st = tmx_job_info(mp_ctx, &mp_rank, &mp_size)) != TMX_OK)
         mp_fail("tmx_job_info: %s (run me under tmxrun)", tmx_strerror(st));

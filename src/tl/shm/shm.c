@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,48 @@
 static_assert(SHM_CELL_PAYLOAD - 64 >= TMX_INJECT_MAX, "an injected send fits one cell");
 
 #define SHM_RECV_BUDGET 64  /* packets handled per progress call */
+#define SHM_STUCK_POLLS 4096 /* empty polls between looks at a blocked ring */
+#define SHM_STUCK_US 10000  /* a cell claimed this long, unpublished: ask who claimed it */
+
+enum shm_stop_at {
+    SHM_STOP_NONE = 0,
+    SHM_STOP_CLAIM = 1,     /* right after claiming a cell */
+    SHM_STOP_PUBLISH = 2    /* right before publishing it */
+};
+
+/* Test hook (TMX_SHM_TEST_STOP): this process stops itself with SIGSTOP
+ * at the n-th cell it claims or publishes, so that a test can kill it
+ * exactly there. Process-wide, as signals are. */
+static struct {
+    int at;                 /* enum shm_stop_at */
+    unsigned long n;
+    _Atomic unsigned long count;
+} shm_stop;
+
+static void stop_hook_init(void)
+{
+    const char *v = config_get("TMX_SHM_TEST_STOP");
+    char *end;
+
+    if (*v == '\0')
+        return;
+    if (strncmp(v, "claim:", 6) == 0)
+        shm_stop.at = SHM_STOP_CLAIM;
+    else if (strncmp(v, "publish:", 8) == 0)
+        shm_stop.at = SHM_STOP_PUBLISH;
+    shm_stop.n = shm_stop.at == SHM_STOP_NONE ? 0 : strtoul(strchr(v, ':') + 1, &end, 10);
+    if (shm_stop.n == 0 || *end != '\0') {
+        util_warn("TMX_SHM_TEST_STOP=%s is not claim:N or publish:N (N > 0); ignored", v);
+        shm_stop.at = SHM_STOP_NONE;
+    }
+}
+
+static inline void stop_hook(int at)
+{
+    if (__builtin_expect(shm_stop.at == at, 0) &&
+        atomic_fetch_add_explicit(&shm_stop.count, 1, memory_order_relaxed) + 1 == shm_stop.n)
+        raise(SIGSTOP);
+}
 
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)
 {
@@ -46,8 +89,11 @@ static void seg_init(shm_seg_hdr_t *seg, uint64_t uuid)
     atomic_store_explicit(&seg->wake_seq, 0, memory_order_relaxed);
     for (uint64_t i = 0; i < SHM_N_CELLS; i++)
         atomic_store_explicit(&shm_cell(seg, i)->seq, shm_seq(i), memory_order_relaxed);
-    for (int i = 0; i < SHM_N_SENDERS; i++)
-        atomic_store_explicit(&seg->senders[i], 0, memory_order_relaxed);
+    for (int i = 0; i < SHM_N_SENDERS; i++) {
+        atomic_store_explicit(&seg->senders[i].uuid, 0, memory_order_relaxed);
+        atomic_store_explicit(&seg->senders[i].claim, SHM_NO_CLAIM, memory_order_relaxed);
+        atomic_store_explicit(&seg->senders[i].pid, 0, memory_order_relaxed);
+    }
     atomic_thread_fence(memory_order_release);
 }
 
@@ -99,20 +145,25 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
         return st;
     }
     shm_get_init(si);
+    stop_hook_init();
     *out = &si->super;
     return TMX_OK;
 }
 
 /* Takes a free sender slot in the peer's segment. Never one still
  * holding our uuid: that one may have a goodbye on its way (slot_give_back)
- * that would free it under us. */
+ * that would free it under us. The pid is in place before our first
+ * claim (shm_cell_claim publishes both with its compare-and-swap). */
 static tmx_status_t slot_take(shm_ep_t *ep, uint64_t self)
 {
     for (uint32_t i = 0; i < SHM_N_SENDERS; i++) {
+        shm_sender_t *s = &ep->seg->senders[i];
         uint64_t v = 0;
-        if (atomic_load_explicit(&ep->seg->senders[i], memory_order_relaxed) == 0 &&
-            atomic_compare_exchange_strong_explicit(&ep->seg->senders[i], &v, self, memory_order_release,
+        if (atomic_load_explicit(&s->uuid, memory_order_relaxed) == 0 &&
+            atomic_compare_exchange_strong_explicit(&s->uuid, &v, self, memory_order_release,
                                                     memory_order_relaxed)) {
+            atomic_store_explicit(&s->claim, SHM_NO_CLAIM, memory_order_relaxed);
+            atomic_store_explicit(&s->pid, (uint32_t)getpid(), memory_order_relaxed);
             ep->slot = (uint16_t)i;
             ep->has_slot = 1;
             return TMX_OK;
@@ -135,7 +186,7 @@ static void slot_give_back(shm_ep_t *ep)
     if (!ep->has_slot || ep->failed)
         return;
     ep->has_slot = 0;
-    if ((cell = shm_cell_claim(ep->seg, &pos)) == NULL) {
+    if ((cell = shm_cell_claim(ep, &pos)) == NULL) {
         util_debug("shm: peer %u's ring is full: sender slot %u stays taken", ep->super.peer, ep->slot);
         return;
     }
@@ -261,8 +312,14 @@ static void shm_ep_destroy(tl_ep_t *tep)
     free(ep);
 }
 
-shm_cell_t *shm_cell_claim(shm_seg_hdr_t *seg, uint64_t *out_pos)
+/* Claims the next cell of the peer's ring. Our slot names the position
+ * before the compare-and-swap that takes it (release: a consumer that sees
+ * the new tail sees our claim), so that a consumer can tell who holds a
+ * cell that stays unpublished (ring_unblock). */
+shm_cell_t *shm_cell_claim(shm_ep_t *ep, uint64_t *out_pos)
 {
+    shm_seg_hdr_t *seg = ep->seg;
+    _Atomic uint64_t *claim = &seg->senders[ep->slot].claim;
     uint64_t pos = atomic_load_explicit(&seg->tail, memory_order_relaxed);
 
     for (;;) {
@@ -270,12 +327,15 @@ shm_cell_t *shm_cell_claim(shm_seg_hdr_t *seg, uint64_t *out_pos)
         uint32_t seq = atomic_load_explicit(&cell->seq, memory_order_acquire);
         int32_t diff = (int32_t)(seq - shm_seq(pos));
         if (diff == 0) {
-            if (atomic_compare_exchange_weak_explicit(&seg->tail, &pos, pos + 1, memory_order_relaxed,
+            atomic_store_explicit(claim, pos, memory_order_relaxed);
+            if (atomic_compare_exchange_weak_explicit(&seg->tail, &pos, pos + 1, memory_order_release,
                                                       memory_order_relaxed)) {
                 *out_pos = pos;
+                stop_hook(SHM_STOP_CLAIM);
                 return cell;
             }
         } else if (diff < 0) {
+            atomic_store_explicit(claim, SHM_NO_CLAIM, memory_order_relaxed);
             return NULL;
         } else {
             pos = atomic_load_explicit(&seg->tail, memory_order_relaxed);
@@ -283,15 +343,15 @@ shm_cell_t *shm_cell_claim(shm_seg_hdr_t *seg, uint64_t *out_pos)
     }
 }
 
-/* Wakes the consumer if it announced that it sleeps. The seq_cst fence
- * pairs with the one in shm_wait(): either the consumer sees our cell, or
- * we see its flag. */
+/* Wakes the consumer's threads if any announced that it sleeps. The
+ * seq_cst fence pairs with the one in shm_wait(): either a sleeper sees
+ * our cell, or we see its count. */
 static void seg_wake(shm_seg_hdr_t *seg)
 {
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&seg->sleeping, memory_order_relaxed)) {
+    if (atomic_load_explicit(&seg->sleeping, memory_order_relaxed) != 0) {
         atomic_fetch_add_explicit(&seg->wake_seq, 1, memory_order_relaxed);
-        futex(&seg->wake_seq, FUTEX_WAKE, 1, NULL);
+        futex(&seg->wake_seq, FUTEX_WAKE, INT_MAX, NULL);
     }
 }
 
@@ -310,7 +370,7 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
     }
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
-    if ((cell = shm_cell_claim(ep->seg, &pos)) == NULL)
+    if ((cell = shm_cell_claim(ep, &pos)) == NULL)
         return TMX_ERR_AGAIN;
     for (int i = 0; i < iovcnt; i++) {
         if (iov[i].iov_len != 0) /* an empty message may come with no buffer */
@@ -325,6 +385,7 @@ void shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kin
 {
     cell->len_kind = (uint16_t)(len | kind << SHM_KIND_SHIFT);
     cell->src = ep->slot;
+    stop_hook(SHM_STOP_PUBLISH);
     atomic_store_explicit(&cell->seq, shm_seq(pos + 1), memory_order_release);
     seg_wake(ep->seg);
 }
@@ -336,7 +397,7 @@ static void cell_deliver(shm_iface_t *si, shm_cell_t *cell)
     uint64_t src = shm_cell_src(si->seg, cell);
 
     if (len == 0 && src != 0 && shm_cell_kind(cell) == SHM_KIND_PACKET) {
-        atomic_store_explicit(&si->seg->senders[cell->src], 0, memory_order_release); /* goodbye */
+        atomic_store_explicit(&si->seg->senders[cell->src].uuid, 0, memory_order_release); /* goodbye */
         return;
     }
     if (len == 0 || len > SHM_CELL_PAYLOAD || src == 0) {
@@ -348,6 +409,80 @@ static void cell_deliver(shm_iface_t *si, shm_cell_t *cell)
         si->super.recv_cb(si->super.recv_arg, src, cell->payload, len);
     else
         shm_get_cell(si, cell);
+}
+
+static int64_t shm_now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Whether the process pid has exited (a zombie has: it runs no more). */
+static int pid_gone(uint32_t pid)
+{
+    int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    struct pollfd pfd = {fd, POLLIN, 0};
+    int gone;
+
+    if (fd < 0)
+        return errno == ESRCH || (kill((pid_t)pid, 0) != 0 && errno == ESRCH);
+    gone = poll(&pfd, 1, 0) == 1;
+    close(fd);
+    return gone;
+}
+
+/* Whether the cell at pos was claimed by a process that is gone: some
+ * sender slot claims pos, and every one that does names a dead process.
+ * A producer that failed to claim pos may still name it, so one live
+ * claimant is enough to wait. */
+static int claimants_gone(shm_seg_hdr_t *seg, uint64_t pos)
+{
+    int found = 0;
+
+    for (int i = 0; i < SHM_N_SENDERS; i++) {
+        shm_sender_t *s = &seg->senders[i];
+        if (atomic_load_explicit(&s->claim, memory_order_relaxed) != pos)
+            continue;
+        uint32_t pid = atomic_load_explicit(&s->pid, memory_order_relaxed);
+        if (pid == 0 || !pid_gone(pid))
+            return 0;
+        found = 1;
+    }
+    return found;
+}
+
+/* A producer that died between claiming our next cell and publishing it
+ * would block the ring for good, and with it every live sender. When the
+ * cell has stayed claimed and unpublished for SHM_STUCK_US and its
+ * claimant is gone, skip it: give it to the producer of the next lap and
+ * move on. A claimant that is only slow (preempted, stopped) is waited
+ * for. */
+static void ring_unblock(shm_iface_t *si)
+{
+    shm_seg_hdr_t *seg = si->seg;
+    shm_cell_t *cell = shm_cell(seg, si->head);
+    int64_t now;
+
+    if (atomic_load_explicit(&seg->tail, memory_order_acquire) == si->head ||
+        atomic_load_explicit(&cell->seq, memory_order_acquire) == shm_seq(si->head + 1))
+        return; /* empty, or published */
+    now = shm_now_us();
+    if (si->stuck_head != si->head || si->stuck_since_us == 0) {
+        si->stuck_head = si->head;
+        si->stuck_since_us = now;
+        return;
+    }
+    if (now - si->stuck_since_us < SHM_STUCK_US || !claimants_gone(seg, si->head))
+        return;
+    util_warn("shm: skipped ring position %llu: its sender died before publishing it",
+              (unsigned long long)si->head);
+    si->stuck_since_us = 0;
+    atomic_store_explicit(&cell->seq, shm_seq(si->head + SHM_N_CELLS), memory_order_release);
+    si->head++;
+    si->skipped++;
+    atomic_store_explicit(&si->wait_head, si->head, memory_order_relaxed);
 }
 
 static int shm_progress(tl_iface_t *iface)
@@ -364,26 +499,37 @@ static int shm_progress(tl_iface_t *iface)
         si->head++;
         events++;
     }
+    if (events != 0)
+        atomic_store_explicit(&si->wait_head, si->head, memory_order_relaxed);
     if (!util_dlist_empty(&si->gets) || !util_dlist_empty(&si->serves) || !util_dlist_empty(&si->helps))
         events += shm_get_progress(si);
+    if (events == 0 && ++si->empty_polls % SHM_STUCK_POLLS == 0)
+        ring_unblock(si);
     return events;
 }
 
-/* Sleeps until a producer publishes a cell or timeout_us passes. */
+/* Sleeps until a producer publishes a cell or timeout_us passes. Runs
+ * without the core's lock, beside other threads' progress and waits (see
+ * tl.h): it reads the consumer's position only as wait_head, and sleeps
+ * only if the cell there still waits for its producer; a cell already
+ * published, or already consumed by another thread (head has moved on),
+ * sends it back to progress. Each sleeper counts itself in sleeping, so
+ * one waking up does not hide the others from producers. */
 static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
     shm_seg_hdr_t *seg = si->seg;
     uint32_t seq = atomic_load_explicit(&seg->wake_seq, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&si->wait_head, memory_order_relaxed);
     struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000};
 
-    atomic_store_explicit(&seg->sleeping, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&seg->sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&shm_cell(seg, si->head)->seq, memory_order_acquire) == shm_seq(si->head + 1))
+    if (atomic_load_explicit(&shm_cell(seg, head)->seq, memory_order_acquire) != shm_seq(head))
         goto out_awake;
     futex(&seg->wake_seq, FUTEX_WAIT, seq, timeout_us < 0 ? NULL : &ts);
 out_awake:
-    atomic_store_explicit(&seg->sleeping, 0, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&seg->sleeping, 1, memory_order_relaxed);
 }
 
 /* Reports peers whose process has exited (seed: every operation on a dead
@@ -393,6 +539,7 @@ static void shm_check_peers(tl_iface_t *iface)
     shm_iface_t *si = (shm_iface_t *)iface;
     util_dlist_t *pos;
 
+    ring_unblock(si);
     util_dlist_foreach(pos, &si->eps) {
         shm_ep_t *ep = util_container_of(pos, shm_ep_t, link);
         if (ep->failed || !shm_peer_dead(ep))

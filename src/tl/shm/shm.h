@@ -3,6 +3,7 @@
 #define TMX_TL_SHM_H
 
 #include <endian.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "tl/shm/shm_layout.h"
@@ -31,6 +32,7 @@ typedef struct shm_iface {
     shm_seg_hdr_t *seg;         /* our receive ring */
     int fd;                     /* its memfd, named in our address */
     uint64_t head;              /* next position we consume */
+    _Atomic uint64_t wait_head; /* head, for shm_wait, which runs unlocked */
     uint64_t uuid;
     uint64_t host_id;
     int cma;                    /* enum shm_cma */
@@ -43,9 +45,13 @@ typedef struct shm_iface {
     size_t split_min;           /* TMX_SHM_SPLIT_MIN (0: no shared copies) */
     uint64_t next_get_id;
     uint64_t dropped;
+    uint64_t skipped;           /* cells whose sender died before publishing */
+    uint64_t stuck_head;        /* ring_unblock: the head that stays unpublished */
+    int64_t stuck_since_us;     /* since when (0: not seen stuck) */
+    unsigned empty_polls;       /* progress calls that found nothing */
 } shm_iface_t;
 
-shm_cell_t *shm_cell_claim(shm_seg_hdr_t *seg, uint64_t *pos);
+shm_cell_t *shm_cell_claim(shm_ep_t *ep, uint64_t *pos);
 void shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len);
 
 /* shm_get.c */

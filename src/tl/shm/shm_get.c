@@ -118,7 +118,7 @@ static tmx_status_t cma_copy(shm_ep_t *ep, void *local, size_t len, uint64_t rad
 static int get_req_push(shm_iface_t *si, shm_get_op_t *g)
 {
     uint64_t pos;
-    shm_cell_t *cell = shm_cell_claim(g->ep->seg, &pos);
+    shm_cell_t *cell = shm_cell_claim(g->ep, &pos);
     shm_get_req_t wire;
 
     if (cell == NULL)
@@ -186,7 +186,7 @@ static void job_release(shm_iface_t *si, unsigned job)
 static int help_push(shm_iface_t *si, shm_ep_t *ep, const shm_help_req_t *h)
 {
     uint64_t pos;
-    shm_cell_t *cell = shm_cell_claim(ep->seg, &pos);
+    shm_cell_t *cell = shm_cell_claim(ep, &pos);
     shm_help_req_t wire = {htole32(h->job), 0, htole64(h->gen), htole64(h->raddr), htole64(h->rkey),
                            htole64(h->len), htole64(h->dst)};
 
@@ -486,7 +486,7 @@ static int serve_push(shm_iface_t *si, shm_serve_t *s)
 {
     do {
         uint64_t pos;
-        shm_cell_t *cell = shm_cell_claim(s->ep->seg, &pos);
+        shm_cell_t *cell = shm_cell_claim(s->ep, &pos);
         uint64_t left = s->req.len - s->offset;
         uint32_t n = s->status != TMX_OK ? 0 : (uint32_t)(left < SHM_DATA_CHUNK ? left : SHM_DATA_CHUNK);
         shm_get_data_t d = {htole64(s->req.op_id), htole64(s->offset),

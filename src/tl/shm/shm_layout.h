@@ -11,6 +11,14 @@
  * Flow control: the ring is bounded; a producer that finds the next cell
  * still in use gets TMX_ERR_AGAIN, so a fast sender cannot grow memory.
  *
+ * A producer that dies between claiming a cell and publishing it would
+ * block the ring for ever: before it claims, a producer writes the
+ * position it is about to claim into its sender slot (claim), and the
+ * slot names its process (pid). A consumer whose next cell stays claimed
+ * but unpublished looks for the slots claiming that position; when every
+ * one names a process that is gone, it skips the cell (shm.c:
+ * ring_unblock). A live producer is never skipped, however slow.
+ *
  * Offsets, not pointers: every process maps the segment at its own address.
  */
 #ifndef TMX_TL_SHM_LAYOUT_H
@@ -22,7 +30,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x4d48534du   /* "MSHM" */
-#define SHM_VERSION 4
+#define SHM_VERSION 5
 #define SHM_CACHE_LINE 64
 #define SHM_CELL_SIZE 8192      /* bytes per cell, header included */
 #define SHM_N_CELLS 128         /* a power of two */
@@ -49,30 +57,42 @@ typedef struct shm_job {
     uint8_t pad[SHM_CACHE_LINE - 16];
 } shm_job_t;
 
+#define SHM_NO_CLAIM UINT64_MAX  /* in shm_sender_t.claim: none */
+
+/* A sender slot, a cache line of its own: its producer writes claim
+ * before every cell it claims, and no other producer should pay for it. */
+typedef struct shm_sender {
+    _Atomic uint64_t uuid;      /* the sending context; 0: the slot is free */
+    _Atomic uint64_t claim;     /* the position it claims or claimed last; SHM_NO_CLAIM */
+    _Atomic uint32_t pid;       /* its process, for ring_unblock */
+    uint8_t pad[SHM_CACHE_LINE - 20];
+} shm_sender_t;
+
 /* Segment header; the hot words sit on their own cache lines so that
  * producers and the consumer do not false-share. */
 typedef struct shm_seg_hdr {
     uint32_t magic;             /* SHM_MAGIC */
     uint16_t version;           /* SHM_VERSION */
-    uint16_t hdr_size;          /* sizeof(shm_seg_hdr_t), checked on map */
+    uint16_t reserved;          /* zero */
+    uint32_t hdr_size;          /* sizeof(shm_seg_hdr_t), checked on map */
     uint32_t n_cells;           /* ring size, a power of two */
-    uint32_t cell_size;         /* bytes per cell */
     uint64_t owner_uuid;        /* the receiving context */
+    uint32_t cell_size;         /* bytes per cell */
     _Atomic uint32_t closed;    /* set when the owner closed it cleanly */
-    uint8_t pad0[SHM_CACHE_LINE - 28];
+    uint8_t pad0[SHM_CACHE_LINE - 32];
     _Atomic uint64_t tail;      /* next position producers claim */
     uint8_t pad1[SHM_CACHE_LINE - 8];
-    _Atomic uint32_t sleeping;  /* the consumer is, or is about to be, asleep */
+    _Atomic uint32_t sleeping;  /* consumer threads asleep, or about to be */
     _Atomic uint32_t wake_seq;  /* futex word, bumped by producers to wake it */
     uint8_t pad2[SHM_CACHE_LINE - 8];
     shm_job_t jobs[SHM_N_JOBS]; /* shared copies into this process */
-    /* Who sends here: a sender takes a slot (compare-and-swap from 0 to
-     * its context's uuid) before its first cell and names the slot in
-     * every cell, so that a cell's header need not carry the uuid. It
-     * gives the slot back with a packet cell of length 0 after its last
-     * one, and the owner frees the slot when it consumes that cell: no
-     * cell naming the slot is left then. */
-    _Atomic uint64_t senders[SHM_N_SENDERS];
+    /* Who sends here: a sender takes a slot (compare-and-swap of uuid
+     * from 0 to its context's uuid) before its first cell and names the
+     * slot in every cell, so that a cell's header need not carry the
+     * uuid. It gives the slot back with a packet cell of length 0 after
+     * its last one, and the owner frees the slot when it consumes that
+     * cell: no cell naming the slot is left then. */
+    shm_sender_t senders[SHM_N_SENDERS];
 } shm_seg_hdr_t;
 
 enum shm_cell_kind {
@@ -147,14 +167,15 @@ static inline uint64_t shm_cell_src(shm_seg_hdr_t *seg, const shm_cell_t *cell)
 {
     if (cell->src >= SHM_N_SENDERS)
         return 0;
-    return atomic_load_explicit(&seg->senders[cell->src], memory_order_relaxed);
+    return atomic_load_explicit(&seg->senders[cell->src].uuid, memory_order_relaxed);
 }
 
 #define SHM_CELL_PAYLOAD (SHM_CELL_SIZE - sizeof(shm_cell_t))
 #define SHM_SEG_SIZE (sizeof(shm_seg_hdr_t) + (size_t)SHM_N_CELLS * SHM_CELL_SIZE)
 
-static_assert(sizeof(shm_seg_hdr_t) == (3 + SHM_N_JOBS) * SHM_CACHE_LINE + SHM_N_SENDERS * 8,
-              "segment header: three lines, one per job and the senders");
+static_assert(sizeof(shm_sender_t) == SHM_CACHE_LINE, "a sender slot is one line");
+static_assert(sizeof(shm_seg_hdr_t) == (3 + SHM_N_JOBS + SHM_N_SENDERS) * SHM_CACHE_LINE,
+              "segment header: three lines, one per job and one per sender");
 static_assert(offsetof(shm_seg_hdr_t, tail) == SHM_CACHE_LINE, "tail on its own line");
 static_assert(offsetof(shm_seg_hdr_t, sleeping) == 2 * SHM_CACHE_LINE, "wake words on their own line");
 static_assert(sizeof(shm_cell_t) == 8, "cell header is 8 bytes");

@@ -8,6 +8,7 @@
 #ifndef FAB_H
 #define FAB_H
 
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -43,6 +44,8 @@
 #define FAB_QUEUE_SIZE 65536        /* tx/rx depth reported; tmx queues grow */
 #define FAB_MAX_EP_PER_OBJ 64       /* endpoints bound to one AV or CQ */
 #define FAB_DRAIN_BATCH 32          /* tmx completions taken per tmx_cq_read */
+#define FAB_NS_TIMEOUT_MS 10000     /* fi_av_insert of an IPv4 name waits this long */
+#define FAB_NS_SERVE_US 1000        /* a polled CQ answers name queries this often */
 
 /* With FI_MSG and FI_TAGGED together, tag bit 63 marks untagged messages, so
  * tagged traffic has 63 bits. Without FI_MSG, all 64 bits are the app's. */
@@ -80,7 +83,8 @@ struct fab_domain {
 };
 
 typedef struct fab_av_entry {
-    unsigned char name[FAB_ADDR_LEN];
+    unsigned char name[FAB_ADDR_LEN]; /* the tmx name */
+    struct sockaddr_in sa;      /* the IPv4 name inserted, if any */
     int valid;                  /* cleared by fi_av_remove */
 } fab_av_entry_t;
 
@@ -89,6 +93,7 @@ struct fab_av {
     fab_domain_t *dom;
     atomic_int refs;
     enum fi_av_type type;
+    uint32_t addr_format;       /* the domain's: tmx names, sockaddr_in or strings */
     fab_av_entry_t *ent;
     size_t n, cap;
     fab_ep_t *eps[FAB_MAX_EP_PER_OBJ];
@@ -140,6 +145,14 @@ struct fab_ep {
     fab_op_t *free_ops;
     struct fab_op_chunk *chunks; /* every op ever allocated, freed at close */
     uint64_t caps;
+    uint32_t addr_format;       /* of fi_getname and the AV */
+    /* The name socket (fab_name.c), for FI_SOCKADDR_IN and FI_ADDR_STR */
+    int ns_fd;                  /* -1 when the name is the tmx name */
+    struct sockaddr_in ns_sa;   /* the endpoint's IPv4 name */
+    unsigned char ns_blob[TMX_ADDRESS_MAX]; /* what a query is answered */
+    size_t ns_blob_len;
+    int64_t ns_served_us;       /* last time the socket was served */
+    struct fab_ep *ns_next;     /* the process's endpoints with a name socket */
 };
 
 static inline int64_t fab_now_us(void)
@@ -206,6 +219,22 @@ int fab_av_attach(fab_av_t *av, fab_ep_t *ep);
 void fab_av_detach(fab_av_t *av, fab_ep_t *ep);
 int fab_name_encode(const void *blob, size_t len, unsigned char *name);
 int fab_name_decode(const unsigned char *name, void *blob, size_t *len);
+
+/* fab_name.c: IPv4 names (FI_SOCKADDR_IN, FI_ADDR_STR) */
+int fab_fmt_ok(uint32_t fmt);
+int fab_sa_to_str(const struct sockaddr_in *sa, char *buf, size_t len);
+int fab_str_to_sa(const char *s, struct sockaddr_in *sa);
+int fab_resolve_node(const char *node, const char *service, int passive, struct sockaddr_in *sa);
+/* Binds the endpoint's name socket when its info's format is IPv4. */
+int fab_ns_open(fab_ep_t *ep, const struct fi_info *info);
+void fab_ns_close(fab_ep_t *ep);
+/* fi_getname of an endpoint with a name socket, in its info's format. */
+int fab_ns_getname(fab_ep_t *ep, void *addr, size_t *addrlen);
+/* Answers the queries waiting on the endpoint's name socket. */
+void fab_ns_serve(fab_ep_t *ep);
+/* Asks the name socket at *to for its endpoint's tmx address; waits up to
+ * FAB_NS_TIMEOUT_MS, answering this process's name sockets meanwhile. */
+int fab_ns_resolve(const struct sockaddr_in *to, void *blob, size_t *len);
 
 /* fab_cq.c */
 int fab_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_cq **cq,

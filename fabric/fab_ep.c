@@ -104,9 +104,11 @@ static int ep_getname(fid_t fid, void *addr, size_t *addrlen)
     fab_ep_t *ep = (fab_ep_t *)fid;
     unsigned char blob[TMX_ADDRESS_MAX], name[FAB_ADDR_LEN];
     size_t len = sizeof(blob), room = *addrlen;
-    tmx_status_t st = tmx_address(ep->tmx, blob, &len);
+    tmx_status_t st;
 
-    if (st != TMX_OK) {
+    if (ep->ns_fd >= 0)
+        return fab_ns_getname(ep, addr, addrlen);
+    if ((st = tmx_address(ep->tmx, blob, &len)) != TMX_OK) {
         FAB_WARN(FI_LOG_EP_CTRL, "tmx_address: %s\n", tmx_strerror(st));
         return -fab_errno(st);
     }
@@ -289,6 +291,7 @@ static int ep_close(struct fid *fid)
     if (ep->rx_cq && ep->rx_cq != ep->tx_cq)
         fab_cq_detach(ep->rx_cq, ep);
     fab_unlock(ep->dom);
+    fab_ns_close(ep);
     tmx_context_destroy(ep->tmx);
     while (ep->chunks) {
         struct fab_op_chunk *c = ep->chunks;
@@ -353,6 +356,7 @@ static void ep_take_info(fab_ep_t *ep, const struct fi_info *info)
     ep->msg_bit = (ep->caps & FI_TAGGED) && (ep->caps & FI_MSG) ? FAB_MSG_BIT : 0;
     ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags : 0;
     ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags : 0;
+    ep->addr_format = info->addr_format;
 }
 
 int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **out,
@@ -376,10 +380,14 @@ int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep *
     ep_take_info(ep, info);
     if ((ret = ep_tmx_open(ep)) != 0)
         goto err_free_info;
+    if ((ret = fab_ns_open(ep, info)) != 0)
+        goto err_destroy_tmx;
     atomic_fetch_add(&dom->refs, 1);
     *out = &ep->fid;
     return 0;
 
+err_destroy_tmx:
+    tmx_context_destroy(ep->tmx);
 err_free_info:
     fi_freeinfo(ep->info);
 err_free_ep:

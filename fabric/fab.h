@@ -45,7 +45,6 @@
 #define FAB_MAX_EP_PER_OBJ 64       /* endpoints bound to one AV or CQ */
 #define FAB_DRAIN_BATCH 32          /* tmx completions taken per tmx_cq_read */
 #define FAB_NS_TIMEOUT_MS 10000     /* fi_av_insert of an IPv4 name waits this long */
-#define FAB_NS_SERVE_US 1000        /* a polled CQ answers name queries this often */
 
 /* With FI_MSG and FI_TAGGED together, tag bit 63 marks untagged messages, so
  * tagged traffic has 63 bits. Without FI_MSG, all 64 bits are the app's. */
@@ -151,7 +150,6 @@ struct fab_ep {
     struct sockaddr_in ns_sa;   /* the endpoint's IPv4 name */
     unsigned char ns_blob[TMX_ADDRESS_MAX]; /* what a query is answered */
     size_t ns_blob_len;
-    int64_t ns_served_us;       /* last time the socket was served */
     struct fab_ep *ns_next;     /* the process's endpoints with a name socket */
 };
 
@@ -230,11 +228,13 @@ int fab_ns_open(fab_ep_t *ep, const struct fi_info *info);
 void fab_ns_close(fab_ep_t *ep);
 /* fi_getname of an endpoint with a name socket, in its info's format. */
 int fab_ns_getname(fab_ep_t *ep, void *addr, size_t *addrlen);
-/* Answers the queries waiting on the endpoint's name socket. */
-void fab_ns_serve(fab_ep_t *ep);
-/* Asks the name socket at *to for its endpoint's tmx address; waits up to
- * FAB_NS_TIMEOUT_MS, answering this process's name sockets meanwhile. */
-int fab_ns_resolve(const struct sockaddr_in *to, void *blob, size_t *len);
+/* Stops the thread that answers name queries (at provider cleanup). */
+void fab_ns_fini(void);
+/* The tmx address behind the IPv4 name *to: as its owner announced it
+ * when it queried us, or asked of its name socket (announcing the named
+ * endpoints among eps), waiting up to FAB_NS_TIMEOUT_MS. */
+int fab_ns_resolve(const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps, void *blob,
+                   size_t *len);
 
 /* fab_cq.c */
 int fab_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_cq **cq,

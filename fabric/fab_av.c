@@ -114,7 +114,7 @@ static int name_ok(const unsigned char *name)
 
 /* Fills e from one inserted address of the AV's format; *used gets its
  * size. An IPv4 name is resolved to its endpoint's tmx name here. */
-static int entry_from_sa(fab_av_entry_t *e, const struct sockaddr_in *sa)
+static int entry_from_sa(const fab_av_t *av, fab_av_entry_t *e, const struct sockaddr_in *sa)
 {
     unsigned char blob[TMX_ADDRESS_MAX];
     size_t len = 0;
@@ -125,12 +125,12 @@ static int entry_from_sa(fab_av_entry_t *e, const struct sockaddr_in *sa)
         return -FI_EINVAL;
     }
     e->sa = *sa;
-    if ((ret = fab_ns_resolve(sa, blob, &len)) != 0)
+    if ((ret = fab_ns_resolve(sa, av->eps, av->n_eps, blob, &len)) != 0)
         return ret;
     return fab_name_encode(blob, len, e->name);
 }
 
-static int entry_from_str(fab_av_entry_t *e, const char *s)
+static int entry_from_str(const fab_av_t *av, fab_av_entry_t *e, const char *s)
 {
     struct sockaddr_in sa;
     size_t n = strnlen(s, 2 * FAB_ADDR_LEN + 8);
@@ -149,7 +149,7 @@ static int entry_from_str(fab_av_entry_t *e, const char *s)
         FAB_WARN(FI_LOG_AV, "fi_av_insert: \"%.64s\" is neither tmx:// nor fi_sockaddr_in://\n", s);
         return -FI_EINVAL;
     }
-    return entry_from_sa(e, &sa);
+    return entry_from_sa(av, e, &sa);
 }
 
 static int entry_parse(const fab_av_t *av, const unsigned char *p, fab_av_entry_t *e, size_t *used)
@@ -160,11 +160,11 @@ static int entry_parse(const fab_av_t *av, const unsigned char *p, fab_av_entry_
         struct sockaddr_in sa;
         memcpy(&sa, p, sizeof(sa));
         *used = sizeof(sa);
-        return entry_from_sa(e, &sa);
+        return entry_from_sa(av, e, &sa);
     }
     case FI_ADDR_STR:
         *used = strlen((const char *)p) + 1;
-        return entry_from_str(e, (const char *)p);
+        return entry_from_str(av, e, (const char *)p);
     default:
         *used = FAB_ADDR_LEN;
         memcpy(e->name, p, FAB_ADDR_LEN);

@@ -201,24 +201,6 @@ static size_t cq_read_direct(fab_cq_t *cq, void *buf, size_t count, fi_addr_t *s
     return n;
 }
 
-/* Name queries (fab_name.c) are answered by CQ reads that find nothing,
- * at most once per FAB_NS_SERVE_US, so a polling loop pays one clock
- * read for them. */
-static void cq_serve_names(fab_cq_t *cq)
-{
-    int64_t now = 0;
-
-    for (int k = 0; k < cq->n_eps; k++) {
-        fab_ep_t *ep = cq->eps[k];
-        if (ep->ns_fd < 0)
-            continue;
-        if (now == 0)
-            now = fab_now_us();
-        if (now - ep->ns_served_us >= FAB_NS_SERVE_US)
-            fab_ns_serve(ep);
-    }
-}
-
 static ssize_t cq_readfrom_locked(fab_cq_t *cq, void *buf, size_t count, fi_addr_t *src)
 {
     size_t n = 0, sz = entry_size(cq->format);
@@ -240,10 +222,7 @@ static ssize_t cq_readfrom_locked(fab_cq_t *cq, void *buf, size_t count, fi_addr
     }
     if (n > 0)
         return (ssize_t)n;
-    if (cq->count > 0)
-        return -FI_EAVAIL;
-    cq_serve_names(cq);
-    return -FI_EAGAIN;
+    return cq->count > 0 ? -FI_EAVAIL : -FI_EAGAIN;
 }
 
 static ssize_t cq_readfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src)

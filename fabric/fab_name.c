@@ -6,13 +6,16 @@
  * IPv4 address and port is the endpoint's libfabric name. fi_av_insert of
  * such a name asks the socket there for the tmx address behind it (QUERY,
  * answered by ANSWER with the blob of tmx_address) and adds that as the
- * tmx peer, so the data path never sees the name socket.
+ * tmx peer, so the data path never sees the name socket. A query also
+ * announces the querier's own name and tmx address, which the endpoint
+ * asked remembers: inserting the querier's name then needs no answer.
  *
- * A name socket is answered by whoever drives progress in its process:
- * CQ reads (at most once per FAB_NS_SERVE_US while polling), sleeps on a
- * CQ or wait fd (the socket is in the wait set), and every resolution
- * under way in the process, so two endpoints that insert each other at
- * once, in one process or two, both get their answers.
+ * Queries are answered by a thread of the provider, started with the
+ * first name socket of the process and asleep in poll() when none comes:
+ * an application blocked outside libfabric (in its own socket exchange,
+ * say, while its peer inserts its address) still answers, as a kernel
+ * answers for a listening TCP socket. The thread sends cached bytes only;
+ * it never calls tmx.
  */
 #include <arpa/inet.h>
 #include <assert.h>
@@ -25,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -35,7 +39,7 @@
 #define NS_QUERY 1
 #define NS_ANSWER 2
 #define NS_RETRY_MS 50       /* a query lost or not yet answered is sent again */
-#define NS_SLICE_MS 5        /* how often a resolution serves this process */
+#define NS_SLICE_MS 10       /* a resolution's sleeps between looks at the clock */
 
 /* The name socket's datagrams, little endian. */
 typedef struct ns_hdr {
@@ -48,9 +52,15 @@ typedef struct ns_hdr {
 
 static_assert(sizeof(ns_hdr_t) == 16, "name socket header is 16 bytes");
 
-/* Every endpoint with a name socket in this process. */
+#define NS_POLL_MAX 256      /* name sockets one poll() watches; more wait in turn */
+
+/* Every endpoint with a name socket in this process, and the thread that
+ * answers them (woken through ns_wake when the list changes). */
 static pthread_mutex_t ns_lock = PTHREAD_MUTEX_INITIALIZER;
 static fab_ep_t *ns_eps;
+static pthread_t ns_thread;
+static int ns_running, ns_stop;
+static int ns_wake = -1;
 
 /* ------------------------------------------------------ address formats */
 
@@ -137,14 +147,96 @@ static void reachable_ip(struct in_addr *ip)
     freeifaddrs(ifs);
 }
 
-static void ns_register(fab_ep_t *ep)
+static void ns_serve(fab_ep_t *ep);
+static void ns_forget_all(void);
+
+static void ns_kick(void)
 {
+    uint64_t one = 1;
+
+    if (ns_wake >= 0 && write(ns_wake, &one, sizeof(one)) < 0)
+        FAB_WARN(FI_LOG_EP_CTRL, "name thread wake-up: %s\n", strerror(errno));
+}
+
+/* One poll over the wake-up fd and the name sockets, then every socket
+ * is served; the lock is not held while asleep. */
+static void ns_round(void)
+{
+    struct pollfd pfd[NS_POLL_MAX + 1] = {{ns_wake, POLLIN, 0}};
+    uint64_t v;
+    nfds_t n = 1;
+
     pthread_mutex_lock(&ns_lock);
-    ep->ns_next = ns_eps;
-    ns_eps = ep;
+    for (fab_ep_t *ep = ns_eps; ep != NULL && n <= NS_POLL_MAX; ep = ep->ns_next)
+        pfd[n++] = (struct pollfd){ep->ns_fd, POLLIN, 0};
+    pthread_mutex_unlock(&ns_lock);
+    if (poll(pfd, n, n > NS_POLL_MAX ? 10 : -1) < 0 && errno != EINTR)
+        usleep(1000);
+    if (pfd[0].revents && read(ns_wake, &v, sizeof(v)) < 0)
+        usleep(1000);
+    pthread_mutex_lock(&ns_lock);
+    for (fab_ep_t *ep = ns_eps; ep != NULL; ep = ep->ns_next)
+        ns_serve(ep);
     pthread_mutex_unlock(&ns_lock);
 }
 
+static void *ns_main(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&ns_stop, __ATOMIC_ACQUIRE))
+        ns_round();
+    return NULL;
+}
+
+/* Called with ns_lock held. */
+static int ns_start(void)
+{
+    if (ns_running)
+        return 0;
+    if (ns_wake < 0 && (ns_wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+        goto err_log;
+    ns_stop = 0;
+    if ((errno = pthread_create(&ns_thread, NULL, ns_main, NULL)) != 0)
+        goto err_log;
+    ns_running = 1;
+    return 0;
+
+err_log:
+    FAB_WARN(FI_LOG_EP_CTRL, "cannot start the name thread: %s\n", strerror(errno));
+    return -FI_EOTHER;
+}
+
+void fab_ns_fini(void)
+{
+    pthread_mutex_lock(&ns_lock);
+    int running = ns_running;
+    __atomic_store_n(&ns_stop, 1, __ATOMIC_RELEASE);
+    ns_kick();
+    ns_running = 0;
+    pthread_mutex_unlock(&ns_lock);
+    if (running)
+        pthread_join(ns_thread, NULL);
+    if (ns_wake >= 0)
+        close(ns_wake);
+    ns_wake = -1;
+    ns_forget_all();
+}
+
+static int ns_register(fab_ep_t *ep)
+{
+    int ret;
+
+    pthread_mutex_lock(&ns_lock);
+    if ((ret = ns_start()) == 0) {
+        ep->ns_next = ns_eps;
+        ns_eps = ep;
+        ns_kick();
+    }
+    pthread_mutex_unlock(&ns_lock);
+    return ret;
+}
+
+/* Once this returns, the thread no longer touches the endpoint. */
 static void ns_unregister(fab_ep_t *ep)
 {
     pthread_mutex_lock(&ns_lock);
@@ -154,6 +246,7 @@ static void ns_unregister(fab_ep_t *ep)
             break;
         }
     }
+    ns_kick();
     pthread_mutex_unlock(&ns_lock);
 }
 
@@ -217,8 +310,11 @@ int fab_ns_open(fab_ep_t *ep, const struct fi_info *info)
     ep->ns_blob_len = len;
     if ((ret = ns_bind(ep, &want)) != 0)
         return ret;
-    ns_register(ep);
-    return 0;
+    if ((ret = ns_register(ep)) != 0) {
+        close(ep->ns_fd);
+        ep->ns_fd = -1;
+    }
+    return ret;
 }
 
 void fab_ns_close(fab_ep_t *ep)
@@ -229,6 +325,77 @@ void fab_ns_close(fab_ep_t *ep)
     close(ep->ns_fd);
     ep->ns_fd = -1;
 }
+
+/* ------------------------------------------------------- announcements */
+
+/* A query announces the querier: the IPv4 name of an endpoint of its AV
+ * and that endpoint's tmx address. The endpoint asked keeps it, so that
+ * inserting the querier's name later needs no answer from it: it may
+ * have finished and gone by then (a client that only sends, a test whose
+ * client exits first). A newer announcement of a name replaces an older. */
+typedef struct ns_announce {
+    uint32_t ip;      /* the querier's IPv4 name, network order; 0: anonymous */
+    uint16_t port;    /* network order */
+    uint16_t reserved; /* zero */
+} ns_announce_t;
+
+static_assert(sizeof(ns_announce_t) == 8, "announcement is 8 bytes");
+
+typedef struct ns_known {
+    struct ns_known *next;
+    struct sockaddr_in sa;
+    size_t len;
+    unsigned char blob[TMX_ADDRESS_MAX];
+} ns_known_t;
+
+static ns_known_t *ns_known; /* guarded by ns_lock */
+
+/* Called with ns_lock held. */
+static void ns_learn(const struct sockaddr_in *sa, const void *blob, size_t len)
+{
+    ns_known_t *k;
+
+    for (k = ns_known; k != NULL; k = k->next) {
+        if (k->sa.sin_addr.s_addr == sa->sin_addr.s_addr && k->sa.sin_port == sa->sin_port)
+            break;
+    }
+    if (k == NULL) {
+        if ((k = calloc(1, sizeof(*k))) == NULL)
+            return; /* a resolution will ask instead */
+        k->sa = *sa;
+        k->next = ns_known;
+        ns_known = k;
+    }
+    memcpy(k->blob, blob, len);
+    k->len = len;
+}
+
+static int ns_lookup(const struct sockaddr_in *sa, void *blob, size_t *len)
+{
+    int found = 0;
+
+    pthread_mutex_lock(&ns_lock);
+    for (ns_known_t *k = ns_known; k != NULL && !found; k = k->next) {
+        if (k->sa.sin_addr.s_addr == sa->sin_addr.s_addr && k->sa.sin_port == sa->sin_port) {
+            memcpy(blob, k->blob, k->len);
+            *len = k->len;
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&ns_lock);
+    return found;
+}
+
+static void ns_forget_all(void)
+{
+    while (ns_known != NULL) {
+        ns_known_t *k = ns_known;
+        ns_known = k->next;
+        free(k);
+    }
+}
+
+/* ------------------------------------------------------------ answering */
 
 static void ns_answer(fab_ep_t *ep, const ns_hdr_t *q, const struct sockaddr_in *from)
 {
@@ -242,43 +409,78 @@ static void ns_answer(fab_ep_t *ep, const ns_hdr_t *q, const struct sockaddr_in 
            sizeof(*from));
 }
 
-/* Answers every query waiting on the endpoint's name socket; anything
- * else that arrives there is dropped. Safe from any thread. */
-void fab_ns_serve(fab_ep_t *ep)
+/* A query that parses: header, announcement, announced address. */
+static int ns_query_ok(const unsigned char *buf, ssize_t n, ns_hdr_t *q, ns_announce_t *an)
 {
+    if (n < (ssize_t)(sizeof(*q) + sizeof(*an)))
+        return 0;
+    memcpy(q, buf, sizeof(*q));
+    memcpy(an, buf + sizeof(*q), sizeof(*an));
+    return le32toh(q->magic) == NS_MAGIC && q->version == NS_VERSION && q->op == NS_QUERY &&
+           le16toh(q->len) == (size_t)n - sizeof(*q) - sizeof(*an) && an->reserved == 0;
+}
+
+/* Answers every query waiting on the endpoint's name socket and learns
+ * what it announces; anything else that arrives there is dropped. Called
+ * with ns_lock held. */
+static void ns_serve(fab_ep_t *ep)
+{
+    unsigned char buf[sizeof(ns_hdr_t) + sizeof(ns_announce_t) + TMX_ADDRESS_MAX + 1];
     ns_hdr_t q;
+    ns_announce_t an;
     struct sockaddr_in from;
     socklen_t flen = sizeof(from);
     ssize_t n;
 
-    if (ep->ns_fd < 0)
-        return;
-    ep->ns_served_us = fab_now_us();
-    while ((n = recvfrom(ep->ns_fd, &q, sizeof(q), MSG_DONTWAIT, (struct sockaddr *)&from,
+    while ((n = recvfrom(ep->ns_fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from,
                          &flen)) >= 0) {
-        if (n == sizeof(q) && le32toh(q.magic) == NS_MAGIC && q.version == NS_VERSION &&
-            q.op == NS_QUERY && from.sin_family == AF_INET)
-            ns_answer(ep, &q, &from);
         flen = sizeof(from);
+        if (!ns_query_ok(buf, n, &q, &an) || from.sin_family != AF_INET)
+            continue;
+        if (an.ip != 0 && an.port != 0 && q.len != 0) {
+            struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = an.port,
+                                     .sin_addr.s_addr = an.ip};
+            ns_learn(&sa, buf + sizeof(q) + sizeof(an), le16toh(q.len));
+        }
+        ns_answer(ep, &q, &from);
     }
-}
-
-static void ns_serve_all(void)
-{
-    pthread_mutex_lock(&ns_lock);
-    for (fab_ep_t *ep = ns_eps; ep != NULL; ep = ep->ns_next)
-        fab_ns_serve(ep);
-    pthread_mutex_unlock(&ns_lock);
 }
 
 /* ------------------------------------------------------------ resolving */
 
-static int ns_query(int fd, const struct sockaddr_in *to, uint64_t nonce)
+/* One query, announcing self (an endpoint with a name socket) or no one. */
+static void ns_query(int fd, const struct sockaddr_in *to, uint64_t nonce, const fab_ep_t *self)
 {
-    ns_hdr_t q = {htole32(NS_MAGIC), NS_VERSION, NS_QUERY, 0, nonce};
+    unsigned char out[sizeof(ns_hdr_t) + sizeof(ns_announce_t) + TMX_ADDRESS_MAX];
+    size_t blen = self ? self->ns_blob_len : 0;
+    ns_hdr_t q = {htole32(NS_MAGIC), NS_VERSION, NS_QUERY, htole16((uint16_t)blen), nonce};
+    ns_announce_t an = {0, 0, 0};
 
-    return sendto(fd, &q, sizeof(q), MSG_DONTWAIT, (const struct sockaddr *)to, sizeof(*to)) ==
-                   sizeof(q) ? 0 : -errno;
+    if (self != NULL)
+        an = (ns_announce_t){self->ns_sa.sin_addr.s_addr, self->ns_sa.sin_port, 0};
+    memcpy(out, &q, sizeof(q));
+    memcpy(out + sizeof(q), &an, sizeof(an));
+    if (blen)
+        memcpy(out + sizeof(q) + sizeof(an), self->ns_blob, blen);
+    sendto(fd, out, sizeof(q) + sizeof(an) + blen, MSG_DONTWAIT, (const struct sockaddr *)to,
+           sizeof(*to));
+}
+
+/* Queries for every endpoint of the AV that has a name, so that each is
+ * announced; one anonymous query when none has. */
+static void ns_query_all(int fd, const struct sockaddr_in *to, uint64_t nonce, fab_ep_t *const *eps,
+                         int n_eps)
+{
+    int sent = 0;
+
+    for (int k = 0; k < n_eps; k++) {
+        if (eps[k]->ns_fd >= 0) {
+            ns_query(fd, to, nonce, eps[k]);
+            sent++;
+        }
+    }
+    if (sent == 0)
+        ns_query(fd, to, nonce, NULL);
 }
 
 /* 1 when buf holds the answer to nonce, its blob copied out. */
@@ -298,7 +500,8 @@ static int ns_take_answer(const unsigned char *buf, ssize_t n, uint64_t nonce, v
     return 1;
 }
 
-static int ns_wait_answer(int fd, const struct sockaddr_in *to, void *blob, size_t *len)
+static int ns_wait_answer(int fd, const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps,
+                          void *blob, size_t *len)
 {
     unsigned char buf[sizeof(ns_hdr_t) + TMX_ADDRESS_MAX + 1];
     uint64_t nonce = (uint64_t)fab_now_us() ^ ((uint64_t)getpid() << 40) ^ (uintptr_t)buf;
@@ -307,10 +510,9 @@ static int ns_wait_answer(int fd, const struct sockaddr_in *to, void *blob, size
 
     while (fab_now_us() < end) {
         if (fab_now_us() >= next) {
-            ns_query(fd, to, nonce);
+            ns_query_all(fd, to, nonce, eps, n_eps);
             next = fab_now_us() + NS_RETRY_MS * 1000;
         }
-        ns_serve_all();
         if (poll(&pfd, 1, NS_SLICE_MS) <= 0)
             continue;
         ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
@@ -320,16 +522,18 @@ static int ns_wait_answer(int fd, const struct sockaddr_in *to, void *blob, size
     return -FI_ETIMEDOUT;
 }
 
-int fab_ns_resolve(const struct sockaddr_in *to, void *blob, size_t *len)
+int fab_ns_resolve(const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps, void *blob,
+                   size_t *len)
 {
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int ret;
+    int fd, ret;
 
-    if (fd < 0) {
+    if (ns_lookup(to, blob, len))
+        return 0;
+    if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0) {
         FAB_WARN(FI_LOG_AV, "name resolution: no socket: %s\n", strerror(errno));
         return -FI_EOTHER;
     }
-    ret = ns_wait_answer(fd, to, blob, len);
+    ret = ns_wait_answer(fd, to, eps, n_eps, blob, len);
     close(fd);
     if (ret != 0)
         FAB_WARN(FI_LOG_AV, "no tmx endpoint answered at %s:%u within %d ms\n",

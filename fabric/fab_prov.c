@@ -9,6 +9,7 @@
 
 static void fab_cleanup(void)
 {
+    fab_ns_fini();
 }
 
 struct fi_provider fab_prov = {

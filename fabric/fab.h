@@ -76,7 +76,8 @@ struct fab_domain {
     struct fid_domain fid;
     fab_fabric_t *fab;
     atomic_int refs;
-    int mt;                     /* FI_THREAD_SAFE: tmx contexts and our lock */
+    int mt;                     /* take the lock: FI_THREAD_SAFE, or a wait fd's thread */
+    int ctx_mt;                 /* tmx contexts made TMX_THREAD_MULTIPLE */
     pthread_mutex_t lock;       /* guards provider state when mt */
     struct fi_info *info;
 };
@@ -108,6 +109,18 @@ typedef struct fab_cqe {
     int prov_errno;             /* the tmx status */
 } fab_cqe_t;
 
+/* A CQ's wait fd (FI_WAIT_FD): an eventfd, and a thread that, once
+ * fi_trywait has armed it, sleeps in tmx_wait on the CQ's contexts and
+ * writes the eventfd when a completion reaches the CQ. */
+typedef struct fab_cq_waiter {
+    int fd;                     /* the eventfd; -1 without FI_WAIT_FD */
+    pthread_t thread;
+    pthread_mutex_t lock;       /* guards armed and stop */
+    pthread_cond_t cond;
+    int armed, stop;
+    _Atomic(tmx_context_h) busy; /* the context the thread sleeps in */
+} fab_cq_waiter_t;
+
 struct fab_cq {
     struct fid_cq fid;
     fab_domain_t *dom;
@@ -118,6 +131,7 @@ struct fab_cq {
     fab_ep_t *eps[FAB_MAX_EP_PER_OBJ];
     int n_eps;
     atomic_int signaled;
+    fab_cq_waiter_t w;
 };
 
 /* A receive in flight or a claimed message, carried as the tmx user
@@ -205,6 +219,8 @@ int fab_fabric_open(struct fi_fabric_attr *attr, struct fid_fabric **fabric, voi
 /* fab_eq.c */
 int fab_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr, struct fid_eq **eq,
                 void *context);
+/* fi_trywait on an EQ: -FI_EAGAIN if an event is there, else 0. */
+int fab_eq_trywait(struct fid *eq);
 
 /* fab_domain.c */
 int fab_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_domain **dom,
@@ -242,6 +258,9 @@ int fab_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_c
 int fab_cq_attach(fab_cq_t *cq, fab_ep_t *ep);
 void fab_cq_detach(fab_cq_t *cq, fab_ep_t *ep);
 int fab_cq_push(fab_cq_t *cq, const fab_cqe_t *c);
+/* fi_trywait on a CQ: -FI_EAGAIN if a completion is there (after one
+ * progress pass); else arms the wait fd and returns 0. */
+int fab_cq_trywait(fab_cq_t *cq);
 
 /* fab_ep.c */
 int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **ep,

@@ -190,6 +190,7 @@ int fab_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_
         goto err_free_dom;
     dom->mt = info->domain_attr == NULL || info->domain_attr->threading == FI_THREAD_SAFE ||
               info->domain_attr->threading == FI_THREAD_UNSPEC;
+    dom->ctx_mt = dom->mt;
     pthread_mutex_init(&dom->lock, NULL);
     dom->fab = fab;
     dom->fid.fid.fclass = FI_CLASS_DOMAIN;

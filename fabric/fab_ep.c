@@ -319,7 +319,7 @@ static int ep_tmx_open(fab_ep_t *ep)
     tmx_context_params_t p = {
         .field_mask = TMX_CONTEXT_FIELD_THREAD_MODE | TMX_CONTEXT_FIELD_BOOT |
                       TMX_CONTEXT_FIELD_NAME,
-        .thread_mode = ep->dom->mt ? TMX_THREAD_MULTIPLE : TMX_THREAD_SINGLE,
+        .thread_mode = ep->dom->ctx_mt ? TMX_THREAD_MULTIPLE : TMX_THREAD_SINGLE,
         .boot = TMX_BOOT_NONE,
         .name = "fi_tmx",
     };

@@ -14,6 +14,12 @@ add_dependencies(fab_test tmx-fi)
 add_test(NAME fab_test COMMAND fab_test)
 set_tests_properties(fab_test PROPERTIES TIMEOUT 300 ENVIRONMENT "${FAB_TEST_ENV}")
 
+add_executable(fab_addr_test fab_addr_test.c)
+target_link_libraries(fab_addr_test PRIVATE PkgConfig::LIBFABRIC PkgConfig::FAB_CMOCKA Threads::Threads)
+add_dependencies(fab_addr_test tmx-fi)
+add_test(NAME fab_addr_test COMMAND fab_addr_test)
+set_tests_properties(fab_addr_test PROPERTIES TIMEOUT 300 ENVIRONMENT "${FAB_TEST_ENV}")
+
 # Debian's fi_info and fi_pingpong are not built with sanitizers: to load an
 # ASan provider they need the sanitizer runtimes preloaded.
 set(FAB_FOREIGN_ENV ${FAB_TEST_ENV})

@@ -8,7 +8,8 @@
  * answered by ANSWER with the blob of tmx_address) and adds that as the
  * tmx peer, so the data path never sees the name socket. A query also
  * announces the querier's own name and tmx address, which the endpoint
- * asked remembers: inserting the querier's name then needs no answer.
+ * asked remembers: inserting the querier's name later works even when the
+ * querier has gone (its owner is still asked first: see fab_ns_resolve).
  *
  * Queries are answered by a thread of the provider, started with the
  * first name socket of the process and asleep in poll() when none comes:
@@ -39,6 +40,7 @@
 #define NS_QUERY 1
 #define NS_ANSWER 2
 #define NS_RETRY_MS 50       /* a query lost or not yet answered is sent again */
+#define NS_ANNOUNCED_WAIT_MS 500 /* an announced name's owner gets this long to answer */
 #define NS_SLICE_MS 10       /* a resolution's sleeps between looks at the clock */
 
 /* The name socket's datagrams, little endian. */
@@ -500,12 +502,15 @@ static int ns_take_answer(const unsigned char *buf, ssize_t n, uint64_t nonce, v
     return 1;
 }
 
+/* Queries until the answer, the time limit, or (with give_up_refused) the
+ * kernel's report that nothing listens there (the socket is connected,
+ * so an ICMP port unreachable comes back as ECONNREFUSED). */
 static int ns_wait_answer(int fd, const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps,
-                          void *blob, size_t *len)
+                          int64_t limit_ms, int give_up_refused, void *blob, size_t *len)
 {
     unsigned char buf[sizeof(ns_hdr_t) + TMX_ADDRESS_MAX + 1];
     uint64_t nonce = (uint64_t)fab_now_us() ^ ((uint64_t)getpid() << 40) ^ (uintptr_t)buf;
-    int64_t end = fab_now_us() + (int64_t)FAB_NS_TIMEOUT_MS * 1000, next = 0;
+    int64_t end = fab_now_us() + limit_ms * 1000, next = 0;
     struct pollfd pfd = {fd, POLLIN, 0};
 
     while (fab_now_us() < end) {
@@ -516,28 +521,49 @@ static int ns_wait_answer(int fd, const struct sockaddr_in *to, fab_ep_t *const 
         if (poll(&pfd, 1, NS_SLICE_MS) <= 0)
             continue;
         ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n < 0 && errno == ECONNREFUSED && give_up_refused)
+            return -FI_ECONNREFUSED;
         if (ns_take_answer(buf, n, nonce, blob, len))
             return 0;
     }
     return -FI_ETIMEDOUT;
 }
 
+/* The owner of a name is asked first, since an announcement may be stale
+ * (an endpoint closed and another bound its port); what the owner
+ * announced stands in when it cannot answer: nothing listens there any
+ * more, or no answer came within NS_ANNOUNCED_WAIT_MS. */
 int fab_ns_resolve(const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps, void *blob,
                    size_t *len)
 {
+    unsigned char known[TMX_ADDRESS_MAX];
+    size_t known_len = 0;
+    int have = ns_lookup(to, known, &known_len);
     int fd, ret;
 
-    if (ns_lookup(to, blob, len))
-        return 0;
-    if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0) {
-        FAB_WARN(FI_LOG_AV, "name resolution: no socket: %s\n", strerror(errno));
+    if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
+        connect(fd, (const struct sockaddr *)to, sizeof(*to)) != 0) {
+        FAB_WARN(FI_LOG_AV, "name resolution: no socket to %s:%u: %s\n", inet_ntoa(to->sin_addr),
+                 ntohs(to->sin_port), strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return -FI_EOTHER;
     }
-    ret = ns_wait_answer(fd, to, eps, n_eps, blob, len);
+    ret = ns_wait_answer(fd, to, eps, n_eps, have ? NS_ANNOUNCED_WAIT_MS : FAB_NS_TIMEOUT_MS, have,
+                         blob, len);
     close(fd);
-    if (ret != 0)
+    if (ret == 0) {
+        pthread_mutex_lock(&ns_lock);
+        ns_learn(to, blob, *len);
+        pthread_mutex_unlock(&ns_lock);
+    } else if (have) {
+        memcpy(blob, known, known_len);
+        *len = known_len;
+        ret = 0;
+    } else {
         FAB_WARN(FI_LOG_AV, "no tmx endpoint answered at %s:%u within %d ms\n",
                  inet_ntoa(to->sin_addr), ntohs(to->sin_port), FAB_NS_TIMEOUT_MS);
+    }
     return ret;
 }
 

@@ -66,6 +66,7 @@ typedef struct fab_domain fab_domain_t;
 typedef struct fab_ep fab_ep_t;
 typedef struct fab_cq fab_cq_t;
 typedef struct fab_av fab_av_t;
+typedef struct fab_cntr fab_cntr_t;
 
 typedef struct fab_fabric {
     struct fid_fabric fid;
@@ -134,6 +135,20 @@ struct fab_cq {
     fab_cq_waiter_t w;
 };
 
+struct fab_cntr {
+    struct fid_cntr fid;
+    fab_domain_t *dom;
+    atomic_int refs;
+    atomic_uint_least64_t cnt, err;
+    fab_ep_t *eps[FAB_MAX_EP_PER_OBJ]; /* driven by reads and waits */
+    int n_eps;
+};
+
+/* The tmx user context of an operation that wants no CQ entry but is
+ * counted: the CQ counts its completion and drops its success. */
+extern char fab_count_only;
+#define FAB_COUNT_ONLY ((void *)&fab_count_only)
+
 /* A receive in flight or a claimed message, carried as the tmx user
  * context. Sends need none: their tmx user context is the application's,
  * and the tag tells tagged from untagged. */
@@ -150,6 +165,7 @@ struct fab_ep {
     tmx_context_h tmx;
     fab_av_t *av;
     fab_cq_t *tx_cq, *rx_cq;
+    fab_cntr_t *tx_cntr, *rx_cntr; /* FI_SEND and FI_RECV counters */
     int tx_selective, rx_selective;
     uint64_t tx_op_flags, rx_op_flags;
     uint64_t msg_bit;           /* FAB_MSG_BIT with FI_MSG|FI_TAGGED, else 0 */
@@ -252,7 +268,17 @@ void fab_ns_fini(void);
 int fab_ns_resolve(const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps, void *blob,
                    size_t *len);
 
+/* fab_cntr.c */
+int fab_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr, struct fid_cntr **cntr,
+                  void *context);
+int fab_cntr_attach(fab_cntr_t *cntr, fab_ep_t *ep);
+void fab_cntr_detach(fab_cntr_t *cntr, fab_ep_t *ep);
+void fab_cntr_count(fab_cntr_t *cntr, int failed);
+
 /* fab_cq.c */
+/* Moves what the endpoint's context completed into its CQs and counters;
+ * the caller holds the domain lock. */
+void fab_ep_drain(fab_ep_t *ep);
 int fab_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_cq **cq,
                 void *context);
 int fab_cq_attach(fab_cq_t *cq, fab_ep_t *ep);

@@ -95,17 +95,24 @@ static fab_cq_t *recv_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_
     return ep->rx_cq;
 }
 
-/* Turns a tmx completion into *e; returns the CQ it goes to. */
+/* Turns a tmx completion into *e and counts it; returns the CQ it goes
+ * to, NULL for a counted success that wants no CQ entry. */
 static fab_cq_t *ep_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e)
 {
-    if (c->op == TMX_OP_TSEND)
-        return send_complete(ep, c, e);
-    return recv_complete(ep, c, e);
+    int send = c->op == TMX_OP_TSEND;
+    fab_cq_t *cq = send ? send_complete(ep, c, e) : recv_complete(ep, c, e);
+    fab_cntr_t *cntr = send ? ep->tx_cntr : ep->rx_cntr;
+
+    if (cntr != NULL)
+        fab_cntr_count(cntr, e->err != 0);
+    if (c->user_context == FAB_COUNT_ONLY) {
+        e->e.op_context = NULL;
+        return e->err != 0 ? cq : NULL;
+    }
+    return cq;
 }
 
-/* Moves everything the tmx context completed into the endpoint's CQs.
- * The caller holds the domain lock. */
-static void ep_drain(fab_ep_t *ep)
+void fab_ep_drain(fab_ep_t *ep)
 {
     tmx_completion_t c[FAB_DRAIN_BATCH];
     fab_cqe_t e;
@@ -118,8 +125,8 @@ static void ep_drain(fab_ep_t *ep)
         if (tmx_cq_read(ep->tmx, c, FAB_DRAIN_BATCH, &n) != TMX_OK)
             return;
         for (size_t i = 0; i < n; i++) {
-            cq = ep_complete(ep, &c[i], &e);
-            fab_cq_push(cq, &e);
+            if ((cq = ep_complete(ep, &c[i], &e)) != NULL)
+                fab_cq_push(cq, &e);
         }
     } while (n == FAB_DRAIN_BATCH);
 }
@@ -127,7 +134,7 @@ static void ep_drain(fab_ep_t *ep)
 static void cq_progress(fab_cq_t *cq)
 {
     for (int k = 0; k < cq->n_eps; k++)
-        ep_drain(cq->eps[k]);
+        fab_ep_drain(cq->eps[k]);
 }
 
 static size_t entry_size(enum fi_cq_format f)
@@ -180,7 +187,8 @@ static __attribute__((noinline)) size_t cq_take(fab_cq_t *cq, fab_ep_t *ep,
     fab_cq_t *to;
 
     for (size_t i = 0; i < got; i++) {
-        to = ep_complete(ep, &c[i], &e);
+        if ((to = ep_complete(ep, &c[i], &e)) == NULL)
+            continue;
         if (to != cq || e.err != 0 || cq->count > 0) {
             fab_cq_push(to, &e);
             continue;

@@ -219,6 +219,24 @@ static int bind_av(fab_ep_t *ep, fab_av_t *av)
     return 0;
 }
 
+static int bind_cntr(fab_ep_t *ep, fab_cntr_t *cntr, uint64_t flags)
+{
+    int ret;
+
+    if (flags & ~(uint64_t)(FI_SEND | FI_RECV) || !flags) {
+        FAB_WARN(FI_LOG_EP_CTRL, "counter bind flags 0x%llx: only FI_SEND and FI_RECV count\n",
+                 (unsigned long long)flags);
+        return -FI_EBADFLAGS;
+    }
+    if ((ret = fab_cntr_attach(cntr, ep)) != 0)
+        return ret;
+    if (flags & FI_SEND)
+        ep->tx_cntr = cntr;
+    if (flags & FI_RECV)
+        ep->rx_cntr = cntr;
+    return 0;
+}
+
 static int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
 {
     fab_ep_t *ep = (fab_ep_t *)fid;
@@ -234,8 +252,13 @@ static int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
         return ret;
     case FI_CLASS_AV:
         return bind_av(ep, (fab_av_t *)bfid);
+    case FI_CLASS_CNTR:
+        fab_lock(ep->dom);
+        ret = bind_cntr(ep, (fab_cntr_t *)bfid, flags);
+        fab_unlock(ep->dom);
+        return ret;
     default:
-        FAB_WARN(FI_LOG_EP_CTRL, "cannot bind class %zu (counters and EQs are not offered)\n",
+        FAB_WARN(FI_LOG_EP_CTRL, "cannot bind class %zu (EQs are not bound)\n",
                  bfid->fclass);
         return -FI_ENOSYS;
     }
@@ -290,6 +313,10 @@ static int ep_close(struct fid *fid)
         fab_cq_detach(ep->tx_cq, ep);
     if (ep->rx_cq && ep->rx_cq != ep->tx_cq)
         fab_cq_detach(ep->rx_cq, ep);
+    if (ep->tx_cntr)
+        fab_cntr_detach(ep->tx_cntr, ep);
+    if (ep->rx_cntr && ep->rx_cntr != ep->tx_cntr)
+        fab_cntr_detach(ep->rx_cntr, ep);
     fab_unlock(ep->dom);
     fab_ns_close(ep);
     tmx_context_destroy(ep->tmx);

@@ -268,6 +268,9 @@ void fab_ns_fini(void);
 int fab_ns_resolve(const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps, void *blob,
                    size_t *len);
 
+/* fab_poll.c */
+int fab_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr, struct fid_poll **ps);
+
 /* fab_cntr.c */
 int fab_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr, struct fid_cntr **cntr,
                   void *context);
@@ -279,6 +282,8 @@ void fab_cntr_count(fab_cntr_t *cntr, int failed);
 /* Moves what the endpoint's context completed into its CQs and counters;
  * the caller holds the domain lock. */
 void fab_ep_drain(fab_ep_t *ep);
+/* 1 if the CQ has an entry to read, after one progress pass if empty. */
+int fab_cq_ready(fab_cq_t *cq);
 int fab_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_cq **cq,
                 void *context);
 int fab_cq_attach(fab_cq_t *cq, fab_ep_t *ep);

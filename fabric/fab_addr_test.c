@@ -1,8 +1,9 @@
 /*
- * The provider's addresses and wait objects through libfabric's API: the
- * addresses a user can name (FI_SOCKADDR_IN, FI_ADDR_STR) resolved by the
- * name sockets, the source address fi_getinfo reports, CQ wait fds with
- * fi_trywait, and EQs written by the application.
+ * The provider's addresses, wait objects and counters through libfabric's
+ * API: the addresses a user can name (FI_SOCKADDR_IN, FI_ADDR_STR)
+ * resolved by the name sockets, the source address fi_getinfo reports, CQ
+ * wait fds with fi_trywait, EQs written by the application, counters of
+ * operations that want no CQ entry, and poll sets.
  * Run with FI_PROVIDER_PATH naming the build's fabric/ and FI_PROVIDER=tmx.
  */
 #include <setjmp.h>
@@ -350,6 +351,68 @@ static void test_eq_write(void **state)
     side_close(&s);
 }
 
+/* Sends that want no CQ entry (selective completion) are counted. */
+static void test_counters(void **state)
+{
+    side_t a, b;
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    struct fid_cntr *tx, *rx;
+    struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP};
+    struct fi_cq_attr qa = {.format = FI_CQ_FORMAT_TAGGED};
+    struct fi_cq_tagged_entry e;
+    char name[FI_NAME_MAX], buf[3][8];
+    size_t len = sizeof(name);
+    fi_addr_t to_b;
+    struct fid_poll *ps;
+    struct fi_poll_attr pa = {0};
+    void *ctx[4];
+
+    side_open(&b, NULL, NULL, 0, hints_new(0, 0), FI_WAIT_NONE);
+    side_open(&a, NULL, NULL, 0, hints_new(0, 0), FI_WAIT_NONE);
+    /* a second endpoint in a's domain, its sends counted and not reported */
+    assert_int_equal(fi_endpoint(a.domain, a.info, &ep, NULL), 0);
+    assert_int_equal(fi_cq_open(a.domain, &qa, &cq, NULL), 0);
+    assert_int_equal(fi_cntr_open(a.domain, &ca, &tx, NULL), 0);
+    assert_int_equal(fi_cntr_open(b.domain, &ca, &rx, &rx), 0);
+    assert_int_equal(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION), 0);
+    assert_int_equal(fi_ep_bind(ep, &tx->fid, FI_SEND), 0);
+    assert_int_equal(fi_ep_bind(ep, &a.av->fid, 0), 0);
+    assert_int_equal(fi_enable(ep), 0);
+    assert_int_equal(fi_ep_bind(b.ep, &rx->fid, FI_RECV), 0);
+    assert_int_equal(fi_poll_open(b.domain, &pa, &ps), 0);
+    assert_int_equal(fi_poll_add(ps, &rx->fid, 0), 0);
+    assert_int_equal(fi_poll(ps, ctx, 4), 0);
+    assert_int_equal(fi_getname(&b.ep->fid, name, &len), 0);
+    assert_int_equal(fi_av_insert(a.av, name, 1, &to_b, 0, NULL), 1);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fi_trecv(b.ep, buf[i], 8, NULL, FI_ADDR_UNSPEC, 5, 0, NULL), 0);
+    for (int i = 0; i < 3; i++) {
+        struct iovec iov = {"count", 6};
+        struct fi_msg_tagged m = {.msg_iov = &iov, .iov_count = 1, .addr = to_b, .tag = 5};
+        assert_int_equal(fi_tsendmsg(ep, &m, 0), 0);
+    }
+    assert_int_equal(fi_cntr_wait(tx, 3, WAIT_MS), 0);
+    assert_int_equal(fi_cntr_wait(rx, 3, WAIT_MS), 0);
+    assert_int_equal(fi_cntr_readerr(tx), 0);
+    assert_int_equal(fi_cq_read(cq, &e, 1), -FI_EAGAIN);
+    assert_int_equal(fi_poll(ps, ctx, 4), 1);
+    assert_ptr_equal(ctx[0], &rx);
+    assert_int_equal(fi_poll(ps, ctx, 4), 0);
+    assert_int_equal(fi_cntr_wait(rx, 4, 50), -FI_ETIMEDOUT);
+    assert_int_equal(fi_poll_del(ps, &rx->fid, 0), 0);
+    assert_int_equal(fi_close(&ps->fid), 0);
+    assert_int_equal(fi_close(&ep->fid), 0);
+    assert_int_equal(fi_close(&b.ep->fid), 0);
+    assert_int_equal(fi_close(&tx->fid), 0);
+    assert_int_equal(fi_close(&rx->fid), 0);
+    assert_int_equal(fi_close(&cq->fid), 0);
+    b.ep = NULL;
+    assert_int_equal(fi_endpoint(b.domain, b.info, &b.ep, NULL), 0);
+    side_close(&a);
+    side_close(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -360,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_wait_fd),
         cmocka_unit_test(test_wait_fd_thread_domain),
         cmocka_unit_test(test_eq_write),
+        cmocka_unit_test(test_counters),
     };
 
     alarm(300);

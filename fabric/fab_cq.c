@@ -434,6 +434,18 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
+int fab_cq_ready(fab_cq_t *cq)
+{
+    int ready;
+
+    fab_lock(cq->dom);
+    if (cq->count == 0)
+        cq_progress(cq);
+    ready = cq->count > 0;
+    fab_unlock(cq->dom);
+    return ready;
+}
+
 int fab_cq_trywait(fab_cq_t *cq)
 {
     uint64_t v;

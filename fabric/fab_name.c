@@ -63,6 +63,12 @@ static fab_ep_t *ns_eps;
 static pthread_t ns_thread;
 static int ns_running, ns_stop;
 static int ns_wake = -1;
+/* A closed socket stays bound while a poll() holds it: closing waits
+ * until the thread no longer polls a set made before the close. */
+static pthread_cond_t ns_cond = PTHREAD_COND_INITIALIZER;
+static uint64_t ns_gen;      /* bumped by each unregistration */
+static uint64_t ns_poll_gen; /* ns_gen when the set being polled was made */
+static int ns_polling;
 
 /* ------------------------------------------------------ address formats */
 
@@ -171,12 +177,16 @@ static void ns_round(void)
     pthread_mutex_lock(&ns_lock);
     for (fab_ep_t *ep = ns_eps; ep != NULL && n <= NS_POLL_MAX; ep = ep->ns_next)
         pfd[n++] = (struct pollfd){ep->ns_fd, POLLIN, 0};
+    ns_poll_gen = ns_gen;
+    ns_polling = 1;
     pthread_mutex_unlock(&ns_lock);
     if (poll(pfd, n, n > NS_POLL_MAX ? 10 : -1) < 0 && errno != EINTR)
         usleep(1000);
     if (pfd[0].revents && read(ns_wake, &v, sizeof(v)) < 0)
         usleep(1000);
     pthread_mutex_lock(&ns_lock);
+    ns_polling = 0;
+    pthread_cond_broadcast(&ns_cond);
     for (fab_ep_t *ep = ns_eps; ep != NULL; ep = ep->ns_next)
         ns_serve(ep);
     pthread_mutex_unlock(&ns_lock);
@@ -238,9 +248,12 @@ static int ns_register(fab_ep_t *ep)
     return ret;
 }
 
-/* Once this returns, the thread no longer touches the endpoint. */
+/* Once this returns, the thread no longer touches the endpoint nor polls
+ * its socket, so closing it unbinds its port at once. */
 static void ns_unregister(fab_ep_t *ep)
 {
+    uint64_t gen;
+
     pthread_mutex_lock(&ns_lock);
     for (fab_ep_t **p = &ns_eps; *p != NULL; p = &(*p)->ns_next) {
         if (*p == ep) {
@@ -248,7 +261,10 @@ static void ns_unregister(fab_ep_t *ep)
             break;
         }
     }
+    gen = ++ns_gen;
     ns_kick();
+    while (ns_running && ns_polling && ns_poll_gen < gen)
+        pthread_cond_wait(&ns_cond, &ns_lock);
     pthread_mutex_unlock(&ns_lock);
 }
 

@@ -128,7 +128,8 @@ run_one() { # test args...
 }
 
 # Client-server tests: those of runfabtests.sh that have an RDM variant
-# or need no endpoint type, with the options it gives them.
+# or need no endpoint type, with the options it gives them. "@inband":
+# the test has no out-of-band mode (fi_poll never opens the -E socket).
 pairs=(
     "fi_rdm_tagged_pingpong -I 50 -v"
     "fi_rdm_tagged_pingpong -I 50 -v -c fd"
@@ -159,8 +160,8 @@ pairs=(
     "fi_msg_inject -e rdm -A inj_complete -v"
     "fi_bw -e rdm -v -T 1"
     "fi_bw -e rdm -v -T 1 -U"
-    "fi_poll -t queue"
-    "fi_poll -t counter"
+    "@inband fi_poll -t queue"
+    "@inband fi_poll -t counter"
     "fi_scalable_ep"
     "fi_shared_ctx"
     "fi_rdm_stress -u $bin/../../test_configs/rdm_stress/stress.json"
@@ -188,8 +189,12 @@ if [ "$quick" = 1 ]; then
 fi
 for p in "${pairs[@]}"; do
     for mode in "${modes[@]}"; do
+        q=$p
+        case $p in
+        @inband\ *) [ "$mode" = inband ] || continue; q=${p#@inband } ;;
+        esac
         # shellcheck disable=SC2086
-        run_pair "$mode" $p
+        run_pair "$mode" $q
     done
 done
 for p in "${singles[@]}"; do

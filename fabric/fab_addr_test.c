@@ -192,6 +192,33 @@ static void test_inband_sockaddr(void **state)
     side_close(&srv);
 }
 
+/* fi_loopback's way: the source fi_getinfo reports names the endpoint
+ * opened with it, and inserting it reaches the endpoint itself. */
+static void test_loopback_source(void **state)
+{
+    side_t s;
+    char port[16];
+    fi_addr_t self;
+    char in[8] = {0};
+    int sctx, rctx;
+
+    side_open(&s, "127.0.0.1", free_port(port), FI_SOURCE, hints_new(0, 0), FI_WAIT_NONE);
+    assert_non_null(s.info->src_addr);
+    assert_int_equal(fi_av_insert(s.av, s.info->src_addr, 1, &self, 0, NULL), 1);
+    assert_int_equal(fi_trecv(s.ep, in, sizeof(in), NULL, self, 4, 0, &rctx), 0);
+    assert_int_equal(fi_tsend(s.ep, "self", 5, NULL, self, 4, &sctx), 0);
+    struct fi_cq_tagged_entry e[2];
+    int got = 0;
+    int64_t end = now_ms() + WAIT_MS;
+    while (got < 2 && now_ms() < end) {
+        ssize_t n = fi_cq_read(s.cq, &e[got], 2 - got);
+        got += n > 0 ? (int)n : 0;
+    }
+    assert_int_equal(got, 2);
+    assert_string_equal(in, "self");
+    side_close(&s);
+}
+
 static void test_addr_str(void **state)
 {
     side_t a, b;
@@ -418,6 +445,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_getinfo_source),
         cmocka_unit_test(test_inband_sockaddr),
+        cmocka_unit_test(test_loopback_source),
         cmocka_unit_test(test_addr_str),
         cmocka_unit_test(test_announced_peer_gone),
         cmocka_unit_test(test_wait_fd),

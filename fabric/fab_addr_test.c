@@ -136,18 +136,20 @@ static void send_to(side_t *a, fi_addr_t to, side_t *b, uint64_t tag)
 
 static void test_getinfo_source(void **state)
 {
-    struct fi_info *fi;
+    struct fi_info *fi, *h;
     char port[16];
     struct sockaddr_in *sa;
 
     /* nothing named: a tmx name, the empty one ("wherever tmx puts it") */
-    assert_int_equal(fi_getinfo(VER, NULL, NULL, 0, hints_new(0, 0), &fi), 0);
+    assert_int_equal(fi_getinfo(VER, NULL, NULL, 0, h = hints_new(0, 0), &fi), 0);
+    fi_freeinfo(h);
     assert_int_equal(fi->addr_format, FI_FORMAT_UNSPEC);
     assert_int_equal(fi->src_addrlen, FI_NAME_MAX);
     assert_non_null(fi->src_addr);
     fi_freeinfo(fi);
     /* a service to bind: an IPv4 source with that port */
-    assert_int_equal(fi_getinfo(VER, NULL, free_port(port), FI_SOURCE, hints_new(0, 0), &fi), 0);
+    assert_int_equal(fi_getinfo(VER, NULL, free_port(port), FI_SOURCE, h = hints_new(0, 0), &fi), 0);
+    fi_freeinfo(h);
     assert_int_equal(fi->addr_format, FI_SOCKADDR_IN);
     assert_int_equal(fi->src_addrlen, sizeof(*sa));
     sa = fi->src_addr;
@@ -155,14 +157,16 @@ static void test_getinfo_source(void **state)
     assert_null(fi->dest_addr);
     fi_freeinfo(fi);
     /* a node and service to reach: the destination, and a wildcard source */
-    assert_int_equal(fi_getinfo(VER, "127.0.0.1", "4242", 0, hints_new(0, 0), &fi), 0);
+    assert_int_equal(fi_getinfo(VER, "127.0.0.1", "4242", 0, h = hints_new(0, 0), &fi), 0);
+    fi_freeinfo(h);
     sa = fi->dest_addr;
     assert_int_equal(ntohs(sa->sin_port), 4242);
     assert_int_equal(sa->sin_addr.s_addr, htonl(INADDR_LOOPBACK));
     assert_non_null(fi->src_addr);
     fi_freeinfo(fi);
     /* strings when asked for */
-    assert_int_equal(fi_getinfo(VER, "127.0.0.1", "4242", 0, hints_new(FI_ADDR_STR, 0), &fi), 0);
+    assert_int_equal(fi_getinfo(VER, "127.0.0.1", "4242", 0, h = hints_new(FI_ADDR_STR, 0), &fi), 0);
+    fi_freeinfo(h);
     assert_string_equal(fi->dest_addr, "fi_sockaddr_in://127.0.0.1:4242");
     fi_freeinfo(fi);
 }

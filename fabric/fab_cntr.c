@@ -80,6 +80,12 @@ static void cntr_sleep(fab_cntr_t *cntr, int64_t us)
         ctx = cntr->eps[0]->tmx;
     if (cntr->n_eps > 1 && us > 1000)
         us = 1000;
+    if (ctx != NULL && cntr->dom->mt && !cntr->dom->ctx_mt) {
+        /* single-threaded contexts that a wait fd's thread also drives */
+        tmx_wait(ctx, us < 1000 ? us : 1000);
+        fab_unlock(cntr->dom);
+        return;
+    }
     fab_unlock(cntr->dom);
     if (ctx == NULL)
         sched_yield();

@@ -318,6 +318,13 @@ static void cq_sleep(fab_cq_t *cq, int64_t us)
         ctx = cq->eps[0]->tmx;
     if (cq->n_eps > 1 && us > 1000)
         us = 1000;
+    if (ctx != NULL && cq->dom->mt && !cq->dom->ctx_mt) {
+        /* single-threaded contexts that a wait fd's thread also drives:
+         * only under the lock, so in short slices */
+        tmx_wait(ctx, us < 1000 ? us : 1000);
+        fab_unlock(cq->dom);
+        return;
+    }
     fab_unlock(cq->dom);
     if (ctx == NULL)
         sched_yield();

@@ -70,11 +70,15 @@ show_logs() {
 }
 
 # Waits until the server listens: its name socket (UDP) in band, its
-# address exchange socket (TCP) with -E. A server that exits first
-# (refused by fi_getinfo) ends the wait.
+# address exchange socket (TCP) with -E; in band, tests that synchronize
+# over TCP (fi_multi_recv, fi_av_xfer...) listen first on fabtests'
+# default port, 3000. A server that exits first (refused by fi_getinfo)
+# ends the wait.
+readonly OOB_DEFAULT_PORT=3000
 wait_listen() { # proto port pid
-    for _ in $(seq 100); do
+    for _ in $(seq 200); do
         ss -Hln"$1" "sport = :$2" 2>/dev/null | grep -q . && return
+        [ "$1" = u ] && ss -Hlnt "sport = :$OOB_DEFAULT_PORT" 2>/dev/null | grep -q . && return
         kill -0 "$3" 2>/dev/null || return
         sleep 0.05
     done

@@ -8,6 +8,7 @@
 #ifndef FAB_H
 #define FAB_H
 
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -43,6 +44,7 @@
 #define FAB_QUEUE_SIZE 65536        /* tx/rx depth reported; tmx queues grow */
 #define FAB_MAX_EP_PER_OBJ 64       /* endpoints bound to one AV or CQ */
 #define FAB_DRAIN_BATCH 32          /* tmx completions taken per tmx_cq_read */
+#define FAB_NS_TIMEOUT_MS 10000     /* fi_av_insert of an IPv4 name waits this long */
 
 /* With FI_MSG and FI_TAGGED together, tag bit 63 marks untagged messages, so
  * tagged traffic has 63 bits. Without FI_MSG, all 64 bits are the app's. */
@@ -64,6 +66,7 @@ typedef struct fab_domain fab_domain_t;
 typedef struct fab_ep fab_ep_t;
 typedef struct fab_cq fab_cq_t;
 typedef struct fab_av fab_av_t;
+typedef struct fab_cntr fab_cntr_t;
 
 typedef struct fab_fabric {
     struct fid_fabric fid;
@@ -74,13 +77,15 @@ struct fab_domain {
     struct fid_domain fid;
     fab_fabric_t *fab;
     atomic_int refs;
-    int mt;                     /* FI_THREAD_SAFE: tmx contexts and our lock */
+    int mt;                     /* take the lock: FI_THREAD_SAFE, or a wait fd's thread */
+    int ctx_mt;                 /* tmx contexts made TMX_THREAD_MULTIPLE */
     pthread_mutex_t lock;       /* guards provider state when mt */
     struct fi_info *info;
 };
 
 typedef struct fab_av_entry {
-    unsigned char name[FAB_ADDR_LEN];
+    unsigned char name[FAB_ADDR_LEN]; /* the tmx name */
+    struct sockaddr_in sa;      /* the IPv4 name inserted, if any */
     int valid;                  /* cleared by fi_av_remove */
 } fab_av_entry_t;
 
@@ -89,6 +94,7 @@ struct fab_av {
     fab_domain_t *dom;
     atomic_int refs;
     enum fi_av_type type;
+    uint32_t addr_format;       /* the domain's: tmx names, sockaddr_in or strings */
     fab_av_entry_t *ent;
     size_t n, cap;
     fab_ep_t *eps[FAB_MAX_EP_PER_OBJ];
@@ -104,6 +110,18 @@ typedef struct fab_cqe {
     int prov_errno;             /* the tmx status */
 } fab_cqe_t;
 
+/* A CQ's wait fd (FI_WAIT_FD): an eventfd, and a thread that, once
+ * fi_trywait has armed it, sleeps in tmx_wait on the CQ's contexts and
+ * writes the eventfd when a completion reaches the CQ. */
+typedef struct fab_cq_waiter {
+    int fd;                     /* the eventfd; -1 without FI_WAIT_FD */
+    pthread_t thread;
+    pthread_mutex_t lock;       /* guards armed and stop */
+    pthread_cond_t cond;
+    int armed, stop;
+    _Atomic(tmx_context_h) busy; /* the context the thread sleeps in */
+} fab_cq_waiter_t;
+
 struct fab_cq {
     struct fid_cq fid;
     fab_domain_t *dom;
@@ -114,7 +132,22 @@ struct fab_cq {
     fab_ep_t *eps[FAB_MAX_EP_PER_OBJ];
     int n_eps;
     atomic_int signaled;
+    fab_cq_waiter_t w;
 };
+
+struct fab_cntr {
+    struct fid_cntr fid;
+    fab_domain_t *dom;
+    atomic_int refs;
+    atomic_uint_least64_t cnt, err;
+    fab_ep_t *eps[FAB_MAX_EP_PER_OBJ]; /* driven by reads and waits */
+    int n_eps;
+};
+
+/* The tmx user context of an operation that wants no CQ entry but is
+ * counted: the CQ counts its completion and drops its success. */
+extern char fab_count_only;
+#define FAB_COUNT_ONLY ((void *)&fab_count_only)
 
 /* A receive in flight or a claimed message, carried as the tmx user
  * context. Sends need none: their tmx user context is the application's,
@@ -132,6 +165,7 @@ struct fab_ep {
     tmx_context_h tmx;
     fab_av_t *av;
     fab_cq_t *tx_cq, *rx_cq;
+    fab_cntr_t *tx_cntr, *rx_cntr; /* FI_SEND and FI_RECV counters */
     int tx_selective, rx_selective;
     uint64_t tx_op_flags, rx_op_flags;
     uint64_t msg_bit;           /* FAB_MSG_BIT with FI_MSG|FI_TAGGED, else 0 */
@@ -140,6 +174,13 @@ struct fab_ep {
     fab_op_t *free_ops;
     struct fab_op_chunk *chunks; /* every op ever allocated, freed at close */
     uint64_t caps;
+    uint32_t addr_format;       /* of fi_getname and the AV */
+    /* The name socket (fab_name.c), for FI_SOCKADDR_IN and FI_ADDR_STR */
+    int ns_fd;                  /* -1 when the name is the tmx name */
+    struct sockaddr_in ns_sa;   /* the endpoint's IPv4 name */
+    unsigned char ns_blob[TMX_ADDRESS_MAX]; /* what a query is answered */
+    size_t ns_blob_len;
+    struct fab_ep *ns_next;     /* the process's endpoints with a name socket */
 };
 
 static inline int64_t fab_now_us(void)
@@ -194,6 +235,8 @@ int fab_fabric_open(struct fi_fabric_attr *attr, struct fid_fabric **fabric, voi
 /* fab_eq.c */
 int fab_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr, struct fid_eq **eq,
                 void *context);
+/* fi_trywait on an EQ: -FI_EAGAIN if an event is there, else 0. */
+int fab_eq_trywait(struct fid *eq);
 
 /* fab_domain.c */
 int fab_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_domain **dom,
@@ -207,12 +250,48 @@ void fab_av_detach(fab_av_t *av, fab_ep_t *ep);
 int fab_name_encode(const void *blob, size_t len, unsigned char *name);
 int fab_name_decode(const unsigned char *name, void *blob, size_t *len);
 
+/* fab_name.c: IPv4 names (FI_SOCKADDR_IN, FI_ADDR_STR) */
+int fab_fmt_ok(uint32_t fmt);
+int fab_sa_to_str(const struct sockaddr_in *sa, char *buf, size_t len);
+int fab_str_to_sa(const char *s, struct sockaddr_in *sa);
+int fab_resolve_node(const char *node, const char *service, int passive, struct sockaddr_in *sa);
+/* Binds the endpoint's name socket when its info's format is IPv4. */
+int fab_ns_open(fab_ep_t *ep, const struct fi_info *info);
+void fab_ns_close(fab_ep_t *ep);
+/* fi_getname of an endpoint with a name socket, in its info's format. */
+int fab_ns_getname(fab_ep_t *ep, void *addr, size_t *addrlen);
+/* Stops the thread that answers name queries (at provider cleanup). */
+void fab_ns_fini(void);
+/* The tmx address behind the IPv4 name *to: as its owner announced it
+ * when it queried us, or asked of its name socket (announcing the named
+ * endpoints among eps), waiting up to FAB_NS_TIMEOUT_MS. */
+int fab_ns_resolve(const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps, void *blob,
+                   size_t *len);
+
+/* fab_poll.c */
+int fab_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr, struct fid_poll **ps);
+
+/* fab_cntr.c */
+int fab_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr, struct fid_cntr **cntr,
+                  void *context);
+int fab_cntr_attach(fab_cntr_t *cntr, fab_ep_t *ep);
+void fab_cntr_detach(fab_cntr_t *cntr, fab_ep_t *ep);
+void fab_cntr_count(fab_cntr_t *cntr, int failed);
+
 /* fab_cq.c */
+/* Moves what the endpoint's context completed into its CQs and counters;
+ * the caller holds the domain lock. */
+void fab_ep_drain(fab_ep_t *ep);
+/* 1 if the CQ has an entry to read, after one progress pass if empty. */
+int fab_cq_ready(fab_cq_t *cq);
 int fab_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_cq **cq,
                 void *context);
 int fab_cq_attach(fab_cq_t *cq, fab_ep_t *ep);
 void fab_cq_detach(fab_cq_t *cq, fab_ep_t *ep);
 int fab_cq_push(fab_cq_t *cq, const fab_cqe_t *c);
+/* fi_trywait on a CQ: -FI_EAGAIN if a completion is there (after one
+ * progress pass); else arms the wait fd and returns 0. */
+int fab_cq_trywait(fab_cq_t *cq);
 
 /* fab_ep.c */
 int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **ep,

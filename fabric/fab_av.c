@@ -112,19 +112,81 @@ static int name_ok(const unsigned char *name)
     return fab_name_decode(name, blob, &len) == 0 && len >= 8 && memcmp(blob, "TMXA", 4) == 0;
 }
 
-static int av_insert_one(fab_av_t *av, const unsigned char *name, fi_addr_t *out)
+/* Fills e from one inserted address of the AV's format; *used gets its
+ * size. An IPv4 name is resolved to its endpoint's tmx name here. */
+static int entry_from_sa(const fab_av_t *av, fab_av_entry_t *e, const struct sockaddr_in *sa)
+{
+    unsigned char blob[TMX_ADDRESS_MAX];
+    size_t len = 0;
+    int ret;
+
+    if (sa->sin_family != AF_INET || sa->sin_port == 0) {
+        FAB_WARN(FI_LOG_AV, "fi_av_insert: not an IPv4 address with a port\n");
+        return -FI_EINVAL;
+    }
+    e->sa = *sa;
+    if ((ret = fab_ns_resolve(sa, av->eps, av->n_eps, blob, &len)) != 0)
+        return ret;
+    return fab_name_encode(blob, len, e->name);
+}
+
+static int entry_from_str(const fab_av_t *av, fab_av_entry_t *e, const char *s)
+{
+    struct sockaddr_in sa;
+    size_t n = strnlen(s, 2 * FAB_ADDR_LEN + 8);
+
+    if (strncmp(s, "tmx://", 6) == 0 && n % 2 == 0 && (n - 6) / 2 <= FAB_ADDR_LEN) {
+        memset(e->name, 0, FAB_ADDR_LEN);
+        for (size_t i = 0; i < (n - 6) / 2; i++) {
+            unsigned v;
+            if (sscanf(s + 6 + 2 * i, "%2x", &v) != 1)
+                return -FI_EINVAL;
+            e->name[i] = (unsigned char)v;
+        }
+        return 0;
+    }
+    if (fab_str_to_sa(s, &sa) != 0) {
+        FAB_WARN(FI_LOG_AV, "fi_av_insert: \"%.64s\" is neither tmx:// nor fi_sockaddr_in://\n", s);
+        return -FI_EINVAL;
+    }
+    return entry_from_sa(av, e, &sa);
+}
+
+static int entry_parse(const fab_av_t *av, const unsigned char *p, fab_av_entry_t *e, size_t *used)
+{
+    memset(e, 0, sizeof(*e));
+    switch (av->addr_format) {
+    case FI_SOCKADDR_IN: {
+        struct sockaddr_in sa;
+        memcpy(&sa, p, sizeof(sa));
+        *used = sizeof(sa);
+        return entry_from_sa(av, e, &sa);
+    }
+    case FI_ADDR_STR:
+        *used = strlen((const char *)p) + 1;
+        return entry_from_str(av, e, (const char *)p);
+    default:
+        *used = FAB_ADDR_LEN;
+        memcpy(e->name, p, FAB_ADDR_LEN);
+        return 0;
+    }
+}
+
+static int av_insert_one(fab_av_t *av, const unsigned char *p, size_t *used, fi_addr_t *out)
 {
     size_t i = av->n;
+    int ret;
 
-    if (!name_ok(name)) {
+    if ((ret = entry_parse(av, p, &av->ent[i], used)) != 0)
+        return ret;
+    if (!name_ok(av->ent[i].name)) {
         FAB_WARN(FI_LOG_AV, "fi_av_insert: address %zu is not a tmx address\n", i);
         return -FI_EINVAL;
     }
-    memcpy(av->ent[i].name, name, FAB_ADDR_LEN);
     av->ent[i].valid = 1;
     av->n++;
     for (int k = 0; k < av->n_eps; k++) {
-        if (ep_add_peer(av->eps[k], name, i) != 0) {
+        if (ep_add_peer(av->eps[k], av->ent[i].name, i) != 0) {
             av->ent[i].valid = 0;
             return -FI_EINVAL;
         }
@@ -137,7 +199,7 @@ static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr
                      uint64_t flags, void *context)
 {
     fab_av_t *av = (fab_av_t *)fid;
-    const unsigned char *names = addr;
+    const unsigned char *p = addr;
     int done = 0, ret;
 
     if (flags & ~(uint64_t)(FI_MORE | FI_SYNC_ERR)) {
@@ -151,7 +213,9 @@ static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr
         goto out_unlock;
     for (size_t i = 0; i < count; i++) {
         fi_addr_t a = FI_ADDR_NOTAVAIL;
-        ret = av_insert_one(av, names + i * FAB_ADDR_LEN, &a);
+        size_t used = 0;
+        ret = av_insert_one(av, p, &used, &a);
+        p += used;
         done += ret == 0;
         if (fi_addr)
             fi_addr[i] = a;
@@ -194,6 +258,33 @@ static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint6
     return ret;
 }
 
+static void av_name_str(const unsigned char *name, char *buf, size_t *len);
+
+/* An entry in the AV's format: the IPv4 name it was inserted with, or
+ * the tmx name; cut to *addrlen, which gets the full size. */
+static int entry_lookup(const fab_av_t *av, const fab_av_entry_t *e, void *addr, size_t *addrlen)
+{
+    char str[2 * FAB_ADDR_LEN + 16];
+    const void *src = e->name;
+    size_t need = FAB_ADDR_LEN, room = *addrlen;
+
+    if (av->addr_format == FI_SOCKADDR_IN) {
+        src = &e->sa;
+        need = sizeof(e->sa);
+    } else if (av->addr_format == FI_ADDR_STR) {
+        if (e->sa.sin_family == AF_INET) {
+            need = (size_t)fab_sa_to_str(&e->sa, str, sizeof(str)) + 1;
+        } else {
+            need = sizeof(str);
+            av_name_str(e->name, str, &need);
+        }
+        src = str;
+    }
+    memcpy(addr, src, room < need ? room : need);
+    *addrlen = need;
+    return room < need ? -FI_ETOOSMALL : 0;
+}
+
 static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *addrlen)
 {
     fab_av_t *av = (fab_av_t *)fid;
@@ -203,9 +294,7 @@ static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *
     if (!fab_av_valid(av, fi_addr)) {
         ret = -FI_ENOENT;
     } else {
-        memcpy(addr, av->ent[fi_addr].name, *addrlen < FAB_ADDR_LEN ? *addrlen : FAB_ADDR_LEN);
-        ret = *addrlen < FAB_ADDR_LEN ? -FI_ETOOSMALL : 0;
-        *addrlen = FAB_ADDR_LEN;
+        ret = entry_lookup(av, &av->ent[fi_addr], addr, addrlen);
     }
     fab_unlock(av->dom);
     return ret;
@@ -213,9 +302,8 @@ static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *
 
 /* "tmx://" and the encoded name in hex, cut to the buffer; *len gets the
  * size the whole string needs. */
-static const char *av_straddr(struct fid_av *fid, const void *addr, char *buf, size_t *len)
+static void av_name_str(const unsigned char *name, char *buf, size_t *len)
 {
-    const unsigned char *name = addr;
     char tmp[8 + 2 * FAB_ADDR_LEN + 1];
     size_t n = name[0] < FAB_ADDR_LEN ? name[0] + 1u : FAB_ADDR_LEN;
     int o = snprintf(tmp, sizeof(tmp), "tmx://");
@@ -225,6 +313,32 @@ static const char *av_straddr(struct fid_av *fid, const void *addr, char *buf, s
     if (*len > 0)
         snprintf(buf, *len, "%s", tmp);
     *len = (size_t)o + 1;
+}
+
+/* An address of the AV's format as a string. */
+static const char *av_straddr(struct fid_av *fid, const void *addr, char *buf, size_t *len)
+{
+    fab_av_t *av = (fab_av_t *)fid;
+    char tmp[64];
+    size_t need;
+
+    if (av->addr_format == FI_ADDR_STR) {
+        need = strlen(addr) + 1;
+        if (*len > 0)
+            snprintf(buf, *len, "%s", (const char *)addr);
+        *len = need;
+        return buf;
+    }
+    if (av->addr_format == FI_SOCKADDR_IN) {
+        struct sockaddr_in sa;
+        memcpy(&sa, addr, sizeof(sa));
+        need = (size_t)fab_sa_to_str(&sa, tmp, sizeof(tmp)) + 1;
+        if (*len > 0)
+            snprintf(buf, *len, "%s", tmp);
+        *len = need;
+        return buf;
+    }
+    av_name_str(addr, buf, len);
     return buf;
 }
 
@@ -326,6 +440,7 @@ int fab_av_open(struct fid_domain *domain, struct fi_av_attr *attr, struct fid_a
     if ((av = calloc(1, sizeof(*av))) == NULL)
         return -FI_ENOMEM;
     av->type = attr->type == FI_AV_UNSPEC ? FI_AV_MAP : attr->type;
+    av->addr_format = dom->info->addr_format;
     attr->type = av->type;
     av->dom = dom;
     av->fid.fid.fclass = FI_CLASS_AV;

@@ -5,12 +5,27 @@
  * could not go there (an endpoint's sends and receives may go to
  * different CQs). Errors wait in line: a read that reaches one returns
  * -FI_EAVAIL until fi_cq_readerr takes it.
+ *
+ * A CQ opened with FI_WAIT_FD hands out an eventfd (fi_control
+ * FI_GETWAIT). tmx has no single descriptor to offer (shm sleeps on a
+ * futex), so fi_trywait arms a thread of the CQ that sleeps in tmx_wait
+ * on the CQ's contexts and writes the eventfd once a completion reached
+ * the CQ. No wakeup is lost: fi_trywait clears the eventfd and drives
+ * progress before it arms, and the armed thread drives progress before
+ * each sleep, so a completion that arrives in between is found by the
+ * one or the other.
  */
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "fab.h"
 
 #define CQ_SLEEP_SLICE_US 10000   /* how soon fi_cq_signal is noticed */
+#define WAITER_POLL_MIN_US 50     /* a wait fd's thread polling a single- */
+#define WAITER_POLL_MAX_US 1000   /* threaded domain sleeps this long */
 
 int fab_cq_push(fab_cq_t *cq, const fab_cqe_t *c)
 {
@@ -80,17 +95,24 @@ static fab_cq_t *recv_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_
     return ep->rx_cq;
 }
 
-/* Turns a tmx completion into *e; returns the CQ it goes to. */
+/* Turns a tmx completion into *e and counts it; returns the CQ it goes
+ * to, NULL for a counted success that wants no CQ entry. */
 static fab_cq_t *ep_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e)
 {
-    if (c->op == TMX_OP_TSEND)
-        return send_complete(ep, c, e);
-    return recv_complete(ep, c, e);
+    int send = c->op == TMX_OP_TSEND;
+    fab_cq_t *cq = send ? send_complete(ep, c, e) : recv_complete(ep, c, e);
+    fab_cntr_t *cntr = send ? ep->tx_cntr : ep->rx_cntr;
+
+    if (cntr != NULL)
+        fab_cntr_count(cntr, e->err != 0);
+    if (c->user_context == FAB_COUNT_ONLY) {
+        e->e.op_context = NULL;
+        return e->err != 0 ? cq : NULL;
+    }
+    return cq;
 }
 
-/* Moves everything the tmx context completed into the endpoint's CQs.
- * The caller holds the domain lock. */
-static void ep_drain(fab_ep_t *ep)
+void fab_ep_drain(fab_ep_t *ep)
 {
     tmx_completion_t c[FAB_DRAIN_BATCH];
     fab_cqe_t e;
@@ -103,8 +125,8 @@ static void ep_drain(fab_ep_t *ep)
         if (tmx_cq_read(ep->tmx, c, FAB_DRAIN_BATCH, &n) != TMX_OK)
             return;
         for (size_t i = 0; i < n; i++) {
-            cq = ep_complete(ep, &c[i], &e);
-            fab_cq_push(cq, &e);
+            if ((cq = ep_complete(ep, &c[i], &e)) != NULL)
+                fab_cq_push(cq, &e);
         }
     } while (n == FAB_DRAIN_BATCH);
 }
@@ -112,7 +134,7 @@ static void ep_drain(fab_ep_t *ep)
 static void cq_progress(fab_cq_t *cq)
 {
     for (int k = 0; k < cq->n_eps; k++)
-        ep_drain(cq->eps[k]);
+        fab_ep_drain(cq->eps[k]);
 }
 
 static size_t entry_size(enum fi_cq_format f)
@@ -165,7 +187,8 @@ static __attribute__((noinline)) size_t cq_take(fab_cq_t *cq, fab_ep_t *ep,
     fab_cq_t *to;
 
     for (size_t i = 0; i < got; i++) {
-        to = ep_complete(ep, &c[i], &e);
+        if ((to = ep_complete(ep, &c[i], &e)) == NULL)
+            continue;
         if (to != cq || e.err != 0 || cq->count > 0) {
             fab_cq_push(to, &e);
             continue;
@@ -295,6 +318,13 @@ static void cq_sleep(fab_cq_t *cq, int64_t us)
         ctx = cq->eps[0]->tmx;
     if (cq->n_eps > 1 && us > 1000)
         us = 1000;
+    if (ctx != NULL && cq->dom->mt && !cq->dom->ctx_mt) {
+        /* single-threaded contexts that a wait fd's thread also drives:
+         * only under the lock, so in short slices */
+        tmx_wait(ctx, us < 1000 ? us : 1000);
+        fab_unlock(cq->dom);
+        return;
+    }
     fab_unlock(cq->dom);
     if (ctx == NULL)
         sched_yield();
@@ -342,6 +372,147 @@ static const char *cq_strerror(struct fid_cq *fid, int prov_errno, const void *e
     return fab_prov_strerror(prov_errno, buf, len);
 }
 
+/* -------------------------------------------------------------- wait fd */
+
+static void waiter_signal(fab_cq_waiter_t *w)
+{
+    uint64_t one = 1;
+
+    pthread_mutex_lock(&w->lock);
+    if (w->armed && write(w->fd, &one, sizeof(one)) < 0)
+        FAB_WARN(FI_LOG_CQ, "CQ wait fd write: %s\n", strerror(errno));
+    w->armed = 0;
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Blocks until armed; 0 once told to stop. */
+static int waiter_armed(fab_cq_waiter_t *w)
+{
+    int go;
+
+    pthread_mutex_lock(&w->lock);
+    while (!w->armed && !w->stop)
+        pthread_cond_wait(&w->cond, &w->lock);
+    go = !w->stop;
+    pthread_mutex_unlock(&w->lock);
+    return go;
+}
+
+/* One turn: progress into the CQ; if nothing reached it, a sleep. With
+ * contexts any thread may drive (dom->ctx_mt), in one of the CQ's
+ * contexts, woken by what arrives (in turn, in short slices when there
+ * are several). Otherwise the thread may drive them only under the
+ * domain lock, which it does not hold asleep: it sleeps *idle_us, from
+ * WAITER_POLL_MIN_US doubling to WAITER_POLL_MAX_US. */
+static void waiter_turn(fab_cq_t *cq, unsigned *next, int64_t *idle_us)
+{
+    tmx_context_h ctx = NULL;
+    int n, ready;
+
+    fab_lock(cq->dom);
+    cq_progress(cq);
+    ready = cq->count > 0;
+    if ((n = cq->n_eps) > 0 && !ready && cq->dom->ctx_mt) {
+        ctx = cq->eps[(*next)++ % (unsigned)n]->tmx;
+        atomic_store(&cq->w.busy, ctx);
+    }
+    fab_unlock(cq->dom);
+    if (ready) {
+        *idle_us = WAITER_POLL_MIN_US;
+        waiter_signal(&cq->w);
+    } else if (ctx != NULL) {
+        tmx_wait(ctx, n > 1 ? 1000 : CQ_SLEEP_SLICE_US);
+        atomic_store(&cq->w.busy, NULL);
+    } else {
+        usleep((useconds_t)*idle_us);
+        if (*idle_us < WAITER_POLL_MAX_US)
+            *idle_us *= 2;
+    }
+}
+
+static void *waiter_main(void *arg)
+{
+    fab_cq_t *cq = arg;
+    unsigned next = 0;
+    int64_t idle_us = WAITER_POLL_MIN_US;
+
+    while (waiter_armed(&cq->w))
+        waiter_turn(cq, &next, &idle_us);
+    return NULL;
+}
+
+int fab_cq_ready(fab_cq_t *cq)
+{
+    int ready;
+
+    fab_lock(cq->dom);
+    if (cq->count == 0)
+        cq_progress(cq);
+    ready = cq->count > 0;
+    fab_unlock(cq->dom);
+    return ready;
+}
+
+int fab_cq_trywait(fab_cq_t *cq)
+{
+    uint64_t v;
+    int ret = 0;
+
+    if (cq->w.fd < 0)
+        return -FI_EINVAL;
+    fab_lock(cq->dom);
+    if (cq->count == 0)
+        cq_progress(cq);
+    if (cq->count > 0) {
+        ret = -FI_EAGAIN;
+    } else {
+        pthread_mutex_lock(&cq->w.lock);
+        while (read(cq->w.fd, &v, sizeof(v)) > 0)
+            ;
+        cq->w.armed = 1;
+        pthread_cond_signal(&cq->w.cond);
+        pthread_mutex_unlock(&cq->w.lock);
+    }
+    fab_unlock(cq->dom);
+    return ret;
+}
+
+/* The thread drives the domain's contexts beside the application: from
+ * now on the domain takes its lock even if the application promised one
+ * thread (FI_THREAD_DOMAIN and the like). */
+static int waiter_open(fab_cq_t *cq)
+{
+    cq->w.fd = -1;
+    cq->dom->mt = 1;
+    if ((cq->w.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+        return -FI_EMFILE;
+    pthread_mutex_init(&cq->w.lock, NULL);
+    pthread_cond_init(&cq->w.cond, NULL);
+    if (pthread_create(&cq->w.thread, NULL, waiter_main, cq) != 0) {
+        pthread_cond_destroy(&cq->w.cond);
+        pthread_mutex_destroy(&cq->w.lock);
+        close(cq->w.fd);
+        cq->w.fd = -1;
+        return -FI_EOTHER;
+    }
+    return 0;
+}
+
+static void waiter_close(fab_cq_t *cq)
+{
+    if (cq->w.fd < 0)
+        return;
+    pthread_mutex_lock(&cq->w.lock);
+    cq->w.stop = 1;
+    pthread_cond_signal(&cq->w.cond);
+    pthread_mutex_unlock(&cq->w.lock);
+    pthread_join(cq->w.thread, NULL);
+    pthread_cond_destroy(&cq->w.cond);
+    pthread_mutex_destroy(&cq->w.lock);
+    close(cq->w.fd);
+    cq->w.fd = -1;
+}
+
 static struct fi_ops_cq cq_ops = {
     .size = sizeof(struct fi_ops_cq),
     .read = cq_read,
@@ -370,15 +541,19 @@ int fab_cq_attach(fab_cq_t *cq, fab_ep_t *ep)
     return 0;
 }
 
+/* The caller holds the domain lock, so the wait thread cannot pick the
+ * endpoint again; it may still sleep in its context for one slice. */
 void fab_cq_detach(fab_cq_t *cq, fab_ep_t *ep)
 {
     for (int k = 0; k < cq->n_eps; k++) {
         if (cq->eps[k] == ep) {
             cq->eps[k] = cq->eps[--cq->n_eps];
             atomic_fetch_sub(&cq->refs, 1);
-            return;
+            break;
         }
     }
+    while (cq->w.fd >= 0 && atomic_load(&cq->w.busy) == ep->tmx)
+        usleep(100);
 }
 
 static int cq_close(struct fid *fid)
@@ -389,6 +564,7 @@ static int cq_close(struct fid *fid)
         FAB_WARN(FI_LOG_CQ, "CQ closed while %d endpoints use it\n", atomic_load(&cq->refs));
         return -FI_EBUSY;
     }
+    waiter_close(cq);
     atomic_fetch_sub(&cq->dom->refs, 1);
     free(cq->ring);
     free(cq);
@@ -397,7 +573,20 @@ static int cq_close(struct fid *fid)
 
 static int cq_control(struct fid *fid, int command, void *arg)
 {
-    return -FI_ENOSYS;
+    fab_cq_t *cq = (fab_cq_t *)fid;
+
+    switch (command) {
+    case FI_GETWAIT:
+        if (cq->w.fd < 0)
+            return -FI_ENODATA;
+        *(int *)arg = cq->w.fd;
+        return 0;
+    case FI_GETWAITOBJ:
+        *(enum fi_wait_obj *)arg = cq->w.fd < 0 ? FI_WAIT_NONE : FI_WAIT_FD;
+        return 0;
+    default:
+        return -FI_ENOSYS;
+    }
 }
 
 static struct fi_ops cq_fi_ops = {
@@ -417,8 +606,8 @@ static int cq_attr_check(const struct fi_cq_attr *attr)
         return -FI_ENOSYS;
     }
     if (attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC &&
-        attr->wait_obj != FI_WAIT_YIELD) {
-        FAB_WARN(FI_LOG_CQ, "wait object %d: only FI_WAIT_NONE, UNSPEC or YIELD\n",
+        attr->wait_obj != FI_WAIT_YIELD && attr->wait_obj != FI_WAIT_FD) {
+        FAB_WARN(FI_LOG_CQ, "wait object %d: only FI_WAIT_NONE, UNSPEC, YIELD or FD\n",
                  attr->wait_obj);
         return -FI_ENOSYS;
     }
@@ -447,6 +636,9 @@ int fab_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_c
         goto err_free_cq;
     cq->format = attr->format == FI_CQ_FORMAT_UNSPEC ? FI_CQ_FORMAT_CONTEXT : attr->format;
     cq->dom = dom;
+    cq->w.fd = -1;
+    if (attr->wait_obj == FI_WAIT_FD && (ret = waiter_open(cq)) != 0)
+        goto err_free_ring;
     cq->fid.fid.fclass = FI_CLASS_CQ;
     cq->fid.fid.context = context;
     cq->fid.fid.ops = &cq_fi_ops;
@@ -455,6 +647,10 @@ int fab_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_c
     *out = &cq->fid;
     return 0;
 
+err_free_ring:
+    free(cq->ring);
+    free(cq);
+    return ret;
 err_free_cq:
     free(cq);
     return -FI_ENOMEM;

@@ -114,18 +114,6 @@ static int no_scalable_ep(struct fid_domain *domain, struct fi_info *info, struc
     return -FI_ENOSYS;
 }
 
-static int no_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr,
-                        struct fid_cntr **cntr, void *context)
-{
-    return -FI_ENOSYS;
-}
-
-static int no_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr,
-                        struct fid_poll **pollset)
-{
-    return -FI_ENOSYS;
-}
-
 static int no_stx_ctx(struct fid_domain *domain, struct fi_tx_attr *attr, struct fid_stx **stx,
                       void *context)
 {
@@ -164,8 +152,8 @@ static struct fi_ops_domain domain_ops = {
     .cq_open = fab_cq_open,
     .endpoint = fab_ep_open,
     .scalable_ep = no_scalable_ep,
-    .cntr_open = no_cntr_open,
-    .poll_open = no_poll_open,
+    .cntr_open = fab_cntr_open,
+    .poll_open = fab_poll_open,
     .stx_ctx = no_stx_ctx,
     .srx_ctx = no_srx_ctx,
     .query_atomic = no_query_atomic,
@@ -190,6 +178,7 @@ int fab_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_
         goto err_free_dom;
     dom->mt = info->domain_attr == NULL || info->domain_attr->threading == FI_THREAD_SAFE ||
               info->domain_attr->threading == FI_THREAD_UNSPEC;
+    dom->ctx_mt = dom->mt;
     pthread_mutex_init(&dom->lock, NULL);
     dom->fab = fab;
     dom->fid.fid.fclass = FI_CLASS_DOMAIN;

@@ -104,9 +104,11 @@ static int ep_getname(fid_t fid, void *addr, size_t *addrlen)
     fab_ep_t *ep = (fab_ep_t *)fid;
     unsigned char blob[TMX_ADDRESS_MAX], name[FAB_ADDR_LEN];
     size_t len = sizeof(blob), room = *addrlen;
-    tmx_status_t st = tmx_address(ep->tmx, blob, &len);
+    tmx_status_t st;
 
-    if (st != TMX_OK) {
+    if (ep->ns_fd >= 0)
+        return fab_ns_getname(ep, addr, addrlen);
+    if ((st = tmx_address(ep->tmx, blob, &len)) != TMX_OK) {
         FAB_WARN(FI_LOG_EP_CTRL, "tmx_address: %s\n", tmx_strerror(st));
         return -fab_errno(st);
     }
@@ -217,6 +219,24 @@ static int bind_av(fab_ep_t *ep, fab_av_t *av)
     return 0;
 }
 
+static int bind_cntr(fab_ep_t *ep, fab_cntr_t *cntr, uint64_t flags)
+{
+    int ret;
+
+    if (flags & ~(uint64_t)(FI_SEND | FI_RECV) || !flags) {
+        FAB_WARN(FI_LOG_EP_CTRL, "counter bind flags 0x%llx: only FI_SEND and FI_RECV count\n",
+                 (unsigned long long)flags);
+        return -FI_EBADFLAGS;
+    }
+    if ((ret = fab_cntr_attach(cntr, ep)) != 0)
+        return ret;
+    if (flags & FI_SEND)
+        ep->tx_cntr = cntr;
+    if (flags & FI_RECV)
+        ep->rx_cntr = cntr;
+    return 0;
+}
+
 static int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
 {
     fab_ep_t *ep = (fab_ep_t *)fid;
@@ -232,8 +252,13 @@ static int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
         return ret;
     case FI_CLASS_AV:
         return bind_av(ep, (fab_av_t *)bfid);
+    case FI_CLASS_CNTR:
+        fab_lock(ep->dom);
+        ret = bind_cntr(ep, (fab_cntr_t *)bfid, flags);
+        fab_unlock(ep->dom);
+        return ret;
     default:
-        FAB_WARN(FI_LOG_EP_CTRL, "cannot bind class %zu (counters and EQs are not offered)\n",
+        FAB_WARN(FI_LOG_EP_CTRL, "cannot bind class %zu (EQs are not bound)\n",
                  bfid->fclass);
         return -FI_ENOSYS;
     }
@@ -288,7 +313,12 @@ static int ep_close(struct fid *fid)
         fab_cq_detach(ep->tx_cq, ep);
     if (ep->rx_cq && ep->rx_cq != ep->tx_cq)
         fab_cq_detach(ep->rx_cq, ep);
+    if (ep->tx_cntr)
+        fab_cntr_detach(ep->tx_cntr, ep);
+    if (ep->rx_cntr && ep->rx_cntr != ep->tx_cntr)
+        fab_cntr_detach(ep->rx_cntr, ep);
     fab_unlock(ep->dom);
+    fab_ns_close(ep);
     tmx_context_destroy(ep->tmx);
     while (ep->chunks) {
         struct fab_op_chunk *c = ep->chunks;
@@ -316,7 +346,7 @@ static int ep_tmx_open(fab_ep_t *ep)
     tmx_context_params_t p = {
         .field_mask = TMX_CONTEXT_FIELD_THREAD_MODE | TMX_CONTEXT_FIELD_BOOT |
                       TMX_CONTEXT_FIELD_NAME,
-        .thread_mode = ep->dom->mt ? TMX_THREAD_MULTIPLE : TMX_THREAD_SINGLE,
+        .thread_mode = ep->dom->ctx_mt ? TMX_THREAD_MULTIPLE : TMX_THREAD_SINGLE,
         .boot = TMX_BOOT_NONE,
         .name = "fi_tmx",
     };
@@ -353,6 +383,7 @@ static void ep_take_info(fab_ep_t *ep, const struct fi_info *info)
     ep->msg_bit = (ep->caps & FI_TAGGED) && (ep->caps & FI_MSG) ? FAB_MSG_BIT : 0;
     ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags : 0;
     ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags : 0;
+    ep->addr_format = info->addr_format;
 }
 
 int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **out,
@@ -376,10 +407,14 @@ int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep *
     ep_take_info(ep, info);
     if ((ret = ep_tmx_open(ep)) != 0)
         goto err_free_info;
+    if ((ret = fab_ns_open(ep, info)) != 0)
+        goto err_destroy_tmx;
     atomic_fetch_add(&dom->refs, 1);
     *out = &ep->fid;
     return 0;
 
+err_destroy_tmx:
+    tmx_context_destroy(ep->tmx);
 err_free_info:
     fi_freeinfo(ep->info);
 err_free_ep:

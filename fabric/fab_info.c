@@ -3,6 +3,8 @@
  * meet. Each refusal is logged at info level with its reason, so
  * FI_LOG_LEVEL=info explains an empty answer.
  */
+#include <arpa/inet.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fab.h"
@@ -17,18 +19,28 @@ static int refuse(const char *why)
     return -FI_ENODATA;
 }
 
-/* The capabilities to report for the requested ones: the primary and
- * secondary capabilities asked for (all when none), both directions unless
- * one was asked for, and local and remote communication. */
+/* Secondary capabilities, reported whether asked for or not (as
+ * libfabric's util providers do); FI_REMOTE_CQ_DATA, not a capability of
+ * the current API, only when asked for or when nothing was. */
+#define SECONDARY_CAPS (FI_SOURCE | COMM_CAPS)
+#define TX_CAPS (FI_TAGGED | FI_MSG | FI_SEND)
+#define RX_CAPS (FI_TAGGED | FI_MSG | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE)
+
+/* The capabilities to report for the requested ones: with none asked
+ * for, all of ours; else the primary ones asked for (tagged and message
+ * when only secondary ones were), both directions unless one was asked
+ * for, and the secondary ones. */
 static uint64_t caps_for(uint64_t want)
 {
     uint64_t caps = want & FAB_CAPS;
 
-    if (!(caps & PRIMARY_CAPS))
-        caps |= want ? PRIMARY_CAPS : FAB_CAPS;
+    if (want == 0)
+        return FAB_CAPS | COMM_CAPS;
+    if (!(caps & (PRIMARY_CAPS | FI_DIRECTED_RECV)))
+        caps |= PRIMARY_CAPS;
     if (!(caps & DIR_CAPS))
         caps |= DIR_CAPS;
-    return caps | COMM_CAPS;
+    return caps | SECONDARY_CAPS;
 }
 
 static int check_fabric(const struct fi_fabric_attr *fa)
@@ -55,6 +67,8 @@ static int check_domain(const struct fi_domain_attr *da)
         return refuse("domain name is not tmx");
     if (!check_progress(da->control_progress) || !check_progress(da->data_progress))
         return refuse("only manual progress (tmx has no progress thread)");
+    if (da->caps & ~(uint64_t)COMM_CAPS)
+        return refuse("domain capabilities beyond local and remote communication (FI_SHARED_AV?)");
     if (da->cq_data_size > FAB_CQ_DATA_SIZE)
         return refuse("cq_data_size above 8");
     if (da->max_ep_tx_ctx > 1 || da->max_ep_rx_ctx > 1 || da->max_ep_stx_ctx > 0 ||
@@ -123,8 +137,8 @@ static int check_hints(const struct fi_info *h)
 
     if (h->caps & ~(FAB_CAPS | COMM_CAPS))
         return refuse("capabilities beyond FI_TAGGED/FI_MSG (RMA, atomics, multi-recv...)");
-    if (h->addr_format != FI_FORMAT_UNSPEC)
-        return refuse("an address format (tmx addresses are opaque)");
+    if (!fab_fmt_ok(h->addr_format))
+        return refuse("an address format other than tmx names, FI_SOCKADDR_IN or FI_ADDR_STR");
     if (h->nic != NULL)
         return refuse("a NIC");
     if ((ret = check_fabric(h->fabric_attr)) || (ret = check_domain(h->domain_attr)) ||
@@ -145,14 +159,14 @@ static void fill_attrs(struct fi_info *fi, const struct fi_info *h)
     struct fi_ep_attr *ea = fi->ep_attr;
     int both = (fi->caps & PRIMARY_CAPS) == PRIMARY_CAPS;
 
-    fi->tx_attr->caps = fi->caps & ~(uint64_t)(FI_RECV | FI_DIRECTED_RECV | FI_SOURCE);
+    fi->tx_attr->caps = fi->caps & TX_CAPS;
     fi->tx_attr->op_flags = h && h->tx_attr ? h->tx_attr->op_flags : 0;
     fi->tx_attr->msg_order = FI_ORDER_SAS;
     fi->tx_attr->comp_order = FI_ORDER_NONE;
     fi->tx_attr->inject_size = FAB_INJECT_SIZE;
     fi->tx_attr->size = FAB_QUEUE_SIZE;
     fi->tx_attr->iov_limit = 1;
-    fi->rx_attr->caps = fi->caps & ~(uint64_t)FI_SEND;
+    fi->rx_attr->caps = fi->caps & RX_CAPS;
     fi->rx_attr->op_flags = h && h->rx_attr ? h->rx_attr->op_flags : 0;
     fi->rx_attr->msg_order = FI_ORDER_SAS;
     fi->rx_attr->comp_order = FI_ORDER_NONE;
@@ -192,7 +206,6 @@ static struct fi_info *info_make(const struct fi_info *h)
         return NULL;
     fi->caps = caps_for(h ? h->caps : 0);
     fi->mode = 0;
-    fi->addr_format = FI_FORMAT_UNSPEC;
     fi->domain_attr->name = strdup(FAB_DOMAIN_NAME);
     fi->fabric_attr->name = strdup(FAB_FABRIC_NAME);
     if (fi->domain_attr->name == NULL || fi->fabric_attr->name == NULL) {
@@ -203,8 +216,108 @@ static struct fi_info *info_make(const struct fi_info *h)
     return fi;
 }
 
-/* node and service name no address of ours: tmx chooses its own addresses,
- * and peers come from the address vector. */
+/* --------------------------------------------------------- addresses */
+
+/* The format to answer in: the one asked for; else IPv4 when node,
+ * service or an address in the hints names one (the user speaks of IPv4
+ * addresses), tmx names otherwise (what Open MPI exchanges). */
+static int sa_like(const void *a, size_t len)
+{
+    return a != NULL && len >= sizeof(struct sockaddr_in) &&
+           ((const struct sockaddr_in *)a)->sin_family == AF_INET;
+}
+
+static uint32_t fmt_for(const char *node, const char *service, const struct fi_info *h)
+{
+    if (h && h->addr_format != FI_FORMAT_UNSPEC)
+        return h->addr_format;
+    if (node || service || (h && (sa_like(h->src_addr, h->src_addrlen) ||
+                                  sa_like(h->dest_addr, h->dest_addrlen))))
+        return FI_SOCKADDR_IN;
+    return FI_FORMAT_UNSPEC;
+}
+
+static int addr_set(void **out, size_t *outlen, const void *a, size_t len)
+{
+    if ((*out = malloc(len)) == NULL)
+        return -FI_ENOMEM;
+    memcpy(*out, a, len);
+    *outlen = len;
+    return 0;
+}
+
+/* An IPv4 address in the info's format. */
+static int sa_set(struct fi_info *fi, void **out, size_t *outlen, const struct sockaddr_in *sa)
+{
+    char str[64];
+
+    if (fi->addr_format == FI_ADDR_STR)
+        return addr_set(out, outlen, str, (size_t)fab_sa_to_str(sa, str, sizeof(str)) + 1);
+    return addr_set(out, outlen, sa, sizeof(*sa));
+}
+
+/* An address from the hints, used when it is an IPv4 address of the
+ * answer's format; anything else (an IPv6 address, say) is ignored, as
+ * tmx names no endpoint by it. Returns 1 when *sa was filled. */
+static int hint_addr(const struct fi_info *h, const void *a, size_t len, struct sockaddr_in *sa)
+{
+    if (a == NULL)
+        return 0;
+    if (h->addr_format == FI_ADDR_STR) {
+        if (fab_str_to_sa(a, sa) == 0)
+            return 1;
+    } else if (len >= sizeof(*sa) && ((const struct sockaddr_in *)a)->sin_family == AF_INET) {
+        memcpy(sa, a, sizeof(*sa));
+        return 1;
+    }
+    FI_INFO(&fab_prov, FI_LOG_CORE, "hints address of %zu bytes ignored: not IPv4\n", len);
+    return 0;
+}
+
+/* Source and destination of an IPv4 answer. With FI_SOURCE, node and
+ * service name the source (the endpoint's name socket binds there);
+ * otherwise the destination, and the source is the hints' or a wildcard
+ * (any interface, a port of the kernel's choosing). */
+static int addrs_ipv4(struct fi_info *fi, const char *node, const char *service, uint64_t flags,
+                      const struct fi_info *h)
+{
+    struct sockaddr_in src, dst;
+    int have_dst = 0, ret;
+
+    if ((ret = fab_resolve_node(NULL, NULL, 1, &src)) != 0)
+        return ret;
+    if (h) {
+        hint_addr(h, h->src_addr, h->src_addrlen, &src);
+        have_dst = hint_addr(h, h->dest_addr, h->dest_addrlen, &dst);
+    }
+    if ((flags & FI_SOURCE) && (node || service))
+        ret = fab_resolve_node(node, service, 1, &src);
+    else if (node || service)
+        ret = fab_resolve_node(node ? node : "localhost", service, 0, &dst), have_dst = 1;
+    if (ret != 0)
+        return ret;
+    if ((ret = sa_set(fi, &fi->src_addr, &fi->src_addrlen, &src)) != 0)
+        return ret;
+    return have_dst ? sa_set(fi, &fi->dest_addr, &fi->dest_addrlen, &dst) : 0;
+}
+
+/* A tmx name cannot be chosen: the source is the empty name, which
+ * means "wherever tmx places the endpoint"; a destination only from the
+ * hints. */
+static int addrs_tmx(struct fi_info *fi, const struct fi_info *h)
+{
+    static const unsigned char any[FAB_ADDR_LEN];
+    int ret;
+
+    if ((ret = addr_set(&fi->src_addr, &fi->src_addrlen, any, sizeof(any))) != 0)
+        return ret;
+    if (h && h->dest_addr && h->dest_addrlen == FAB_ADDR_LEN)
+        return addr_set(&fi->dest_addr, &fi->dest_addrlen, h->dest_addr, FAB_ADDR_LEN);
+    return 0;
+}
+
+/* node and service, and the hints' addresses, say where the endpoint is
+ * and whom it talks to (fi_tmx(7), "Addresses"). */
 int fab_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
                 const struct fi_info *hints, struct fi_info **info)
 {
@@ -215,6 +328,15 @@ int fab_getinfo(uint32_t version, const char *node, const char *service, uint64_
         return ret;
     if ((fi = info_make(hints)) == NULL)
         return -FI_ENOMEM;
+    fi->addr_format = fmt_for(node, service, hints);
+    if (fi->addr_format == FI_FORMAT_UNSPEC)
+        ret = addrs_tmx(fi, hints);
+    else
+        ret = addrs_ipv4(fi, node, service, flags, hints);
+    if (ret != 0) {
+        fi_freeinfo(fi);
+        return ret;
+    }
     *info = fi;
     return 0;
 }

@@ -88,6 +88,8 @@ static ssize_t send_inject(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_p
     }
     if (st != TMX_OK)
         return -fab_errno(st);
+    if (ep->tx_cntr)
+        fab_cntr_count(ep->tx_cntr, 0);
     if (!x->quiet && (!ep->tx_selective || (x->flags & FI_COMPLETION))) {
         fab_cqe_t e = {.e = {.op_context = x->context,
                              .flags = (x->flags & (FI_TAGGED | FI_MSG)) | FI_SEND},
@@ -120,10 +122,12 @@ static int send_check(fab_ep_t *ep, const xfer_t *x)
  * reports a failure. */
 static ssize_t send_op(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_params_t *p)
 {
-    if (ep->tx_selective && !(x->flags & FI_COMPLETION))
+    int quiet = ep->tx_selective && !(x->flags & FI_COMPLETION);
+
+    if (quiet && !ep->tx_cntr)
         p->flags |= TMX_OP_FLAG_CQ_ERRORS_ONLY;
     p->field_mask |= TMX_OP_FIELD_USER_CONTEXT;
-    p->user_context = x->context;
+    p->user_context = quiet && ep->tx_cntr ? FAB_COUNT_ONLY : x->context;
     return -fab_errno(tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, NULL));
 }
 
@@ -175,8 +179,12 @@ static tmx_op_params_t recv_params(const fab_ep_t *ep, const xfer_t *x)
     tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_USER_CONTEXT | TMX_OP_FIELD_FLAGS,
                          .user_context = x->context};
 
-    if (ep->rx_selective && !(x->flags & FI_COMPLETION))
-        p.flags = TMX_OP_FLAG_CQ_ERRORS_ONLY;
+    if (ep->rx_selective && !(x->flags & FI_COMPLETION)) {
+        if (ep->rx_cntr)
+            p.user_context = FAB_COUNT_ONLY; /* counted, then dropped by the CQ */
+        else
+            p.flags = TMX_OP_FLAG_CQ_ERRORS_ONLY;
+    }
     return p;
 }
 

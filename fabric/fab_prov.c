@@ -9,6 +9,7 @@
 
 static void fab_cleanup(void)
 {
+    fab_ns_fini();
 }
 
 struct fi_provider fab_prov = {
@@ -99,11 +100,28 @@ static int no_wait_open(struct fid_fabric *fabric, struct fi_wait_attr *attr,
     return -FI_ENOSYS;
 }
 
-/* With manual progress and no wait objects handed out, a wait is always
- * allowed: sread drives progress itself. */
+/* Before an application sleeps on the wait fds of CQs and EQs: each is
+ * checked (a CQ after one progress pass) and armed; -FI_EAGAIN if one
+ * has something to read. */
 static int fabric_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
 {
-    return 0;
+    int ret = 0;
+
+    for (int i = 0; i < count && ret == 0; i++) {
+        switch (fids[i]->fclass) {
+        case FI_CLASS_CQ:
+            ret = fab_cq_trywait((fab_cq_t *)fids[i]);
+            break;
+        case FI_CLASS_EQ:
+            ret = fab_eq_trywait(fids[i]);
+            break;
+        default:
+            FAB_WARN(FI_LOG_FABRIC, "fi_trywait on class %zu: only CQs and EQs wait\n",
+                     fids[i]->fclass);
+            ret = -FI_EINVAL;
+        }
+    }
+    return ret;
 }
 
 static int fabric_domain2(struct fid_fabric *fabric, struct fi_info *info,

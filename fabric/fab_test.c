@@ -687,7 +687,7 @@ static void test_hints_refused(void **state)
     h = hints_new(), h->tx_attr->iov_limit = 4, expect_refused(h);
     h = hints_new(), h->domain_attr->cq_data_size = 16, expect_refused(h);
     h = hints_new(), h->tx_attr->msg_order = FI_ORDER_RAW, expect_refused(h);
-    h = hints_new(), h->addr_format = FI_SOCKADDR_IN, expect_refused(h);
+    h = hints_new(), h->addr_format = FI_SOCKADDR_IN6, expect_refused(h);
 }
 
 static void test_tag_formats(void **state)

@@ -14,6 +14,12 @@ add_dependencies(fab_test tmx-fi)
 add_test(NAME fab_test COMMAND fab_test)
 set_tests_properties(fab_test PROPERTIES TIMEOUT 300 ENVIRONMENT "${FAB_TEST_ENV}")
 
+add_executable(fab_addr_test fab_addr_test.c)
+target_link_libraries(fab_addr_test PRIVATE PkgConfig::LIBFABRIC PkgConfig::FAB_CMOCKA Threads::Threads)
+add_dependencies(fab_addr_test tmx-fi)
+add_test(NAME fab_addr_test COMMAND fab_addr_test)
+set_tests_properties(fab_addr_test PROPERTIES TIMEOUT 300 ENVIRONMENT "${FAB_TEST_ENV}")
+
 # Debian's fi_info and fi_pingpong are not built with sanitizers: to load an
 # ASan provider they need the sanitizer runtimes preloaded.
 set(FAB_FOREIGN_ENV ${FAB_TEST_ENV})
@@ -36,3 +42,16 @@ set_tests_properties(fab_fi_info PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
 add_test(NAME fab_fi_pingpong COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fi_pingpong_test.sh)
 set_tests_properties(fab_fi_pingpong PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${FAB_FOREIGN_ENV}")
+
+# libfabric's conformance suite, built by scripts/fabtests_build.sh outside
+# the sources (skipped when it is not): every test that fits the provider,
+# in both address modes. Sanitizer builds run a quick part of it.
+set(FABTESTS_BIN "${CMAKE_SOURCE_DIR}/build/fabtests/fabtests/install/bin" CACHE PATH
+    "fabtests' bin directory (scripts/fabtests_build.sh)")
+set(FABTESTS_ENV ${FAB_FOREIGN_ENV} FABTESTS_BIN=${FABTESTS_BIN})
+if(TMX_SANITIZE)
+  list(APPEND FABTESTS_ENV FABTESTS_QUICK=1)
+endif()
+add_test(NAME fab_fabtests COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fabtests_test.sh)
+set_tests_properties(fab_fabtests PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${FABTESTS_ENV}")

@@ -7,6 +7,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/deps.sh
+sh scripts/fabtests_build.sh
 jobs="$(nproc)"
 # Every test runs in both builds, the fault tests too (two minutes of
 # lossy traffic under ASan: timing that the release build does not see,

@@ -1,0 +1,463 @@
+/*
+ * The provider's addresses, wait objects and counters through libfabric's
+ * API: the addresses a user can name (FI_SOCKADDR_IN, FI_ADDR_STR)
+ * resolved by the name sockets, the source address fi_getinfo reports, CQ
+ * wait fds with fi_trywait, EQs written by the application, counters of
+ * operations that want no CQ entry, and poll sets.
+ * Run with FI_PROVIDER_PATH naming the build's fabric/ and FI_PROVIDER=tmx.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#define VER FI_VERSION(1, 17)
+#define WAIT_MS 20000
+
+/* One endpoint with everything it needs, in a fabric and domain of its own. */
+typedef struct side {
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;
+} side_t;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct fi_info *hints_new(uint32_t fmt, enum fi_threading threading)
+{
+    struct fi_info *h = fi_allocinfo();
+
+    h->fabric_attr->prov_name = strdup("tmx");
+    h->ep_attr->type = FI_EP_RDM;
+    h->caps = FI_TAGGED | FI_MSG;
+    h->addr_format = fmt;
+    h->domain_attr->threading = threading;
+    return h;
+}
+
+/* A UDP port nobody uses right now. */
+static char *free_port(char *buf)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    sprintf(buf, "%u", ntohs(sa.sin_port));
+    return buf;
+}
+
+static void side_open(side_t *s, const char *node, const char *service, uint64_t flags,
+                      struct fi_info *h, enum fi_wait_obj wait)
+{
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = wait};
+    struct fi_av_attr aa = {.type = FI_AV_TABLE};
+
+    assert_int_equal(fi_getinfo(VER, node, service, flags, h, &s->info), 0);
+    fi_freeinfo(h);
+    assert_int_equal(fi_fabric(s->info->fabric_attr, &s->fabric, NULL), 0);
+    assert_int_equal(fi_domain(s->fabric, s->info, &s->domain, NULL), 0);
+    assert_int_equal(fi_av_open(s->domain, &aa, &s->av, NULL), 0);
+    assert_int_equal(fi_cq_open(s->domain, &ca, &s->cq, NULL), 0);
+    assert_int_equal(fi_endpoint(s->domain, s->info, &s->ep, NULL), 0);
+    assert_int_equal(fi_ep_bind(s->ep, &s->cq->fid, FI_TRANSMIT | FI_RECV), 0);
+    assert_int_equal(fi_ep_bind(s->ep, &s->av->fid, 0), 0);
+    assert_int_equal(fi_enable(s->ep), 0);
+}
+
+static void side_close(side_t *s)
+{
+    assert_int_equal(fi_close(&s->ep->fid), 0);
+    assert_int_equal(fi_close(&s->cq->fid), 0);
+    assert_int_equal(fi_close(&s->av->fid), 0);
+    assert_int_equal(fi_close(&s->domain->fid), 0);
+    assert_int_equal(fi_close(&s->fabric->fid), 0);
+    fi_freeinfo(s->info);
+}
+
+/* Polls both CQs until one completion arrived on each. */
+static void both_complete(side_t *a, side_t *b)
+{
+    struct fi_cq_tagged_entry e;
+    int got_a = 0, got_b = 0;
+    int64_t end = now_ms() + WAIT_MS;
+
+    while ((!got_a || !got_b) && now_ms() < end) {
+        got_a += fi_cq_read(a->cq, &e, 1) == 1;
+        got_b += fi_cq_read(b->cq, &e, 1) == 1;
+    }
+    assert_int_equal(got_a, 1);
+    assert_int_equal(got_b, 1);
+}
+
+/* a sends 6 bytes to b's entry to, tag tag; b receives them. */
+static void send_to(side_t *a, fi_addr_t to, side_t *b, uint64_t tag)
+{
+    char in[8] = {0};
+    int sctx, rctx;
+
+    assert_int_equal(fi_trecv(b->ep, in, sizeof(in), NULL, FI_ADDR_UNSPEC, tag, 0, &rctx), 0);
+    assert_int_equal(fi_tsend(a->ep, "hello", 6, NULL, to, tag, &sctx), 0);
+    both_complete(a, b);
+    assert_string_equal(in, "hello");
+}
+
+static void test_getinfo_source(void **state)
+{
+    struct fi_info *fi, *h;
+    char port[16];
+    struct sockaddr_in *sa;
+
+    /* nothing named: a tmx name, the empty one ("wherever tmx puts it") */
+    assert_int_equal(fi_getinfo(VER, NULL, NULL, 0, h = hints_new(0, 0), &fi), 0);
+    fi_freeinfo(h);
+    assert_int_equal(fi->addr_format, FI_FORMAT_UNSPEC);
+    assert_int_equal(fi->src_addrlen, FI_NAME_MAX);
+    assert_non_null(fi->src_addr);
+    fi_freeinfo(fi);
+    /* a service to bind: an IPv4 source with that port */
+    assert_int_equal(fi_getinfo(VER, NULL, free_port(port), FI_SOURCE, h = hints_new(0, 0), &fi), 0);
+    fi_freeinfo(h);
+    assert_int_equal(fi->addr_format, FI_SOCKADDR_IN);
+    assert_int_equal(fi->src_addrlen, sizeof(*sa));
+    sa = fi->src_addr;
+    assert_int_equal(ntohs(sa->sin_port), atoi(port));
+    assert_null(fi->dest_addr);
+    fi_freeinfo(fi);
+    /* a node and service to reach: the destination, and a wildcard source */
+    assert_int_equal(fi_getinfo(VER, "127.0.0.1", "4242", 0, h = hints_new(0, 0), &fi), 0);
+    fi_freeinfo(h);
+    sa = fi->dest_addr;
+    assert_int_equal(ntohs(sa->sin_port), 4242);
+    assert_int_equal(sa->sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+    assert_non_null(fi->src_addr);
+    fi_freeinfo(fi);
+    /* strings when asked for */
+    assert_int_equal(fi_getinfo(VER, "127.0.0.1", "4242", 0, h = hints_new(FI_ADDR_STR, 0), &fi), 0);
+    fi_freeinfo(h);
+    assert_string_equal(fi->dest_addr, "fi_sockaddr_in://127.0.0.1:4242");
+    fi_freeinfo(fi);
+}
+
+/* The default mode of fabtests: the client names the server's node and
+ * service, the server learns the client's name in a message. */
+static void test_inband_sockaddr(void **state)
+{
+    side_t srv, cli;
+    char port[16], name[64];
+    size_t len = sizeof(name);
+    fi_addr_t to_srv, to_cli;
+
+    side_open(&srv, NULL, free_port(port), FI_SOURCE, hints_new(0, 0), FI_WAIT_NONE);
+    side_open(&cli, "127.0.0.1", port, 0, hints_new(0, 0), FI_WAIT_NONE);
+    assert_int_equal(cli.info->addr_format, FI_SOCKADDR_IN);
+    assert_int_equal(fi_av_insert(cli.av, cli.info->dest_addr, 1, &to_srv, 0, NULL), 1);
+    send_to(&cli, to_srv, &srv, 1);
+    assert_int_equal(fi_getname(&cli.ep->fid, name, &len), 0);
+    assert_int_equal(len, sizeof(struct sockaddr_in));
+    assert_int_equal(fi_av_insert(srv.av, name, 1, &to_cli, 0, NULL), 1);
+    send_to(&srv, to_cli, &cli, 2);
+    len = sizeof(name);
+    assert_int_equal(fi_av_lookup(srv.av, to_cli, name, &len), 0);
+    assert_int_equal(len, sizeof(struct sockaddr_in));
+    side_close(&cli);
+    side_close(&srv);
+}
+
+/* fi_loopback's way: the source fi_getinfo reports names the endpoint
+ * opened with it, and inserting it reaches the endpoint itself. */
+static void test_loopback_source(void **state)
+{
+    side_t s;
+    char port[16];
+    fi_addr_t self;
+    char in[8] = {0};
+    int sctx, rctx;
+
+    side_open(&s, "127.0.0.1", free_port(port), FI_SOURCE, hints_new(0, 0), FI_WAIT_NONE);
+    assert_non_null(s.info->src_addr);
+    assert_int_equal(fi_av_insert(s.av, s.info->src_addr, 1, &self, 0, NULL), 1);
+    assert_int_equal(fi_trecv(s.ep, in, sizeof(in), NULL, self, 4, 0, &rctx), 0);
+    assert_int_equal(fi_tsend(s.ep, "self", 5, NULL, self, 4, &sctx), 0);
+    struct fi_cq_tagged_entry e[2];
+    int got = 0;
+    int64_t end = now_ms() + WAIT_MS;
+    while (got < 2 && now_ms() < end) {
+        ssize_t n = fi_cq_read(s.cq, &e[got], 2 - got);
+        got += n > 0 ? (int)n : 0;
+    }
+    assert_int_equal(got, 2);
+    assert_string_equal(in, "self");
+    side_close(&s);
+}
+
+static void test_addr_str(void **state)
+{
+    side_t a, b;
+    char name[128], str[128];
+    size_t len = sizeof(name), slen = sizeof(str);
+    fi_addr_t to_b;
+
+    side_open(&a, NULL, NULL, 0, hints_new(FI_ADDR_STR, 0), FI_WAIT_NONE);
+    side_open(&b, NULL, NULL, 0, hints_new(FI_ADDR_STR, 0), FI_WAIT_NONE);
+    assert_int_equal(fi_getname(&b.ep->fid, name, &len), 0);
+    assert_int_equal(len, strlen(name) + 1);
+    assert_memory_equal(name, "fi_sockaddr_in://", 17);
+    assert_int_equal(fi_av_insert(a.av, name, 1, &to_b, 0, NULL), 1);
+    send_to(&a, to_b, &b, 3);
+    fi_av_straddr(a.av, name, str, &slen);
+    assert_string_equal(str, name);
+    /* junk is refused, with no entry made */
+    assert_int_equal(fi_av_insert(a.av, "fi_sockaddr_in://1.2.3:x", 1, &to_b, 0, NULL), 0);
+    assert_int_equal(to_b, FI_ADDR_NOTAVAIL);
+    side_close(&a);
+    side_close(&b);
+}
+
+/* A peer that asked us for our address and exited: its name is still
+ * inserted, from what its query announced (no one is left to answer). */
+static void test_announced_peer_gone(void **state)
+{
+    side_t srv, cli;
+    char port[16], name[64];
+    int pipefd[2], status;
+    fi_addr_t a;
+    int64_t t0;
+    pid_t pid;
+
+    side_open(&srv, NULL, free_port(port), FI_SOURCE, hints_new(0, 0), FI_WAIT_NONE);
+    assert_int_equal(pipe(pipefd), 0);
+    if ((pid = fork()) == 0) {
+        size_t len = sizeof(name);
+        alarm(30);
+        side_open(&cli, "127.0.0.1", port, 0, hints_new(0, 0), FI_WAIT_NONE);
+        if (fi_av_insert(cli.av, cli.info->dest_addr, 1, &a, 0, NULL) != 1 ||
+            fi_getname(&cli.ep->fid, name, &len) != 0 || write(pipefd[1], name, len) != (ssize_t)len)
+            _exit(2);
+        _exit(0);
+    }
+    assert_int_equal(read(pipefd[0], name, sizeof(struct sockaddr_in)), sizeof(struct sockaddr_in));
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(WEXITSTATUS(status), 0);
+    t0 = now_ms();
+    assert_int_equal(fi_av_insert(srv.av, name, 1, &a, 0, NULL), 1);
+    assert_true(now_ms() - t0 < 1000);
+    close(pipefd[0]), close(pipefd[1]);
+    side_close(&srv);
+}
+
+typedef struct delayed_send {
+    side_t *from;
+    fi_addr_t to;
+    int ctx;
+} delayed_send_t;
+
+static void *send_later(void *arg)
+{
+    delayed_send_t *d = arg;
+    struct fi_cq_tagged_entry e;
+    int64_t end = now_ms() + WAIT_MS;
+
+    usleep(200000);
+    if (fi_tsend(d->from->ep, "late", 5, NULL, d->to, 9, &d->ctx) != 0)
+        return (void *)1;
+    while (fi_cq_read(d->from->cq, &e, 1) != 1 && now_ms() < end)
+        ;
+    return NULL;
+}
+
+/* An event loop's wait: fi_trywait, then poll() on the CQ's fd, which
+ * becomes readable when a message completes a receive. */
+static void wait_fd_case(enum fi_threading threading)
+{
+    side_t a, b;
+    char name[FI_NAME_MAX], buf[8];
+    size_t len = sizeof(name);
+    struct fid *fids[1];
+    struct fi_cq_tagged_entry e;
+    struct pollfd pfd = {.events = POLLIN};
+    delayed_send_t d;
+    pthread_t t;
+    int rctx;
+
+    side_open(&a, NULL, NULL, 0, hints_new(0, FI_THREAD_SAFE), FI_WAIT_NONE);
+    side_open(&b, NULL, NULL, 0, hints_new(0, threading), FI_WAIT_FD);
+    assert_int_equal(fi_control(&b.cq->fid, FI_GETWAIT, &pfd.fd), 0);
+    assert_int_equal(fi_getname(&b.ep->fid, name, &len), 0);
+    assert_int_equal(fi_av_insert(a.av, name, 1, &d.to, 0, NULL), 1);
+    d.from = &a;
+    fids[0] = &b.cq->fid;
+    assert_int_equal(fi_trecv(b.ep, buf, sizeof(buf), NULL, FI_ADDR_UNSPEC, 9, 0, &rctx), 0);
+    assert_int_equal(fi_trywait(b.fabric, fids, 1), 0);
+    assert_int_equal(poll(&pfd, 1, 50), 0); /* nothing yet */
+    assert_int_equal(pthread_create(&t, NULL, send_later, &d), 0);
+    assert_int_equal(poll(&pfd, 1, WAIT_MS), 1);
+    assert_int_equal(fi_cq_read(b.cq, &e, 1), 1);
+    assert_ptr_equal(e.op_context, &rctx);
+    assert_string_equal(buf, "late");
+    pthread_join(t, NULL);
+    /* a completion waiting: no sleep allowed */
+    assert_int_equal(fi_trecv(b.ep, buf, sizeof(buf), NULL, FI_ADDR_UNSPEC, 10, 0, &rctx), 0);
+    assert_int_equal(fi_tinject(a.ep, "now", 4, d.to, 10), 0);
+    int64_t end = now_ms() + WAIT_MS;
+    while (fi_trywait(b.fabric, fids, 1) == 0 && now_ms() < end)
+        poll(&pfd, 1, 100);
+    assert_int_equal(fi_trywait(b.fabric, fids, 1), -FI_EAGAIN);
+    assert_int_equal(fi_cq_read(b.cq, &e, 1), 1);
+    side_close(&a);
+    side_close(&b);
+}
+
+static void test_wait_fd(void **state)
+{
+    wait_fd_case(FI_THREAD_SAFE);
+}
+
+static void test_wait_fd_thread_domain(void **state)
+{
+    wait_fd_case(FI_THREAD_DOMAIN);
+}
+
+static void test_eq_write(void **state)
+{
+    side_t s;
+    struct fid_eq *eq;
+    struct fi_eq_attr ea = {.wait_obj = FI_WAIT_FD};
+    struct fi_eq_entry in = {.context = &s}, out;
+    struct pollfd pfd = {.events = POLLIN};
+    uint32_t ev = 0;
+    struct fid *fids[1];
+    int64_t t0;
+
+    side_open(&s, NULL, NULL, 0, hints_new(0, 0), FI_WAIT_NONE);
+    assert_int_equal(fi_eq_open(s.fabric, &ea, &eq, NULL), 0);
+    assert_int_equal(fi_control(&eq->fid, FI_GETWAIT, &pfd.fd), 0);
+    fids[0] = &eq->fid;
+    assert_int_equal(fi_trywait(s.fabric, fids, 1), 0);
+    assert_int_equal(fi_eq_read(eq, &ev, &out, sizeof(out), 0), -FI_EAGAIN);
+    t0 = now_ms();
+    assert_int_equal(fi_eq_sread(eq, &ev, &out, sizeof(out), 100, 0), -FI_EAGAIN);
+    assert_true(now_ms() - t0 >= 90);
+    assert_int_equal(fi_eq_write(eq, FI_NOTIFY, &in, sizeof(in), 0), sizeof(in));
+    assert_int_equal(poll(&pfd, 1, 0), 1);
+    assert_int_equal(fi_trywait(s.fabric, fids, 1), -FI_EAGAIN);
+    assert_int_equal(fi_eq_read(eq, &ev, &out, sizeof(out), FI_PEEK), sizeof(out));
+    assert_int_equal(fi_eq_sread(eq, &ev, &out, sizeof(out), -1, 0), sizeof(out));
+    assert_int_equal(ev, FI_NOTIFY);
+    assert_ptr_equal(out.context, &s);
+    assert_int_equal(poll(&pfd, 1, 0), 0);
+    assert_int_equal(fi_close(&eq->fid), 0);
+    side_close(&s);
+}
+
+/* Sends that want no CQ entry (selective completion) are counted. */
+static void test_counters(void **state)
+{
+    side_t a, b;
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    struct fid_cntr *tx, *rx;
+    struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP};
+    struct fi_cq_attr qa = {.format = FI_CQ_FORMAT_TAGGED};
+    struct fi_cq_tagged_entry e;
+    char name[FI_NAME_MAX], buf[3][8];
+    size_t len = sizeof(name);
+    fi_addr_t to_b;
+    struct fid_poll *ps;
+    struct fi_poll_attr pa = {0};
+    void *ctx[4];
+
+    side_open(&b, NULL, NULL, 0, hints_new(0, 0), FI_WAIT_NONE);
+    side_open(&a, NULL, NULL, 0, hints_new(0, 0), FI_WAIT_NONE);
+    /* a second endpoint in a's domain, its sends counted and not reported */
+    assert_int_equal(fi_endpoint(a.domain, a.info, &ep, NULL), 0);
+    assert_int_equal(fi_cq_open(a.domain, &qa, &cq, NULL), 0);
+    assert_int_equal(fi_cntr_open(a.domain, &ca, &tx, NULL), 0);
+    assert_int_equal(fi_cntr_open(b.domain, &ca, &rx, &rx), 0);
+    assert_int_equal(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION), 0);
+    assert_int_equal(fi_ep_bind(ep, &tx->fid, FI_SEND), 0);
+    assert_int_equal(fi_ep_bind(ep, &a.av->fid, 0), 0);
+    assert_int_equal(fi_enable(ep), 0);
+    assert_int_equal(fi_ep_bind(b.ep, &rx->fid, FI_RECV), 0);
+    assert_int_equal(fi_poll_open(b.domain, &pa, &ps), 0);
+    assert_int_equal(fi_poll_add(ps, &rx->fid, 0), 0);
+    assert_int_equal(fi_poll(ps, ctx, 4), 0);
+    assert_int_equal(fi_getname(&b.ep->fid, name, &len), 0);
+    assert_int_equal(fi_av_insert(a.av, name, 1, &to_b, 0, NULL), 1);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fi_trecv(b.ep, buf[i], 8, NULL, FI_ADDR_UNSPEC, 5, 0, NULL), 0);
+    for (int i = 0; i < 3; i++) {
+        struct iovec iov = {"count", 6};
+        struct fi_msg_tagged m = {.msg_iov = &iov, .iov_count = 1, .addr = to_b, .tag = 5};
+        assert_int_equal(fi_tsendmsg(ep, &m, 0), 0);
+    }
+    assert_int_equal(fi_cntr_wait(tx, 3, WAIT_MS), 0);
+    assert_int_equal(fi_cntr_wait(rx, 3, WAIT_MS), 0);
+    assert_int_equal(fi_cntr_readerr(tx), 0);
+    assert_int_equal(fi_cq_read(cq, &e, 1), -FI_EAGAIN);
+    assert_int_equal(fi_poll(ps, ctx, 4), 1);
+    assert_ptr_equal(ctx[0], &rx);
+    assert_int_equal(fi_poll(ps, ctx, 4), 0);
+    assert_int_equal(fi_cntr_wait(rx, 4, 50), -FI_ETIMEDOUT);
+    assert_int_equal(fi_poll_del(ps, &rx->fid, 0), 0);
+    assert_int_equal(fi_close(&ps->fid), 0);
+    assert_int_equal(fi_close(&ep->fid), 0);
+    assert_int_equal(fi_close(&b.ep->fid), 0);
+    assert_int_equal(fi_close(&tx->fid), 0);
+    assert_int_equal(fi_close(&rx->fid), 0);
+    assert_int_equal(fi_close(&cq->fid), 0);
+    b.ep = NULL;
+    assert_int_equal(fi_endpoint(b.domain, b.info, &b.ep, NULL), 0);
+    side_close(&a);
+    side_close(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_getinfo_source),
+        cmocka_unit_test(test_inband_sockaddr),
+        cmocka_unit_test(test_loopback_source),
+        cmocka_unit_test(test_addr_str),
+        cmocka_unit_test(test_announced_peer_gone),
+        cmocka_unit_test(test_wait_fd),
+        cmocka_unit_test(test_wait_fd_thread_domain),
+        cmocka_unit_test(test_eq_write),
+        cmocka_unit_test(test_counters),
+    };
+
+    alarm(300);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

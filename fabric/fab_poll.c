@@ -1,0 +1,134 @@
+/*
+ * Poll sets: which of a few CQs and counters have something new. fi_poll
+ * drives progress as a read would, then reports the context of each CQ
+ * with entries waiting and of each counter whose value changed since the
+ * previous fi_poll saw it.
+ */
+#include <stdlib.h>
+
+#include "fab.h"
+
+#define POLL_MAX 64 /* CQs and counters in one poll set */
+
+typedef struct fab_poll {
+    struct fid_poll fid;
+    fab_domain_t *dom;
+    pthread_mutex_t lock;       /* guards the members */
+    struct fid *fids[POLL_MAX];
+    uint64_t seen[POLL_MAX];    /* counters: the value last reported */
+    int n;
+} fab_poll_t;
+
+static int poll_has_news(fab_poll_t *ps, int i)
+{
+    struct fid *f = ps->fids[i];
+    uint64_t v;
+
+    if (f->fclass == FI_CLASS_CQ)
+        return fab_cq_ready((fab_cq_t *)f);
+    v = fi_cntr_read((struct fid_cntr *)f);
+    if (v == ps->seen[i])
+        return 0;
+    ps->seen[i] = v;
+    return 1;
+}
+
+static int poll_poll(struct fid_poll *fid, void **context, int count)
+{
+    fab_poll_t *ps = (fab_poll_t *)fid;
+    int n = 0;
+
+    pthread_mutex_lock(&ps->lock);
+    for (int i = 0; i < ps->n && n < count; i++) {
+        if (poll_has_news(ps, i))
+            context[n++] = ps->fids[i]->context;
+    }
+    pthread_mutex_unlock(&ps->lock);
+    return n;
+}
+
+static int poll_add(struct fid_poll *fid, struct fid *event_fid, uint64_t flags)
+{
+    fab_poll_t *ps = (fab_poll_t *)fid;
+    int ret = 0;
+
+    if (event_fid == NULL ||
+        (event_fid->fclass != FI_CLASS_CQ && event_fid->fclass != FI_CLASS_CNTR)) {
+        FAB_WARN(FI_LOG_DOMAIN, "fi_poll_add: only CQs and counters\n");
+        return -FI_EINVAL;
+    }
+    pthread_mutex_lock(&ps->lock);
+    if (ps->n == POLL_MAX) {
+        ret = -FI_ENOSPC;
+    } else {
+        ps->seen[ps->n] = 0;
+        ps->fids[ps->n++] = event_fid;
+    }
+    pthread_mutex_unlock(&ps->lock);
+    return ret;
+}
+
+static int poll_del(struct fid_poll *fid, struct fid *event_fid, uint64_t flags)
+{
+    fab_poll_t *ps = (fab_poll_t *)fid;
+    int ret = -FI_EINVAL;
+
+    pthread_mutex_lock(&ps->lock);
+    for (int i = 0; i < ps->n; i++) {
+        if (ps->fids[i] == event_fid) {
+            ps->n--;
+            ps->fids[i] = ps->fids[ps->n];
+            ps->seen[i] = ps->seen[ps->n];
+            ret = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ps->lock);
+    return ret;
+}
+
+static struct fi_ops_poll poll_ops = {
+    .size = sizeof(struct fi_ops_poll),
+    .poll = poll_poll,
+    .poll_add = poll_add,
+    .poll_del = poll_del,
+};
+
+static int poll_close(struct fid *fid)
+{
+    fab_poll_t *ps = (fab_poll_t *)fid;
+
+    atomic_fetch_sub(&ps->dom->refs, 1);
+    pthread_mutex_destroy(&ps->lock);
+    free(ps);
+    return 0;
+}
+
+static struct fi_ops poll_fi_ops = {
+    .size = sizeof(struct fi_ops),
+    .close = poll_close,
+    .bind = fab_no_bind,
+    .control = fab_no_control,
+    .ops_open = fab_no_ops_open,
+    .tostr = fab_no_tostr,
+    .ops_set = fab_no_ops_set,
+};
+
+int fab_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr, struct fid_poll **out)
+{
+    fab_domain_t *dom = (fab_domain_t *)domain;
+    fab_poll_t *ps;
+
+    if (attr && attr->flags != 0)
+        return -FI_EBADFLAGS;
+    if ((ps = calloc(1, sizeof(*ps))) == NULL)
+        return -FI_ENOMEM;
+    pthread_mutex_init(&ps->lock, NULL);
+    ps->dom = dom;
+    ps->fid.fid.fclass = FI_CLASS_POLL;
+    ps->fid.fid.ops = &poll_fi_ops;
+    ps->fid.ops = &poll_ops;
+    atomic_fetch_add(&dom->refs, 1);
+    *out = &ps->fid;
+    return 0;
+}

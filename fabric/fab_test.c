@@ -721,6 +721,33 @@ static void test_av_ops(void **state)
     assert_int_equal(fi_av_remove(av, &bad, 1, 0), -FI_EINVAL);
 }
 
+/* A name inserted again (Open MPI does so for an intercommunicator's
+ * remote group) names the same peer: a receive directed at the address
+ * the second insert returned takes that peer's message and reports it as
+ * its source; removing one insertion leaves the other usable. */
+static void test_av_insert_again(void **state)
+{
+    node_t *b = &nodes[1], *c = &nodes[2];
+    struct fi_cq_tagged_entry e;
+    char name[FI_NAME_MAX], buf[8] = {0};
+    size_t len = sizeof(name);
+    fi_addr_t again = FI_ADDR_NOTAVAIL, src = FI_ADDR_NOTAVAIL;
+    int rctx, sctx;
+
+    assert_int_equal(fi_av_lookup(av, c->addr, name, &len), 0);
+    assert_int_equal(fi_av_insert(av, name, 1, &again, 0, NULL), 1);
+    assert_int_equal(again, c->addr);
+    assert_int_equal(fi_trecv(b->ep, buf, sizeof(buf), NULL, again, 9, 0, &rctx), 0);
+    assert_int_equal(fi_tsend(c->ep, "again", 6, NULL, b->addr, 9, &sctx), 0);
+    assert_int_equal(cq_wait(b->cq, &e, &src), 1);
+    assert_ptr_equal(e.op_context, &rctx);
+    assert_int_equal(src, again);
+    assert_string_equal(buf, "again");
+    assert_int_equal(cq_wait(c->cq, &e, NULL), 1);
+    assert_int_equal(fi_av_remove(av, &again, 1, 0), 0);
+    transfer(b, c, 100, 10);
+}
+
 /* A second process over shm: names through a pipe, 1 MiB each way. */
 static int child_run(int rfd, int wfd)
 {
@@ -822,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_sread_signal),
         cmocka_unit_test(test_sread_wakes_on_message),
         cmocka_unit_test(test_av_ops),
+        cmocka_unit_test(test_av_insert_again),
         cmocka_unit_test(test_fork_shm),
     };
 

@@ -9,7 +9,7 @@
  */
 #include "mpi_check.h"
 
-static const int sf_counts[] = {0, 1, 3, 1000, 16411, 262147};
+static const int sf_counts[] = {0, 1, 3, 1000, 16411, 65537};
 #define SF_NCOUNTS ((int)(sizeof(sf_counts) / sizeof(sf_counts[0])))
 #define SF_NTYPES 6
 

@@ -86,7 +86,7 @@ struct fab_domain {
 typedef struct fab_av_entry {
     unsigned char name[FAB_ADDR_LEN]; /* the tmx name */
     struct sockaddr_in sa;      /* the IPv4 name inserted, if any */
-    int valid;                  /* cleared by fi_av_remove */
+    int valid;                  /* insertions of the name not yet removed */
 } fab_av_entry_t;
 
 struct fab_av {

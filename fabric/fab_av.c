@@ -3,7 +3,11 @@
  * the AV adds the entries to its tmx context in the same order, so entry i
  * is tmx peer i there and fi_addr_t values are tmx peer numbers, for
  * FI_AV_MAP and FI_AV_TABLE alike. tmx cannot forget a peer: fi_av_remove
- * only marks the entry unusable.
+ * only marks the entry unusable. A name inserted again gets its entry's
+ * fi_addr back, as libfabric's own AVs do: a second tmx peer for one
+ * process would report that process's messages under the first number
+ * only, so a receive directed at the second would never match (Open MPI
+ * inserts the remote group of an intercommunicator again).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +116,19 @@ static int name_ok(const unsigned char *name)
     return fab_name_decode(name, blob, &len) == 0 && len >= 8 && memcmp(blob, "TMXA", 4) == 0;
 }
 
+/* The entry holding name, or av->n. Linear: the AV is filled once per job
+ * and names differ early (their first bytes hold the host's address). */
+static size_t av_find(const fab_av_t *av, const unsigned char *name)
+{
+    size_t i;
+
+    for (i = 0; i < av->n; i++) {
+        if (av->ent[i].valid && memcmp(av->ent[i].name, name, (size_t)name[0] + 1) == 0)
+            break;
+    }
+    return i;
+}
+
 /* Fills e from one inserted address of the AV's format; *used gets its
  * size. An IPv4 name is resolved to its endpoint's tmx name here. */
 static int entry_from_sa(const fab_av_t *av, fab_av_entry_t *e, const struct sockaddr_in *sa)
@@ -183,6 +200,12 @@ static int av_insert_one(fab_av_t *av, const unsigned char *p, size_t *used, fi_
         FAB_WARN(FI_LOG_AV, "fi_av_insert: address %zu is not a tmx address\n", i);
         return -FI_EINVAL;
     }
+    if ((i = av_find(av, av->ent[av->n].name)) < av->n) {
+        av->ent[i].valid++;
+        *out = i;
+        return 0;
+    }
+    i = av->n;
     av->ent[i].valid = 1;
     av->n++;
     for (int k = 0; k < av->n_eps; k++) {
@@ -252,7 +275,7 @@ static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint6
             ret = -FI_EINVAL;
             continue;
         }
-        av->ent[fi_addr[i]].valid = 0;
+        av->ent[fi_addr[i]].valid--;
     }
     fab_unlock(av->dom);
     return ret;

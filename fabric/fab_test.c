@@ -360,6 +360,27 @@ static void test_cancel(void **state)
     assert_int_equal(fi_cancel(&nodes[1].ep->fid, &ctx), -FI_ENOENT);
 }
 
+/* tmx cannot cancel a send: fi_cancel says so (-FI_ENOENT) and the send
+ * completes normally once received, as fi_cancel(3) allows. Open MPI's
+ * MPI_Cancel of a send relies on this. */
+static void test_cancel_send(void **state)
+{
+    unsigned char *out = malloc(BIG), *in = calloc(1, BIG);
+    struct fi_cq_tagged_entry re;
+    fi_addr_t src;
+    int sctx, rctx;
+
+    fill(out, BIG, 5);
+    assert_int_equal(fi_tsend(nodes[0].ep, out, BIG, NULL, nodes[1].addr, 78, &sctx), 0);
+    assert_int_equal(fi_cancel(&nodes[0].ep->fid, &sctx), -FI_ENOENT);
+    assert_int_equal(fi_trecv(nodes[1].ep, in, BIG, NULL, FI_ADDR_UNSPEC, 78, 0, &rctx), 0);
+    complete_pair(&nodes[0], &nodes[1], &sctx, &rctx, &re, &src);
+    assert_int_equal(re.len, BIG);
+    assert_memory_equal(in, out, BIG);
+    free(out);
+    free(in);
+}
+
 static void test_truncation(void **state)
 {
     node_t *a = &nodes[0], *b = &nodes[1];
@@ -721,6 +742,33 @@ static void test_av_ops(void **state)
     assert_int_equal(fi_av_remove(av, &bad, 1, 0), -FI_EINVAL);
 }
 
+/* A name inserted again (Open MPI does so for an intercommunicator's
+ * remote group) names the same peer: a receive directed at the address
+ * the second insert returned takes that peer's message and reports it as
+ * its source; removing one insertion leaves the other usable. */
+static void test_av_insert_again(void **state)
+{
+    node_t *b = &nodes[1], *c = &nodes[2];
+    struct fi_cq_tagged_entry e;
+    char name[FI_NAME_MAX], buf[8] = {0};
+    size_t len = sizeof(name);
+    fi_addr_t again = FI_ADDR_NOTAVAIL, src = FI_ADDR_NOTAVAIL;
+    int rctx, sctx;
+
+    assert_int_equal(fi_av_lookup(av, c->addr, name, &len), 0);
+    assert_int_equal(fi_av_insert(av, name, 1, &again, 0, NULL), 1);
+    assert_int_equal(again, c->addr);
+    assert_int_equal(fi_trecv(b->ep, buf, sizeof(buf), NULL, again, 9, 0, &rctx), 0);
+    assert_int_equal(fi_tsend(c->ep, "again", 6, NULL, b->addr, 9, &sctx), 0);
+    assert_int_equal(cq_wait(b->cq, &e, &src), 1);
+    assert_ptr_equal(e.op_context, &rctx);
+    assert_int_equal(src, again);
+    assert_string_equal(buf, "again");
+    assert_int_equal(cq_wait(c->cq, &e, NULL), 1);
+    assert_int_equal(fi_av_remove(av, &again, 1, 0), 0);
+    transfer(b, c, 100, 10);
+}
+
 /* A second process over shm: names through a pipe, 1 MiB each way. */
 static int child_run(int rfd, int wfd)
 {
@@ -810,6 +858,7 @@ int main(void)
         cmocka_unit_test(test_peek_nothing),
         cmocka_unit_test(test_peek_claim),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_cancel_send),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_msg_ops),
         cmocka_unit_test(test_selective),
@@ -822,6 +871,7 @@ int main(void)
         cmocka_unit_test(test_sread_signal),
         cmocka_unit_test(test_sread_wakes_on_message),
         cmocka_unit_test(test_av_ops),
+        cmocka_unit_test(test_av_insert_again),
         cmocka_unit_test(test_fork_shm),
     };
 

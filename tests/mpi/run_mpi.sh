@@ -1,6 +1,6 @@
 #!/bin/bash
-# Runs the MPI test program under Open MPI's mpirun, once per rank count.
-#   usage: run_mpi.sh MODE PROVIDER_DIR MPI_TEST N [N...]
+# Runs MPI test programs under Open MPI's mpirun, once per rank count.
+#   usage: run_mpi.sh MODE PROVIDER_DIR PROGRAM[:PROGRAM...] N [N...]
 #   local  N ranks on this host, pml cm / mtl ofi over the tmx provider
 #   hosts  N ranks across two test hosts (network namespaces, root only),
 #          mapped by node, over the tmx provider (udp between the hosts)
@@ -25,7 +25,10 @@ skip() {
     exit 77
 }
 
-[ -x "$PROG" ] || { echo "FAIL: $PROG not built"; exit 1; }
+IFS=: read -r -a PROGS <<<"$PROG"
+for p in "${PROGS[@]}"; do
+    [ -x "$p" ] || { echo "FAIL: $p not built"; exit 1; }
+done
 if [ "$MODE" != ob1 ] && [ ! -e "$PROV_DIR/libtmx-fi.so" ]; then
     skip "the tmx provider $PROV_DIR/libtmx-fi.so was not built"
 fi
@@ -58,14 +61,23 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-# check NAME N OPTION...: one mpirun job of N ranks running every case.
+# check NAME N OPTION...: one mpirun job of N ranks per program (each
+# prints "NAME passed" when all its checks held).
 check() {
-    local name="$1" n="$2" t0 rc ms got_tmx
+    local name="$1" n="$2" p
     shift 2
+    for p in "${PROGS[@]}"; do
+        check_one "$(basename "$p"): $name" "$n" "$p" "$@" || return 1
+    done
+}
+
+check_one() {
+    local name="$1" n="$2" prog="$3" t0 rc ms got_tmx
+    shift 3
     t0=$(date +%s%N)
     # In the background, so that a signal reaches the traps at once.
     # shellcheck disable=SC2086 # MPI_TEST_CASES is a list of words
-    timeout -k 5 $((JOB_TIMEOUT + 20)) "${MPIRUN[@]}" -n "$n" "$@" "$PROG" ${MPI_TEST_CASES:-} \
+    timeout -k 5 $((JOB_TIMEOUT + 20)) "${MPIRUN[@]}" -n "$n" "$@" "$prog" ${MPI_TEST_CASES:-} \
         >"$LOG" 2>&1 &
     JOB=$!
     wait "$JOB"
@@ -79,7 +91,7 @@ check() {
         fails=$((fails + 1))
         return 1
     fi
-    if ! grep -q '^mpi_test passed' "$LOG"; then
+    if ! grep -q "^$(basename "$prog") passed" "$LOG"; then
         echo "FAIL $name: mpirun exit 0 but the program did not finish; its output:"
         tail -n 40 "$LOG"
         fails=$((fails + 1))
@@ -101,7 +113,7 @@ check() {
 
 # The hosts each rank reported, one per line, sorted.
 rank_hosts() {
-    sed -n 's/^mpi_test rank [0-9]*\/[0-9]* on \(.*\)$/\1/p' "$LOG" | sort -u
+    sed -n 's/^mpi_[a-z_]* rank [0-9]*\/[0-9]* on \(.*\)$/\1/p' "$LOG" | sort -u
 }
 
 run_local() {
@@ -168,6 +180,6 @@ case "$MODE" in
 local) run_local "$@" ;;
 ob1) run_ob1 "$@" ;;
 hosts) run_hosts "$@" ;;
-*) echo "usage: $0 local|hosts|ob1 PROVIDER_DIR MPI_TEST N [N...]" >&2; exit 2 ;;
+*) echo "usage: $0 local|hosts|ob1 PROVIDER_DIR PROGRAM[:PROGRAM...] N [N...]" >&2; exit 2 ;;
 esac
 [ "$fails" -eq 0 ]

@@ -31,6 +31,7 @@ typedef struct shm_iface {
     shm_seg_hdr_t *seg;         /* our receive ring */
     int fd;                     /* its memfd, named in our address */
     uint64_t head;              /* next position we consume */
+    int held;                   /* the head cell is left for later (cell_leave) */
     uint64_t uuid;
     uint64_t host_id;
     int cma;                    /* enum shm_cma */

@@ -1275,11 +1275,19 @@ static void fl_send_all(unsigned n)
     }
 }
 
-/* Progresses without a receive posted until nothing has come for
- * FL_QUIET_US: everything taken meanwhile was unexpected. */
+/* Progresses without a receive posted until the flood has begun and then
+ * nothing has come for FL_QUIET_US: everything taken meanwhile was
+ * unexpected. */
 static void fl_progress_only(void)
 {
     int64_t last = mp_now_us();
+
+    while (tmx_progress(mp_ctx) <= 0) {
+        if (mp_now_us() - last > MP_WAIT_US)
+            mp_fail("flood: nothing came for %d s", MP_WAIT_US / 1000000);
+        sched_yield();
+    }
+    last = mp_now_us();
 
     while (mp_now_us() - last < FL_QUIET_US) {
         if (tmx_progress(mp_ctx) > 0)

@@ -616,19 +616,27 @@ void udp_rx_resume(udp_iface_t *ui)
     ui->n_left = 0;
 }
 
+/* Whether a data segment at or after the next one due waits with its
+ * sender. The next one due is asked about every time (a receive posted
+ * meanwhile takes it); until what was left is taken, later segments are
+ * not kept early: a window's worth would cost a segment buffer each. */
+static int rx_held(udp_iface_t *ui, udp_ep_t *ep, const udp_rx_t *rx, const udp_hdr_t *h,
+                   const unsigned char *p, int32_t ahead)
+{
+    if (ep->rx_refill && !seq_before(rx->expected, rx->highest))
+        ep->rx_refill = 0;
+    if (ahead > 0)
+        return ep->rx_refill || (ui->super.rx_full && ep->rx_left);
+    return rx_leave(ui, ep, rx, h, p);
+}
+
 void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p)
 {
     udp_rx_t *rx = &ep->rx[h->channel];
 
     int32_t ahead = (int32_t)(h->seq - rx->expected);
 
-    if (ep->rx_refill && h->channel == UDP_CH_DATA && !seq_before(rx->expected, rx->highest))
-        ep->rx_refill = 0;
-    /* until what was left is taken, later segments are not kept early:
-     * the window's worth of them would cost a segment buffer each */
-    if ((ahead > 0 && ep->rx_refill && h->channel == UDP_CH_DATA) ||
-        (ahead >= 0 && ui->super.rx_full && h->channel == UDP_CH_DATA &&
-         (ep->rx_left || rx_leave(ui, ep, rx, h, p)))) {
+    if (h->channel == UDP_CH_DATA && ahead >= 0 && rx_held(ui, ep, rx, h, p, ahead)) {
         if (seq_before(rx->highest, h->seq))
             rx->highest = h->seq;
         udp_ack_schedule(ui, ep);

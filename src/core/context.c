@@ -15,6 +15,9 @@
 
 #define TMX_API __attribute__((visibility("default")))
 #define CORE_POOL_CHUNK 256
+/* What an unexpected message costs beyond its record and payload: the
+ * matcher's bin and hash slot when its tag is its own, malloc's header. */
+#define CORE_UNEXP_INDEX_COST 96
 
 static const uint64_t ctx_field_mask = TMX_CONTEXT_FIELD_THREAD_MODE | TMX_CONTEXT_FIELD_TRANSPORTS |
                                        TMX_CONTEXT_FIELD_NAME | TMX_CONTEXT_FIELD_BOOT;
@@ -62,7 +65,7 @@ static tmx_status_t open_one(tmx_context_h ctx, const char *name)
     const tl_ops_t *ops = tl_find(name);
     boot_env_t env;
     tl_iface_params_t ip = {ctx->uuid, boot_env(&env) == TMX_OK ? env.jobid : 0, proto_recv_cb,
-                            core_peer_failed_cb, core_mem_check_cb, ctx};
+                            core_peer_failed_cb, core_mem_check_cb, ctx, proto_admit_cb};
     tmx_status_t st;
 
     if (ops == NULL) {
@@ -214,6 +217,7 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
             goto err_free;
     }
     ctx->spin_polls = spin_budget(ctx);
+    ctx->unexp_max = (size_t)config_u64("TMX_UNEXPECTED_MAX", 0, 1ull << 48);
     *out = ctx;
     return TMX_OK;
 
@@ -241,8 +245,33 @@ struct tmx_message *core_msg_alloc(tmx_context_h ctx)
     return msg;
 }
 
+/* Tells every transport when the bound is reached or left again. */
+static void unexp_update(tmx_context_h ctx)
+{
+    int full = ctx->unexp_max != 0 && ctx->unexp_bytes >= ctx->unexp_max;
+
+    if (full == ctx->unexp_full)
+        return;
+    ctx->unexp_full = full;
+    for (int i = 0; i < ctx->n_ifaces; i++)
+        ctx->ifaces[i]->rx_full = full;
+    util_debug("unexpected messages hold %zu bytes: %s", ctx->unexp_bytes,
+               full ? "at the bound, senders wait" : "below the bound again");
+}
+
+void core_unexp_charge(tmx_context_h ctx, struct tmx_message *msg)
+{
+    msg->charge = sizeof(*msg) + CORE_UNEXP_INDEX_COST + (msg->kind == CORE_MSG_EAGER ? msg->len : 0);
+    ctx->unexp_bytes += msg->charge;
+    unexp_update(ctx);
+}
+
 void core_msg_free(tmx_context_h ctx, struct tmx_message *msg)
 {
+    if (msg->charge != 0) {
+        ctx->unexp_bytes -= msg->charge;
+        unexp_update(ctx);
+    }
     util_dlist_unlink(&msg->link);
     free(msg->payload);
     msg->ctx = NULL;

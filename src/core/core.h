@@ -80,6 +80,7 @@ struct tmx_message {
     uint64_t rkey;
     size_t len;
     void *payload;              /* eager: malloc'ed copy, NULL if empty */
+    size_t charge;              /* bytes counted in ctx->unexp_bytes */
 };
 
 typedef struct core_cq {
@@ -125,6 +126,9 @@ struct tmx_context {
     reg_keygen_t keygen;        /* remote-access keys (src/reg) */
     util_dlist_t ctrl_pending;  /* control packets waiting for room */
     uint64_t dropped;           /* packets from the wire that did not parse */
+    size_t unexp_bytes;         /* held by unexpected messages (core_unexp_charge) */
+    size_t unexp_max;           /* TMX_UNEXPECTED_MAX; 0: no bound */
+    int unexp_full;             /* at the bound: the transports' rx_full is set */
     core_cq_t cq;
 };
 
@@ -210,6 +214,18 @@ void core_peers_fini(tmx_context_h ctx);
 
 /* message lifetime */
 struct tmx_message *core_msg_alloc(tmx_context_h ctx);
+/* Frees a message and takes back what it was charged. */
 void core_msg_free(tmx_context_h ctx, struct tmx_message *msg);
+
+/* Counts a message kept unexpected against TMX_UNEXPECTED_MAX: its record
+ * and an eager payload's copy (a rendezvous one holds only its header).
+ * At the bound the transports are told (tl_iface_t.rx_full) to leave what
+ * they can where the senders put it, until receives take messages. */
+void core_unexp_charge(tmx_context_h ctx, struct tmx_message *msg);
+
+static inline int core_unexp_full(const tmx_context_h ctx)
+{
+    return ctx->unexp_full;
+}
 
 #endif

@@ -390,8 +390,10 @@ static void unexpected_store(tmx_context_h ctx, tmx_peer_t src, const proto_in_t
         msg->rkey = in->rvh.rkey;
         msg->len = in->rvh.len;
     }
-    if (match_add_msg(&ctx->match, &msg->m) == TMX_OK)
+    if (match_add_msg(&ctx->match, &msg->m) == TMX_OK) {
+        core_unexp_charge(ctx, msg);
         return;
+    }
 err_free:
     core_msg_free(ctx, msg);
 err_nomem:
@@ -460,6 +462,27 @@ static void hello_arrive(tmx_context_h ctx, uint64_t src_uuid, tmx_peer_t src, c
     st = core_peer_add_implicit(ctx, src_uuid, p + sizeof(wire_tmh_t), len - sizeof(wire_tmh_t), &num);
     if (st != TMX_OK)
         parse_fail(ctx, src, "HELLO without a usable address of its sender", len);
+}
+
+/* Asked only at the bound of unexpected memory: a packet that would be
+ * kept as one more unexpected message waits where the transport has it;
+ * anything else (a FIN, a HELLO, a message a posted receive takes, a
+ * packet that will be dropped) is taken, so that the wait cannot hold up
+ * what needs no memory. */
+int proto_admit_cb(void *arg, uint64_t src_uuid, const void *data, size_t len)
+{
+    tmx_context_h ctx = arg;
+    const unsigned char *p = data;
+    wire_tmh_t tmh;
+    tmx_peer_t src;
+
+    if (!core_unexp_full(ctx) || len < sizeof(tmh) || (p[0] != WIRE_OP_EAGER && p[0] != WIRE_OP_RNDV))
+        return 1; /* p[0]: the opcode byte */
+    if ((src = core_peer_by_uuid(ctx, src_uuid)) == TMX_PEER_NONE)
+        return 1;
+    memcpy(&tmh, p, sizeof(tmh));
+    wire_tmh_unpack(&tmh);
+    return match_find_recv(&ctx->match, src, tmh.tag) != NULL;
 }
 
 void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len)

@@ -31,6 +31,11 @@ void proto_msg_discard(tmx_context_h ctx, struct tmx_message *msg);
 /* The transports' upward callback (tl_recv_cb_t). */
 void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len);
 
+/* The transports' admission callback (tl_admit_cb_t): 0 for a packet
+ * that would be one more unexpected message while they hold as many bytes
+ * as TMX_UNEXPECTED_MAX allows. */
+int proto_admit_cb(void *arg, uint64_t src_uuid, const void *data, size_t len);
+
 /* Retries control packets that found the transport full. */
 int proto_progress(tmx_context_h ctx);
 

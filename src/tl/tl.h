@@ -42,6 +42,13 @@ typedef void (*tl_fail_cb_t)(void *arg, uint64_t uuid, int clean);
  * under rkey (registered, in bounds, right key). TMX_OK or why not. */
 typedef tmx_status_t (*tl_mem_check_t)(void *arg, uint64_t addr, uint64_t len, uint64_t rkey);
 
+/* Asked, while the layer above has set tl_iface_t.rx_full, before a
+ * transport that can leave packets where they are (shm: in the ring) takes
+ * one: 1 to take it now (recv_cb follows at once), 0 to leave it and every
+ * packet behind it from that peer for a later progress() call. Called
+ * from progress() only; data is valid only during the call. */
+typedef int (*tl_admit_cb_t)(void *arg, uint64_t src_uuid, const void *data, size_t len);
+
 /* A remote read in flight, embedded in the caller's object. done() runs
  * from progress() once the data is in place, or with an error status. */
 typedef struct tl_get_op {
@@ -54,7 +61,9 @@ typedef struct tl_iface_params {
     tl_recv_cb_t recv_cb;   /* packets */
     tl_fail_cb_t fail_cb;   /* dead peers */
     tl_mem_check_t mem_check; /* remote reads served by emulation */
-    void *recv_arg;         /* the argument of all three */
+    void *recv_arg;         /* the argument of all four */
+    tl_admit_cb_t admit_cb; /* packets, while rx_full is set (may be NULL
+                               for a layer above that never sets it) */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */
@@ -65,7 +74,14 @@ struct tl_iface {
     tl_recv_cb_t recv_cb;
     tl_fail_cb_t fail_cb;
     tl_mem_check_t mem_check;
+    tl_admit_cb_t admit_cb;
     void *recv_arg;
+    /* Set and cleared by the layer above (under its serialisation): set
+     * while the memory it holds for unexpected messages is at its bound.
+     * A transport that can leave packets where the sender put them asks
+     * admit_cb before taking each one while it is set, so that the sender
+     * finds no room and slows down; one that cannot ignores it. */
+    int rx_full;
     /* Set by the transport when polling it would find nothing for a while
      * (nothing queued, pending or recently arrived); the core then polls
      * it only once in TL_QUIET_POLL_EVERY polls, and after every sleep. A

@@ -29,6 +29,9 @@
  *
  * With MP_MT=1 in the environment every case runs on a context in
  * multi-threaded mode (threads always does).
+ *   flood      (N ranks) ranks 1..N-1 stream eager messages at rank 0 before
+ *                        it posts a receive: its peak RSS stays within the
+ *                        bound on unexpected memory; each message once, in order
  *
  * Every payload is a pattern derived from what identifies the message (size,
  * iteration, sender, sequence), checked byte by byte, and every receive
@@ -1591,6 +1594,176 @@ static void case_deadclaim(void)
     printf("deadclaim ok rank %u\n", mp_rank);
 }
 
+/* ------------------------------------------------------------------ flood */
+
+/* An unexpected flood: every rank but 0 streams small eager messages to
+ * rank 0, which at first only progresses, with no receive posted, so that
+ * all it takes is unexpected; once nothing has come for a while (the
+ * senders wait, or are done) it receives everything from any source,
+ * checking that each message comes once, in order per sender, intact.
+ * Rank 0's peak RSS may grow over the whole run by at most the bound on
+ * unexpected memory (MP_FLOOD_BOUND, else TMX_UNEXPECTED_MAX) plus
+ * FL_SLACK. MP_FLOOD_N sets the messages per sender. */
+#define FL_LEN 64
+#define FL_N_DEFAULT 100000
+#define FL_SLACK (24 * MP_MIB)
+#define FL_QUIET_US 300000          /* no event for this long: the flood waits */
+#define FL_BOUND_DEFAULT (64 * MP_MIB)
+
+static unsigned long long fl_env(const char *name, unsigned long long def)
+{
+    const char *v = getenv(name);
+
+    return v != NULL && *v != '\0' ? strtoull(v, NULL, 10) : def;
+}
+
+/* A "Vm...:" line of /proc/self/status, in bytes. */
+static size_t fl_status_bytes(const char *field)
+{
+    char line[256];
+    size_t kib = 0, n = strlen(field);
+    FILE *f = fopen("/proc/self/status", "r");
+
+    if (f == NULL)
+        mp_fail("cannot open /proc/self/status");
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, field, n) == 0)
+            kib = strtoull(line + n, NULL, 10);
+    }
+    fclose(f);
+    return kib * 1024;
+}
+
+static uint64_t fl_tag(uint32_t sender, uint32_t seq)
+{
+    return (uint64_t)sender << 32 | seq;
+}
+
+static void fl_send_one(const unsigned char *buf, uint64_t tag)
+{
+    static const tmx_op_params_t inject = {.field_mask = TMX_OP_FIELD_FLAGS,
+                                           .flags = TMX_OP_FLAG_INJECT};
+    int64_t since = 0;
+
+    for (unsigned tries = 1;; tries++) {
+        tmx_status_t st = tmx_tsend(mp_ctx, 0, buf, FL_LEN, tag, &inject, NULL);
+        if (st == TMX_OK)
+            return;
+        if (st != TMX_ERR_AGAIN)
+            mp_fail("flood send tag 0x%" PRIx64 ": %s", tag, tmx_strerror(st));
+        tmx_progress(mp_ctx);
+        if (tries % 16 != 0)
+            continue;
+        if (since == 0)
+            since = mp_now_us();
+        else if (mp_now_us() - since > MP_WAIT_US)
+            mp_fail("flood send tag 0x%" PRIx64 ": no room for %d s", tag, MP_WAIT_US / 1000000);
+        if (tries > 4096)
+            usleep(50); /* the receiver holds us back: let it run */
+        else
+            sched_yield();
+    }
+}
+
+static void fl_send_all(unsigned n)
+{
+    unsigned char buf[FL_LEN];
+
+    for (uint32_t i = 0; i < n; i++) {
+        mp_fill(buf, FL_LEN, mp_seed(mp_rank, i, FL_LEN));
+        fl_send_one(buf, fl_tag(mp_rank, i));
+    }
+}
+
+/* Progresses without a receive posted until the flood has begun and then
+ * nothing has come for FL_QUIET_US: everything taken meanwhile was
+ * unexpected. */
+static void fl_progress_only(void)
+{
+    int64_t last = mp_now_us();
+
+    while (tmx_progress(mp_ctx) <= 0) {
+        if (mp_now_us() - last > MP_WAIT_US)
+            mp_fail("flood: nothing came for %d s", MP_WAIT_US / 1000000);
+        sched_yield();
+    }
+    last = mp_now_us();
+
+    while (mp_now_us() - last < FL_QUIET_US) {
+        if (tmx_progress(mp_ctx) > 0)
+            last = mp_now_us();
+        else
+            sched_yield();
+    }
+}
+
+static void fl_recv_check(uint32_t *next, const unsigned char *buf, const tmx_completion_t *c,
+                          unsigned n)
+{
+    uint32_t s = (uint32_t)(c->tag >> 32), seq = (uint32_t)c->tag;
+
+    if (s == 0 || s >= mp_size || c->source != s)
+        mp_fail("flood: message tag 0x%" PRIx64 " from peer %u: no such sender", c->tag, c->source);
+    if (seq != next[s] || seq >= n)
+        mp_fail("flood: from sender %u message %u came where %u was due", s, seq, next[s]);
+    if (c->length != FL_LEN)
+        mp_fail("flood: message %u of sender %u has %zu bytes, not %d", seq, s, (size_t)c->length,
+                FL_LEN);
+    mp_check_pattern("flood receive", buf, FL_LEN, mp_seed(s, seq, FL_LEN));
+    next[s]++;
+}
+
+static void fl_recv_all(unsigned n)
+{
+    uint64_t total = (uint64_t)n * (mp_size - 1);
+    uint32_t *next = calloc(mp_size, sizeof(*next));
+    unsigned char buf[FL_LEN + MP_GUARD];
+    tmx_completion_t c;
+
+    if (next == NULL)
+        mp_fail("out of memory");
+    for (uint64_t k = 0; k < total; k++) {
+        tmx_request_h r = mp_recv(TMX_ANY_SOURCE, buf, FL_LEN, 0, TMX_TAG_ANY);
+        tmx_status_t st = mp_wait(r, &c, "flood receive");
+        if (st != TMX_OK)
+            mp_fail("flood receive %" PRIu64 ": %s", k, tmx_strerror(st));
+        fl_recv_check(next, buf, &c, n);
+    }
+    for (uint32_t s = 1; s < mp_size; s++) {
+        if (next[s] != n)
+            mp_fail("flood: sender %u delivered %u of %u messages", s, next[s], n);
+    }
+    free(next);
+}
+
+static void case_flood(void)
+{
+    unsigned n = (unsigned)fl_env("MP_FLOOD_N", FL_N_DEFAULT);
+    size_t bound = fl_env("MP_FLOOD_BOUND", fl_env("TMX_UNEXPECTED_MAX", FL_BOUND_DEFAULT));
+    size_t base, peak_held, peak;
+    int64_t t0;
+
+    if (mp_rank != 0) {
+        mp_barrier("before the flood");
+        fl_send_all(n);
+        return;
+    }
+    base = fl_status_bytes("VmRSS:");
+    mp_barrier("before the flood");
+    t0 = mp_now_us();
+    fl_progress_only();
+    peak_held = fl_status_bytes("VmHWM:");
+    fl_recv_all(n);
+    peak = fl_status_bytes("VmHWM:");
+    printf("flood: %u senders x %u messages of %d bytes in %.2f s; receiver RSS %.1f MiB before, "
+           "peak %.1f MiB while nothing was received, %.1f MiB in all (bound %.1f MiB + %d MiB)\n",
+           mp_size - 1, n, FL_LEN, (double)(mp_now_us() - t0) / 1e6, base / 1048576.0,
+           peak_held / 1048576.0, peak / 1048576.0, bound / 1048576.0, (int)(FL_SLACK / MP_MIB));
+    if (bound == 0 || peak > base + bound + FL_SLACK)
+        mp_fail("flood: peak RSS grew by %.1f MiB, more than the bound %.1f MiB + %d MiB",
+                (peak - base) / 1048576.0, bound / 1048576.0, (int)(FL_SLACK / MP_MIB));
+}
+
 /* ------------------------------------------------------------------- main */
 
 typedef struct mp_case {
@@ -1609,6 +1782,7 @@ static const mp_case_t mp_cases[] = {
     {"busy", 2, 2, case_busy, 1},         {"alltoall", 2, 4096, case_alltoall, 1},
     {"hostgone", 2, 2, case_hostgone, 0},
     {"deadclaim", 4, 4, case_deadclaim, 0}, {"threads", 2, 2, case_threads, 1},
+    {"flood", 2, 64, case_flood, 1},
 };
 
 static const mp_case_t *mp_find(const char *name)

@@ -134,6 +134,7 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     si->super.recv_arg = params->recv_arg;
     si->super.fail_cb = params->fail_cb;
     si->super.mem_check = params->mem_check;
+    si->super.admit_cb = params->admit_cb;
     si->uuid = params->uuid;
     si->host_id = tl_host_id();
     si->cma = shm_cma_mode();
@@ -485,14 +486,32 @@ static void ring_unblock(shm_iface_t *si)
     atomic_store_explicit(&si->wait_head, si->head, memory_order_relaxed);
 }
 
+/* Take or leave: while the layer above is at its bound of unexpected
+ * memory (rx_full), a packet it will not take now stays in its cell. The
+ * head does not move, so senders soon find the ring full (TMX_ERR_AGAIN)
+ * and wait with their data in their own buffers, and nothing behind it is
+ * lost or overtaken; it is offered again at every progress call. */
+static int cell_leave(shm_iface_t *si, shm_cell_t *cell)
+{
+    uint32_t len = shm_cell_len(cell);
+    uint64_t src;
+
+    if (!si->super.rx_full || shm_cell_kind(cell) != SHM_KIND_PACKET || len == 0 ||
+        len > SHM_CELL_PAYLOAD || (src = shm_cell_src(si->seg, cell)) == 0)
+        return 0;
+    return !si->super.admit_cb(si->super.recv_arg, src, cell->payload, len);
+}
+
 static int shm_progress(tl_iface_t *iface)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
-    int events = 0;
+    int events = 0, held = 0;
 
     while (events < SHM_RECV_BUDGET) {
         shm_cell_t *cell = shm_cell(si->seg, si->head);
         if (atomic_load_explicit(&cell->seq, memory_order_acquire) != shm_seq(si->head + 1))
+            break;
+        if ((held = cell_leave(si, cell)) != 0)
             break;
         cell_deliver(si, cell);
         atomic_store_explicit(&cell->seq, shm_seq(si->head + SHM_N_CELLS), memory_order_release);
@@ -505,6 +524,7 @@ static int shm_progress(tl_iface_t *iface)
         events += shm_get_progress(si);
     if (events == 0 && ++si->empty_polls % SHM_STUCK_POLLS == 0)
         ring_unblock(si);
+    __atomic_store_n(&si->held, held, __ATOMIC_RELAXED); /* read by shm_wait, unlocked */
     return events;
 }
 
@@ -525,7 +545,9 @@ static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
 
     atomic_fetch_add_explicit(&seg->sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&shm_cell(seg, head)->seq, memory_order_acquire) != shm_seq(head))
+    /* a cell left in the ring (cell_leave) is no reason to stay awake */
+    if (!__atomic_load_n(&si->held, __ATOMIC_RELAXED) &&
+        atomic_load_explicit(&shm_cell(seg, head)->seq, memory_order_acquire) != shm_seq(head))
         goto out_awake;
     futex(&seg->wake_seq, FUTEX_WAIT, seq, timeout_us < 0 ? NULL : &ts);
 out_awake:

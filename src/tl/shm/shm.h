@@ -33,6 +33,7 @@ typedef struct shm_iface {
     int fd;                     /* its memfd, named in our address */
     uint64_t head;              /* next position we consume */
     _Atomic uint64_t wait_head; /* head, for shm_wait, which runs unlocked */
+    int held;                   /* the head cell is left for later (cell_leave) */
     uint64_t uuid;
     uint64_t host_id;
     int cma;                    /* enum shm_cma */

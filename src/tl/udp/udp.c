@@ -167,6 +167,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->super.recv_cb = params->recv_cb;
     ui->super.fail_cb = params->fail_cb;
     ui->super.mem_check = params->mem_check;
+    ui->super.admit_cb = params->admit_cb;
     ui->super.recv_arg = params->recv_arg;
     ui->super.eager_limit = UDP_EAGER_LIMIT;
     ui->super.max_packet = UDP_MAX_PACKET;
@@ -1135,6 +1136,8 @@ static int udp_progress(tl_iface_t *iface)
     }
     if (ui->wheel.n_armed > 0)
         events += util_wheel_expire(&ui->wheel, now);
+    if (ui->n_left != 0 && !ui->super.rx_full)
+        udp_rx_resume(ui);
     if (!util_dlist_empty(&ui->acks))
         udp_ack_flush(ui, now);
     if (ui->faults.held != NULL)

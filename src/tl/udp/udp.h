@@ -95,6 +95,10 @@ typedef struct udp_ep {
     int rx_data_seen;            /* a data segment was delivered or kept */
     uint64_t stall_sent_us;      /* when we last reported a stall */
     uint64_t stall_handled_us;   /* when we last acted on the peer's report */
+    int rx_left;                 /* its data waits with it: we were at the
+                                    bound (udp_rel.c: rx_leave) */
+    int rx_refill;               /* and is being resent: later segments
+                                    are not kept early until it is in */
     udp_tx_t tx[UDP_N_CH];
     udp_rx_t rx[UDP_N_CH];
 } udp_ep_t;
@@ -142,6 +146,7 @@ typedef struct udp_iface {
     unsigned char *gather;       /* a datagram sent in pieces, gathered for
                                     the fault injector (udp_datagram_sendv) */
     uint64_t ooo_bytes;          /* payload held in early segments */
+    uint32_t n_left;             /* peers whose data we left (rx_left) */
     uint32_t hot_polls;          /* polls left that look at the socket */
     int woken;                   /* udp_wait saw the socket readable
                                     (written unlocked: atomic) */
@@ -214,6 +219,9 @@ void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t
 void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p);
 void udp_rx_fini(udp_iface_t *ui, udp_rx_t *rx);
 void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep);
+/* The layer above left its bound (rx_full clear): peers whose data was
+ * left are asked to resend it now. */
+void udp_rx_resume(udp_iface_t *ui);
 /* A read from ep waits for data: if none came since `since` for
  * UDP_STALL_US, tell ep (at most once per UDP_STALL_US). */
 void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t now);

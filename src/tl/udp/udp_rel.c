@@ -19,6 +19,7 @@
 #define UDP_RTO_MIN_US 200       /* a timeout never comes sooner */
 #define UDP_PTO_MIN_US 100       /* a tail probe never comes sooner */
 #define UDP_SACK_BURST 256       /* segments resent per SACK, at most */
+#define UDP_REFILL_EVERY 64     /* segments taken between requests for more of what was left */
 #define UDP_OOO_MAX_BYTES (256u << 20) /* early segments held, all peers */
 
 /* Segments found lost by one loop, sent together when it ends. */
@@ -593,12 +594,76 @@ static void data_arrived(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h)
     ep->rx_data_seen = 1;
 }
 
+/* Take or leave: while the layer above is at its bound of unexpected
+ * memory (rx_full), the first segment of a data packet it will not take
+ * now is treated as never received: not delivered, not acknowledged, and
+ * the segments behind it are not kept either. The sender's window fills
+ * and it waits with the data in its own buffers; what it resends is
+ * offered again, and udp_rx_resume asks for it once the bound is left. */
+static int rx_leave(udp_iface_t *ui, udp_ep_t *ep, const udp_rx_t *rx, const udp_hdr_t *h,
+                    const unsigned char *p)
+{
+    if (!ui->super.rx_full || h->channel != UDP_CH_DATA || rx->reasm != NULL ||
+        !(h->flags & UDP_FLAG_FIRST) || (h->flags & (UDP_FLAG_GET_REQ | UDP_FLAG_GET_DATA)) ||
+        ui->super.admit_cb(ui->super.recv_arg, ep->uuid, p, h->len))
+        return 0;
+    if (!ep->rx_left) {
+        ep->rx_left = 1;
+        ui->n_left++;
+    }
+    return 1;
+}
+
+/* The bound was left: every peer whose data we left gets a stall report
+ * naming the highest segment it sent, so that it resends at once what we
+ * did not take instead of waiting for its timeout. */
+void udp_rx_resume(udp_iface_t *ui)
+{
+    util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &ui->eps) {
+        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+        if (!ep->rx_left)
+            continue;
+        ep->rx_left = 0;
+        ep->rx_refill = 1;
+        ep->rx_data_seq = ep->rx[UDP_CH_DATA].highest;
+        ack_send(ui, ep, UDP_FLAG_STALL);
+    }
+    ui->n_left = 0;
+}
+
+/* Whether a data segment at or after the next one due waits with its
+ * sender. The next one due is asked about every time (a receive posted
+ * meanwhile takes it); until what was left is taken, later segments are
+ * not kept early: a window's worth would cost a segment buffer each. */
+static int rx_held(udp_iface_t *ui, udp_ep_t *ep, const udp_rx_t *rx, const udp_hdr_t *h,
+                   const unsigned char *p, int32_t ahead)
+{
+    if (ep->rx_refill && !seq_before(rx->expected, rx->highest))
+        ep->rx_refill = 0;
+    if (ahead > 0)
+        return ep->rx_refill || (ui->super.rx_full && ep->rx_left);
+    return rx_leave(ui, ep, rx, h, p);
+}
+
 void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p)
 {
     udp_rx_t *rx = &ep->rx[h->channel];
 
     int32_t ahead = (int32_t)(h->seq - rx->expected);
 
+    if (h->channel == UDP_CH_DATA && ahead >= 0 && rx_held(ui, ep, rx, h, p, ahead)) {
+        if (seq_before(rx->highest, h->seq))
+            rx->highest = h->seq;
+        udp_ack_schedule(ui, ep);
+        return;
+    }
+    if (ahead == 0 && ep->rx_refill && h->channel == UDP_CH_DATA &&
+        (rx->expected & (UDP_REFILL_EVERY - 1)) == 0) {
+        ep->rx_data_seq = rx->highest; /* more of it, at once */
+        ack_send(ui, ep, UDP_FLAG_STALL);
+    }
     if (ahead == 0) {
         data_arrived(ui, ep, h);
         rx->expected++;

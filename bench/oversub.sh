@@ -118,12 +118,14 @@ one() { # SYSTEM PROG N
     # shellcheck disable=SC2086
     cmd="taskset -c 0,1 mpirun --allow-run-as-root --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 ${CONF[$sys]} -n $n $(prog_cmd "$prog" "$n")"
     printf 'r%s  %s\n' "$ROUND" "$cmd" >>"$RAWNEW/commands.txt"
-    echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)" >"$f"
+    quiet "$sys $prog $n"
+    echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); cores 0 and 1 busy (%): $(tail -n1 "$TMP/busy.tsv" | cut -f3,4)" >"$f"
     # shellcheck disable=SC2086
-    if ! timeout "$TO" $cmd >>"$f" 2>&1; then
-        echo "r$ROUND $sys $prog $n: failed or timed out ($f)" >>"$TMP/failures.txt"
+    timeout "$TO" $cmd >>"$f" 2>&1 || {
+        local rc=$?
+        echo "r$ROUND $sys $prog $n: $([ $rc = 124 ] && echo "timed out after $TO s" || echo "exit $rc") (raw/oversub/$(basename "$f"))" >>"$TMP/failures.txt"
         return 0
-    fi
+    }
     case $prog in
     halo) secs=$(grep -m1 '^halo,' "$f" | cut -d, -f6) ;;
     lj) secs=$(grep -m1 '^Loop time of' "$f" | awk '{print $4}') ;;
@@ -173,7 +175,8 @@ MD=$TMP/oversub.md
     echo "$START_DATE, $ROUNDS interleaved round(s), $STEPS steps, ${ELAPSED} s in all; tmx at $TMX_GIT."
     echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), every job on cores 0 and 1;"
     echo "load average (1, 5, 15 min) $LOAD_START at the start, $LOAD_END at the end"
-    echo "(the machine is shared: each job's own is at the top of its raw output)."
+    echo "(the machine is shared: before each job the script waits, up to 20 s, for cores 0 and 1 to be"
+    echo "below 25 % busy; the load and the busy figures it started with are at the top of its raw output)."
     echo "Open MPI $(ompi_info 2>/dev/null | awk '/Open MPI:/ {print $3; exit}'), lammps $(pkgv lammps)."
     echo
     echo "Seconds for the timed steps (the program's own clock: halo's, LAMMPS's \"Loop time\"), median over"

@@ -249,11 +249,14 @@ tmx_status_t tmx_message_discard(tmx_context_h ctx, tmx_message_h msg);
 /* ------------------------------------------------------- completion queue */
 
 /* Drives progress once if the queue is empty, then moves up to max entries
- * into out. *count receives the number moved (possibly 0). */
+ * into out. *count receives the number moved (possibly 0). Like
+ * tmx_progress, a call that finds nothing after many that found nothing
+ * yields the processor (sched_yield), so that a loop polling it for a
+ * completion lets the process it waits for run on a shared core. */
 tmx_status_t tmx_cq_read(tmx_context_h ctx, tmx_completion_t *out, size_t max, size_t *count);
 
 /* Drives all transports once. Returns the number of events handled (>= 0)
- * or a negative status. */
+ * or a negative status. May yield the processor as tmx_cq_read does. */
 int tmx_progress(tmx_context_h ctx);
 
 /* Drives progress until at least one event happened or a completion is

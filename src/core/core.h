@@ -112,6 +112,7 @@ struct tmx_context {
     tmx_peer_t last_peer;
     int64_t next_peer_check_us;
     unsigned spin_polls;        /* fruitless polls before yielding */
+    unsigned idle_polls;        /* fruitless tmx_cq_read/tmx_progress calls in a row */
     unsigned polls;             /* core_progress calls, for quiet transports */
     int watch_all;              /* every peer connected, so watched */
     boot_job_t job;             /* the launched job, if any */
@@ -181,6 +182,12 @@ int64_t core_now_us(void);
  * deadline (CLOCK_MONOTONIC us) passes; spins first, then yields, then
  * sleeps. *spins carries the caller's count of fruitless rounds. */
 void core_idle(tmx_context_h ctx, unsigned *spins, int64_t deadline_us);
+
+/* For the calls an application polls in a loop of its own (tmx_cq_read,
+ * tmx_progress): events is what this call found. After spin_polls
+ * fruitless calls in a row it yields the core as core_idle does. The
+ * caller holds the context lock. */
+void core_poll_idle(tmx_context_h ctx, int events);
 
 /* fail.c */
 void core_peer_failed_cb(void *arg, uint64_t uuid, int clean);

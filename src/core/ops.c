@@ -259,9 +259,9 @@ TMX_API tmx_status_t tmx_cq_read(tmx_context_h ctx, tmx_completion_t *out, size_
         return TMX_ERR_INVALID;
     }
     core_lock(ctx);
-    if (ctx->cq.count == 0)
-        core_progress(ctx);
+    int events = ctx->cq.count == 0 ? core_progress(ctx) : 1;
     *count = ctx->cq.count != 0 ? core_cq_pop(&ctx->cq, out, max) : 0;
+    core_poll_idle(ctx, events + (int)*count);
     core_unlock(ctx);
     return TMX_OK;
 }
@@ -276,6 +276,7 @@ TMX_API int tmx_progress(tmx_context_h ctx)
     }
     core_lock(ctx);
     events = core_progress(ctx);
+    core_poll_idle(ctx, events);
     core_unlock(ctx);
     return events;
 }

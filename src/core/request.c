@@ -238,6 +238,24 @@ void core_idle(tmx_context_h ctx, unsigned *spins, int64_t deadline_us)
         ctx->ifaces[i]->quiet = 0; /* what woke us may be anywhere */
 }
 
+/* A caller that waits by polling in a loop of its own never reaches
+ * core_idle: Open MPI's ofi MTL, for one, spins on fi_cq_read until a
+ * blocking send completes, without yielding. When ranks outnumber cores
+ * that spin takes the core from the very rank whose read or FIN it waits
+ * for, a time slice at a time; yielding here hands it over as a wait
+ * would. */
+void core_poll_idle(tmx_context_h ctx, int events)
+{
+    if (events > 0) {
+        ctx->idle_polls = 0;
+        return;
+    }
+    if (++ctx->idle_polls < ctx->spin_polls)
+        return;
+    ctx->idle_polls = 0;
+    idle_yield(ctx);
+}
+
 TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx_completion_t *out)
 {
     int64_t deadline = timeout_us < 0 ? INT64_MAX : core_now_us() + timeout_us;

@@ -22,6 +22,10 @@
  *   threads    (2 ranks) a context in multi-threaded mode; two threads per rank
  *                        exchange with the peer's at once, so both wait and
  *                        send together (run under ThreadSanitizer)
+ *   pollwait   (2 ranks) ping-pong of rendezvous messages where each rank waits
+ *                        by polling (tmx_request_test and tmx_progress in a
+ *                        loop of its own, as Open MPI's ofi MTL does), meant
+ *                        for both ranks on one core: polling must yield
  *   deadclaim  (4 ranks) rank 3 stops inside a send to rank 0 (after claiming
  *                        a cell of its ring, or before publishing it:
  *                        MP_DC_STOP=claim:N|publish:N) and rank 1 kills it;
@@ -47,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1465,6 +1470,70 @@ static void case_threads(void)
     printf("threads: %u threads x %u exchanges each way\n", TH_THREADS, TH_ITERS);
 }
 
+/* --------------------------------------------------------------- pollwait */
+
+#define PW_ROUNDS 2000
+#define PW_LEN ((size_t)65536)
+/* The CPU time a rank may spend on the whole run. A poll loop that keeps
+ * the core spins out its time slice in every wait for the peer (about
+ * 0.75 ms each: 1.5 s); one that yields spends microseconds. CPU time, not
+ * elapsed time, so that other load on the machine does not count. */
+#define PW_CPU_LIMIT_S 0.5
+#define PW_TAG UINT64_C(0x9011000000000000)
+
+static double pw_cpu_s(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* Waits the way an application's own loop does: test, progress, again;
+ * never tmx_request_wait, which has its own way of waiting. */
+static void pw_poll(tmx_request_h req, const char *what)
+{
+    int64_t t0 = mp_now_us();
+    tmx_completion_t c;
+    tmx_status_t st;
+
+    while ((st = tmx_request_test(req, &c)) == TMX_INPROGRESS) {
+        if (tmx_progress(mp_ctx) < 0)
+            mp_fail("%s: tmx_progress failed", what);
+        if (mp_now_us() - t0 > MP_WAIT_US)
+            mp_fail("%s: not complete after %d s", what, MP_WAIT_US / 1000000);
+    }
+    if (st != TMX_OK)
+        mp_fail("%s: %s", what, tmx_strerror(st));
+    tmx_request_free(req);
+}
+
+static void case_pollwait(void)
+{
+    tmx_peer_t peer = 1 - mp_rank;
+    unsigned char *buf = mp_buf_alloc(PW_LEN);
+    int64_t t0 = mp_now_us();
+    double cpu0 = pw_cpu_s(), cpu, s;
+
+    for (unsigned i = 0; i < PW_ROUNDS; i++) {
+        if (mp_rank == 0) {
+            pw_poll(mp_send(peer, buf, PW_LEN, PW_TAG | i), "polled send");
+            pw_poll(mp_recv(peer, buf, PW_LEN, PW_TAG | i, TMX_TAG_EXACT), "polled receive");
+        } else {
+            pw_poll(mp_recv(peer, buf, PW_LEN, PW_TAG | i, TMX_TAG_EXACT), "polled receive");
+            pw_poll(mp_send(peer, buf, PW_LEN, PW_TAG | i), "polled send");
+        }
+    }
+    s = (double)(mp_now_us() - t0) / 1e6;
+    cpu = pw_cpu_s() - cpu0;
+    if (cpu > PW_CPU_LIMIT_S)
+        mp_fail("%u polled round trips of %zu bytes took %.2f s of CPU (limit %.1f s) in %.2f s: "
+                "polling keeps the core from the peer", PW_ROUNDS, PW_LEN, cpu, PW_CPU_LIMIT_S, s);
+    printf("pollwait rank %u: %u polled round trips of %zu bytes in %.3f s, %.3f s of CPU\n", mp_rank,
+           PW_ROUNDS, PW_LEN, s, cpu);
+    free(buf);
+}
+
 /* -------------------------------------------------------------- deadclaim */
 
 #define DC_TAG UINT64_C(0xdc00000000000000)
@@ -1783,6 +1852,7 @@ static const mp_case_t mp_cases[] = {
     {"hostgone", 2, 2, case_hostgone, 0},
     {"deadclaim", 4, 4, case_deadclaim, 0}, {"threads", 2, 2, case_threads, 1},
     {"flood", 2, 64, case_flood, 1},
+    {"pollwait", 2, 2, case_pollwait, 1},
 };
 
 static const mp_case_t *mp_find(const char *name)

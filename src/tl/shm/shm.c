@@ -91,7 +91,7 @@ static void seg_init(shm_seg_hdr_t *seg, uint64_t uuid)
         atomic_store_explicit(&shm_cell(seg, i)->seq, shm_seq(i), memory_order_relaxed);
     for (int i = 0; i < SHM_N_SENDERS; i++) {
         atomic_store_explicit(&seg->senders[i].uuid, 0, memory_order_relaxed);
-        atomic_store_explicit(&seg->senders[i].claim, SHM_NO_CLAIM, memory_order_relaxed);
+        atomic_store_explicit(&seg->claims[i].pos, SHM_NO_CLAIM, memory_order_relaxed);
         atomic_store_explicit(&seg->senders[i].pid, 0, memory_order_relaxed);
     }
     atomic_thread_fence(memory_order_release);
@@ -163,7 +163,7 @@ static tmx_status_t slot_take(shm_ep_t *ep, uint64_t self)
         if (atomic_load_explicit(&s->uuid, memory_order_relaxed) == 0 &&
             atomic_compare_exchange_strong_explicit(&s->uuid, &v, self, memory_order_release,
                                                     memory_order_relaxed)) {
-            atomic_store_explicit(&s->claim, SHM_NO_CLAIM, memory_order_relaxed);
+            atomic_store_explicit(&ep->seg->claims[i].pos, SHM_NO_CLAIM, memory_order_relaxed);
             atomic_store_explicit(&s->pid, (uint32_t)getpid(), memory_order_relaxed);
             ep->slot = (uint16_t)i;
             ep->has_slot = 1;
@@ -320,7 +320,7 @@ static void shm_ep_destroy(tl_ep_t *tep)
 shm_cell_t *shm_cell_claim(shm_ep_t *ep, uint64_t *out_pos)
 {
     shm_seg_hdr_t *seg = ep->seg;
-    _Atomic uint64_t *claim = &seg->senders[ep->slot].claim;
+    _Atomic uint64_t *claim = &seg->claims[ep->slot].pos;
     uint64_t pos = atomic_load_explicit(&seg->tail, memory_order_relaxed);
 
     for (;;) {
@@ -443,10 +443,9 @@ static int claimants_gone(shm_seg_hdr_t *seg, uint64_t pos)
     int found = 0;
 
     for (int i = 0; i < SHM_N_SENDERS; i++) {
-        shm_sender_t *s = &seg->senders[i];
-        if (atomic_load_explicit(&s->claim, memory_order_relaxed) != pos)
+        if (atomic_load_explicit(&seg->claims[i].pos, memory_order_relaxed) != pos)
             continue;
-        uint32_t pid = atomic_load_explicit(&s->pid, memory_order_relaxed);
+        uint32_t pid = atomic_load_explicit(&seg->senders[i].pid, memory_order_relaxed);
         if (pid == 0 || !pid_gone(pid))
             return 0;
         found = 1;

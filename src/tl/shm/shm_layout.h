@@ -13,8 +13,8 @@
  *
  * A producer that dies between claiming a cell and publishing it would
  * block the ring for ever: before it claims, a producer writes the
- * position it is about to claim into its sender slot (claim), and the
- * slot names its process (pid). A consumer whose next cell stays claimed
+ * position it is about to claim into its slot's claims[] line, and its
+ * slot in senders[] names its process (pid). A consumer whose next cell stays claimed
  * but unpublished looks for the slots claiming that position; when every
  * one names a process that is gone, it skips the cell (shm.c:
  * ring_unblock). A live producer is never skipped, however slow.
@@ -57,16 +57,24 @@ typedef struct shm_job {
     uint8_t pad[SHM_CACHE_LINE - 16];
 } shm_job_t;
 
-#define SHM_NO_CLAIM UINT64_MAX  /* in shm_sender_t.claim: none */
+#define SHM_NO_CLAIM UINT64_MAX  /* in shm_claim_t.pos: none */
 
-/* A sender slot, a cache line of its own: its producer writes claim
- * before every cell it claims, and no other producer should pay for it. */
+/* A sender slot: who sends, read by the consumer for every cell, so it
+ * holds nothing that changes while the slot is taken. */
 typedef struct shm_sender {
     _Atomic uint64_t uuid;      /* the sending context; 0: the slot is free */
-    _Atomic uint64_t claim;     /* the position it claims or claimed last; SHM_NO_CLAIM */
     _Atomic uint32_t pid;       /* its process, for ring_unblock */
-    uint8_t pad[SHM_CACHE_LINE - 20];
+    uint32_t reserved;          /* zero */
 } shm_sender_t;
+
+/* What a sender slot claims, a cache line of its own: its producer writes
+ * it before every cell it claims, and neither the consumer (which reads it
+ * only when a cell stays unpublished) nor another producer should pay for
+ * that. */
+typedef struct shm_claim {
+    _Atomic uint64_t pos;       /* the position it claims or claimed last; SHM_NO_CLAIM */
+    uint8_t pad[SHM_CACHE_LINE - 8];
+} shm_claim_t;
 
 /* Segment header; the hot words sit on their own cache lines so that
  * producers and the consumer do not false-share. */
@@ -93,6 +101,7 @@ typedef struct shm_seg_hdr {
      * its last one, and the owner frees the slot when it consumes that
      * cell: no cell naming the slot is left then. */
     shm_sender_t senders[SHM_N_SENDERS];
+    shm_claim_t claims[SHM_N_SENDERS]; /* claims[i] is senders[i]'s */
 } shm_seg_hdr_t;
 
 enum shm_cell_kind {
@@ -173,9 +182,11 @@ static inline uint64_t shm_cell_src(shm_seg_hdr_t *seg, const shm_cell_t *cell)
 #define SHM_CELL_PAYLOAD (SHM_CELL_SIZE - sizeof(shm_cell_t))
 #define SHM_SEG_SIZE (sizeof(shm_seg_hdr_t) + (size_t)SHM_N_CELLS * SHM_CELL_SIZE)
 
-static_assert(sizeof(shm_sender_t) == SHM_CACHE_LINE, "a sender slot is one line");
-static_assert(sizeof(shm_seg_hdr_t) == (3 + SHM_N_JOBS + SHM_N_SENDERS) * SHM_CACHE_LINE,
-              "segment header: three lines, one per job and one per sender");
+static_assert(sizeof(shm_sender_t) == 16, "a sender slot is 16 bytes");
+static_assert(sizeof(shm_claim_t) == SHM_CACHE_LINE, "a sender's claim is one line");
+static_assert(sizeof(shm_seg_hdr_t) == (3 + SHM_N_JOBS + SHM_N_SENDERS) * SHM_CACHE_LINE + SHM_N_SENDERS * 16,
+              "segment header: three lines, one per job, the senders, one line per claim");
+static_assert(offsetof(shm_seg_hdr_t, claims) % SHM_CACHE_LINE == 0, "claims on lines of their own");
 static_assert(offsetof(shm_seg_hdr_t, tail) == SHM_CACHE_LINE, "tail on its own line");
 static_assert(offsetof(shm_seg_hdr_t, sleeping) == 2 * SHM_CACHE_LINE, "wake words on their own line");
 static_assert(sizeof(shm_cell_t) == 8, "cell header is 8 bytes");

@@ -69,7 +69,7 @@ trap 'exit 1' INT TERM
 # limit (job) for N ranks. Open MPI's start of a job grows with the square
 # of its ranks when they outnumber the cores: each rank polls every 100 us
 # in MPI_Init while the daemons exchange the addresses (128 ranks on 2
-# cores: 96 s over tmx, 309 s over ob1/tcp), so beyond 16 ranks both grow.
+# cores: 96 to 260 s over tmx, 309 s over ob1/tcp), so beyond 16 ranks both grow.
 job_limits() {
     local n="$1" secs=60
     [ "$n" -gt 16 ] && secs=$((60 + n * n / 32))

@@ -27,8 +27,9 @@
  * receive buffer has a guard after it that must come back untouched. Errors
  * are returned (MPI_ERRORS_RETURN) and checked at each call. A failure
  * prints "mpi_test FAIL case=C rank=R/N: what, with the values" on stderr
- * and calls MPI_Abort; a case that makes no progress for MT_CASE_SECONDS
- * ends the process. Rank 0 prints one line per case that passed.
+ * and calls MPI_Abort; a case (or MPI_Init, MPI_Finalize) that makes no
+ * progress for MT_CASE_SECONDS, or MPI_TEST_SECONDS when set (the start of
+ * a large job on a small machine takes longer), ends the process. Rank 0 prints one line per case that passed.
  */
 #include <mpi.h>
 #include <signal.h>
@@ -44,9 +45,10 @@
 #define MT_MIB ((size_t)1 << 20)
 #define MT_GUARD 256             /* bytes checked after each receive buffer */
 #define MT_GUARD_BYTE 0xa5
-#define MT_CASE_SECONDS 60       /* no case may take longer */
+#define MT_CASE_SECONDS 60       /* no case may take longer, by default */
 #define MT_SSEND_HOLD_MS 20      /* how long an Issend is watched not completing */
 
+static unsigned mt_seconds = MT_CASE_SECONDS;
 static int mt_rank;
 static int mt_size;
 static const char *mt_case = "init";
@@ -89,8 +91,8 @@ static void mt_check_rc(int rc, const char *what, int line)
 static void mt_watchdog(int sig)
 {
     char msg[160];
-    int n = snprintf(msg, sizeof(msg), "mpi_test FAIL case=%s rank=%d/%d: no progress in %d s\n",
-                     mt_case, mt_rank, mt_size, MT_CASE_SECONDS);
+    int n = snprintf(msg, sizeof(msg), "mpi_test FAIL case=%s rank=%d/%d: no progress in %u s\n",
+                     mt_case, mt_rank, mt_size, mt_seconds);
 
     (void)sig;
     if (n > 0 && write(STDERR_FILENO, msg, (size_t)n) < 0)
@@ -964,7 +966,7 @@ static void mt_run_case(size_t c)
     mt_case = mt_cases[c].name;
     MT_CALL(MPI_Barrier(MPI_COMM_WORLD));
     t0 = mt_now_ms();
-    alarm(MT_CASE_SECONDS);
+    alarm(mt_seconds);
     mt_cases[c].run();
     MT_CALL(MPI_Barrier(MPI_COMM_WORLD));
     alarm(0);
@@ -978,16 +980,21 @@ int main(int argc, char **argv)
 {
     char host[MPI_MAX_PROCESSOR_NAME];
     int hostlen = 0;
+    const char *secs = getenv("MPI_TEST_SECONDS");
+    double t0 = mt_now_ms();
 
+    if (secs != NULL && atoi(secs) > 0)
+        mt_seconds = (unsigned)atoi(secs);
     signal(SIGALRM, mt_watchdog);
-    alarm(MT_CASE_SECONDS);
+    alarm(mt_seconds);
     MT_CALL(MPI_Init(&argc, &argv));
     MT_CALL(MPI_Comm_rank(MPI_COMM_WORLD, &mt_rank));
     MT_CALL(MPI_Comm_size(MPI_COMM_WORLD, &mt_size));
     MT_CALL(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     MT_CALL(MPI_Get_processor_name(host, &hostlen));
     if (getenv("MPI_TEST_VERBOSE") != NULL)
-        printf("mpi_test rank %d/%d on %s\n", mt_rank, mt_size, host);
+        printf("mpi_test rank %d/%d on %s, MPI_Init %.0f ms\n", mt_rank, mt_size, host,
+               mt_now_ms() - t0);
 
     for (int a = 1; a < argc; a++) {
         size_t c = 0;
@@ -1009,7 +1016,7 @@ int main(int argc, char **argv)
         }
     }
     mt_case = "finalize";
-    alarm(MT_CASE_SECONDS);
+    alarm(mt_seconds);
     MT_CALL(MPI_Finalize());
     alarm(0);
     if (mt_rank == 0)

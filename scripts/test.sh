@@ -17,10 +17,10 @@ for preset in release asan; do
     cmake --build --preset "$preset" -j "$jobs"
     ctest --preset "$preset" -j 2
 done
-echo "== ThreadSanitizer (single-process tests)"
+echo "== ThreadSanitizer (single-process tests, udp in multi-threaded mode)"
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan -j "$jobs" --target api_test match_test
-ctest --preset tsan -R '^(api_test|match_test)$'
+cmake --build --preset tsan -j "$jobs" --target api_test match_test udp_mt_test
+ctest --preset tsan -R '^(api_test|match_test|udp_mt_test)$'
 echo "== ThreadSanitizer (shm across processes, multi-threaded contexts)"
 cmake --build --preset tsan -j "$jobs" --target mp_test tmxrun
 ctest --preset tsan -R '^mp_(threads|[a-z]+_mt)$'

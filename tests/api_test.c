@@ -951,6 +951,63 @@ static void test_destroy_busy(void **state)
     assert_int_equal(tmx_tsend(f->ctx, f->self, big, 100, 203, NULL, NULL), TMX_OK);
 }
 
+/* Two contexts over udp alone, each the other's peer. */
+static tmx_context_h ctx_udp(void)
+{
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT,
+                              .transports = "udp",
+                              .boot = TMX_BOOT_NONE};
+    tmx_context_h c;
+
+    assert_int_equal(tmx_context_create(&p, &c), TMX_OK);
+    return c;
+}
+
+/* The sender of a rendezvous message is destroyed while its send waits
+ * for the FIN, with segments of its own still unacknowledged, so that
+ * closing udp lingers and reads the FIN, the receiver's ACKs and its
+ * read requests: none of it may reach the layers above, which are going
+ * (the FIN once completed a request of a context half freed). */
+static void test_destroy_udp_rndv_waiting_for_fin(void **state)
+{
+    enum { BIG = 1 << 20 };
+    unsigned char *big = malloc(BIG), *got = malloc(BIG);
+
+    (void)state;
+    assert_non_null(big);
+    assert_non_null(got);
+    for (int round = 0; round < 3; round++) {
+        tmx_context_h a = ctx_udp(), b = ctx_udp();
+        tmx_peer_t pb = add_addr_of(a, b), pa = add_addr_of(b, a);
+        tmx_request_h sr, rr;
+
+        fill(big, BIG, 7);
+        assert_int_equal(tmx_tsend(a, pb, big, BIG, 9, NULL, &sr), TMX_OK);
+        assert_int_equal(tmx_trecv(b, pa, got, BIG, 9, 0, NULL, &rr), TMX_OK);
+        /* round 0: b has read all and sent its FIN; 1: b's reads are
+         * under way; 2: b has only the RTS */
+        for (long i = 0; i < 10000000 && tmx_request_test(rr, NULL) == TMX_INPROGRESS; i++) {
+            tmx_progress(a);
+            tmx_progress(b);
+            if (round == 1 && i == 200)
+                break;
+            if (round == 2 && i == 2)
+                break;
+        }
+        /* unacknowledged segments of a's own make its close linger */
+        assert_int_equal(tmx_tsend(a, pb, big, 100, 10, NULL, NULL), TMX_OK);
+        assert_int_equal(tmx_tsend(a, pb, big, 100, 11, NULL, NULL), TMX_OK);
+        for (int i = 0; i < 100; i++)
+            tmx_progress(b); /* b answers while a goes */
+        assert_int_equal(tmx_context_destroy(a), TMX_OK);
+        assert_int_equal(tmx_request_free(rr), TMX_OK);
+        assert_int_equal(tmx_context_destroy(b), TMX_OK);
+        (void)sr;
+    }
+    free(big);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -983,6 +1040,7 @@ int main(void)
         cmocka_unit_test(test_implicit_peer),
         cmocka_unit_test_setup_teardown(test_threads, setup_mt, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_busy, setup, teardown),
+        cmocka_unit_test(test_destroy_udp_rndv_waiting_for_fin),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -360,6 +360,18 @@ else
     expect_rc 0 "the ranks in $NS_B connected once their link was up"
     expect_slower 900 "they did wait for it"
     expect_no_leftovers
+    begin "network namespaces: no default route; tmxrun advertises the address on the route to them"
+    # As test hosts often are: only their own subnet routes. The machine's
+    # first address is then unreachable from NS_A, and the service must be
+    # advertised at NET.1 (learnt through the agent: hostname -I there).
+    ip netns exec "$NS_A" ip route del default 2>>"$TMP/err"
+    run --hosts "$NS_A" --agent 'ip netns exec {host}' -n 2 \
+        sh -c 'echo "$TMX_KVS" >&2; exec "$0" "$@"' "$KVS_RANK" "$MARK"
+    expect_rc 0 "the ranks reached the service"
+    expect_line err "^tcp:$NET\.1:[0-9]+\$" "advertised at $NET.1, on the route to $NS_A"
+    expect_line out '^kvs_rank: 2 ranks exchanged values$' "rank 0 reports the exchange"
+    expect_no_leftovers
+
     netns_delete
     if ip netns list | grep -q "^tmxrt-$$-"; then
         fail "namespaces left behind: $(ip netns list | grep "^tmxrt-$$-" | tr '\n' ' ')"
@@ -369,3 +381,7 @@ else
 fi
 
 finish
+if [ -n "$SKIP_WHY" ]; then
+    echo "$TEST_NAME: SKIPPED (exit 77) the network-namespace cases: $SKIP_WHY"
+    exit 77
+fi

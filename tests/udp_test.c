@@ -28,6 +28,7 @@ typedef struct side {
     size_t packets;              /* delivered to the layer above */
     size_t bytes;
     int failures;                /* peers reported failed */
+    int clean;                   /* of which said they closed */
     const unsigned char *lent;   /* memory others may read (mem_check) */
     size_t lent_len;
     unsigned refused;            /* mem_check answers other than TMX_OK */
@@ -46,8 +47,8 @@ static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
 static void on_fail(void *arg, uint64_t uuid, int clean)
 {
     (void)uuid;
-    (void)clean;
     ((side_t *)arg)->failures++;
+    ((side_t *)arg)->clean += clean;
 }
 
 #define LENT_KEY 0x1e47
@@ -501,7 +502,7 @@ static void test_failed_peer_gives_socket_back(void **state)
     pair_open(&a, &b);
     ab = connect_to(&a, &b, UUID_B);
     assert_int_equal(a.ui->n_conn, 1);
-    udp_ep_fail(a.ui, ab);
+    udp_ep_fail(a.ui, ab, "the test says so");
     assert_int_equal(a.failures, 1);
     assert_int_equal(ab->fd, -1);
     assert_int_equal(a.ui->n_conn, 0);
@@ -509,10 +510,112 @@ static void test_failed_peer_gives_socket_back(void **state)
     pair_close(&a, &b);
 }
 
+static int failed_once(void *arg)
+{
+    return ((side_t *)arg)->failures == 1;
+}
+
+/* Progresses a alone, as a waiter does (check_peers too), until done. */
+static int wait_alone(side_t *a, int (*done)(void *), void *arg)
+{
+    uint64_t end = udp_now_us() + 3000000;
+
+    while (!done(arg) && udp_now_us() < end) {
+        tl_udp_ops.progress(&a->ui->super);
+        tl_udp_ops.check_peers(&a->ui->super);
+        tl_udp_ops.wait(&a->ui->super, 1000);
+    }
+    return done(arg);
+}
+
+/* A peer whose process is gone is declared failed on the kernel's word,
+ * long before the silence limit: its port refuses our next datagram, as
+ * its own connected socket reports (connect_max 1) or the shared socket's
+ * error queue names (connect_max 0). */
+static void refused(const char *connect_max)
+{
+    side_t a, b;
+    udp_ep_t *ab;
+    want_t w;
+
+    setenv("TMX_UDP_CONNECT_MAX", connect_max, 1);
+    pair_open(&a, &b);
+    unsetenv("TMX_UDP_CONNECT_MAX");
+    ab = connect_to(&a, &b, UUID_B);
+    assert_int_equal(ab->fd >= 0, connect_max[0] != '0');
+    send_bytes(ab, 64);
+    w = (want_t){&b, 1, ab};
+    assert_true(poll_until(&a, &b, got_packets, &w));
+    assert_true(poll_until(&a, &b, all_acked, &w));
+    udp_ep_find(b.ui, UUID_A)->failed = 1; /* b dies: no goodbye */
+    side_close(&b); /* its port closes */
+    send_bytes(ab, 64);
+    assert_true(wait_alone(&a, failed_once, &a));
+    assert_true(ab->failed && ab->refused);
+    a.failures = 0;
+    side_close(&a);
+}
+
+/* A peer that closes its context says so: it is gone, cleanly, and its
+ * port's refusal afterwards is no death. */
+static void test_closing_peer_says_bye(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab;
+    want_t w;
+
+    (void)state;
+    pair_open(&a, &b);
+    ab = connect_to(&a, &b, UUID_B);
+    send_bytes(ab, 64);
+    w = (want_t){&b, 1, ab};
+    assert_true(poll_until(&a, &b, got_packets, &w));
+    assert_true(poll_until(&a, &b, all_acked, &w));
+    side_close(&b);
+    assert_true(wait_alone(&a, failed_once, &a));
+    assert_int_equal(a.clean, 1);
+    assert_false(ab->refused);
+    a.failures = a.clean = 0;
+    side_close(&a);
+}
+
+static void test_refused_port_is_death(void **state)
+{
+    (void)state;
+    refused("1");
+    refused("0");
+}
+
+/* A peer that is alive but silent (busy: it never progresses) is probed,
+ * and not declared failed. */
+static void test_silent_peer_is_not_dead(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab;
+    uint64_t end;
+
+    (void)state;
+    pair_open(&a, &b);
+    ab = connect_to(&a, &b, UUID_B);
+    send_bytes(ab, 64);
+    end = udp_now_us() + 1500000;
+    while (udp_now_us() < end) {
+        tl_udp_ops.progress(&a.ui->super);
+        tl_udp_ops.check_peers(&a.ui->super);
+        tl_udp_ops.wait(&a.ui->super, 1000);
+    }
+    assert_int_equal(a.failures, 0);
+    assert_true(a.ui->segs_sent >= 2); /* the data and a keepalive */
+    pair_close(&a, &b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_acks_reach_a_connected_sender),
+        cmocka_unit_test(test_closing_peer_says_bye),
+        cmocka_unit_test(test_refused_port_is_death),
+        cmocka_unit_test(test_silent_peer_is_not_dead),
         cmocka_unit_test(test_both_connected),
         cmocka_unit_test(test_connect_max),
         cmocka_unit_test(test_reply_port_zero_dropped),

@@ -101,7 +101,7 @@ static void usage(FILE *f)
             "                     (tmxrun's own TMX_* variables go in the env list)\n"
             "  --kvs-addr IP      with --hosts: listen on IP only and tell the ranks\n"
             "                     to connect there (default: listen on every address,\n"
-            "                     advertise the first IPv4 one of an interface up)\n"
+            "                     advertise the one on the route to the hosts)\n"
             "  -h, --help         show this help\n"
             "Ranks read stdin from /dev/null. Exit status: 0 when every rank exits 0;\n"
             "else the first failing rank's (128+S if killed by signal S); %d on timeout;\n"

@@ -200,4 +200,15 @@ void kvs_fini(run_job_t *job);
  * Returns -1 after job_fail() when it cannot. */
 int rank_spawn(run_job_t *job, int r);
 
+/* The command line that runs cmd (a shell command, used as is) on host
+ * through the agent, for sh -c. 0 or ENOMEM. */
+int agent_probe_command(const run_job_t *job, const char *host, const char *cmd, char **out);
+
+/* ------------------------------------------------------- tmxrun_route.c */
+
+/* The address of this host that routes to the job's hosts, for the ranks
+ * to reach the key-value service at when --kvs-addr is not given (see
+ * tmxrun_route.c). 0 with ip set, or -1 when no host told us. */
+int route_kvs_ip(const run_job_t *job, char *ip, size_t cap);
+
 #endif

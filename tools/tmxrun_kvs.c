@@ -446,6 +446,10 @@ static int tcp_default_ip(char *ip, size_t cap)
                               (socklen_t)cap) != NULL;
     }
     freeifaddrs(ifs);
+    if (found)
+        run_log("kvs: no route to the hosts known (their names do not resolve here, and `hostname -I` "
+                "through the agent named no address that routes); advertising %s, the first address "
+                "of an interface up: if the hosts cannot reach it, give --kvs-addr", ip);
     if (!found) {
         run_log("kvs: no interface but loopback has an IPv4 address; advertising 127.0.0.1, "
                 "which only ranks on this host can reach (see --kvs-addr)");
@@ -455,7 +459,8 @@ static int tcp_default_ip(char *ip, size_t cap)
 }
 
 /* Listens on every address, or only on --kvs-addr, at a port the kernel
- * picks, and advertises --kvs-addr or tcp_default_ip(). */
+ * picks, and advertises --kvs-addr, or the address on the route to the
+ * hosts (tmxrun_route.c), or else tcp_default_ip(). */
 static int listen_tcp(run_job_t *job)
 {
     const char *bind_ip = job->opts.kvs_ip != NULL ? job->opts.kvs_ip : "0.0.0.0";
@@ -469,7 +474,7 @@ static int listen_tcp(run_job_t *job)
     }
     if (job->opts.kvs_ip != NULL)
         snprintf(ip, sizeof(ip), "%s", job->opts.kvs_ip);
-    else if (tcp_default_ip(ip, sizeof(ip)) != 0)
+    else if (route_kvs_ip(job, ip, sizeof(ip)) != 0 && tcp_default_ip(ip, sizeof(ip)) != 0)
         return -1;
     job->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (job->listen_fd < 0 || bind(job->listen_fd, (struct sockaddr *)&in, sizeof(in)) != 0 ||

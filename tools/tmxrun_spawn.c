@@ -215,6 +215,20 @@ static int agent_command(const run_job_t *job, int r, char **out)
     return 0;
 }
 
+int agent_probe_command(const run_job_t *job, const char *host, const char *cmd, char **out)
+{
+    run_buf_t b = {0};
+
+    buf_str(&b, "exec ");
+    agent_expand(&b, job->opts.agent, host, cmd);
+    if (b.failed) {
+        free(b.p);
+        return ENOMEM;
+    }
+    *out = b.p;
+    return 0;
+}
+
 /* -------------------------------------------------------------- the child */
 
 static void rank_setenv(const run_job_t *job, int r)

@@ -227,8 +227,9 @@ static int connect_tcp(const boot_addr_t *a, const char *addr)
         int64_t left = deadline - mono_ms();
 
         if (left <= 0) {
-            util_error("kvs connect to %s: %s (still, after trying for %d ms)", addr,
-                       strerror(errno), BOOT_TCP_CONNECT_MS);
+            util_error("kvs connect to %s: %s (still, after trying for %d ms); if this host "
+                       "cannot reach that address, give tmxrun --kvs-addr IP, an address of the "
+                       "launching host that it can reach", addr, strerror(errno), BOOT_TCP_CONNECT_MS);
             return -1;
         }
         util_debug("kvs connect to %s: %s; trying again", addr, strerror(errno));

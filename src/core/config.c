@@ -28,7 +28,7 @@ static const config_entry_t config_table[] = {
     {"TMX_UDP_OFFLOAD", "1", "udp: 1 to use UDP GSO and GRO where the kernel has them, 0 never (sendmmsg and recvmmsg only)"},
     {"TMX_UDP_ACK_DELAY_US", "50", "udp: delayed ACK, microseconds"},
     {"TMX_UDP_RTO_MS", "100", "udp: first retransmit timeout, milliseconds (doubles up to 1 s)"},
-    {"TMX_UDP_PEER_TIMEOUT_MS", "5000", "udp: silence after which a peer is declared failed"},
+    {"TMX_UDP_PEER_TIMEOUT_MS", "300000", "udp: silence after which a peer is declared failed though its host never refused its port (a host gone); a busy peer is silent, not dead, so keep it long"},
     {"TMX_UDP_FAULTS", "", "udp: injected faults, e.g. drop=0.05,dup=0.01,reorder=0.05,corrupt=0.001"},
 };
 

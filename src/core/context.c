@@ -119,13 +119,20 @@ static void context_free(tmx_context_h ctx)
     util_dlist_t *pos, *tmp;
 
     boot_job_leave(&ctx->job);
+    /* Teardown runs in three steps (DESIGN.md): upcalls stop, transports
+     * close, then the state above them goes. A transport may progress
+     * while it closes (udp lingers for its last segments), and a FIN or
+     * read request it reads then must not reach peers already freed. */
+    for (int i = 0; i < ctx->n_ifaces; i++)
+        tl_iface_mute(ctx->ifaces[i]);
+    core_peers_close(ctx);
+    for (int i = 0; i < ctx->n_ifaces; i++)
+        ctx->ifaces[i]->ops->iface_close(ctx->ifaces[i]);
     util_dlist_foreach_safe(pos, tmp, &ctx->msgs) {
         free(util_container_of(pos, struct tmx_message, link)->payload);
     }
     proto_fini(ctx);
     core_peers_fini(ctx);
-    for (int i = 0; i < ctx->n_ifaces; i++)
-        ctx->ifaces[i]->ops->iface_close(ctx->ifaces[i]);
     match_fini(&ctx->match);
     util_pool_fini(&ctx->req_pool);
     util_pool_fini(&ctx->msg_pool);
@@ -183,7 +190,6 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     pthread_mutex_init(&ctx->lock, NULL);
     context_apply(ctx, params);
     ctx->uuid = make_uuid();
-    ctx->rkey_seed = ctx->uuid;
     ctx->self_peer = TMX_PEER_NONE;
     ctx->last_peer = TMX_PEER_NONE; /* the uuid cache starts empty */
     ctx->rndv_free = UINT32_MAX;
@@ -192,6 +198,8 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     util_dlist_init(&ctx->ctrl_pending);
     util_pool_init(&ctx->req_pool, sizeof(struct tmx_request), CORE_POOL_CHUNK);
     util_pool_init(&ctx->msg_pool, sizeof(struct tmx_message), CORE_POOL_CHUNK);
+    if ((st = reg_keygen_init(&ctx->keygen)) != TMX_OK)
+        goto err_free;
     if ((st = match_init(&ctx->match)) != TMX_OK)
         goto err_free;
     if ((st = core_cq_init(&ctx->cq)) != TMX_OK)

@@ -10,6 +10,7 @@
 
 #include "boot/job.h"
 #include "match/match.h"
+#include "reg/reg.h"
 #include "tl/tl.h"
 #include "tmx.h"
 #include "util/list.h"
@@ -122,7 +123,7 @@ struct tmx_context {
     struct tmx_request **rndv;  /* rendezvous sends by id */
     uint32_t n_rndv_slots;
     uint32_t rndv_free;         /* head of the free-slot chain */
-    uint64_t rkey_seed;
+    reg_keygen_t keygen;        /* remote-access keys (src/reg) */
     util_dlist_t ctrl_pending;  /* control packets waiting for room */
     uint64_t dropped;           /* packets from the wire that did not parse */
     core_cq_t cq;
@@ -209,6 +210,9 @@ tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void
 tmx_status_t core_address(tmx_context_h ctx, void *buf, size_t room, size_t *used);
 tmx_peer_t core_peer_by_uuid(tmx_context_h ctx, uint64_t uuid);
 tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_peer_t *out);
+/* Destroys every peer's endpoint (teardown: after the transports are
+ * muted, before they close); core_peers_fini then frees the peers. */
+void core_peers_close(tmx_context_h ctx);
 void core_peers_fini(tmx_context_h ctx);
 
 /* message lifetime */

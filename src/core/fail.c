@@ -61,24 +61,17 @@ void core_peer_failed_cb(void *arg, uint64_t uuid, int clean)
                   clean ? "has exited" : "died", n);
 }
 
-/* rkeys carry the rendezvous slot in their low 32 bits (request.c). */
+/* An rkey names the rendezvous send's slot (request.c, src/reg). */
 tmx_status_t core_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t rkey)
 {
     tmx_context_h ctx = arg;
-    struct tmx_request *req = core_rndv_lookup(ctx, (uint32_t)rkey);
-    uint64_t base;
+    struct tmx_request *req = core_rndv_lookup(ctx, reg_key_slot(rkey));
+    reg_region_t r;
 
-    if (req == NULL || req->comp.op != TMX_OP_TSEND || req->rkey != rkey) {
-        util_error("refused a remote read under unknown key 0x%llx", (unsigned long long)rkey);
-        return TMX_ERR_NOT_FOUND;
-    }
-    base = (uintptr_t)req->buf;
-    if (addr < base || len > req->len || addr - base > req->len - len) {
-        util_error("refused a remote read of %llu bytes at 0x%llx outside its %zu-byte region",
-                   (unsigned long long)len, (unsigned long long)addr, req->len);
-        return TMX_ERR_INVALID;
-    }
-    return TMX_OK;
+    if (req == NULL || req->comp.op != TMX_OP_TSEND)
+        return reg_access_check(NULL, addr, len, rkey);
+    r = (reg_region_t){(uintptr_t)req->buf, req->len, req->rkey};
+    return reg_access_check(&r, addr, len, rkey);
 }
 
 /* Transports watch only the peers they have endpoints to, and endpoints

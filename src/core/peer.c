@@ -372,13 +372,26 @@ tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
     return TMX_OK;
 }
 
-static void peers_free(core_peer_t *arr, uint32_t n)
+static void peers_close(core_peer_t *arr, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
         if (arr[i].ep != NULL)
             arr[i].tl->ep_destroy(arr[i].ep);
-        free(arr[i].addr);
+        arr[i].ep = NULL;
     }
+}
+
+void core_peers_close(tmx_context_h ctx)
+{
+    peers_close(ctx->peers, ctx->n_peers);
+    peers_close(ctx->ipeers, ctx->n_ipeers);
+}
+
+static void peers_free(core_peer_t *arr, uint32_t n)
+{
+    peers_close(arr, n);
+    for (uint32_t i = 0; i < n; i++)
+        free(arr[i].addr);
     free(arr);
 }
 

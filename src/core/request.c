@@ -78,8 +78,11 @@ void core_req_complete(struct tmx_request *req, tmx_status_t status)
 static tmx_status_t rndv_grow(tmx_context_h ctx)
 {
     uint32_t n = ctx->n_rndv_slots ? ctx->n_rndv_slots * 2 : 64;
-    struct tmx_request **slots = realloc(ctx->rndv, n * sizeof(*slots));
+    struct tmx_request **slots;
 
+    if (n > REG_KEY_SLOTS) /* a key names its slot in REG_KEY_SLOT_BITS bits */
+        return TMX_ERR_AGAIN;
+    slots = realloc(ctx->rndv, n * sizeof(*slots));
     if (slots == NULL)
         return TMX_ERR_NOMEM;
     for (uint32_t i = ctx->n_rndv_slots; i < n; i++) {
@@ -95,17 +98,19 @@ static tmx_status_t rndv_grow(tmx_context_h ctx)
 tmx_status_t core_rndv_slot_get(tmx_context_h ctx, struct tmx_request *req)
 {
     uint32_t id;
+    tmx_status_t st;
 
-    if (ctx->rndv_free == UINT32_MAX && rndv_grow(ctx) != TMX_OK) {
-        util_error("out of memory tracking %u rendezvous sends", ctx->n_rndv_slots);
-        return TMX_ERR_NOMEM;
+    if (ctx->rndv_free == UINT32_MAX && (st = rndv_grow(ctx)) != TMX_OK) {
+        util_error("cannot track more than %u rendezvous sends at once: %s", ctx->n_rndv_slots,
+                   tmx_strerror(st));
+        return st;
     }
     id = ctx->rndv_free;
     ctx->rndv_free = (uint32_t)((uintptr_t)ctx->rndv[id] >> 1);
     ctx->rndv[id] = req;
     req->id = id;
-    /* The slot in the low half lets a remote read be checked in O(1). */
-    req->rkey = (util_hash64(ctx->rkey_seed++) << 32) | id;
+    /* The slot in the key lets a remote read be checked in O(1). */
+    req->rkey = reg_key_make(&ctx->keygen, id);
     return TMX_OK;
 }
 

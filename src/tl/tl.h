@@ -5,9 +5,15 @@
  * and never tests an operation for NULL (tl_no_get() fills the gap where a
  * transport cannot read remote memory).
  *
- * Threads: the core serialises every call into one interface; no operation
- * is called concurrently with another on the same interface, except
- * wait() (see there), and callbacks run inside tl_ops_t.progress() only.
+ * Threads: the core serialises every call into one interface under its
+ * lock, with one exception: wait() runs unlocked (a sleeping thread must
+ * not keep the others out), concurrently with any other operation on the
+ * same interface, including progress() and another thread's wait(). So no
+ * operation but wait() is called concurrently with another, and wait()
+ * may touch only what iface_open() fixed for the interface's life (a
+ * descriptor, a mapped futex word) and fields that every side reads and
+ * writes atomically. Callbacks run inside progress() and check_peers()
+ * only, never inside wait().
  */
 #ifndef TMX_TL_H
 #define TMX_TL_H
@@ -82,7 +88,10 @@ struct tl_ops {
     tmx_status_t (*iface_open)(const tl_iface_params_t *params, tl_iface_t **iface);
 
     /* Closes the transport and every endpoint still open on it; queued
-     * packets are dropped and gets in flight are abandoned (no callback). */
+     * packets are dropped and gets in flight are abandoned (no callback).
+     * Called after tl_iface_mute(): it may still progress (udp lingers
+     * to deliver its last segments), but nothing reaches the layer above.
+     * Blocks for a bounded time (udp: UDP_LINGER_US at most). */
     void (*iface_close)(tl_iface_t *iface);
 
     /* Writes this transport's address section (*len in: room, out: used).
@@ -119,9 +128,10 @@ struct tl_ops {
 
     /* Blocks until something may have arrived, or timeout_us passes (< 0:
      * no limit). May return early; the caller progresses and decides.
-     * Called without the core's lock in multi-threaded mode, so it may run
-     * beside any other operation on the interface, other threads' wait()
-     * included: it touches only state made for that (atomics). */
+     * Called without the core's lock, concurrently with any operation
+     * (see "Threads" above): it reads only fixed or atomic fields, makes
+     * no upcall, and what it learns (woken, how long to sleep) passes to
+     * and from progress() through atomic fields. */
     void (*wait)(tl_iface_t *iface, int64_t timeout_us);
 
     /* Looks for dead peers and reports them through fail_cb. Called from
@@ -132,6 +142,12 @@ struct tl_ops {
 extern const tl_ops_t tl_self_ops;
 extern const tl_ops_t tl_shm_ops;
 extern const tl_ops_t tl_udp_ops;
+
+/* Stops every upcall of iface: from now on packets are dropped, failed
+ * peers ignored and remote reads refused. The first step of teardown,
+ * before any endpoint or the interface closes, so that a transport still
+ * progressing while it closes never calls into state being freed. */
+void tl_iface_mute(tl_iface_t *iface);
 
 /* Fallbacks for transports without the operation. */
 void tl_no_wait(tl_iface_t *iface, int64_t timeout_us);

@@ -11,6 +11,14 @@
  *   peerdeath  (3 ranks) rank 2 dies by SIGKILL; the others' operations on
  *                        it fail, and theirs between each other still work
  *   oversub    (N ranks) ring exchange, meant for more ranks than cores
+ *   lonely     (2 ranks) large receives complete while the sender sleeps
+ *   busy       (2 ranks) rank 1 sleeps MP_BUSY_S s (default 60) without
+ *                        calling tmx: busy, not dead; then all completes
+ *   hostgone   (2 ranks) rank 1's host vanishes (the script takes its link
+ *                        down): rank 0 sees it fail by the silence limit
+ *   alltoall   (N ranks) every pair both ways: small at once, large
+ *                        (MP_AA_BYTES, default 100000) at once and in
+ *                        shifted rounds
  *   threads    (2 ranks) a context in multi-threaded mode; two threads per rank
  *                        exchange with the peer's at once, so both wait and
  *                        send together (run under ThreadSanitizer)
@@ -1207,6 +1215,203 @@ static void case_lonely(void)
     free(buf);
 }
 
+/* ------------------------------------------------------------------- busy */
+
+/* A rank that computes without calling tmx is busy, not dead (udp_live.c):
+ * rank 1 sleeps MP_BUSY_S seconds (default 60; at least longer than the
+ * old 5 s timeout to mean anything) while rank 0 waits on a receive from
+ * it and has an eager and a rendezvous message in flight to it; then
+ * rank 1 takes both and answers, and everything completes. */
+#define BZ_TAG UINT64_C(0xb0b0000000000000)
+#define BZ_LEN (MP_MIB + 5)
+
+static unsigned bz_seconds(void)
+{
+    const char *v = getenv("MP_BUSY_S");
+
+    return v != NULL && atoi(v) > 0 ? (unsigned)atoi(v) : 60;
+}
+
+/* One message each way, so that each side has heard the other. */
+static void bz_hello(unsigned char *buf)
+{
+    tmx_peer_t peer = 1 - mp_rank;
+    tmx_completion_t c;
+    tmx_request_h r = mp_recv(peer, buf, 64, BZ_TAG, TMX_TAG_EXACT), s;
+
+    mp_fill(buf + 64, 64, mp_seed(mp_rank, 0, 64));
+    s = mp_send(peer, buf + 64, 64, BZ_TAG);
+    mp_check_recv("busy hello", mp_wait(r, &c, "busy hello"), &c, peer, BZ_TAG, 64, 64);
+    mp_check_pattern("busy hello", buf, 64, mp_seed(peer, 0, 64));
+    mp_wait_send(s, peer, BZ_TAG, 64, "busy hello");
+}
+
+static void bz_recv(unsigned i, size_t len, unsigned char *buf)
+{
+    tmx_completion_t c;
+    uint64_t tag = BZ_TAG | i;
+    tmx_status_t st = mp_wait(mp_recv(0, buf, BZ_LEN, tag, TMX_TAG_EXACT), &c, "busy receive");
+
+    mp_check_recv("busy receive", st, &c, 0, tag, BZ_LEN, len);
+    mp_check_pattern("busy receive", buf, len, mp_seed(0, i, len));
+}
+
+static void case_busy(void)
+{
+    unsigned sec = bz_seconds();
+    int64_t wait_us = ((int64_t)sec + 30) * 1000000, t0;
+    unsigned char *buf = mp_buf_alloc(BZ_LEN), *big = mp_buf_alloc(BZ_LEN);
+    tmx_request_h s1, s2, r;
+    tmx_completion_t c;
+
+    bz_hello(buf);
+    if (mp_rank == 1) {
+        struct timespec ts = {(time_t)sec, 0};
+        fprintf(stderr, "mp_test rank 1: busy for %u s without calling tmx\n", sec);
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+        bz_recv(1, 100, buf);
+        bz_recv(2, BZ_LEN, buf);
+        mp_fill(big, 100, mp_seed(1, 3, 100));
+        mp_wait_send(mp_send(0, big, 100, BZ_TAG | 3), 0, BZ_TAG | 3, 100, "busy answer");
+    } else {
+        t0 = mp_now_us();
+        mp_fill(buf, 100, mp_seed(0, 1, 100));
+        mp_fill(big, BZ_LEN, mp_seed(0, 2, BZ_LEN));
+        s1 = mp_send(1, buf, 100, BZ_TAG | 1);
+        s2 = mp_send(1, big, BZ_LEN, BZ_TAG | 2);
+        r = mp_recv(1, buf + 128, 100, BZ_TAG | 3, TMX_TAG_EXACT);
+        mp_check_recv("answer from the busy rank", mp_wait_for(r, wait_us, &c, "answer from the busy rank"),
+                      &c, 1, BZ_TAG | 3, 100, 100);
+        mp_check_pattern("answer from the busy rank", buf + 128, 100, mp_seed(1, 3, 100));
+        mp_wait_send(s1, 1, BZ_TAG | 1, 100, "eager send to the busy rank");
+        mp_wait_send(s2, 1, BZ_TAG | 2, BZ_LEN, "rendezvous send to the busy rank");
+        printf("busy: rank 1 was silent for %u s and is alive: answered after %.1f s\n", sec,
+               (double)(mp_now_us() - t0) / 1e6);
+    }
+    free(buf);
+    free(big);
+}
+
+/* --------------------------------------------------------------- hostgone */
+
+/* A host that vanishes (its link goes down: no process, no kernel answers,
+ * nothing is refused) is found only by the silence limit: rank 1 says it
+ * is ready and sleeps, the script takes its host's link down, and rank 0's
+ * receive from it must fail, no sooner than TMX_UDP_PEER_TIMEOUT_MS. */
+static void case_hostgone(void)
+{
+    unsigned char buf[128];
+    const char *v = getenv("TMX_UDP_PEER_TIMEOUT_MS");
+    int64_t limit_us = (v != NULL ? atol(v) : 300000) * 1000, t0;
+    tmx_completion_t c;
+    tmx_status_t st;
+    tmx_request_h r;
+
+    bz_hello(buf);
+    if (mp_rank == 1) {
+        printf("hostgone: rank 1 ready\n");
+        for (;;)
+            pause(); /* the host goes away under it */
+    }
+    r = mp_recv(1, buf, 64, BZ_TAG | 9, TMX_TAG_EXACT);
+    t0 = mp_now_us();
+    st = mp_wait_for(r, limit_us + 60000000, &c, "receive from the vanished host");
+    if (st != TMX_ERR_PEER_FAILED)
+        mp_fail("receive from the vanished host: %s, expected TMX_ERR_PEER_FAILED", tmx_strerror(st));
+    printf("hostgone ok rank 0: declared failed after %.1f s (limit %.1f s)\n",
+           (double)(mp_now_us() - t0) / 1e6, (double)limit_us / 1e6);
+}
+
+/* --------------------------------------------------------------- alltoall */
+
+/* Every rank sends to every other, payload-checked: a small message to
+ * all at once (every receive posted, then every send), a large one
+ * (rendezvous over shm and udp) to all at once, then a large one per
+ * shifted round, rank r sending to r + k and receiving from r - k. Meant
+ * for jobs of many ranks across hosts on few cores, where peers are slow
+ * but none is dead. */
+#define AA_SMALL 1000
+#define AA_BIG_DEFAULT 100000
+#define AA_TAG UINT64_C(0xa2a0000000000000)
+#define AA_WAIT_US 120000000 /* oversubscribed ranks are slow */
+
+/* Every receive posted, then every send, all of len bytes: the incast
+ * of an MPI_Alltoall's linear algorithm. */
+static void aa_burst(size_t len, uint64_t tag)
+{
+    unsigned char *in = mp_buf_alloc((size_t)mp_size * len), *out = mp_buf_alloc(len);
+    tmx_request_h *rr = calloc(mp_size, sizeof(*rr)), *sr = calloc(mp_size, sizeof(*sr));
+    tmx_completion_t c;
+
+    if (rr == NULL || sr == NULL)
+        mp_fail("out of memory");
+    mp_fill(out, len, mp_seed(mp_rank, tag, len)); /* the same to all */
+    for (uint32_t p = 0; p < mp_size; p++) {
+        if (p != mp_rank)
+            rr[p] = mp_recv(p, in + (size_t)p * len, len, tag, TMX_TAG_EXACT);
+    }
+    for (uint32_t k = 1; k < mp_size; k++)
+        sr[(mp_rank + k) % mp_size] = mp_send((mp_rank + k) % mp_size, out, len, tag);
+    for (uint32_t p = 0; p < mp_size; p++) {
+        if (p == mp_rank)
+            continue;
+        mp_check_recv("alltoall burst", mp_wait_for(rr[p], AA_WAIT_US, &c, "alltoall burst"), &c, p, tag,
+                      len, len);
+        mp_check_pattern("alltoall burst", in + (size_t)p * len, len, mp_seed(p, tag, len));
+        if (mp_wait_for(sr[p], AA_WAIT_US, &c, "alltoall burst send") != TMX_OK)
+            mp_fail("alltoall burst send to %u: %s", p, tmx_strerror(c.status));
+    }
+    free(in);
+    free(out);
+    free(rr);
+    free(sr);
+}
+
+/* The large messages' size: MP_AA_BYTES, or AA_BIG_DEFAULT. */
+static size_t aa_big_len(void)
+{
+    const char *v = getenv("MP_AA_BYTES");
+
+    return v != NULL && atol(v) > 0 ? (size_t)atol(v) : AA_BIG_DEFAULT;
+}
+
+static void aa_big(void)
+{
+    const size_t AA_BIG = aa_big_len();
+    unsigned char *in = mp_buf_alloc(AA_BIG), *out = mp_buf_alloc(AA_BIG);
+    tmx_completion_t c;
+    char what[80];
+
+    for (uint32_t k = 1; k < mp_size; k++) {
+        uint32_t to = (mp_rank + k) % mp_size, from = (mp_rank + mp_size - k) % mp_size;
+        uint64_t tag = AA_TAG | 1u << 20 | k;
+        tmx_request_h r = mp_recv(from, in, AA_BIG, tag, TMX_TAG_EXACT), s;
+
+        snprintf(what, sizeof(what), "alltoall round %u (%u -> %u -> %u)", k, from, mp_rank, to);
+        mp_fill(out, AA_BIG, mp_seed(mp_rank, to, AA_BIG));
+        s = mp_send(to, out, AA_BIG, tag);
+        mp_check_recv(what, mp_wait_for(r, AA_WAIT_US, &c, what), &c, from, tag, AA_BIG, AA_BIG);
+        mp_check_pattern(what, in, AA_BIG, mp_seed(from, mp_rank, AA_BIG));
+        if (mp_wait_for(s, AA_WAIT_US, &c, what) != TMX_OK)
+            mp_fail("%s: send failed: %s", what, tmx_strerror(c.status));
+    }
+    free(in);
+    free(out);
+}
+
+static void case_alltoall(void)
+{
+    int64_t t0 = mp_now_us();
+
+    aa_burst(AA_SMALL, AA_TAG);
+    aa_burst(aa_big_len(), AA_TAG | 2u << 20);
+    aa_big();
+    if (mp_rank == 0)
+        printf("alltoall: %u ranks, every pair both ways, %.1f s\n", mp_size,
+               (double)(mp_now_us() - t0) / 1e6);
+}
+
 /* ---------------------------------------------------------------- threads */
 
 #define TH_THREADS 2
@@ -1470,6 +1675,8 @@ static const mp_case_t mp_cases[] = {
     {"order", 2, 2, case_order, 1},       {"truncate", 2, 2, case_truncate, 1},
     {"probe", 2, 2, case_probe, 1},       {"peerdeath", 3, 3, case_peerdeath, 0},
     {"oversub", 2, 4096, case_oversub, 1}, {"lonely", 2, 2, case_lonely, 1},
+    {"busy", 2, 2, case_busy, 1},         {"alltoall", 2, 4096, case_alltoall, 1},
+    {"hostgone", 2, 2, case_hostgone, 0},
     {"deadclaim", 4, 4, case_deadclaim, 0}, {"threads", 2, 2, case_threads, 1},
     {"pollwait", 2, 2, case_pollwait, 1},
 };

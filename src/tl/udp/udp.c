@@ -100,6 +100,7 @@ static tmx_status_t sock_open(udp_iface_t *ui, uint32_t *ifmtu)
     if (bind(ui->fd, (struct sockaddr *)&ui->self_sa, sizeof(ui->self_sa)) != 0 ||
         getsockname(ui->fd, (struct sockaddr *)&ui->self_sa, &slen) != 0)
         goto err_close;
+    udp_live_socket(ui);
     return TMX_OK;
 
 err_close:
@@ -188,6 +189,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     rmsgs_init(ui);
     ui->recv_vlen = UDP_RECV_BATCH;
     ui->poll_now_us = udp_now_us();
+    ui->wait_cap_us = 1000;
     ui->seg_cap = ui->mtu;
     util_pool_init(&ui->segs, sizeof(udp_seg_t) + ui->seg_cap, 64);
     util_pool_init(&ui->hsegs, sizeof(udp_seg_t) + sizeof(udp_hdr_t), 256);
@@ -255,19 +257,26 @@ static void linger(udp_iface_t *ui)
     }
 }
 
+static void bye_all(udp_iface_t *ui);
+
 static void udp_iface_close(tl_iface_t *iface)
 {
     udp_iface_t *ui = (udp_iface_t *)iface;
 
+    /* reads are abandoned before lingering: their data, arriving now,
+     * finds no read and is dropped, and no callback runs */
+    udp_get_fini(ui);
+    ui->closing = 1;
     linger(ui);
     udp_ack_flush(ui, UINT64_MAX);
+    bye_all(ui);
     util_info("udp: %llu segments sent, %llu resent, %llu probes, %llu timeouts, %llu stalls reported; "
               "%llu datagrams received, %llu dropped", (unsigned long long)ui->segs_sent,
               (unsigned long long)ui->retransmits, (unsigned long long)ui->probes,
               (unsigned long long)ui->timeouts,
               (unsigned long long)ui->stalls_sent, (unsigned long long)ui->dgrams_in,
               (unsigned long long)ui->dropped);
-    udp_get_fini(ui);
+    udp_get_fini(ui); /* refusals of reads asked meanwhile */
     while (!util_dlist_empty(&ui->eps))
         ep_free(ui, util_container_of(ui->eps.next, udp_ep_t, link));
     udp_faults_fini(&ui->faults);
@@ -406,18 +415,47 @@ static void udp_ep_destroy(tl_ep_t *tep)
     ((udp_ep_t *)tep)->connected = 0;
 }
 
-void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep)
+static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)
 {
-    if (ep->failed)
-        return;
     ep->failed = 1;
-    util_warn("udp: peer %u at %s:%u stopped answering", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
-              ntohs(ep->sa.sin_port));
     ep_disconnect(ui, ep); /* nothing more goes to it: the descriptor is for the next peer */
     for (int ch = 0; ch < UDP_N_CH; ch++)
         util_timer_cancel(&ep->tx[ch].timer);
     udp_get_fail_ep(ui, ep);
-    ui->super.fail_cb(ui->super.recv_arg, ep->uuid, 0);
+    ui->super.fail_cb(ui->super.recv_arg, ep->uuid, clean);
+}
+
+void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why)
+{
+    if (ep->failed)
+        return;
+    util_warn("udp: peer %u at %s:%u failed: %s", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
+              ntohs(ep->sa.sin_port), why);
+    ep_end(ui, ep, 0);
+}
+
+void udp_ep_gone(udp_iface_t *ui, udp_ep_t *ep)
+{
+    if (ep->failed)
+        return;
+    util_debug("udp: peer %u at %s:%u closed its context", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
+               ntohs(ep->sa.sin_port));
+    ep_end(ui, ep, 1);
+}
+
+/* A clean exit, told to every peer we talked with, so that its port's
+ * refusal afterwards is not taken for a death (udp_live.c). One datagram,
+ * not acknowledged: if it is lost, the refusal decides. */
+static void bye_all(udp_iface_t *ui)
+{
+    util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &ui->eps) {
+        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+        if (!ep->failed && (ep->rx_data_seen || ep->tx[UDP_CH_DATA].next_seq != 0 ||
+                            ep->tx[UDP_CH_PRIO].next_seq != 0))
+            udp_bye_send(ui, ep);
+    }
 }
 
 /* ----------------------------------------------------------------- send */
@@ -614,6 +652,8 @@ static int gso_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n)
         ui->gso = 0;
         return 0;
     }
+    if (r < 0)
+        udp_live_send_error(ui, ep, fd, errno);
     return 1; /* a full buffer loses them all, like a loss: retransmission covers it */
 }
 
@@ -644,8 +684,10 @@ static void dgrams_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t 
         } while (r < 0 && errno == EINTR);
         if (r <= 0) {
             /* a full socket buffer loses the rest, like a loss */
-            if (r < 0 && errno != EAGAIN && errno != ENOBUFS)
+            if (r < 0 && errno != EAGAIN && errno != ENOBUFS) {
                 util_debug("udp: sendmmsg: %s", strerror(errno));
+                udp_live_send_error(ui, ep, fd, errno);
+            }
             return;
         }
         i += (size_t)r;
@@ -886,6 +928,10 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         udp_tx_sacked(ui, ep, buf + sizeof(h), h.len);
     if (h.flags & UDP_FLAG_STALL)
         udp_tx_stalled(ui, ep, h.seq);
+    if ((h.flags & UDP_FLAG_BYE) && (h.flags & UDP_FLAG_ACK_ONLY)) {
+        udp_ep_gone(ui, ep);
+        return;
+    }
     if (!(h.flags & UDP_FLAG_ACK_ONLY))
         udp_rx_segment(ui, ep, &h, buf + sizeof(h));
 }
@@ -945,6 +991,17 @@ size_t udp_gro_guess(const unsigned char *buf, size_t len)
     return first < len ? first : 0;
 }
 
+/* With IP_RECVERR, an ICMP error (a refusal, an unreachable host) is
+ * reported by the next read, its details waiting in the error queue
+ * (udp_live.c, which acts on refusals only). */
+static void recv_error(udp_iface_t *ui, const char *call)
+{
+    if (errno == EAGAIN || errno == EINTR)
+        return;
+    util_debug("udp: %s: %s", call, strerror(errno));
+    udp_live_send_error(ui, NULL, ui->fd, errno);
+}
+
 /* One datagram by recvfrom, the cheapest read there is (no message
  * header or control data to copy in and out). */
 static int recv_one(udp_iface_t *ui)
@@ -953,8 +1010,7 @@ static int recv_one(udp_iface_t *ui)
     ssize_t n = recvfrom(ui->fd, ui->rbufs, 65536, MSG_DONTWAIT, (struct sockaddr *)&ui->rfrom[0], &fl);
 
     if (n < 0) {
-        if (errno != EAGAIN && errno != EINTR)
-            util_warn("udp: recvfrom: %s", strerror(errno));
+        recv_error(ui, "recvfrom");
         ui->recv_streak = 0;
         return 0;
     }
@@ -979,8 +1035,7 @@ static int recv_batch(udp_iface_t *ui)
         return recv_one(ui);
     n = recvmmsg(ui->fd, ui->rmsgs, vlen, MSG_DONTWAIT, NULL);
     if (n < 0) {
-        if (errno != EAGAIN && errno != EINTR)
-            util_warn("udp: recvmmsg: %s", strerror(errno));
+        recv_error(ui, "recvmmsg");
         ui->recv_vlen = 1;
         ui->recv_streak = 0;
         return 0;
@@ -1025,6 +1080,20 @@ static int udp_idle(const udp_iface_t *ui)
             util_dlist_empty(&ui->serves) && ui->faults.held == NULL);
 }
 
+/* The longest a wait may sleep for what is pending now: ACKs and
+ * retransmissions fall due while asleep, so wake for the earliest, to
+ * the wheel's tick while a retransmit timer runs or a read waits, else
+ * every millisecond. Computed under the lock by each progress, for
+ * udp_wait, which may not look at that state itself (tl.h, "Threads"). */
+static void wait_cap_update(udp_iface_t *ui)
+{
+    int64_t cap = ui->wheel.n_armed > 0 || !util_dlist_empty(&ui->gets) ? UDP_TICK_US : 1000;
+
+    if ((!util_dlist_empty(&ui->acks) || ui->faults.held != NULL) && (int64_t)ui->ack_delay_us < cap)
+        cap = (int64_t)ui->ack_delay_us;
+    __atomic_store_n(&ui->wait_cap_us, cap, __ATOMIC_RELAXED);
+}
+
 static int udp_progress(tl_iface_t *iface)
 {
     udp_iface_t *ui = (udp_iface_t *)iface;
@@ -1034,6 +1103,8 @@ static int udp_progress(tl_iface_t *iface)
     if (__atomic_load_n(&ui->woken, __ATOMIC_RELAXED)) {
         __atomic_store_n(&ui->woken, 0, __ATOMIC_RELAXED);
         ui->hot_polls = UDP_HOT_POLLS;
+        if (__atomic_exchange_n(&ui->errq_woken, 0, __ATOMIC_RELAXED))
+            ui->errq = 1;
     }
     if (ui->hot_polls > 0)
         ui->hot_polls--;
@@ -1068,49 +1139,41 @@ static int udp_progress(tl_iface_t *iface)
         udp_ack_flush(ui, now);
     if (ui->faults.held != NULL)
         udp_datagram_send(ui, NULL, NULL, 0);
+    if (ui->errq || ui->refusals)
+        udp_live_progress(ui);
     iface->quiet = udp_idle(ui);
+    wait_cap_update(ui);
     return events;
 }
 
 /* The kernel's receive work needs the CPU, so a waiter sleeps in poll
- * rather than spinning (blocking beats spinning across namespaces). ACKs
- * and retransmissions fall due while asleep: wake for the earliest, to
- * the wheel's tick while a retransmit timer runs, else every millisecond. */
+ * rather than spinning (blocking beats spinning across namespaces). Runs
+ * unlocked, beside any other operation: it reads only the socket, fixed
+ * from iface_open on, and writes only atomic flags. */
 static void udp_wait(tl_iface_t *iface, int64_t timeout_us)
 {
     udp_iface_t *ui = (udp_iface_t *)iface;
     struct pollfd pfd = {ui->fd, POLLIN, 0};
-    int64_t t = timeout_us, cap = ui->wheel.n_armed > 0 || !util_dlist_empty(&ui->gets) ? UDP_TICK_US : 1000;
+    int64_t t = timeout_us, cap = __atomic_load_n(&ui->wait_cap_us, __ATOMIC_RELAXED);
     struct timespec ts;
 
-    if (!util_dlist_empty(&ui->acks) || ui->faults.held != NULL)
-        t = t < 0 || (int64_t)ui->ack_delay_us < t ? (int64_t)ui->ack_delay_us : t;
     if (t < 0 || t > cap)
         t = cap;
     ts.tv_sec = t / 1000000;
     ts.tv_nsec = (t % 1000000) * 1000;
-    if (ppoll(&pfd, 1, &ts, NULL) > 0 && (pfd.revents & POLLIN))
+    if (ppoll(&pfd, 1, &ts, NULL) > 0 && (pfd.revents & (POLLIN | POLLERR))) {
+        if (pfd.revents & POLLERR) /* a refusal queued (udp_live.c) */
+            __atomic_store_n(&ui->errq_woken, 1, __ATOMIC_RELAXED);
         __atomic_store_n(&ui->woken, 1, __ATOMIC_RELAXED); /* the next poll reads it */
+    }
     __atomic_store_n(&ui->slept, 1, __ATOMIC_RELAXED); /* and reads the clock */
 }
 
-/* Keepalives while someone waits: a reliable empty segment to each peer
- * not heard from lately, so that a dead peer times out even when nothing
- * else is in flight to it. */
+/* Called while someone waits: keepalives to silent peers, and the
+ * kernel's refusals read (udp_live.c). */
 static void udp_check_peers(tl_iface_t *iface)
 {
-    udp_iface_t *ui = (udp_iface_t *)iface;
-    uint64_t now = udp_now_us();
-    util_dlist_t *pos;
-
-    util_dlist_foreach(pos, &ui->eps) {
-        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
-        udp_tx_t *tx = &ep->tx[UDP_CH_PRIO];
-        if (ep->failed || !ep->connected || now - ep->last_rx_us < ui->peer_timeout_us / 4 ||
-            tx->una != tx->next_seq)
-            continue;
-        udp_send_segs(ui, ep, UDP_CH_PRIO, 0, 0, 0, 0, NULL, 0, 0, 0);
-    }
+    udp_live_check((udp_iface_t *)iface, udp_now_us());
 }
 
 const tl_ops_t tl_udp_ops = {

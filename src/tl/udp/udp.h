@@ -83,6 +83,8 @@ typedef struct udp_ep {
     uint64_t uuid;
     int connected;               /* the core made it (not just a receive) */
     int failed;
+    int refused;                 /* the kernel refused its port (udp_live.c) */
+    uint64_t probe_us;           /* when it was last probed while silent */
     int ack_queued;
     uint64_t ack_due_us;
     uint64_t srtt_us, rttvar_us; /* smoothed round trip and its deviation,
@@ -145,6 +147,9 @@ typedef struct udp_iface {
                                     (written unlocked: atomic) */
     int slept;                   /* udp_wait returned: the poll's clock
                                     reading is stale (atomic) */
+    int errq_woken;              /* udp_wait saw POLLERR (atomic) */
+    int64_t wait_cap_us;         /* the longest udp_wait sleeps, set by
+                                    progress (atomic: wait runs unlocked) */
     uint64_t rx_now_us;          /* the clock when the current batch came */
     int gso;                     /* the kernel takes UDP_SEGMENT sends */
     int gro_ok;                  /* and UDP_GRO: not refused yet */
@@ -155,6 +160,9 @@ typedef struct udp_iface {
     uint64_t poll_now_us;        /* the clock as a poll last read it */
     unsigned recv_vlen;          /* datagrams asked of the next read */
     unsigned recv_streak;        /* single reads in a row that found one */
+    int closing;                 /* iface_close lingers: reads are gone */
+    int errq;                    /* the error queue may name refusals */
+    int refusals;                /* some endpoint was refused */
     uint64_t dropped;            /* datagrams that did not parse or belong */
     uint64_t retransmits;        /* segments sent again, for any reason */
     uint64_t timeouts;           /* retransmit timers that fired */
@@ -186,7 +194,10 @@ void udp_gro_set(udp_iface_t *ui, int on);
 tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags,
                            uint32_t frag_id, uint64_t offset, uint32_t aux,
                            const struct iovec *iov, int iovcnt, size_t len, uint64_t rkey);
-void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep);
+/* Declares ep failed (why: for the log) and tells the layer above. */
+void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why);
+/* The same for a peer that said it closed (clean: not logged as a death). */
+void udp_ep_gone(udp_iface_t *ui, udp_ep_t *ep);
 /* Segments holding up to len datagram bytes: from the pool when they fit
  * (every segment we build does), so the data path never calls malloc. */
 udp_seg_t *udp_seg_alloc(udp_iface_t *ui, size_t len);
@@ -210,10 +221,25 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
  * received. */
 void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last);
 int udp_ack_flush(udp_iface_t *ui, uint64_t now);
+/* Tells ep that this context closes (an ACK with UDP_FLAG_BYE). */
+void udp_bye_send(udp_iface_t *ui, udp_ep_t *ep);
 void udp_datagram_send(udp_iface_t *ui, udp_ep_t *ep, unsigned char *buf, size_t len);
 /* The same with the datagram's len bytes in n pieces (gathered into one
  * buffer for the fault injector). */
 void udp_datagram_sendv(udp_iface_t *ui, udp_ep_t *ep, const struct iovec *iov, int n, size_t len);
+
+/* udp_live.c: peer liveness (keepalives, refusals, the silence limit) */
+/* IP_RECVERR on the shared socket, so that refusals name their peer. */
+void udp_live_socket(udp_iface_t *ui);
+/* A send or read on fd (to ep, or NULL) failed with err: a refusal is
+ * noted, and acted on by the next progress. */
+void udp_live_send_error(udp_iface_t *ui, udp_ep_t *ep, int fd, int err);
+/* Fails the peers whose port was refused. Called from progress. */
+void udp_live_progress(udp_iface_t *ui);
+/* Probes silent peers and reads refusals (check_peers). */
+void udp_live_check(udp_iface_t *ui, uint64_t now);
+/* How long between probes of a peer silent for silence_us. */
+uint64_t udp_probe_interval(uint64_t silence_us);
 
 /* udp_get.c: receiver-driven reads */
 tmx_status_t udp_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,

@@ -64,13 +64,15 @@ static double roll(udp_faults_t *f)
     return (double)(f->rng >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* A full socket buffer is a loss like any other, and so is a refusal
- * that a connected socket reports for an earlier datagram (ICMP):
- * retransmission covers it, and a peer that is gone times out. */
-static void sent(ssize_t n, const char *call)
+/* A full socket buffer is a loss like any other: retransmission covers
+ * it. A refusal that a socket reports for an earlier datagram (ICMP port
+ * unreachable) is evidence that the peer is gone (udp_live.c). */
+static void sent(udp_iface_t *ui, udp_ep_t *ep, int fd, ssize_t n, const char *call)
 {
-    if (n < 0 && errno != EAGAIN && errno != ENOBUFS)
-        util_debug("udp: %s: %s", call, strerror(errno));
+    if (n >= 0 || errno == EAGAIN || errno == ENOBUFS)
+        return;
+    util_debug("udp: %s: %s", call, strerror(errno));
+    udp_live_send_error(ui, ep, fd, errno);
 }
 
 static void raw_send(udp_iface_t *ui, udp_ep_t *ep, const void *buf, size_t len)
@@ -82,7 +84,7 @@ static void raw_send(udp_iface_t *ui, udp_ep_t *ep, const void *buf, size_t len)
     do {
         n = sendto(fd, buf, len, 0, (const struct sockaddr *)sa, sa != NULL ? sizeof(*sa) : 0);
     } while (n < 0 && errno == EINTR);
-    sent(n, "sendto");
+    sent(ui, ep, fd, n, "sendto");
 }
 
 static void release_held(udp_iface_t *ui)
@@ -133,7 +135,7 @@ void udp_datagram_sendv(udp_iface_t *ui, udp_ep_t *ep, const struct iovec *iov, 
     do {
         r = sendmsg(fd, &mh, 0);
     } while (r < 0 && errno == EINTR);
-    sent(r, "sendmsg");
+    sent(ui, ep, fd, r, "sendmsg");
 }
 
 /* Apart from the fast path: its datagram-sized buffer would move every

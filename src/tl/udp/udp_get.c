@@ -102,7 +102,8 @@ void udp_get_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, cons
 
     if (g == NULL || h->offset > g->len || h->len > g->len - h->offset) {
         ui->dropped++;
-        util_warn("udp: read data for unknown or finished read %u dropped", h->frag_id);
+        if (!ui->closing) /* else the read was abandoned by iface_close */
+            util_warn("udp: read data for unknown or finished read %u dropped", h->frag_id);
         return;
     }
     if (status != TMX_OK) {
@@ -212,4 +213,6 @@ void udp_get_fini(udp_iface_t *ui)
     util_dlist_foreach_safe(pos, tmp, &ui->serves) {
         free(util_container_of(pos, udp_serve_t, link));
     }
+    util_dlist_init(&ui->gets);
+    util_dlist_init(&ui->serves);
 }

@@ -229,6 +229,18 @@ static void rto_resend(udp_iface_t *ui, udp_tx_t *tx, uint64_t now)
     resend_flush(ui, tx->ep, &b);
 }
 
+/* Doubles the timeout up to UDP_RTO_MAX_US, or, from a peer silent for
+ * long (busy, most likely), up to the probe interval of that silence:
+ * each resend is also a probe for the kernel's refusal (udp_live.c). */
+static uint64_t rto_backoff(uint64_t rto_us, uint64_t silence_us)
+{
+    uint64_t cap = udp_probe_interval(silence_us);
+
+    if (cap < UDP_RTO_MAX_US)
+        cap = UDP_RTO_MAX_US;
+    return rto_us * 2 > cap ? cap : rto_us * 2;
+}
+
 /* The oldest segment went unanswered for a timeout: send again with a
  * longer timeout, or give the peer up. */
 static void tx_timer_fire(util_timer_t *t)
@@ -249,7 +261,7 @@ static void tx_timer_fire(util_timer_t *t)
     /* Silence is what counts: a peer that still answers, even only with
      * ACKs of duplicates, is alive however lossy the path. */
     if (now - tx->ep->last_rx_us > ui->peer_timeout_us && now - tx->last_progress_us > ui->peer_timeout_us) {
-        udp_ep_fail(ui, tx->ep);
+        udp_ep_fail(ui, tx->ep, "silent for longer than TMX_UDP_PEER_TIMEOUT_MS");
         return;
     }
     if (!tx->probed) {
@@ -264,7 +276,7 @@ static void tx_timer_fire(util_timer_t *t)
                tx->ep->super.peer, (unsigned long long)(now - tx->last_progress_us),
                (unsigned long long)tx->rto_us);
     rto_resend(ui, tx, now);
-    tx->rto_us = tx->rto_us * 2 > UDP_RTO_MAX_US ? UDP_RTO_MAX_US : tx->rto_us * 2;
+    tx->rto_us = rto_backoff(tx->rto_us, now - tx->ep->last_rx_us);
     util_timer_arm(&ui->wheel, &tx->timer, now + tx->rto_us);
 }
 
@@ -373,6 +385,11 @@ void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t
         }
     }
     rack_resend(ui, ep, tx);
+}
+
+void udp_bye_send(udp_iface_t *ui, udp_ep_t *ep)
+{
+    ack_send(ui, ep, UDP_FLAG_BYE);
 }
 
 void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t now)

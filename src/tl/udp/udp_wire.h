@@ -33,7 +33,9 @@ enum udp_flag {
                                      data on the data channel (a read under
                                      way) and none came for UDP_STALL_US
                                      since segment seq arrived */
-    UDP_FLAG_MASK = 0x7f
+    UDP_FLAG_BYE = 1u << 7,       /* ACK_ONLY: the sender closed its context
+                                     (a clean exit, not a death) */
+    UDP_FLAG_MASK = 0xff
 };
 
 typedef struct udp_hdr {

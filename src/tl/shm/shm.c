@@ -150,24 +150,56 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     return TMX_OK;
 }
 
-/* Takes a free sender slot in the peer's segment. Never one still
- * holding our uuid: that one may have a goodbye on its way (slot_give_back)
- * that would free it under us. The pid is in place before our first
- * claim (shm_cell_claim publishes both with its compare-and-swap). */
+/* The liveness lock of sender slot i: a write lock on byte i of the
+ * owner's memfd, taken through our own open of it (an open file
+ * description lock). The kernel drops it when the last descriptor of that
+ * open goes, so exactly when our process is gone (or we closed the
+ * endpoint), whatever its pid and pid namespace; a stopped process keeps
+ * it. */
+static struct flock slot_lock(uint32_t i, short type)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)i, .l_len = 1};
+
+    return fl;
+}
+
+/* Whether some process holds sender slot i's liveness lock. fd is any
+ * open of the segment other than the sender's own (the owner's). */
+static int slot_alive(int fd, uint32_t i)
+{
+    struct flock fl = slot_lock(i, F_WRLCK);
+
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) {
+        util_warn("shm: cannot test sender slot %u's lock: %s", i, strerror(errno));
+        return 1; /* never skip a cell on a doubt */
+    }
+    return fl.l_type != F_UNLCK;
+}
+
+/* Takes a free sender slot in the peer's segment and its liveness lock.
+ * Never one still holding our uuid: that one may have a goodbye on its
+ * way (slot_give_back) that would free it under us. A slot whose last
+ * sender has not yet closed its open of the segment (its lock still
+ * held) is left for another. The lock is ours before our first claim. */
 static tmx_status_t slot_take(shm_ep_t *ep, uint64_t self)
 {
     for (uint32_t i = 0; i < SHM_N_SENDERS; i++) {
         shm_sender_t *s = &ep->seg->senders[i];
+        struct flock fl = slot_lock(i, F_WRLCK);
         uint64_t v = 0;
-        if (atomic_load_explicit(&s->uuid, memory_order_relaxed) == 0 &&
-            atomic_compare_exchange_strong_explicit(&s->uuid, &v, self, memory_order_release,
-                                                    memory_order_relaxed)) {
-            atomic_store_explicit(&ep->seg->claims[i].pos, SHM_NO_CLAIM, memory_order_relaxed);
-            atomic_store_explicit(&s->pid, (uint32_t)getpid(), memory_order_relaxed);
-            ep->slot = (uint16_t)i;
-            ep->has_slot = 1;
-            return TMX_OK;
+        if (atomic_load_explicit(&s->uuid, memory_order_relaxed) != 0 ||
+            !atomic_compare_exchange_strong_explicit(&s->uuid, &v, self, memory_order_release,
+                                                     memory_order_relaxed))
+            continue;
+        if (fcntl(ep->seg_fd, F_OFD_SETLK, &fl) != 0) {
+            atomic_store_explicit(&s->uuid, 0, memory_order_release);
+            continue;
         }
+        atomic_store_explicit(&ep->seg->claims[i].pos, SHM_NO_CLAIM, memory_order_relaxed);
+        atomic_store_explicit(&s->pid, (uint32_t)getpid(), memory_order_relaxed);
+        ep->slot = (uint16_t)i;
+        ep->has_slot = 1;
+        return TMX_OK;
     }
     util_error("shm: peer %u's segment has no free sender slot (%d senders hold one)", ep->super.peer,
                SHM_N_SENDERS);
@@ -198,6 +230,8 @@ static void ep_unmap(shm_ep_t *ep)
     slot_give_back(ep);
     if (ep->seg != NULL)
         munmap(ep->seg, SHM_SEG_SIZE);
+    if (ep->seg_fd >= 0)
+        close(ep->seg_fd); /* drops our slot's liveness lock */
     if (ep->pidfd >= 0)
         close(ep->pidfd);
 }
@@ -259,8 +293,8 @@ static tmx_status_t ep_map(shm_ep_t *ep, const shm_addr_t *a, uint64_t uuid)
         util_error("shm: cannot open peer %u's segment %s: %s", ep->super.peer, path, strerror(errno));
         return errno == ENOENT ? TMX_ERR_PEER_FAILED : TMX_ERR_UNREACHABLE;
     }
+    ep->seg_fd = fd; /* kept: it holds our slot's liveness lock */
     ep->seg = mmap(NULL, SHM_SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (ep->seg == MAP_FAILED) {
         ep->seg = NULL;
         util_error("shm: cannot map peer %u's segment: %s", ep->super.peer, strerror(errno));
@@ -293,6 +327,7 @@ static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t le
     ep->uuid = uuid;
     ep->pid = le32toh(a.pid);
     ep->pidfd = (int)syscall(SYS_pidfd_open, ep->pid, 0);
+    ep->seg_fd = -1;
     if ((st = ep_map(ep, &a, uuid)) != TMX_OK || (st = slot_take(ep, si->uuid)) != TMX_OK) {
         ep_unmap(ep);
         free(ep);
@@ -377,17 +412,29 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
             memcpy(cell->payload + off, iov[i].iov_base, iov[i].iov_len);
         off += iov[i].iov_len;
     }
-    shm_cell_publish(ep, cell, pos, SHM_KIND_PACKET, (uint32_t)off);
-    return TMX_OK;
+    return shm_cell_publish(ep, cell, pos, SHM_KIND_PACKET, (uint32_t)off);
 }
 
-void shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len)
+/* Publishes the cell we claimed at pos: a compare-and-swap from the
+ * unpublished state, so that if the consumer skipped it (it took us for
+ * dead, ring_unblock) we neither overwrite the next lap's cell nor move
+ * its sequence backwards; the packet is then lost and the peer failed. */
+tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len)
 {
+    uint32_t seq = shm_seq(pos);
+
     cell->len_kind = (uint16_t)(len | kind << SHM_KIND_SHIFT);
     cell->src = ep->slot;
     stop_hook(SHM_STOP_PUBLISH);
-    atomic_store_explicit(&cell->seq, shm_seq(pos + 1), memory_order_release);
+    if (!atomic_compare_exchange_strong_explicit(&cell->seq, &seq, shm_seq(pos + 1), memory_order_release,
+                                                 memory_order_relaxed)) {
+        util_error("shm: peer %u skipped ring position %llu that we held: it took us for dead",
+                   ep->super.peer, (unsigned long long)pos);
+        ep->lost = 1; /* shm_check_peers fails it */
+        return TMX_ERR_PEER_FAILED;
+    }
     seg_wake(ep->seg);
+    return TMX_OK;
 }
 
 /* Handles one published cell; a cell that does not parse is dropped. */
@@ -419,33 +466,19 @@ static int64_t shm_now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Whether the process pid has exited (a zombie has: it runs no more). */
-static int pid_gone(uint32_t pid)
-{
-    int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-    struct pollfd pfd = {fd, POLLIN, 0};
-    int gone;
-
-    if (fd < 0)
-        return errno == ESRCH || (kill((pid_t)pid, 0) != 0 && errno == ESRCH);
-    gone = poll(&pfd, 1, 0) == 1;
-    close(fd);
-    return gone;
-}
-
 /* Whether the cell at pos was claimed by a process that is gone: some
- * sender slot claims pos, and every one that does names a dead process.
- * A producer that failed to claim pos may still name it, so one live
- * claimant is enough to wait. */
-static int claimants_gone(shm_seg_hdr_t *seg, uint64_t pos)
+ * sender slot claims pos, and no slot that does holds its liveness lock
+ * (slot_lock). A producer that failed to claim pos may still name it, so
+ * one live claimant is enough to wait. The pid a slot names is not asked:
+ * it may have been reused, or belong to another pid namespace. */
+static int claimants_gone(shm_iface_t *si, uint64_t pos)
 {
     int found = 0;
 
-    for (int i = 0; i < SHM_N_SENDERS; i++) {
-        if (atomic_load_explicit(&seg->claims[i].pos, memory_order_relaxed) != pos)
+    for (uint32_t i = 0; i < SHM_N_SENDERS; i++) {
+        if (atomic_load_explicit(&si->seg->claims[i].pos, memory_order_relaxed) != pos)
             continue;
-        uint32_t pid = atomic_load_explicit(&seg->senders[i].pid, memory_order_relaxed);
-        if (pid == 0 || !pid_gone(pid))
+        if (slot_alive(si->fd, i))
             return 0;
         found = 1;
     }
@@ -473,12 +506,15 @@ static void ring_unblock(shm_iface_t *si)
         si->stuck_since_us = now;
         return;
     }
-    if (now - si->stuck_since_us < SHM_STUCK_US || !claimants_gone(seg, si->head))
+    if (now - si->stuck_since_us < SHM_STUCK_US || !claimants_gone(si, si->head))
         return;
+    si->stuck_since_us = 0;
+    uint32_t seq = shm_seq(si->head);
+    if (!atomic_compare_exchange_strong_explicit(&cell->seq, &seq, shm_seq(si->head + SHM_N_CELLS),
+                                                 memory_order_release, memory_order_relaxed))
+        return; /* published after all: progress delivers it */
     util_warn("shm: skipped ring position %llu: its sender died before publishing it",
               (unsigned long long)si->head);
-    si->stuck_since_us = 0;
-    atomic_store_explicit(&cell->seq, shm_seq(si->head + SHM_N_CELLS), memory_order_release);
     si->head++;
     si->skipped++;
     atomic_store_explicit(&si->wait_head, si->head, memory_order_relaxed);
@@ -541,9 +577,9 @@ static void shm_check_peers(tl_iface_t *iface)
     ring_unblock(si);
     util_dlist_foreach(pos, &si->eps) {
         shm_ep_t *ep = util_container_of(pos, shm_ep_t, link);
-        if (ep->failed || !shm_peer_dead(ep))
+        if (ep->failed || (!ep->lost && !shm_peer_dead(ep)))
             continue;
-        int clean = atomic_load_explicit(&ep->seg->closed, memory_order_acquire) != 0;
+        int clean = !ep->lost && atomic_load_explicit(&ep->seg->closed, memory_order_acquire) != 0;
         ep->failed = 1;
         if (!clean)
             util_warn("shm: peer %u (pid %u) died", ep->super.peer, ep->pid);

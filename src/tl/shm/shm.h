@@ -24,7 +24,9 @@ typedef struct shm_ep {
     int has_slot;               /* slot is ours until we give it back */
     uint32_t pid;
     int pidfd;                  /* readable once the peer exits; -1 if none */
+    int seg_fd;                 /* our open of its memfd: holds our slot's lock */
     int failed;
+    int lost;                   /* a packet of ours was skipped: fail the peer */
 } shm_ep_t;
 
 typedef struct shm_iface {
@@ -52,7 +54,7 @@ typedef struct shm_iface {
 } shm_iface_t;
 
 shm_cell_t *shm_cell_claim(shm_ep_t *ep, uint64_t *pos);
-void shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len);
+tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len);
 
 /* shm_get.c */
 int shm_cma_mode(void);

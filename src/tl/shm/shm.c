@@ -138,6 +138,7 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     si->host_id = tl_host_id();
     si->cma = shm_cma_mode();
     util_dlist_init(&si->eps);
+    util_dlist_init(&si->closed_eps);
     util_dlist_init(&si->gets);
     util_dlist_init(&si->serves);
     if ((st = seg_create(si, params->uuid)) != TMX_OK) {
@@ -236,17 +237,24 @@ static void ep_unmap(shm_ep_t *ep)
         close(ep->pidfd);
 }
 
-static void shm_iface_close(tl_iface_t *iface)
+static void eps_free(util_dlist_t *eps)
 {
-    shm_iface_t *si = (shm_iface_t *)iface;
     util_dlist_t *pos, *tmp;
 
-    shm_get_fini(si); /* before the endpoints it waits on go */
-    util_dlist_foreach_safe(pos, tmp, &si->eps) {
+    util_dlist_foreach_safe(pos, tmp, eps) {
         shm_ep_t *ep = util_container_of(pos, shm_ep_t, link);
         ep_unmap(ep);
         free(ep);
     }
+}
+
+static void shm_iface_close(tl_iface_t *iface)
+{
+    shm_iface_t *si = (shm_iface_t *)iface;
+
+    shm_get_fini(si); /* before the endpoints it waits on go */
+    eps_free(&si->eps);
+    eps_free(&si->closed_eps);
     atomic_store_explicit(&si->seg->closed, 1, memory_order_release);
     munmap(si->seg, SHM_SEG_SIZE);
     close(si->fd);
@@ -338,13 +346,18 @@ static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t le
     return TMX_OK;
 }
 
+/* Gives our slot back at once, but keeps the endpoint (its mapping,
+ * pidfd and memory) until the transport closes: a shared copy the owner
+ * may still be writing names it (shm_get_fini waits for the write), and
+ * the core closes endpoints before transports. */
 static void shm_ep_destroy(tl_ep_t *tep)
 {
     shm_ep_t *ep = (shm_ep_t *)tep;
+    shm_iface_t *si = (shm_iface_t *)ep->super.iface;
 
+    slot_give_back(ep);
     util_dlist_unlink(&ep->link);
-    ep_unmap(ep);
-    free(ep);
+    util_dlist_push_tail(&si->closed_eps, &ep->link);
 }
 
 /* Claims the next cell of the peer's ring. Our slot names the position

@@ -39,6 +39,7 @@ typedef struct shm_iface {
     uint64_t host_id;
     int cma;                    /* enum shm_cma */
     util_dlist_t eps;
+    util_dlist_t closed_eps;    /* destroyed, freed when the transport closes */
     util_dlist_t gets;          /* copy-mode reads we wait for */
     util_dlist_t serves;        /* copy-mode reads we answer */
     util_dlist_t helps;         /* shared copies waiting for the owner's write */

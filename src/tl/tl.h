@@ -55,6 +55,7 @@ typedef struct tl_iface_params {
     tl_fail_cb_t fail_cb;   /* dead peers */
     tl_mem_check_t mem_check; /* remote reads served by emulation */
     void *recv_arg;         /* the argument of all three */
+    int mt;                 /* threads may wait on it at once (TMX_THREAD_MULTIPLE) */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */

@@ -135,6 +135,7 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     si->super.fail_cb = params->fail_cb;
     si->super.mem_check = params->mem_check;
     si->uuid = params->uuid;
+    si->mt = params->mt;
     si->host_id = tl_host_id();
     si->cma = shm_cma_mode();
     util_dlist_init(&si->eps);
@@ -533,6 +534,31 @@ static void ring_unblock(shm_iface_t *si)
     atomic_store_explicit(&si->wait_head, si->head, memory_order_relaxed);
 }
 
+/* The epoch this thread saw at the end of its last progress call, which
+ * ran under the core's lock: a thread that finds it changed in shm_wait
+ * knows that another thread's progress ran since, and may have completed
+ * what it waits for. */
+static _Thread_local struct {
+    const shm_iface_t *si;
+    uint64_t epoch;
+} shm_seen;
+
+/* Progress that found work moves the epoch and wakes the threads asleep
+ * in shm_wait (the seq_cst fence in seg_wake pairs with theirs): a thread
+ * that unlocked, found its cell unpublished because another thread
+ * consumed it and then slept, would sleep with its request done. */
+static void epoch_note(shm_iface_t *si, int events)
+{
+    uint64_t e = atomic_load_explicit(&si->epoch, memory_order_relaxed);
+
+    if (events != 0) {
+        atomic_store_explicit(&si->epoch, ++e, memory_order_relaxed);
+        seg_wake(si->seg);
+    }
+    shm_seen.si = si;
+    shm_seen.epoch = e;
+}
+
 static int shm_progress(tl_iface_t *iface)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
@@ -553,6 +579,8 @@ static int shm_progress(tl_iface_t *iface)
         events += shm_get_progress(si);
     if (events == 0 && ++si->empty_polls % SHM_STUCK_POLLS == 0)
         ring_unblock(si);
+    if (si->mt)
+        epoch_note(si, events);
     return events;
 }
 
@@ -562,7 +590,9 @@ static int shm_progress(tl_iface_t *iface)
  * only if the cell there still waits for its producer; a cell already
  * published, or already consumed by another thread (head has moved on),
  * sends it back to progress. Each sleeper counts itself in sleeping, so
- * one waking up does not hide the others from producers. */
+ * one waking up does not hide the others from producers. With threads,
+ * it also returns if another thread's progress ran since this thread's
+ * last (epoch_note), which may have completed what this one waits for. */
 static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
@@ -575,6 +605,8 @@ static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&shm_cell(seg, head)->seq, memory_order_acquire) != shm_seq(head))
         goto out_awake;
+    if (si->mt && (shm_seen.si != si || atomic_load_explicit(&si->epoch, memory_order_relaxed) != shm_seen.epoch))
+        goto out_awake; /* another thread progressed since we did */
     futex(&seg->wake_seq, FUTEX_WAIT, seq, timeout_us < 0 ? NULL : &ts);
 out_awake:
     atomic_fetch_sub_explicit(&seg->sleeping, 1, memory_order_relaxed);

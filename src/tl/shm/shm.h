@@ -35,6 +35,8 @@ typedef struct shm_iface {
     int fd;                     /* its memfd, named in our address */
     uint64_t head;              /* next position we consume */
     _Atomic uint64_t wait_head; /* head, for shm_wait, which runs unlocked */
+    _Atomic uint64_t epoch;     /* progress calls that found work (mt only) */
+    int mt;                     /* threads may wait at once */
     uint64_t uuid;
     uint64_t host_id;
     int cma;                    /* enum shm_cma */

@@ -33,7 +33,8 @@ static_assert(SHM_CELL_PAYLOAD - 64 >= TMX_INJECT_MAX, "an injected send fits on
 enum shm_stop_at {
     SHM_STOP_NONE = 0,
     SHM_STOP_CLAIM = 1,     /* right after claiming a cell */
-    SHM_STOP_PUBLISH = 2    /* right before publishing it */
+    SHM_STOP_PUBLISH = 2,   /* right before publishing it */
+    SHM_STOP_HELP = 3       /* right after taking a chunk of a shared copy to write */
 };
 
 /* Test hook (TMX_SHM_TEST_STOP): this process stops itself with SIGSTOP
@@ -56,9 +57,11 @@ static void stop_hook_init(void)
         shm_stop.at = SHM_STOP_CLAIM;
     else if (strncmp(v, "publish:", 8) == 0)
         shm_stop.at = SHM_STOP_PUBLISH;
+    else if (strncmp(v, "help:", 5) == 0)
+        shm_stop.at = SHM_STOP_HELP;
     shm_stop.n = shm_stop.at == SHM_STOP_NONE ? 0 : strtoul(strchr(v, ':') + 1, &end, 10);
     if (shm_stop.n == 0 || *end != '\0') {
-        util_warn("TMX_SHM_TEST_STOP=%s is not claim:N or publish:N (N > 0); ignored", v);
+        util_warn("TMX_SHM_TEST_STOP=%s is not claim:N, publish:N or help:N (N > 0); ignored", v);
         shm_stop.at = SHM_STOP_NONE;
     }
 }
@@ -68,6 +71,11 @@ static inline void stop_hook(int at)
     if (__builtin_expect(shm_stop.at == at, 0) &&
         atomic_fetch_add_explicit(&shm_stop.count, 1, memory_order_relaxed) + 1 == shm_stop.n)
         raise(SIGSTOP);
+}
+
+void shm_stop_help(void)
+{
+    stop_hook(SHM_STOP_HELP);
 }
 
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)

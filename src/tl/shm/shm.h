@@ -57,6 +57,7 @@ typedef struct shm_iface {
 } shm_iface_t;
 
 shm_cell_t *shm_cell_claim(shm_ep_t *ep, uint64_t *pos);
+void shm_stop_help(void); /* test hook, TMX_SHM_TEST_STOP=help:N */
 tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len);
 
 /* shm_get.c */

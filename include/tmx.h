@@ -116,7 +116,11 @@ tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_context_
 
 /* Destroys a context. Outstanding operations are abandoned: their buffers
  * are no longer touched once this returns and no completion is reported.
- * Unreleased request and message handles become invalid. NULL is accepted. */
+ * Unreleased request and message handles become invalid. NULL is accepted.
+ * No other call on ctx may run concurrently with this one (a thread still
+ * in tmx_*_wait, tmx_progress or tmx_cq_read on ctx) or start after it: the
+ * caller makes its other threads leave the context first, as libfabric's
+ * fi_close and UCX's ucp_worker_destroy require. */
 tmx_status_t tmx_context_destroy(tmx_context_h ctx);
 
 /* Writes this process's address blob into buf. *len is the buffer's size

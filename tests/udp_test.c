@@ -90,7 +90,7 @@ static int read_finished(void *arg)
 
 static void side_open(side_t *s, uint64_t uuid)
 {
-    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL};
+    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0};
     tl_iface_t *iface;
 
     memset(s, 0, sizeof(*s));

@@ -21,7 +21,7 @@ static const config_entry_t config_table[] = {
     {"TMX_UNEXPECTED_MAX", "67108864", "bytes that unexpected messages (received before their receive was posted) may hold; at the bound shm and udp senders wait until receives take some (0: no bound)"},
     {"TMX_SHM_CMA", "auto", "shm rendezvous reads: auto (process_vm_readv, copy if refused) or off (always copy)"},
     {"TMX_SHM_SPLIT_MIN", "131072", "shm reads of at least this many bytes are shared copies: the owner writes the first half while the reader reads the rest, when it polls in time (CMA only); 0: never"},
-    {"TMX_SHM_TEST_STOP", "", "tests only: claim:N or publish:N stops this process (SIGSTOP) right after claiming, or right before publishing, its N-th shm cell"},
+    {"TMX_SHM_TEST_STOP", "", "tests only: claim:N or publish:N stops this process (SIGSTOP) right after claiming, or right before publishing, its N-th shm cell; help:N right after taking the N-th chunk it writes for a shared copy"},
     {"TMX_UDP_ADDR", "auto", "udp: IPv4 address to bind (auto: first up, non-loopback interface)"},
     {"TMX_UDP_MTU", "0", "udp: data datagram MTU in bytes (0: the interface's)"},
     {"TMX_UDP_WINDOW", "4096", "udp: segments in flight per peer and channel"},

@@ -65,7 +65,7 @@ static tmx_status_t open_one(tmx_context_h ctx, const char *name)
     const tl_ops_t *ops = tl_find(name);
     boot_env_t env;
     tl_iface_params_t ip = {ctx->uuid, boot_env(&env) == TMX_OK ? env.jobid : 0, proto_recv_cb,
-                            core_peer_failed_cb, core_mem_check_cb, ctx, proto_admit_cb};
+                            core_peer_failed_cb, core_mem_check_cb, ctx, proto_admit_cb, ctx->mt};
     tmx_status_t st;
 
     if (ops == NULL) {

@@ -64,6 +64,7 @@ typedef struct tl_iface_params {
     void *recv_arg;         /* the argument of all four */
     tl_admit_cb_t admit_cb; /* packets, while rx_full is set (may be NULL
                                for a layer above that never sets it) */
+    int mt;                 /* threads may wait on it at once (TMX_THREAD_MULTIPLE) */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */

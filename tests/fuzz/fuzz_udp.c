@@ -33,7 +33,7 @@ static tmx_status_t fuzz_mem_check(void *arg, uint64_t addr, uint64_t len, uint6
 static udp_iface_t *fuzz_iface(void)
 {
     static tl_iface_t *iface;
-    tl_iface_params_t p = {0x1234, 0x77, fuzz_recv, fuzz_fail, fuzz_mem_check, NULL, NULL};
+    tl_iface_params_t p = {0x1234, 0x77, fuzz_recv, fuzz_fail, fuzz_mem_check, NULL, NULL, 0};
 
     if (iface == NULL && tl_udp_ops.iface_open(&p, &iface) != TMX_OK)
         __builtin_trap();

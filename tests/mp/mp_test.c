@@ -30,6 +30,8 @@
  *                        a cell of its ring, or before publishing it:
  *                        MP_DC_STOP=claim:N|publish:N) and rank 1 kills it;
  *                        ranks 1 and 2 still deliver everything to rank 0
+ *   helpstop   (2 ranks) rank 1 stops right after taking a chunk of rank 0's
+ *                        shared copy; rank 0 kills it and destroys its context
  *
  * With MP_MT=1 in the environment every case runs on a context in
  * multi-threaded mode (threads always does).
@@ -1833,6 +1835,63 @@ static void case_flood(void)
                 (peak - base) / 1048576.0, bound / 1048576.0, (int)(FL_SLACK / MP_MIB));
 }
 
+/* -------------------------------------------------------------- helpstop */
+
+#define HS_TAG UINT64_C(0x4e1b000000000000)
+#define HS_LEN ((size_t)64 << 20)   /* many chunks: the owner has time to take one */
+
+/* Rank 1 (the owner of a large message) stops itself right after taking
+ * a chunk of rank 0's shared copy to write; rank 0 then has every other
+ * chunk, kills rank 1 and destroys its context while the owner's chunk is
+ * still outstanding: teardown waits for it through the endpoint, which
+ * must not be freed before (ASan: use after free). */
+static void case_helpstop(void)
+{
+    unsigned char *buf = malloc(HS_LEN);
+    uint32_t pid = (uint32_t)getpid();
+    tmx_completion_t c;
+    struct sigaction sa = {.sa_handler = pd_on_term};
+
+    sigaction(SIGTERM, &sa, NULL); /* outlive tmxrun's SIGTERM after the kill */
+    if (buf == NULL)
+        mp_fail("no memory for %zu bytes", HS_LEN);
+    memset(buf, 0x5a, HS_LEN);
+    mp_barrier("before the shared copy");
+    if (mp_rank == 1) {
+        mp_wait_send(mp_send(0, &pid, sizeof(pid), HS_TAG), 0, HS_TAG, sizeof(pid), "pid to rank 0");
+        mp_wait(mp_send(0, buf, HS_LEN, HS_TAG | 1), &c, "large send");
+        mp_fail("never stopped: did rank 0 copy every chunk alone?");
+    }
+    mp_wait(mp_recv(1, &pid, sizeof(pid), HS_TAG, TMX_TAG_EXACT), &c, "rank 1's pid");
+    tmx_request_h r = mp_recv(1, buf, HS_LEN, HS_TAG | 1, TMX_TAG_EXACT);
+    char path[64], stat[256];
+    int64_t t0 = mp_now_us();
+    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    for (;;) {
+        FILE *f = fopen(path, "r");
+        size_t n = f != NULL ? fread(stat, 1, sizeof(stat) - 1, f) : 0;
+        if (f != NULL)
+            fclose(f);
+        stat[n] = '\0';
+        char *paren = strrchr(stat, ')');
+        if (paren != NULL && paren[1] == ' ' && paren[2] == 'T')
+            break;
+        if (tmx_request_test(r, &c) != TMX_INPROGRESS) {
+            printf("helpstop skipped: rank 0 copied every chunk before rank 1 took one\n");
+            kill((pid_t)pid, SIGKILL);
+            exit(77);
+        }
+        if (mp_now_us() - t0 > MP_WAIT_US)
+            mp_fail("rank 1 (pid %u) did not stop itself: %s", pid, stat);
+        tmx_progress(mp_ctx);
+    }
+    kill((pid_t)pid, SIGKILL);
+    tmx_context_destroy(mp_ctx);
+    mp_ctx = NULL;
+    printf("helpstop ok rank 0\n");
+    free(buf);
+}
+
 /* ------------------------------------------------------------------- main */
 
 typedef struct mp_case {
@@ -1852,7 +1911,7 @@ static const mp_case_t mp_cases[] = {
     {"hostgone", 2, 2, case_hostgone, 0},
     {"deadclaim", 4, 4, case_deadclaim, 0}, {"threads", 2, 2, case_threads, 1},
     {"flood", 2, 64, case_flood, 1},
-    {"pollwait", 2, 2, case_pollwait, 1},
+    {"pollwait", 2, 2, case_pollwait, 1}, {"helpstop", 2, 2, case_helpstop, 0},
 };
 
 static const mp_case_t *mp_find(const char *name)
@@ -1887,6 +1946,8 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (tc->run == case_deadclaim)
         dc_arm();
+    if (tc->run == case_helpstop && getenv("TMX_RANK") != NULL && strcmp(getenv("TMX_RANK"), "1") == 0)
+        setenv("TMX_SHM_TEST_STOP", "help:1", 1);
     const char *mt = getenv("MP_MT");
     tmx_context_params_t cp = {.field_mask = TMX_CONTEXT_FIELD_THREAD_MODE,
                                .thread_mode = tc->run == case_threads || (mt != NULL && strcmp(mt, "1") == 0)

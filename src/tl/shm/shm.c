@@ -33,7 +33,8 @@ static_assert(SHM_CELL_PAYLOAD - 64 >= TMX_INJECT_MAX, "an injected send fits on
 enum shm_stop_at {
     SHM_STOP_NONE = 0,
     SHM_STOP_CLAIM = 1,     /* right after claiming a cell */
-    SHM_STOP_PUBLISH = 2    /* right before publishing it */
+    SHM_STOP_PUBLISH = 2,   /* right before publishing it */
+    SHM_STOP_HELP = 3       /* right after taking a chunk of a shared copy to write */
 };
 
 /* Test hook (TMX_SHM_TEST_STOP): this process stops itself with SIGSTOP
@@ -56,9 +57,11 @@ static void stop_hook_init(void)
         shm_stop.at = SHM_STOP_CLAIM;
     else if (strncmp(v, "publish:", 8) == 0)
         shm_stop.at = SHM_STOP_PUBLISH;
+    else if (strncmp(v, "help:", 5) == 0)
+        shm_stop.at = SHM_STOP_HELP;
     shm_stop.n = shm_stop.at == SHM_STOP_NONE ? 0 : strtoul(strchr(v, ':') + 1, &end, 10);
     if (shm_stop.n == 0 || *end != '\0') {
-        util_warn("TMX_SHM_TEST_STOP=%s is not claim:N or publish:N (N > 0); ignored", v);
+        util_warn("TMX_SHM_TEST_STOP=%s is not claim:N, publish:N or help:N (N > 0); ignored", v);
         shm_stop.at = SHM_STOP_NONE;
     }
 }
@@ -68,6 +71,11 @@ static inline void stop_hook(int at)
     if (__builtin_expect(shm_stop.at == at, 0) &&
         atomic_fetch_add_explicit(&shm_stop.count, 1, memory_order_relaxed) + 1 == shm_stop.n)
         raise(SIGSTOP);
+}
+
+void shm_stop_help(void)
+{
+    stop_hook(SHM_STOP_HELP);
 }
 
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)
@@ -136,9 +144,11 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     si->super.mem_check = params->mem_check;
     si->super.admit_cb = params->admit_cb;
     si->uuid = params->uuid;
+    si->mt = params->mt;
     si->host_id = tl_host_id();
     si->cma = shm_cma_mode();
     util_dlist_init(&si->eps);
+    util_dlist_init(&si->closed_eps);
     util_dlist_init(&si->gets);
     util_dlist_init(&si->serves);
     if ((st = seg_create(si, params->uuid)) != TMX_OK) {
@@ -151,24 +161,56 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     return TMX_OK;
 }
 
-/* Takes a free sender slot in the peer's segment. Never one still
- * holding our uuid: that one may have a goodbye on its way (slot_give_back)
- * that would free it under us. The pid is in place before our first
- * claim (shm_cell_claim publishes both with its compare-and-swap). */
+/* The liveness lock of sender slot i: a write lock on byte i of the
+ * owner's memfd, taken through our own open of it (an open file
+ * description lock). The kernel drops it when the last descriptor of that
+ * open goes, so exactly when our process is gone (or we closed the
+ * endpoint), whatever its pid and pid namespace; a stopped process keeps
+ * it. */
+static struct flock slot_lock(uint32_t i, short type)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)i, .l_len = 1};
+
+    return fl;
+}
+
+/* Whether some process holds sender slot i's liveness lock. fd is any
+ * open of the segment other than the sender's own (the owner's). */
+static int slot_alive(int fd, uint32_t i)
+{
+    struct flock fl = slot_lock(i, F_WRLCK);
+
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) {
+        util_warn("shm: cannot test sender slot %u's lock: %s", i, strerror(errno));
+        return 1; /* never skip a cell on a doubt */
+    }
+    return fl.l_type != F_UNLCK;
+}
+
+/* Takes a free sender slot in the peer's segment and its liveness lock.
+ * Never one still holding our uuid: that one may have a goodbye on its
+ * way (slot_give_back) that would free it under us. A slot whose last
+ * sender has not yet closed its open of the segment (its lock still
+ * held) is left for another. The lock is ours before our first claim. */
 static tmx_status_t slot_take(shm_ep_t *ep, uint64_t self)
 {
     for (uint32_t i = 0; i < SHM_N_SENDERS; i++) {
         shm_sender_t *s = &ep->seg->senders[i];
+        struct flock fl = slot_lock(i, F_WRLCK);
         uint64_t v = 0;
-        if (atomic_load_explicit(&s->uuid, memory_order_relaxed) == 0 &&
-            atomic_compare_exchange_strong_explicit(&s->uuid, &v, self, memory_order_release,
-                                                    memory_order_relaxed)) {
-            atomic_store_explicit(&ep->seg->claims[i].pos, SHM_NO_CLAIM, memory_order_relaxed);
-            atomic_store_explicit(&s->pid, (uint32_t)getpid(), memory_order_relaxed);
-            ep->slot = (uint16_t)i;
-            ep->has_slot = 1;
-            return TMX_OK;
+        if (atomic_load_explicit(&s->uuid, memory_order_relaxed) != 0 ||
+            !atomic_compare_exchange_strong_explicit(&s->uuid, &v, self, memory_order_release,
+                                                     memory_order_relaxed))
+            continue;
+        if (fcntl(ep->seg_fd, F_OFD_SETLK, &fl) != 0) {
+            atomic_store_explicit(&s->uuid, 0, memory_order_release);
+            continue;
         }
+        atomic_store_explicit(&ep->seg->claims[i].pos, SHM_NO_CLAIM, memory_order_relaxed);
+        atomic_store_explicit(&s->pid, (uint32_t)getpid(), memory_order_relaxed);
+        ep->slot = (uint16_t)i;
+        ep->has_slot = 1;
+        return TMX_OK;
     }
     util_error("shm: peer %u's segment has no free sender slot (%d senders hold one)", ep->super.peer,
                SHM_N_SENDERS);
@@ -199,21 +241,30 @@ static void ep_unmap(shm_ep_t *ep)
     slot_give_back(ep);
     if (ep->seg != NULL)
         munmap(ep->seg, SHM_SEG_SIZE);
+    if (ep->seg_fd >= 0)
+        close(ep->seg_fd); /* drops our slot's liveness lock */
     if (ep->pidfd >= 0)
         close(ep->pidfd);
+}
+
+static void eps_free(util_dlist_t *eps)
+{
+    util_dlist_t *pos, *tmp;
+
+    util_dlist_foreach_safe(pos, tmp, eps) {
+        shm_ep_t *ep = util_container_of(pos, shm_ep_t, link);
+        ep_unmap(ep);
+        free(ep);
+    }
 }
 
 static void shm_iface_close(tl_iface_t *iface)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
-    util_dlist_t *pos, *tmp;
 
     shm_get_fini(si); /* before the endpoints it waits on go */
-    util_dlist_foreach_safe(pos, tmp, &si->eps) {
-        shm_ep_t *ep = util_container_of(pos, shm_ep_t, link);
-        ep_unmap(ep);
-        free(ep);
-    }
+    eps_free(&si->eps);
+    eps_free(&si->closed_eps);
     atomic_store_explicit(&si->seg->closed, 1, memory_order_release);
     munmap(si->seg, SHM_SEG_SIZE);
     close(si->fd);
@@ -260,8 +311,8 @@ static tmx_status_t ep_map(shm_ep_t *ep, const shm_addr_t *a, uint64_t uuid)
         util_error("shm: cannot open peer %u's segment %s: %s", ep->super.peer, path, strerror(errno));
         return errno == ENOENT ? TMX_ERR_PEER_FAILED : TMX_ERR_UNREACHABLE;
     }
+    ep->seg_fd = fd; /* kept: it holds our slot's liveness lock */
     ep->seg = mmap(NULL, SHM_SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (ep->seg == MAP_FAILED) {
         ep->seg = NULL;
         util_error("shm: cannot map peer %u's segment: %s", ep->super.peer, strerror(errno));
@@ -294,6 +345,7 @@ static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t le
     ep->uuid = uuid;
     ep->pid = le32toh(a.pid);
     ep->pidfd = (int)syscall(SYS_pidfd_open, ep->pid, 0);
+    ep->seg_fd = -1;
     if ((st = ep_map(ep, &a, uuid)) != TMX_OK || (st = slot_take(ep, si->uuid)) != TMX_OK) {
         ep_unmap(ep);
         free(ep);
@@ -304,13 +356,18 @@ static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t le
     return TMX_OK;
 }
 
+/* Gives our slot back at once, but keeps the endpoint (its mapping,
+ * pidfd and memory) until the transport closes: a shared copy the owner
+ * may still be writing names it (shm_get_fini waits for the write), and
+ * the core closes endpoints before transports. */
 static void shm_ep_destroy(tl_ep_t *tep)
 {
     shm_ep_t *ep = (shm_ep_t *)tep;
+    shm_iface_t *si = (shm_iface_t *)ep->super.iface;
 
+    slot_give_back(ep);
     util_dlist_unlink(&ep->link);
-    ep_unmap(ep);
-    free(ep);
+    util_dlist_push_tail(&si->closed_eps, &ep->link);
 }
 
 /* Claims the next cell of the peer's ring. Our slot names the position
@@ -378,17 +435,29 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
             memcpy(cell->payload + off, iov[i].iov_base, iov[i].iov_len);
         off += iov[i].iov_len;
     }
-    shm_cell_publish(ep, cell, pos, SHM_KIND_PACKET, (uint32_t)off);
-    return TMX_OK;
+    return shm_cell_publish(ep, cell, pos, SHM_KIND_PACKET, (uint32_t)off);
 }
 
-void shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len)
+/* Publishes the cell we claimed at pos: a compare-and-swap from the
+ * unpublished state, so that if the consumer skipped it (it took us for
+ * dead, ring_unblock) we neither overwrite the next lap's cell nor move
+ * its sequence backwards; the packet is then lost and the peer failed. */
+tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len)
 {
+    uint32_t seq = shm_seq(pos);
+
     cell->len_kind = (uint16_t)(len | kind << SHM_KIND_SHIFT);
     cell->src = ep->slot;
     stop_hook(SHM_STOP_PUBLISH);
-    atomic_store_explicit(&cell->seq, shm_seq(pos + 1), memory_order_release);
+    if (!atomic_compare_exchange_strong_explicit(&cell->seq, &seq, shm_seq(pos + 1), memory_order_release,
+                                                 memory_order_relaxed)) {
+        util_error("shm: peer %u skipped ring position %llu that we held: it took us for dead",
+                   ep->super.peer, (unsigned long long)pos);
+        ep->lost = 1; /* shm_check_peers fails it */
+        return TMX_ERR_PEER_FAILED;
+    }
     seg_wake(ep->seg);
+    return TMX_OK;
 }
 
 /* Handles one published cell; a cell that does not parse is dropped. */
@@ -420,33 +489,19 @@ static int64_t shm_now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Whether the process pid has exited (a zombie has: it runs no more). */
-static int pid_gone(uint32_t pid)
-{
-    int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-    struct pollfd pfd = {fd, POLLIN, 0};
-    int gone;
-
-    if (fd < 0)
-        return errno == ESRCH || (kill((pid_t)pid, 0) != 0 && errno == ESRCH);
-    gone = poll(&pfd, 1, 0) == 1;
-    close(fd);
-    return gone;
-}
-
 /* Whether the cell at pos was claimed by a process that is gone: some
- * sender slot claims pos, and every one that does names a dead process.
- * A producer that failed to claim pos may still name it, so one live
- * claimant is enough to wait. */
-static int claimants_gone(shm_seg_hdr_t *seg, uint64_t pos)
+ * sender slot claims pos, and no slot that does holds its liveness lock
+ * (slot_lock). A producer that failed to claim pos may still name it, so
+ * one live claimant is enough to wait. The pid a slot names is not asked:
+ * it may have been reused, or belong to another pid namespace. */
+static int claimants_gone(shm_iface_t *si, uint64_t pos)
 {
     int found = 0;
 
-    for (int i = 0; i < SHM_N_SENDERS; i++) {
-        if (atomic_load_explicit(&seg->claims[i].pos, memory_order_relaxed) != pos)
+    for (uint32_t i = 0; i < SHM_N_SENDERS; i++) {
+        if (atomic_load_explicit(&si->seg->claims[i].pos, memory_order_relaxed) != pos)
             continue;
-        uint32_t pid = atomic_load_explicit(&seg->senders[i].pid, memory_order_relaxed);
-        if (pid == 0 || !pid_gone(pid))
+        if (slot_alive(si->fd, i))
             return 0;
         found = 1;
     }
@@ -474,12 +529,15 @@ static void ring_unblock(shm_iface_t *si)
         si->stuck_since_us = now;
         return;
     }
-    if (now - si->stuck_since_us < SHM_STUCK_US || !claimants_gone(seg, si->head))
+    if (now - si->stuck_since_us < SHM_STUCK_US || !claimants_gone(si, si->head))
         return;
+    si->stuck_since_us = 0;
+    uint32_t seq = shm_seq(si->head);
+    if (!atomic_compare_exchange_strong_explicit(&cell->seq, &seq, shm_seq(si->head + SHM_N_CELLS),
+                                                 memory_order_release, memory_order_relaxed))
+        return; /* published after all: progress delivers it */
     util_warn("shm: skipped ring position %llu: its sender died before publishing it",
               (unsigned long long)si->head);
-    si->stuck_since_us = 0;
-    atomic_store_explicit(&cell->seq, shm_seq(si->head + SHM_N_CELLS), memory_order_release);
     si->head++;
     si->skipped++;
     atomic_store_explicit(&si->wait_head, si->head, memory_order_relaxed);
@@ -499,6 +557,31 @@ static int cell_leave(shm_iface_t *si, shm_cell_t *cell)
         len > SHM_CELL_PAYLOAD || (src = shm_cell_src(si->seg, cell)) == 0)
         return 0;
     return !si->super.admit_cb(si->super.recv_arg, src, cell->payload, len);
+}
+
+/* The epoch this thread saw at the end of its last progress call, which
+ * ran under the core's lock: a thread that finds it changed in shm_wait
+ * knows that another thread's progress ran since, and may have completed
+ * what it waits for. */
+static _Thread_local struct {
+    const shm_iface_t *si;
+    uint64_t epoch;
+} shm_seen;
+
+/* Progress that found work moves the epoch and wakes the threads asleep
+ * in shm_wait (the seq_cst fence in seg_wake pairs with theirs): a thread
+ * that unlocked, found its cell unpublished because another thread
+ * consumed it and then slept, would sleep with its request done. */
+static void epoch_note(shm_iface_t *si, int events)
+{
+    uint64_t e = atomic_load_explicit(&si->epoch, memory_order_relaxed);
+
+    if (events != 0) {
+        atomic_store_explicit(&si->epoch, ++e, memory_order_relaxed);
+        seg_wake(si->seg);
+    }
+    shm_seen.si = si;
+    shm_seen.epoch = e;
 }
 
 static int shm_progress(tl_iface_t *iface)
@@ -524,6 +607,8 @@ static int shm_progress(tl_iface_t *iface)
     if (events == 0 && ++si->empty_polls % SHM_STUCK_POLLS == 0)
         ring_unblock(si);
     __atomic_store_n(&si->held, held, __ATOMIC_RELAXED); /* read by shm_wait, unlocked */
+    if (si->mt)
+        epoch_note(si, events);
     return events;
 }
 
@@ -533,7 +618,9 @@ static int shm_progress(tl_iface_t *iface)
  * only if the cell there still waits for its producer; a cell already
  * published, or already consumed by another thread (head has moved on),
  * sends it back to progress. Each sleeper counts itself in sleeping, so
- * one waking up does not hide the others from producers. */
+ * one waking up does not hide the others from producers. With threads,
+ * it also returns if another thread's progress ran since this thread's
+ * last (epoch_note), which may have completed what this one waits for. */
 static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
@@ -548,6 +635,8 @@ static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
     if (!__atomic_load_n(&si->held, __ATOMIC_RELAXED) &&
         atomic_load_explicit(&shm_cell(seg, head)->seq, memory_order_acquire) != shm_seq(head))
         goto out_awake;
+    if (si->mt && (shm_seen.si != si || atomic_load_explicit(&si->epoch, memory_order_relaxed) != shm_seen.epoch))
+        goto out_awake; /* another thread progressed since we did */
     futex(&seg->wake_seq, FUTEX_WAIT, seq, timeout_us < 0 ? NULL : &ts);
 out_awake:
     atomic_fetch_sub_explicit(&seg->sleeping, 1, memory_order_relaxed);
@@ -563,9 +652,9 @@ static void shm_check_peers(tl_iface_t *iface)
     ring_unblock(si);
     util_dlist_foreach(pos, &si->eps) {
         shm_ep_t *ep = util_container_of(pos, shm_ep_t, link);
-        if (ep->failed || !shm_peer_dead(ep))
+        if (ep->failed || (!ep->lost && !shm_peer_dead(ep)))
             continue;
-        int clean = atomic_load_explicit(&ep->seg->closed, memory_order_acquire) != 0;
+        int clean = !ep->lost && atomic_load_explicit(&ep->seg->closed, memory_order_acquire) != 0;
         ep->failed = 1;
         if (!clean)
             util_warn("shm: peer %u (pid %u) died", ep->super.peer, ep->pid);

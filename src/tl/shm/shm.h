@@ -24,7 +24,9 @@ typedef struct shm_ep {
     int has_slot;               /* slot is ours until we give it back */
     uint32_t pid;
     int pidfd;                  /* readable once the peer exits; -1 if none */
+    int seg_fd;                 /* our open of its memfd: holds our slot's lock */
     int failed;
+    int lost;                   /* a packet of ours was skipped: fail the peer */
 } shm_ep_t;
 
 typedef struct shm_iface {
@@ -34,10 +36,13 @@ typedef struct shm_iface {
     uint64_t head;              /* next position we consume */
     _Atomic uint64_t wait_head; /* head, for shm_wait, which runs unlocked */
     int held;                   /* the head cell is left for later (cell_leave) */
+    _Atomic uint64_t epoch;     /* progress calls that found work (mt only) */
+    int mt;                     /* threads may wait at once */
     uint64_t uuid;
     uint64_t host_id;
     int cma;                    /* enum shm_cma */
     util_dlist_t eps;
+    util_dlist_t closed_eps;    /* destroyed, freed when the transport closes */
     util_dlist_t gets;          /* copy-mode reads we wait for */
     util_dlist_t serves;        /* copy-mode reads we answer */
     util_dlist_t helps;         /* shared copies waiting for the owner's write */
@@ -53,7 +58,8 @@ typedef struct shm_iface {
 } shm_iface_t;
 
 shm_cell_t *shm_cell_claim(shm_ep_t *ep, uint64_t *pos);
-void shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len);
+void shm_stop_help(void); /* test hook, TMX_SHM_TEST_STOP=help:N */
+tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len);
 
 /* shm_get.c */
 int shm_cma_mode(void);

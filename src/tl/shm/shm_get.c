@@ -331,6 +331,7 @@ static void help_arrive(shm_iface_t *si, shm_cell_t *cell)
         return; /* the reader copies it all */
     j = &ep->seg->jobs[h.job];
     while ((k = chunk_take(&j->claim, h.gen, 1)) >= 0) {
+        shm_stop_help();
         tmx_status_t st = shm_peer_dead(ep) ? TMX_ERR_PEER_FAILED
                                             : chunk_copy(ep, (unsigned char *)(uintptr_t)h.raddr, h.dst,
                                                          h.len, (uint64_t)k, 1);

@@ -13,11 +13,14 @@
  *
  * A producer that dies between claiming a cell and publishing it would
  * block the ring for ever: before it claims, a producer writes the
- * position it is about to claim into its slot's claims[] line, and its
- * slot in senders[] names its process (pid). A consumer whose next cell stays claimed
- * but unpublished looks for the slots claiming that position; when every
- * one names a process that is gone, it skips the cell (shm.c:
- * ring_unblock). A live producer is never skipped, however slow.
+ * position it is about to claim into its slot's claims[] line, and while
+ * it holds slot i it holds an open file description lock on byte i of the
+ * segment's memfd, which the kernel drops when the process is gone. A
+ * consumer whose next cell stays claimed but unpublished looks for the
+ * slots claiming that position; when none of them holds its lock, it
+ * skips the cell with a compare-and-swap (shm.c: ring_unblock), and a
+ * publish that finds its cell skipped fails instead of overwriting it. A
+ * live producer is never skipped, however slow or stopped.
  *
  * Offsets, not pointers: every process maps the segment at its own address.
  */
@@ -30,7 +33,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x4d48534du   /* "MSHM" */
-#define SHM_VERSION 5
+#define SHM_VERSION 6
 #define SHM_CACHE_LINE 64
 #define SHM_CELL_SIZE 8192      /* bytes per cell, header included */
 #define SHM_N_CELLS 128         /* a power of two */
@@ -63,7 +66,7 @@ typedef struct shm_job {
  * holds nothing that changes while the slot is taken. */
 typedef struct shm_sender {
     _Atomic uint64_t uuid;      /* the sending context; 0: the slot is free */
-    _Atomic uint32_t pid;       /* its process, for ring_unblock */
+    _Atomic uint32_t pid;       /* its process in its own pid namespace, for people; liveness is the slot's lock */
     uint32_t reserved;          /* zero */
 } shm_sender_t;
 

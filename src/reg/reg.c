@@ -87,15 +87,34 @@ uint64_t reg_key_make(reg_keygen_t *g, uint32_t slot)
     return (r << REG_KEY_SLOT_BITS) | (slot & (REG_KEY_SLOTS - 1));
 }
 
+/* Refusals so far, in the process. A peer that guesses keys, or one that
+ * keeps using a key after deregistration, would otherwise fill the log
+ * with a line each: the first refusal is logged, then the 2^k-th. */
+static uint64_t reg_refusals;
+
+/* The number of this refusal if it is to be logged, else 0. */
+static uint64_t refusal_count(void)
+{
+    uint64_t n = __atomic_add_fetch(&reg_refusals, 1, __ATOMIC_RELAXED);
+
+    return (n & (n - 1)) == 0 ? n : 0;
+}
+
 tmx_status_t reg_access_check(const reg_region_t *r, uint64_t addr, uint64_t len, uint64_t key)
 {
+    uint64_t n;
+
     if (r == NULL || r->key != key) {
-        util_error("refused a remote access under unknown key 0x%llx", (unsigned long long)key);
+        if ((n = refusal_count()) != 0)
+            util_error("refused a remote access under unknown key 0x%llx (%llu refusals so far)",
+                       (unsigned long long)key, (unsigned long long)n);
         return TMX_ERR_NOT_FOUND;
     }
     if (addr < r->base || len > r->len || addr - r->base > r->len - len) {
-        util_error("refused a remote access of %llu bytes at 0x%llx outside its %llu-byte region",
-                   (unsigned long long)len, (unsigned long long)addr, (unsigned long long)r->len);
+        if ((n = refusal_count()) != 0)
+            util_error("refused a remote access of %llu bytes at 0x%llx outside its %llu-byte region "
+                       "(%llu refusals so far)", (unsigned long long)len, (unsigned long long)addr,
+                       (unsigned long long)r->len, (unsigned long long)n);
         return TMX_ERR_INVALID;
     }
     return TMX_OK;

@@ -3,6 +3,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "reg/reg.h"
@@ -90,6 +92,31 @@ static void access_check(void **state)
     assert_int_equal(reg_access_check(&r, UINT64_MAX, 2, r.key), TMX_ERR_INVALID);
 }
 
+/* Refusals are logged for the first and then every 2^k-th: a peer
+ * hammering with a bad key does not fill the log. */
+static void refusals_rate_limited(void **state)
+{
+    reg_region_t r = {.base = 0x10000, .len = 4096, .key = 42};
+    FILE *f = tmpfile();
+    int saved = dup(2), lines = 0, c;
+
+    (void)state;
+    assert_non_null(f);
+    fflush(stderr);
+    assert_true(dup2(fileno(f), 2) == 2);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(reg_access_check(&r, 0x10000, 1, 43), TMX_ERR_NOT_FOUND);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    while ((c = fgetc(f)) != EOF)
+        lines += c == '\n';
+    fclose(f);
+    print_message("1000 refusals, %d log lines\n", lines);
+    assert_true(lines >= 1 && lines <= 11); /* earlier refusals in this process shift which ones */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -98,6 +125,7 @@ int main(void)
         cmocka_unit_test(keys_are_unpredictable),
         cmocka_unit_test(random_bits_all_used),
         cmocka_unit_test(access_check),
+        cmocka_unit_test(refusals_rate_limited),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -377,6 +377,7 @@ static void ep_connect(udp_iface_t *ui, udp_ep_t *ep)
         close(fd);
         return;
     }
+    udp_live_ep_socket(fd);
     ep->fd = fd;
     ui->n_conn++;
 }
@@ -923,6 +924,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         return;
     }
     ep->last_rx_us = ui->rx_now_us;
+    udp_live_heard(ep);
     for (int ch = 0; ch < UDP_N_CH; ch++)
         udp_tx_acked(ui, ep, ch, h.ack[ch]);
     if (h.flags & UDP_FLAG_SACK)
@@ -930,11 +932,14 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
     if (h.flags & UDP_FLAG_STALL)
         udp_tx_stalled(ui, ep, h.seq);
     if ((h.flags & UDP_FLAG_BYE) && (h.flags & UDP_FLAG_ACK_ONLY)) {
-        udp_ep_gone(ui, ep);
+        uint32_t next[UDP_N_CH] = {[UDP_CH_PRIO] = h.seq, [UDP_CH_DATA] = h.frag_id};
+        udp_live_bye(ui, ep, next);
         return;
     }
     if (!(h.flags & UDP_FLAG_ACK_ONLY))
         udp_rx_segment(ui, ep, &h, buf + sizeof(h));
+    if (ep->bye && !ep->failed)
+        udp_live_bye_check(ui, ep); /* the data a bye overtook */
 }
 
 /* The size of the datagrams the kernel coalesced into this buffer (UDP
@@ -1142,7 +1147,7 @@ static int udp_progress(tl_iface_t *iface)
         udp_ack_flush(ui, now);
     if (ui->faults.held != NULL)
         udp_datagram_send(ui, NULL, NULL, 0);
-    if (ui->errq || ui->refusals)
+    if (ui->errq || ui->refusals || ui->byes)
         udp_live_progress(ui);
     iface->quiet = udp_idle(ui);
     wait_cap_update(ui);

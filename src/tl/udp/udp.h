@@ -83,7 +83,13 @@ typedef struct udp_ep {
     uint64_t uuid;
     int connected;               /* the core made it (not just a receive) */
     int failed;
-    int refused;                 /* the kernel refused its port (udp_live.c) */
+    int refused;                 /* a checked refusal to act on (udp_live.c) */
+    int n_refused;               /* refusals in a row, nothing heard between */
+    uint64_t refused_us;         /* when the last of them was counted */
+    int errq;                    /* fd's error queue may name a refusal */
+    int bye;                     /* the peer said bye: it sends no more */
+    uint32_t bye_seq[UDP_N_CH];  /* the bye's next_seq per channel */
+    uint64_t bye_us;             /* when the bye came */
     uint64_t probe_us;           /* when it was last probed while silent */
     int ack_queued;
     uint64_t ack_due_us;
@@ -168,10 +174,12 @@ typedef struct udp_iface {
     int closing;                 /* iface_close lingers: reads are gone */
     int errq;                    /* the error queue may name refusals */
     int refusals;                /* some endpoint was refused */
+    int byes;                    /* peers that said bye with data missing */
     uint64_t dropped;            /* datagrams that did not parse or belong */
     uint64_t retransmits;        /* segments sent again, for any reason */
     uint64_t timeouts;           /* retransmit timers that fired */
     uint64_t probes;             /* tail loss probes sent */
+    uint64_t refusals_bad;       /* refusals quoting no datagram of ours */
     uint64_t stalls_sent;        /* stall reports sent */
     uint64_t segs_sent, dgrams_in; /* new segments sent; datagrams received */
 } udp_iface_t;
@@ -246,6 +254,18 @@ void udp_live_send_error(udp_iface_t *ui, udp_ep_t *ep, int fd, int err);
 void udp_live_progress(udp_iface_t *ui);
 /* Probes silent peers and reads refusals (check_peers). */
 void udp_live_check(udp_iface_t *ui, uint64_t now);
+/* IP_RECVERR on a socket connected to a peer: its refusals quote the
+ * datagram refused, which is checked before it counts. */
+void udp_live_ep_socket(int fd);
+/* The peer was heard from: refusals counted so far were not its death. */
+void udp_live_heard(udp_ep_t *ep);
+/* A bye came naming next_seq of each channel: a clean exit once all below
+ * arrived (now or later), a failure if it is still missing later. */
+void udp_live_bye(udp_iface_t *ui, udp_ep_t *ep, const uint32_t next_seq[UDP_N_CH]);
+/* After a segment arrived from a peer that said bye. */
+void udp_live_bye_check(udp_iface_t *ui, udp_ep_t *ep);
+/* The timeout before backoff (udp_rel.c). */
+uint64_t udp_rto_base(const udp_iface_t *ui, const udp_ep_t *ep);
 /* How long between probes of a peer silent for silence_us. */
 uint64_t udp_probe_interval(uint64_t silence_us);
 

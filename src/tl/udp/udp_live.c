@@ -51,16 +51,46 @@ void udp_live_socket(udp_iface_t *ui)
                   "by silence only", strerror(errno));
 }
 
+/* A refusal counts only if it quotes one of our datagrams to that peer:
+ * the job key and both contexts of the tmx header (the kernel quotes the
+ * refused datagram, far more than its first 8 bytes). An ICMP message
+ * carries no secret of ours, so even then it is only a reason to probe:
+ * the peer is declared dead after UDP_REFUSALS_DEAD of them, each at least
+ * a timeout after the one before, with nothing heard from it between
+ * (udp_live_heard). A live peer answers the probes; a dead one's kernel
+ * refuses each, and it is found within a few timeouts. */
+#define UDP_REFUSALS_DEAD 3
+#define UDP_BYE_WAIT_US 200000   /* how long a bye waits for data it overtook */
+
+void udp_live_ep_socket(int fd)
+{
+    int one = 1;
+
+    (void)setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof(one)); /* else SO_ERROR, unchecked: ignored */
+}
+
 void udp_live_send_error(udp_iface_t *ui, udp_ep_t *ep, int fd, int err)
 {
-    if (ep != NULL && fd >= 0 && fd == ep->fd) {
-        if (err != ECONNREFUSED)
-            return; /* an unreachable host is not a dead process */
-        ep->refused = 1;
-        ui->refusals = 1;
-    } else {
-        ui->errq = 1; /* the shared socket: its error queue names the peer */
-    }
+    if (err != ECONNREFUSED && err != EHOSTUNREACH && err != ENETUNREACH)
+        return;
+    if (ep != NULL && fd >= 0 && fd == ep->fd)
+        ep->errq = 1; /* its error queue quotes what was refused */
+    ui->errq = 1;
+}
+
+void udp_live_heard(udp_ep_t *ep)
+{
+    ep->n_refused = 0;
+}
+
+static void ep_refused(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
+{
+    if (ep->failed || (ep->n_refused > 0 && now - ep->refused_us < udp_rto_base(ui, ep)))
+        return; /* the same probe refused twice, or a burst of forgeries */
+    ep->n_refused++;
+    ep->refused_us = now;
+    ep->refused = 1;
+    ui->refusals = 1;
 }
 
 static udp_ep_t *ep_by_addr(udp_iface_t *ui, const struct sockaddr_in *sa)
@@ -69,66 +99,156 @@ static udp_ep_t *ep_by_addr(udp_iface_t *ui, const struct sockaddr_in *sa)
 
     util_dlist_foreach(pos, &ui->eps) {
         udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
-        if (ep->sa.sin_addr.s_addr == sa->sin_addr.s_addr && ep->sa.sin_port == sa->sin_port)
-            return ep;
+        if (!ep->failed && ep->sa.sin_addr.s_addr == sa->sin_addr.s_addr && ep->sa.sin_port == sa->sin_port)
+            return ep; /* a failed one may share the address with its successor */
     }
     return NULL;
 }
 
-/* One entry of the shared socket's error queue: 1 if one was read. */
-static int errq_read_one(udp_iface_t *ui)
+/* Whether the quoted datagram is ours to ep. */
+static int quote_ours(const udp_iface_t *ui, const udp_ep_t *ep, const unsigned char *q, ssize_t n)
+{
+    udp_hdr_t h;
+
+    if (n < (ssize_t)sizeof(h))
+        return 0;
+    memcpy(&h, q, sizeof(h));
+    return h.version == UDP_WIRE_VERSION && le64toh(h.job_key) == ui->job_key &&
+           le64toh(h.src_id) == ui->uuid && le64toh(h.dst_id) == ep->uuid;
+}
+
+/* One entry of fd's error queue: 1 if one was read. ep: the peer fd is
+ * connected to, or NULL for the shared socket (the entry names it). */
+static int errq_read_one(udp_iface_t *ui, int fd, udp_ep_t *ep)
 {
     struct sockaddr_in dst;
     char ctl[CMSG_SPACE(sizeof(struct sock_extended_err) + sizeof(struct sockaddr_in))];
-    char byte;
-    struct iovec iov = {&byte, 1};
+    unsigned char quote[sizeof(udp_hdr_t)];
+    struct iovec iov = {quote, sizeof(quote)};
     struct msghdr mh = {&dst, sizeof(dst), &iov, 1, ctl, sizeof(ctl), 0};
     struct cmsghdr *cm;
+    ssize_t n = recvmsg(fd, &mh, MSG_ERRQUEUE | MSG_DONTWAIT);
 
-    if (recvmsg(ui->fd, &mh, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
+    if (n < 0)
         return 0;
     for (cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm)) {
         const struct sock_extended_err *ee = (const void *)CMSG_DATA(cm);
-        udp_ep_t *ep;
         if (cm->cmsg_level != IPPROTO_IP || cm->cmsg_type != IP_RECVERR ||
-            ee->ee_origin != SO_EE_ORIGIN_ICMP || ee->ee_errno != ECONNREFUSED ||
-            mh.msg_namelen < sizeof(dst) || (ep = ep_by_addr(ui, &dst)) == NULL)
+            ee->ee_origin != SO_EE_ORIGIN_ICMP || ee->ee_errno != ECONNREFUSED)
             continue;
-        ep->refused = 1;
-        ui->refusals = 1;
+        if (ep == NULL && (mh.msg_namelen < sizeof(dst) || (ep = ep_by_addr(ui, &dst)) == NULL))
+            continue;
+        if (!quote_ours(ui, ep, quote, n)) {
+            ui->refusals_bad++;
+            util_debug("udp: a refusal naming peer %u quotes no datagram of ours: ignored", ep->super.peer);
+            continue;
+        }
+        ep_refused(ui, ep, udp_now_us());
     }
     return 1;
 }
 
-/* The error of a socket connected to ep, read and cleared. */
-static void ep_error_read(udp_iface_t *ui, udp_ep_t *ep)
+/* The error queues that may hold refusals, a batch at most. */
+static void errq_read(udp_iface_t *ui)
 {
-    int err = 0;
-    socklen_t len = sizeof(err);
+    util_dlist_t *pos;
+    int n = 0;
 
-    if (ep->fd >= 0 && getsockopt(ep->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0)
-        udp_live_send_error(ui, ep, ep->fd, err);
+    while (n < UDP_ERRQ_BATCH && errq_read_one(ui, ui->fd, NULL))
+        n++;
+    ui->errq = n == UDP_ERRQ_BATCH; /* more next time */
+    util_dlist_foreach(pos, &ui->eps) {
+        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+        if (!ep->errq)
+            continue;
+        ep->errq = 0;
+        for (n = 0; ep->fd >= 0 && n < UDP_ERRQ_BATCH && errq_read_one(ui, ep->fd, ep); n++)
+            ;
+    }
 }
 
-/* Declares dead every peer the kernel refused. Runs from progress. */
+static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now);
+
+/* A peer refused: probed again a timeout later, failed when refusals
+ * persist. 1 while it is still being probed. */
+static int ep_refusal_step(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
+{
+    if (ep->failed || ep->n_refused == 0)
+        return 0;
+    if (ep->n_refused >= UDP_REFUSALS_DEAD) {
+        udp_ep_fail(ui, ep, "its host refused its port again and again: the process is gone");
+        return 0;
+    }
+    if (ep->refused || now - ep->refused_us >= udp_rto_base(ui, ep)) {
+        if (ep->refused || now - ep->probe_us >= udp_rto_base(ui, ep))
+            ep_probe(ui, ep, now);
+        ep->refused = 0;
+    }
+    return 1;
+}
+
+/* A bye whose data has not all arrived waits UDP_BYE_WAIT_US for it (a
+ * bye from the shared socket may overtake data from a connected one):
+ * then the data cannot come any more, and the exit was not clean for us.
+ * 1 while it still waits. */
+static int ep_bye_step(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
+{
+    if (!ep->bye || ep->failed)
+        return 0;
+    if (now - ep->bye_us < UDP_BYE_WAIT_US)
+        return 1;
+    udp_ep_fail(ui, ep, "it closed with data it sent us missing");
+    return 0;
+}
+
+/* Reads refusals, probes the peers refused, fails those that stay
+ * refused, and ends the byes that waited long enough. From progress. */
 void udp_live_progress(udp_iface_t *ui)
 {
     util_dlist_t *pos;
+    uint64_t now;
+    int refusals = 0, byes = 0;
 
-    if (ui->errq) {
-        int n = 0;
-        while (n < UDP_ERRQ_BATCH && errq_read_one(ui))
-            n++;
-        ui->errq = n == UDP_ERRQ_BATCH; /* more next time */
-    }
-    if (!ui->refusals)
+    if (ui->errq)
+        errq_read(ui);
+    if (!ui->refusals && !ui->byes)
         return;
-    ui->refusals = 0;
+    now = udp_now_us();
     util_dlist_foreach(pos, &ui->eps) {
         udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
-        if (ep->refused && !ep->failed)
-            udp_ep_fail(ui, ep, "its host refused its port: the process is gone");
+        refusals += ep_refusal_step(ui, ep, now);
+        byes += ep_bye_step(ui, ep, now);
     }
+    ui->refusals = refusals != 0;
+    ui->byes = byes;
+}
+
+static int bye_complete(const udp_ep_t *ep)
+{
+    for (int ch = 0; ch < UDP_N_CH; ch++)
+        if ((int32_t)(ep->rx[ch].expected - ep->bye_seq[ch]) < 0)
+            return 0;
+    return 1;
+}
+
+void udp_live_bye(udp_iface_t *ui, udp_ep_t *ep, const uint32_t next_seq[UDP_N_CH])
+{
+    if (!ep->bye) {
+        ep->bye = 1;
+        ep->bye_us = ui->rx_now_us ? ui->rx_now_us : udp_now_us();
+        memcpy(ep->bye_seq, next_seq, sizeof(ep->bye_seq));
+    }
+    udp_live_bye_check(ui, ep);
+}
+
+void udp_live_bye_check(udp_iface_t *ui, udp_ep_t *ep)
+{
+    if (bye_complete(ep)) {
+        ep->bye = 0;
+        udp_ep_gone(ui, ep);
+        return;
+    }
+    ui->byes++; /* recounted by udp_live_progress */
 }
 
 /* A keepalive to a silent peer, a reliable empty segment on the priority
@@ -138,8 +258,13 @@ static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
     udp_tx_t *tx = &ep->tx[UDP_CH_PRIO];
 
     ep->probe_us = now;
-    ep_error_read(ui, ep);
-    if (tx->una == tx->next_seq)
+    if (ep->fd >= 0)
+        ep->errq = ui->errq = 1; /* a refusal pending there would eat the probe */
+    if (ui->errq)
+        errq_read(ui);
+    /* a refused peer gets a new segment even if one is outstanding: the
+     * answer to it, or its refusal, decides */
+    if (tx->una == tx->next_seq || ep->n_refused > 0)
         udp_send_segs(ui, ep, UDP_CH_PRIO, 0, 0, 0, 0, NULL, 0, 0, 0);
 }
 

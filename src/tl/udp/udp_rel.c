@@ -105,7 +105,7 @@ static void rtt_sample(udp_ep_t *ep, uint64_t m)
  * then a round trip plus four deviations plus the peer's ACK delay, which
  * the sample may or may not have included. Losses at the tail of a burst,
  * which no later ACK reports, are repaired within about this. */
-static uint64_t rto_base(const udp_iface_t *ui, const udp_ep_t *ep)
+uint64_t udp_rto_base(const udp_iface_t *ui, const udp_ep_t *ep)
 {
     uint64_t rto;
 
@@ -298,7 +298,7 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
         if (clean && ui->rx_now_us > sent_us)
             rtt_sample(ep, ui->rx_now_us - sent_us);
         tx->dup_acks = 0;
-        tx->rto_us = rto_base(ui, ep);
+        tx->rto_us = udp_rto_base(ui, ep);
         tx->probed = 0;
         tx->last_progress_us = ui->rx_now_us;
         if (tx->una == tx->next_seq)
@@ -342,13 +342,18 @@ static size_t sack_fill(const udp_iface_t *ui, const udp_rx_t *rx, udp_sack_t *s
     return offsetof(udp_sack_t, bits) + (span + 7) / 8;
 }
 
-/* extra: UDP_FLAG_STALL, whose seq names the data channel's last arrival. */
+/* extra: UDP_FLAG_STALL, whose seq names the data channel's last arrival;
+ * UDP_FLAG_BYE, whose seq and frag_id name the next segment of the
+ * priority and data channels: all below were sent, and must arrive before
+ * the receiver takes the bye for a clean exit. */
 static void ack_send(udp_iface_t *ui, udp_ep_t *ep, uint16_t extra)
 {
-    uint32_t seq = extra & UDP_FLAG_STALL ? ep->rx_data_seq : 0;
+    uint32_t seq = extra & UDP_FLAG_STALL ? ep->rx_data_seq
+                   : extra & UDP_FLAG_BYE ? ep->tx[UDP_CH_PRIO].next_seq : 0;
+    uint32_t frag = extra & UDP_FLAG_BYE ? ep->tx[UDP_CH_DATA].next_seq : 0;
     udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY), 0, ui->self_sa.sin_port,
                    htole64(ui->job_key), htole64(ui->uuid), htole64(ep->uuid), htole32(seq), {0, 0},
-                   0, 0, 0, 0};
+                   htole32(frag), 0, 0, 0};
     unsigned char buf[sizeof(h) + sizeof(udp_sack_t)];
     size_t n = sack_fill(ui, &ep->rx[UDP_CH_DATA], (udp_sack_t *)(buf + sizeof(h)));
 

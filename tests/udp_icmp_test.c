@@ -58,7 +58,7 @@ static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_
 
 static void side_open(side_t *s, uint64_t uuid)
 {
-    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s};
+    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0};
     tl_iface_t *iface;
 
     memset(s, 0, sizeof(*s));

@@ -518,7 +518,7 @@ static int failed_once(void *arg)
 /* Progresses a alone, as a waiter does (check_peers too), until done. */
 static int wait_alone(side_t *a, int (*done)(void *), void *arg)
 {
-    uint64_t end = udp_now_us() + 3000000;
+    uint64_t end = udp_now_us() + 10000000;
 
     while (!done(arg) && udp_now_us() < end) {
         tl_udp_ops.progress(&a->ui->super);
@@ -551,7 +551,7 @@ static void refused(const char *connect_max)
     side_close(&b); /* its port closes */
     send_bytes(ab, 64);
     assert_true(wait_alone(&a, failed_once, &a));
-    assert_true(ab->failed && ab->refused);
+    assert_true(ab->failed && ab->n_refused > 0);
     a.failures = 0;
     side_close(&a);
 }

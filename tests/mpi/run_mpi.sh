@@ -64,6 +64,10 @@ cleanup() {
     [ -n "$JOB" ] && kill "$JOB" 2>/dev/null && wait "$JOB"
     rm -f "$LOG" "${HOSTFILE:-}"
     [ -n "${FAULT_BR:-}" ] && fault_hosts_down
+    # Open MPI names its shared-memory segments after the host: those of a
+    # job killed on the test hosts would stay.
+    [ -n "${FAULT_PREFIX:-}" ] && rm -f /dev/shm/vader_segment."$FAULT_PREFIX"-*
+    return 0
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM

@@ -1,5 +1,5 @@
 set terminal pngcairo noenhanced size 1600,720 font 'DejaVu Sans,10'
-set output '/work/main/bench/results/raw/.udp.new.27068/udp.png'
+set output 'bench/results/raw/.udp.new.27068/udp.png'
 set multiplot layout 1,2 title 'UDP between two network namespaces (veth + bridge, MTU 1500) on vm: tmx vs libfabric vs UCX, cores 0 and 1, median of 3 round(s), 2026-11-22'
 set logscale xy; set grid xtics ytics lc rgb '#dddddd'
 set xtics ('1' 1, '16' 16, '256' 256, '4K' 4096, '64K' 65536, '1M' 1048576, '4M' 4194304)

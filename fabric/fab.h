@@ -287,6 +287,9 @@ int fab_cq_ready(fab_cq_t *cq);
 int fab_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_cq **cq,
                 void *context);
 int fab_cq_attach(fab_cq_t *cq, fab_ep_t *ep);
+/* fi_control's FI_GETWAIT and FI_GETWAITOBJ for a CQ or EQ whose wait
+ * file descriptor is fd (-1: none). */
+int fab_wait_control(int fd, int command, void *arg);
 void fab_cq_detach(fab_cq_t *cq, fab_ep_t *ep);
 int fab_cq_push(fab_cq_t *cq, const fab_cqe_t *c);
 /* fi_trywait on a CQ: -FI_EAGAIN if a completion is there (after one

@@ -571,22 +571,27 @@ static int cq_close(struct fid *fid)
     return 0;
 }
 
-static int cq_control(struct fid *fid, int command, void *arg)
+int fab_wait_control(int fd, int command, void *arg)
 {
-    fab_cq_t *cq = (fab_cq_t *)fid;
-
     switch (command) {
     case FI_GETWAIT:
-        if (cq->w.fd < 0)
+        if (fd < 0)
             return -FI_ENODATA;
-        *(int *)arg = cq->w.fd;
+        *(int *)arg = fd;
         return 0;
     case FI_GETWAITOBJ:
-        *(enum fi_wait_obj *)arg = cq->w.fd < 0 ? FI_WAIT_NONE : FI_WAIT_FD;
+        *(enum fi_wait_obj *)arg = fd < 0 ? FI_WAIT_NONE : FI_WAIT_FD;
         return 0;
     default:
         return -FI_ENOSYS;
     }
+}
+
+static int cq_control(struct fid *fid, int command, void *arg)
+{
+    fab_cq_t *cq = (fab_cq_t *)fid;
+
+    return fab_wait_control(cq->w.fd, command, arg);
 }
 
 static struct fi_ops cq_fi_ops = {

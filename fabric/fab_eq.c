@@ -194,18 +194,7 @@ static int eq_control(struct fid *fid, int command, void *arg)
 {
     fab_eq_t *eq = (fab_eq_t *)fid;
 
-    switch (command) {
-    case FI_GETWAIT:
-        if (eq->fd < 0)
-            return -FI_ENODATA;
-        *(int *)arg = eq->fd;
-        return 0;
-    case FI_GETWAITOBJ:
-        *(enum fi_wait_obj *)arg = eq->fd < 0 ? FI_WAIT_NONE : FI_WAIT_FD;
-        return 0;
-    default:
-        return -FI_ENOSYS;
-    }
+    return fab_wait_control(eq->fd, command, arg);
 }
 
 static struct fi_ops eq_fi_ops = {

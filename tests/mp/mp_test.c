@@ -1538,6 +1538,21 @@ static void case_pollwait(void)
 
 /* -------------------------------------------------------------- deadclaim */
 
+/* Whether the process whose /proc/PID/stat is path has stopped itself
+ * (state T); stat receives the line read, for a message. */
+static int mp_pid_stopped(const char *path, char *stat, size_t room)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f != NULL ? fread(stat, 1, room - 1, f) : 0;
+    char *paren;
+
+    if (f != NULL)
+        fclose(f);
+    stat[n] = '\0';
+    paren = strrchr(stat, ')');
+    return paren != NULL && paren[1] == ' ' && paren[2] == 'T';
+}
+
 #define DC_TAG UINT64_C(0xdc00000000000000)
 #define DC_MSGS 600                 /* per live sender: several rings' worth */
 #define DC_VICTIM_MSGS 1000
@@ -1583,13 +1598,7 @@ static void dc_kill_victim(void)
                                           "victim's pid"), &c, 3, DC_TAG, sizeof(pid), sizeof(pid));
     snprintf(path, sizeof(path), "/proc/%u/stat", pid);
     for (;;) {
-        FILE *f = fopen(path, "r");
-        size_t n = f != NULL ? fread(stat, 1, sizeof(stat) - 1, f) : 0;
-        if (f != NULL)
-            fclose(f);
-        stat[n] = '\0';
-        char *paren = strrchr(stat, ')');
-        if (paren != NULL && paren[1] == ' ' && paren[2] == 'T')
+        if (mp_pid_stopped(path, stat, sizeof(stat)))
             break;
         if (mp_now_us() - t0 > MP_WAIT_US)
             mp_fail("rank 3 (pid %u) did not stop itself: %s", pid, stat);
@@ -1868,13 +1877,7 @@ static void case_helpstop(void)
     int64_t t0 = mp_now_us();
     snprintf(path, sizeof(path), "/proc/%u/stat", pid);
     for (;;) {
-        FILE *f = fopen(path, "r");
-        size_t n = f != NULL ? fread(stat, 1, sizeof(stat) - 1, f) : 0;
-        if (f != NULL)
-            fclose(f);
-        stat[n] = '\0';
-        char *paren = strrchr(stat, ')');
-        if (paren != NULL && paren[1] == ' ' && paren[2] == 'T')
+        if (mp_pid_stopped(path, stat, sizeof(stat)))
             break;
         if (tmx_request_test(r, &c) != TMX_INPROGRESS) {
             printf("helpstop skipped: rank 0 copied every chunk before rank 1 took one\n");

@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+
+#include "unit.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -444,7 +446,7 @@ static void test_counters(void **state)
     side_close(&b);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_getinfo_source),
@@ -458,6 +460,5 @@ int main(void)
         cmocka_unit_test(test_counters),
     };
 
-    alarm(300);
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return UNIT_MAIN(argc, argv, tests);
 }

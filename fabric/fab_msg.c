@@ -207,6 +207,7 @@ static ssize_t ep_recv(fab_ep_t *ep, const xfer_t *x)
         (ret = xfer_tag(ep, x, &tag, &ignore)))
         goto out_unlock;
     if (x->buf == NULL && x->len > 0) {
+        FAB_WARN(FI_LOG_EP_DATA, "receive of %zu bytes into %p\n", x->len, x->buf);
         ret = -FI_EINVAL;
         goto out_unlock;
     }

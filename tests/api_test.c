@@ -9,9 +9,12 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "core/core.h"
 #include "proto/proto.h"
 #include "proto/wire.h"
+#include "reg/reg.h"
 #include "tl/shm/shm_layout.h"
 #include "tmx.h"
 
@@ -755,6 +758,51 @@ static void test_empty_null(void **state)
     tmx_request_free(r);
 }
 
+/* ------------------------------------------------- remote-access keys */
+
+/* A rendezvous send (synchronous, so rendezvous at any size) to ctx's own
+ * self peer; returns the key a reader of its buffer must present. */
+static uint64_t rndv_key_of_self_send(tmx_context_h ctx, const void *buf, tmx_request_h *r)
+{
+    unsigned char addr[TMX_ADDRESS_MAX];
+    size_t len = sizeof(addr);
+    tmx_peer_t self;
+    tmx_op_params_t op = {.field_mask = TMX_OP_FIELD_FLAGS, .flags = TMX_OP_FLAG_SYNC};
+
+    assert_int_equal(tmx_address(ctx, addr, &len), TMX_OK);
+    assert_int_equal(tmx_peer_add(ctx, addr, len, &self), TMX_OK);
+    assert_int_equal(tmx_tsend(ctx, self, buf, 64, 1, &op, r), TMX_OK);
+    return (*r)->rkey;
+}
+
+/* Keys come from a secret of each context's own, not from anything a peer
+ * sees: two contexts given the same uuid, sending from the same slot at
+ * the same point of their lives, draw different keys. */
+static void test_keys_independent_of_uuid(void **state)
+{
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT,
+                              .transports = "self",
+                              .boot = TMX_BOOT_NONE};
+    char buf[64] = {0};
+    tmx_context_h a, b;
+    tmx_request_h ra, rb;
+    uint64_t ka, kb;
+
+    (void)state;
+    assert_int_equal(tmx_context_create(&p, &a), TMX_OK);
+    assert_int_equal(tmx_context_create(&p, &b), TMX_OK);
+    b->uuid = a->uuid;
+    ka = rndv_key_of_self_send(a, buf, &ra);
+    kb = rndv_key_of_self_send(b, buf, &rb);
+    assert_int_equal(ka & (REG_KEY_SLOTS - 1), kb & (REG_KEY_SLOTS - 1));
+    assert_true(ka != kb);
+    assert_true((ka >> REG_KEY_SLOT_BITS) != (kb >> REG_KEY_SLOT_BITS));
+    assert_int_equal(tmx_context_destroy(a), TMX_OK);
+    assert_int_equal(tmx_context_destroy(b), TMX_OK);
+    (void)ra;
+    (void)rb;
+}
+
 /* ------------------------------------------------- implicit peers */
 
 static tmx_context_h ctx_none(void)
@@ -1008,7 +1056,7 @@ static void test_destroy_udp_rndv_waiting_for_fin(void **state)
     free(got);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_version_strerror),
@@ -1041,7 +1089,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_threads, setup_mt, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_busy, setup, teardown),
         cmocka_unit_test(test_destroy_udp_rndv_waiting_for_fin),
+        cmocka_unit_test(test_keys_independent_of_uuid),
     };
 
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return UNIT_MAIN(argc, argv, tests);
 }

@@ -24,6 +24,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "tl/udp/udp.h"
 
 #define JOB_KEY 0x5eed
@@ -141,7 +143,6 @@ static uint16_t local_port(int fd)
     return sa.sin_port;
 }
 
-static int skipped; /* a case could not run: the test exits 77 */
 
 /* Whether this process may forge ICMP (a raw socket needs CAP_NET_RAW). */
 static int can_forge(void)
@@ -162,11 +163,8 @@ static void forged(const char *connect_max)
     udp_ep_t *ab;
     uint64_t end;
 
-    if (!can_forge()) {
-        print_message("skipped: no CAP_NET_RAW to forge ICMP (%s)\n", strerror(errno));
-        skipped = 1;
-        skip();
-    }
+    if (!can_forge())
+        unit_skip("no CAP_NET_RAW to forge ICMP (%s); run as root", strerror(errno));
     setenv("TMX_UDP_CONNECT_MAX", connect_max, 1);
     side_open(&a, UUID_A);
     side_open(&b, UUID_B);
@@ -268,21 +266,15 @@ static void test_bye_after_unacked_data(void **state)
     assert_true(b.packets == 1 || b.clean == 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forged_refusal_shared_socket),
         cmocka_unit_test(test_forged_refusal_connected_socket),
         cmocka_unit_test(test_bye_after_unacked_data),
     };
-    int failed;
 
     setenv("TMX_UDP_ADDR", "127.0.0.1", 1);
     setenv("TMX_UDP_MTU", "1500", 1);
-    failed = cmocka_run_group_tests(tests, NULL, NULL);
-    if (failed == 0 && skipped) {
-        printf("skipped: the forged refusal cases need CAP_NET_RAW (run as root)\n");
-        return 77;
-    }
-    return failed;
+    return UNIT_MAIN(argc, argv, tests);
 }

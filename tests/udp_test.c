@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "tl/udp/udp.h"
 #include "util/crc32c.h"
 
@@ -609,7 +611,7 @@ static void test_silent_peer_is_not_dead(void **state)
     pair_close(&a, &b);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_acks_reach_a_connected_sender),
@@ -630,5 +632,5 @@ int main(void)
 
     setenv("TMX_UDP_ADDR", "127.0.0.1", 1);
     setenv("TMX_UDP_MTU", "1500", 1); /* segments as on a network, not loopback's 64 KiB */
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return UNIT_MAIN(argc, argv, tests);
 }

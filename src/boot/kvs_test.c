@@ -18,6 +18,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "boot/boot.h"
 
 /* ------------------------------------------------------------- boot_env */
@@ -595,7 +597,7 @@ static void test_client_tcp_gives_up(void **state)
     close(fd);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_env_good),
@@ -630,5 +632,5 @@ int main(void)
         cmocka_unit_test(test_client_tcp_gives_up),
     };
 
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return UNIT_MAIN(argc, argv, tests);
 }

@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "match/match.h"
 #include "tmx.h"
 
@@ -474,6 +476,9 @@ static void run_seed(void **state)
         free(d->unexp.v);
         free(d);
     }
+    printf("seed %#" PRIx64 ": %" PRIu64 " operations, %" PRIu64 " finds checked (%" PRIu64
+           " matched), %" PRIu64 " mismatches\n",
+           seed, total_ops, total_finds, total_matched, total_mismatches);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -492,13 +497,12 @@ static size_t seeds_to_run(uint64_t *out, size_t max)
     return n;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     static uint64_t run[ARRAY_LEN(seeds)];
     static char names[ARRAY_LEN(seeds)][40];
     struct CMUnitTest tests[ARRAY_LEN(seeds)] = {{0}};
     size_t n = seeds_to_run(run, ARRAY_LEN(seeds));
-    int failed;
 
     for (size_t i = 0; i < n; i++) {
         snprintf(names[i], sizeof(names[i]), "seed %#" PRIx64, run[i]);
@@ -506,9 +510,5 @@ int main(void)
         tests[i].test_func = run_seed;
         tests[i].initial_state = &run[i];
     }
-    failed = _cmocka_run_group_tests("match_diff", tests, n, NULL, NULL);
-    printf("match_diff_test: %" PRIu64 " operations, %" PRIu64 " finds checked (%" PRIu64
-           " matched), %" PRIu64 " mismatches\n",
-           total_ops, total_finds, total_matched, total_mismatches);
-    return failed;
+    return unit_main(argc, argv, &(const unit_group_t){"match_diff", tests, n, NULL, NULL}, 1);
 }

@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "match/match.h"
 #include "tmx.h"
 
@@ -1199,7 +1201,7 @@ static void test_enum_all_unexp_high_bits(void **state)
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 #define TP(f) cmocka_unit_test_setup_teardown(f, setup_pending, teardown)
 
-int main(void)
+int main(int argc, char **argv)
 {
     /* Every test on the pending-list engine but those that look into the
      * bins themselves (mask counts, idle bins). */
@@ -1290,7 +1292,10 @@ int main(void)
         T(test_enum_all_unexp_high_bits),
     };
 
-    int failed = cmocka_run_group_tests_name("match, every receive in a bin", tests, NULL, NULL);
+    const unit_group_t groups[] = {
+        {"match, every receive in a bin", tests, sizeof(tests) / sizeof(tests[0]), NULL, NULL},
+        {"match, pending list first", pending, sizeof(pending) / sizeof(pending[0]), NULL, NULL},
+    };
 
-    return failed + cmocka_run_group_tests_name("match, pending list first", pending, NULL, NULL);
+    return unit_main(argc, argv, groups, 2);
 }

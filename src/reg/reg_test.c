@@ -7,6 +7,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "reg/reg.h"
 
 /* The reference vector of SipHash-2-4 for an 8-byte message: key
@@ -117,7 +119,7 @@ static void refusals_rate_limited(void **state)
     assert_true(lines >= 1 && lines <= 11); /* earlier refusals in this process shift which ones */
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(siphash_reference_vector),
@@ -127,5 +129,5 @@ int main(void)
         cmocka_unit_test(access_check),
         cmocka_unit_test(refusals_rate_limited),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return UNIT_MAIN(argc, argv, tests);
 }

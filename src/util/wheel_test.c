@@ -7,6 +7,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "util/wheel.h"
 
 static int fired;
@@ -84,12 +86,12 @@ static void test_cancel_and_rearm(void **state)
     assert_int_equal(fired, 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_due_inside_tick),
         cmocka_unit_test(test_far_and_gap),
         cmocka_unit_test(test_cancel_and_rearm),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return UNIT_MAIN(argc, argv, tests);
 }

@@ -6,18 +6,21 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
 #include "proto/proto.h"
 #include "tmx.h"
 
+static tmx_peer_t self;
+
 static tmx_context_h fuzz_ctx(void)
 {
     static tmx_context_h ctx;
     unsigned char addr[TMX_ADDRESS_MAX];
     size_t len = sizeof(addr);
-    tmx_peer_t self;
     tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT,
                               .transports = "self",
                               .boot = TMX_BOOT_NONE};
@@ -44,6 +47,27 @@ static void drain(tmx_context_h ctx)
         tmx_cq_read(ctx, c, 16, &n);
 }
 
+/* The check after every input, in every build (not an assert that NDEBUG
+ * removes): the context still carries a message to itself, whole. */
+static void check_usable(tmx_context_h ctx)
+{
+    static const char msg[] = "the context survived the input";
+    char got[sizeof(msg)] = {0};
+    tmx_completion_t sc = {0}, rc = {0};
+    tmx_request_h s = NULL, r = NULL;
+    const uint64_t tag = 0x5eed5eed5eed5eedull;
+
+    if (tmx_trecv(ctx, self, got, sizeof(got), tag, 0, NULL, &r) != TMX_OK ||
+        tmx_tsend(ctx, self, msg, sizeof(msg), tag, NULL, &s) != TMX_OK ||
+        tmx_request_wait(r, 1000000, &rc) != TMX_OK || tmx_request_wait(s, 1000000, &sc) != TMX_OK ||
+        rc.status != TMX_OK || sc.status != TMX_OK || rc.length != sizeof(msg) || memcmp(got, msg, sizeof(msg)) != 0) {
+        fprintf(stderr, "fuzz_wire: after this input a message to self no longer arrives whole\n");
+        abort();
+    }
+    tmx_request_free(r);
+    tmx_request_free(s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     tmx_context_h ctx = fuzz_ctx();
@@ -55,10 +79,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     if (data[0] & 1) {
         tmx_peer_add(ctx, data + 1, size - 1, &peer);
-        return 0;
-    }
-    /* Half the time a receive is waiting, so the expected path runs too. */
-    if (data[0] & 2) {
+    } else if (data[0] & 2) {
+        /* Half the time a receive is waiting, so the expected path runs too. */
         tmx_trecv(ctx, TMX_ANY_SOURCE, buf, sizeof(buf), 0, TMX_TAG_ANY, NULL, &r);
         proto_recv_cb(ctx, ctx->uuid, data + 1, size - 1);
         if (tmx_request_test(r, NULL) == TMX_INPROGRESS)
@@ -68,5 +90,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         proto_recv_cb(ctx, ctx->uuid, data + 1, size - 1);
     }
     drain(ctx);
+    check_usable(ctx);
     return 0;
 }

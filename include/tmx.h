@@ -90,7 +90,8 @@ enum tmx_context_field {
     TMX_CONTEXT_FIELD_THREAD_MODE = 1u << 0,
     TMX_CONTEXT_FIELD_TRANSPORTS = 1u << 1,
     TMX_CONTEXT_FIELD_NAME = 1u << 2,
-    TMX_CONTEXT_FIELD_BOOT = 1u << 3
+    TMX_CONTEXT_FIELD_BOOT = 1u << 3,
+    TMX_CONTEXT_FIELD_SETTINGS = 1u << 4
 };
 
 typedef enum tmx_boot_mode {
@@ -108,6 +109,13 @@ typedef struct tmx_context_params {
                                       the TMX_TRANSPORTS setting */
     const char *name;              /* label used in log lines */
     tmx_boot_mode_t boot;          /* default TMX_BOOT_AUTO */
+    const char *const *settings;   /* NULL-terminated "NAME=VALUE" strings
+                                      that take precedence over the
+                                      environment (tmx-info lists the
+                                      names); a name that is no setting,
+                                      or a value out of range, fails
+                                      tmx_context_create with
+                                      TMX_ERR_INVALID */
 } tmx_context_params_t;
 
 /* Creates a context. params may be NULL for all defaults. On success
@@ -298,9 +306,15 @@ tmx_status_t tmx_request_free(tmx_request_h req);
 
 /* -------------------------------------------------------------- settings */
 
-/* Writes the table of TMX_* settings (name, value, default, help) to the
- * given stdio stream (a FILE *). */
+/* Writes the table of TMX_* settings (name, value, default, what it
+ * accepts, help) and the launcher's variables to the given stdio stream
+ * (a FILE *). */
 void tmx_config_print(void *stream);
+
+/* Writes what tmx-info shows: the version, each transport with its
+ * capabilities and the protocol it uses at each message size, then the
+ * settings as tmx_config_print() does, to a stdio stream (a FILE *). */
+void tmx_info_print(void *stream);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@
 
 #include "unit.h"
 
+#include "core/config.h"
 #include "tl/udp/udp.h"
 #include "util/crc32c.h"
 
@@ -90,11 +91,15 @@ static int read_finished(void *arg)
     return ((read_op_t *)arg)->done;
 }
 
+/* The transport's settings as a context would hand them down: the
+ * environment's (set by main and by some cases), over the defaults. */
 static void side_open(side_t *s, uint64_t uuid)
 {
-    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0};
+    config_t cfg;
+    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0, &cfg.tl};
     tl_iface_t *iface;
 
+    assert_int_equal(config_load(&cfg, NULL), TMX_OK);
     memset(s, 0, sizeof(*s));
     assert_int_equal(tl_udp_ops.iface_open(&p, &iface), TMX_OK);
     s->ui = (udp_iface_t *)iface;

@@ -38,7 +38,6 @@
 #include <unistd.h>
 
 #include "tmxrun.h"
-#include "util/hash.h"
 
 /* ------------------------------------------------------------- utilities */
 
@@ -67,7 +66,7 @@ uint64_t random64(void)
 
     if (getrandom(&r, sizeof(r), GRND_NONBLOCK) == (ssize_t)sizeof(r))
         return r;
-    return util_hash64((uint64_t)now_ms() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)&r);
+    return tmxrun_mix64((uint64_t)now_ms() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)&r);
 }
 
 const char *printable(const char *p, size_t n, char *out, size_t cap)

@@ -21,7 +21,14 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "boot/boot.h"
+/* The key-value service's side of the protocol between tmxrun and the
+ * library (docs/tmxrun.md): what a rank reads in TMX_KVS, TMX_JOBID and on
+ * the wire. The library checks the same limits on its side; tmxrun_test
+ * runs both against each other. */
+#define RUN_KVS_TOKEN_MAX 4096          /* longest key or value, in bytes */
+#define RUN_KVS_LINE_MAX (4 + RUN_KVS_TOKEN_MAX + 1 + RUN_KVS_TOKEN_MAX + 1) /* "PUT k v\n" */
+#define RUN_ADDR_MAX 256                /* longest TMX_KVS address, with its NUL */
+#define RUN_JOBID_DIGITS 16             /* hex digits in TMX_JOBID */
 
 #define RUN_MAX_RANKS 4096
 #define RUN_KILL_GRACE_MS 2000          /* from SIGTERM to SIGKILL */
@@ -84,7 +91,7 @@ typedef struct run_conn {
     size_t out_len;
     size_t out_cap;
     size_t in_len;
-    char in[BOOT_KVS_LINE_MAX];
+    char in[RUN_KVS_LINE_MAX];
 } run_conn_t;
 
 typedef struct run_kv {
@@ -118,8 +125,8 @@ typedef struct run_job {
     int out_broken[3];      /* our stdout/stderr went away: drop output */
     sigset_t old_mask;
     struct rlimit nofile;   /* as we found it, restored in the ranks */
-    char kvs_addr[BOOT_ADDR_MAX];
-    char jobid[BOOT_JOBID_DIGITS + 1];
+    char kvs_addr[RUN_ADDR_MAX];
+    char jobid[RUN_JOBID_DIGITS + 1];
     run_conn_t **conns;
     size_t nconns;
     size_t max_conns;
@@ -210,5 +217,17 @@ int agent_probe_command(const run_job_t *job, const char *host, const char *cmd,
  * to reach the key-value service at when --kvs-addr is not given (see
  * tmxrun_route.c). 0 with ip set, or -1 when no host told us. */
 int route_kvs_ip(const run_job_t *job, char *ip, size_t cap);
+
+/* A 64-bit mixer (the finaliser of MurmurHash3), for job ids and the
+ * key-value store's buckets: every input bit affects every output bit. */
+static inline uint64_t tmxrun_mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
 
 #endif

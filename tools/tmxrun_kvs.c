@@ -16,11 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "tmxrun.h"
-#include "util/hash.h"
 
 /* ------------------------------------------------------- key-value store */
 
@@ -30,7 +31,7 @@ static run_kv_t **kv_bucket(run_job_t *job, const char *key)
 
     for (const char *p = key; *p != '\0'; p++)
         h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
-    return &job->buckets[util_hash64(h) & (job->nbuckets - 1)];
+    return &job->buckets[tmxrun_mix64(h) & (job->nbuckets - 1)];
 }
 
 static run_kv_t *kv_find(run_job_t *job, const char *key)
@@ -249,6 +250,19 @@ static size_t split(char *line, size_t len, char **tok, size_t *tlen, size_t max
     return n;
 }
 
+/* A key or value: 1..RUN_KVS_TOKEN_MAX bytes, each printable ASCII and not
+ * a space (the library sends nothing else). */
+static int token_ok(const char *tok, size_t len)
+{
+    if (len == 0 || len > RUN_KVS_TOKEN_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        if (tok[i] <= ' ' || tok[i] > '~')
+            return 0;
+    }
+    return 1;
+}
+
 static int is_cmd(const char *tok, size_t len, const char *cmd)
 {
     return len == strlen(cmd) && memcmp(tok, cmd, len) == 0;
@@ -263,10 +277,10 @@ static void kvs_request(run_job_t *job, run_conn_t *c, char *line, size_t len)
 
     printable(line, len, shown, sizeof(shown));
     n = split(line, len, tok, tlen, 3);
-    if (is_cmd(tok[0], tlen[0], "PUT") && n == 3 && boot_kvs_token_ok(tok[1], tlen[1]) &&
-        boot_kvs_token_ok(tok[2], tlen[2]))
+    if (is_cmd(tok[0], tlen[0], "PUT") && n == 3 && token_ok(tok[1], tlen[1]) &&
+        token_ok(tok[2], tlen[2]))
         kvs_put(job, c, tok[1], tok[2]);
-    else if (is_cmd(tok[0], tlen[0], "GET") && n == 2 && boot_kvs_token_ok(tok[1], tlen[1]))
+    else if (is_cmd(tok[0], tlen[0], "GET") && n == 2 && token_ok(tok[1], tlen[1]))
         kvs_get(job, c, tok[1]);
     else if (is_cmd(tok[0], tlen[0], "FENCE") && n == 1)
         kvs_fence(job, c);
@@ -410,16 +424,17 @@ void conns_run(run_job_t *job)
 
 /* ------------------------------------------------------------- listening */
 
+/* An abstract socket (unix:@NAME): nothing in the file system to clean up. */
 static int listen_unix(run_job_t *job)
 {
-    boot_addr_t a;
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    int n = snprintf(un.sun_path + 1, sizeof(un.sun_path) - 1, "tmx-kvs-%d-%08x", (int)job->self,
+                     (unsigned)random64());
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 
-    snprintf(job->kvs_addr, sizeof(job->kvs_addr), "unix:@tmx-kvs-%d-%08x", (int)job->self,
-             (unsigned)random64());
-    if (boot_addr_parse(job->kvs_addr, &a) != TMX_OK)
-        return -1;
+    snprintf(job->kvs_addr, sizeof(job->kvs_addr), "unix:@%s", un.sun_path + 1);
     job->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (job->listen_fd < 0 || bind(job->listen_fd, (struct sockaddr *)&a.sa, a.len) != 0 ||
+    if (job->listen_fd < 0 || bind(job->listen_fd, (struct sockaddr *)&un, len) != 0 ||
         listen(job->listen_fd, SOMAXCONN) != 0) {
         run_log("kvs: cannot listen on %s: %s", job->kvs_addr, strerror(errno));
         return -1;

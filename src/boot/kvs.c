@@ -1,6 +1,7 @@
 /* The client side of tmxrun's key-value service, the environment tmxrun
  * sets, and the hex encoding of the blobs exchanged through it. */
 #include "boot/boot.h"
+#include "core/config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -540,7 +541,7 @@ tmx_status_t boot_hex_decode(const char *hex, void *out, size_t cap, size_t *len
 
 static tmx_status_t env_u32(const char *name, uint32_t *out)
 {
-    const char *s = getenv(name);
+    const char *s = config_launcher(name);
     uint64_t v = 0;
     size_t i;
 
@@ -560,7 +561,7 @@ static tmx_status_t env_u32(const char *name, uint32_t *out)
 
 static tmx_status_t env_jobid(uint64_t *out)
 {
-    const char *s = getenv("TMX_JOBID");
+    const char *s = config_launcher("TMX_JOBID");
     uint64_t v = 0;
     size_t i;
 
@@ -592,7 +593,7 @@ static tmx_status_t env_kvs_addr(const char *s, char *out)
 
 tmx_status_t boot_env(boot_env_t *env)
 {
-    const char *kvs = getenv("TMX_KVS");
+    const char *kvs = config_launcher("TMX_KVS");
     boot_env_t e;
 
     if (env == NULL) {

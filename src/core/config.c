@@ -1,79 +1,349 @@
 #include "core/config.h"
 
-#include <stdio.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
-#include "tmx.h"
 #include "util/log.h"
 
 #define TMX_API __attribute__((visibility("default")))
 
-typedef struct config_entry {
-    const char *name;
-    const char *def;
-    const char *help;
-} config_entry_t;
+typedef enum cfg_type {
+    CFG_UINT,       /* decimal, in [lo, hi], into a uint32_t or uint64_t */
+    CFG_ENUM,       /* one of words (any case), its index into an int */
+    CFG_LIST,       /* free text up to the field's size; checked by its user */
+    CFG_IPV4,       /* "auto" or a dotted IPv4 address */
+    CFG_FAULTS,     /* name=rate[,...] with rates in [0, 1] */
+    CFG_STOP        /* empty, or claim:N, publish:N or help:N with N > 0 */
+} cfg_type_t;
 
-static const config_entry_t config_table[] = {
-    {"TMX_LOG_LEVEL", "warn", "log level: error, warn, info or debug (debug names each protocol chosen)"},
-    {"TMX_TRANSPORTS", "self,shm,udp", "transports a context opens, in order of preference (self, shm, udp)"},
-    {"TMX_UNEXPECTED_MAX", "67108864", "bytes that unexpected messages (received before their receive was posted) may hold; at the bound shm and udp senders wait until receives take some (0: no bound)"},
-    {"TMX_SHM_CMA", "auto", "shm rendezvous reads: auto (process_vm_readv, copy if refused) or off (always copy)"},
-    {"TMX_SHM_SPLIT_MIN", "131072", "shm reads of at least this many bytes are shared copies: the owner writes the first half while the reader reads the rest, when it polls in time (CMA only); 0: never"},
-    {"TMX_SHM_TEST_STOP", "", "tests only: claim:N or publish:N stops this process (SIGSTOP) right after claiming, or right before publishing, its N-th shm cell; help:N right after taking the N-th chunk it writes for a shared copy"},
-    {"TMX_UDP_ADDR", "auto", "udp: IPv4 address to bind (auto: first up, non-loopback interface)"},
-    {"TMX_UDP_MTU", "0", "udp: data datagram MTU in bytes (0: the interface's)"},
-    {"TMX_UDP_WINDOW", "4096", "udp: segments in flight per peer and channel"},
-    {"TMX_UDP_CONNECT_MAX", "256", "udp: peers that get a socket of their own for sends, connected to them (the kernel keeps the route); 0 for none"},
-    {"TMX_UDP_OFFLOAD", "1", "udp: 1 to use UDP GSO and GRO where the kernel has them, 0 never (sendmmsg and recvmmsg only)"},
-    {"TMX_UDP_ACK_DELAY_US", "50", "udp: delayed ACK, microseconds"},
-    {"TMX_UDP_RTO_MS", "100", "udp: first retransmit timeout, milliseconds (doubles up to 1 s)"},
-    {"TMX_UDP_PEER_TIMEOUT_MS", "300000", "udp: silence after which a peer is declared failed though its host never refused its port (a host gone); a busy peer is silent, not dead, so keep it long"},
-    {"TMX_UDP_FAULTS", "", "udp: injected faults, e.g. drop=0.05,dup=0.01,reorder=0.05,corrupt=0.001"},
+typedef struct cfg_entry {
+    const char *name;
+    cfg_type_t type;
+    const char *def;
+    uint64_t lo, hi;                /* CFG_UINT */
+    const char *const *words;       /* CFG_ENUM, NULL-terminated */
+    size_t off, size;               /* the field in config_t */
+    const char *help;
+} cfg_entry_t;
+
+#define CFG_FIELD(m) offsetof(config_t, m), sizeof(((config_t *)0)->m)
+
+static const char *const log_words[] = {"error", "warn", "info", "debug", NULL};
+static const char *const cma_words[] = {"off", "auto", NULL};
+static const char *const bool_words[] = {"0", "1", NULL};
+
+static const cfg_entry_t cfg_table[] = {
+    {"TMX_LOG_LEVEL", CFG_ENUM, "warn", 0, 0, log_words, CFG_FIELD(log_level),
+     "log level (debug names each protocol chosen)"},
+    {"TMX_TRANSPORTS", CFG_LIST, "self,shm,udp", 0, 0, NULL, CFG_FIELD(transports),
+     "transports a context opens, in order of preference (self, shm, udp)"},
+    {"TMX_UNEXPECTED_MAX", CFG_UINT, "67108864", 0, 1ull << 48, NULL, CFG_FIELD(unexpected_max),
+     "bytes that unexpected messages (received before their receive was posted) may hold; at the "
+     "bound shm and udp senders wait until receives take some (0: no bound)"},
+    {"TMX_SHM_CMA", CFG_ENUM, "auto", 0, 0, cma_words, CFG_FIELD(tl.shm.cma),
+     "shm rendezvous reads: auto (process_vm_readv, copy if refused) or off (always copy)"},
+    {"TMX_SHM_SPLIT_MIN", CFG_UINT, "131072", 0, 1ull << 40, NULL, CFG_FIELD(tl.shm.split_min),
+     "shm reads of at least this many bytes are shared copies: the owner writes the first half "
+     "while the reader reads the rest, when it polls in time (CMA only); 0: never"},
+    {"TMX_SHM_TEST_STOP", CFG_STOP, "", 0, 0, NULL, CFG_FIELD(tl.shm.stop_at),
+     "tests only: claim:N or publish:N stops this process (SIGSTOP) right after claiming, or right "
+     "before publishing, its N-th shm cell; help:N right after taking the N-th chunk it writes for "
+     "a shared copy"},
+    {"TMX_UDP_ADDR", CFG_IPV4, "auto", 0, 0, NULL, CFG_FIELD(tl.udp.addr),
+     "udp: IPv4 address to bind (auto: first up, non-loopback interface)"},
+    {"TMX_UDP_MTU", CFG_UINT, "0", 0, 65535, NULL, CFG_FIELD(tl.udp.mtu),
+     "udp: data datagram MTU in bytes (0: the interface's)"},
+    {"TMX_UDP_WINDOW", CFG_UINT, "4096", 16, 1u << 20, NULL, CFG_FIELD(tl.udp.window),
+     "udp: segments in flight per peer and channel (rounded down to a power of two)"},
+    {"TMX_UDP_CONNECT_MAX", CFG_UINT, "256", 0, 65536, NULL, CFG_FIELD(tl.udp.connect_max),
+     "udp: peers that get a socket of their own for sends, connected to them (the kernel keeps "
+     "the route); 0 for none"},
+    {"TMX_UDP_OFFLOAD", CFG_ENUM, "1", 0, 0, bool_words, CFG_FIELD(tl.udp.offload),
+     "udp: 1 to use UDP GSO and GRO where the kernel has them, 0 never (sendmmsg and recvmmsg "
+     "only)"},
+    {"TMX_UDP_ACK_DELAY_US", CFG_UINT, "50", 0, 1000000, NULL, CFG_FIELD(tl.udp.ack_delay_us),
+     "udp: delayed ACK, microseconds"},
+    {"TMX_UDP_RTO_MS", CFG_UINT, "100", 1, 60000, NULL, CFG_FIELD(tl.udp.rto_ms),
+     "udp: first retransmit timeout, milliseconds (doubles up to 1 s)"},
+    {"TMX_UDP_PEER_TIMEOUT_MS", CFG_UINT, "300000", 10, 3600000, NULL,
+     CFG_FIELD(tl.udp.peer_timeout_ms),
+     "udp: silence after which a peer is declared failed though its host never refused its port "
+     "(a host gone); a busy peer is silent, not dead, so keep it long"},
+    {"TMX_UDP_FAULTS", CFG_FAULTS, "", 0, 0, NULL, CFG_FIELD(tl.udp.faults),
+     "udp: injected faults, e.g. drop=0.05,dup=0.01,reorder=0.05,corrupt=0.001"},
 };
 
-const char *config_default(const char *name)
+#define CFG_N (sizeof(cfg_table) / sizeof(cfg_table[0]))
+
+/* Set by tmxrun (docs/tmxrun.md) for each rank it starts; a process that
+ * finds TMX_KVS joins the job. boot/kvs.c checks their syntax. */
+static const struct {
+    const char *name, *help;
+} launcher_table[] = {
+    {"TMX_KVS", "the job's key-value service: unix:@NAME, unix:PATH or tcp:HOST:PORT"},
+    {"TMX_RANK", "this process's rank, 0 to TMX_SIZE - 1"},
+    {"TMX_SIZE", "the number of ranks of the job"},
+    {"TMX_JOBID", "the job's identity, 16 hex digits (also the key of its udp datagrams)"},
+};
+
+#define LAUNCHER_N (sizeof(launcher_table) / sizeof(launcher_table[0]))
+
+/* ------------------------------------------------------------- parsing */
+
+static int parse_u64(const char *v, uint64_t *out)
 {
-    for (size_t i = 0; i < sizeof(config_table) / sizeof(config_table[0]); i++) {
-        if (strcmp(config_table[i].name, name) == 0)
-            return config_table[i].def;
+    char *end;
+
+    if (*v < '0' || *v > '9')
+        return 0;
+    errno = 0;
+    *out = strtoull(v, &end, 10);
+    return errno == 0 && *end == '\0';
+}
+
+static int parse_enum(const cfg_entry_t *e, const char *v, int *out)
+{
+    for (int i = 0; e->words[i] != NULL; i++) {
+        if (strcasecmp(v, e->words[i]) == 0) {
+            *out = i;
+            return 1;
+        }
     }
+    return 0;
+}
+
+static int parse_rate(const char *t, const char *name, double *out)
+{
+    size_t n = strlen(name);
+    char *end;
+    double v;
+
+    if (strncmp(t, name, n) != 0 || t[n] != '=')
+        return 0;
+    errno = 0;
+    v = strtod(t + n + 1, &end);
+    if (errno != 0 || end == t + n + 1 || *end != '\0' || !(v >= 0.0 && v <= 1.0))
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_faults(const char *v, tl_udp_faults_t *f)
+{
+    char buf[256], *save = NULL;
+
+    memset(f, 0, sizeof(*f));
+    if (strlen(v) >= sizeof(buf))
+        return 0;
+    strcpy(buf, v);
+    for (char *t = strtok_r(buf, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        if (!parse_rate(t, "drop", &f->drop) && !parse_rate(t, "dup", &f->dup) &&
+            !parse_rate(t, "reorder", &f->reorder) && !parse_rate(t, "corrupt", &f->corrupt))
+            return 0;
+    }
+    return 1;
+}
+
+static int parse_stop(const char *v, tl_shm_settings_t *s)
+{
+    static const char *const at[] = {"", "claim:", "publish:", "help:"};
+
+    s->stop_at = TL_SHM_STOP_NONE;
+    s->stop_n = 0;
+    if (*v == '\0')
+        return 1;
+    for (int i = TL_SHM_STOP_CLAIM; i <= TL_SHM_STOP_HELP; i++) {
+        size_t n = strlen(at[i]);
+        if (strncmp(v, at[i], n) == 0 && parse_u64(v + n, &s->stop_n) && s->stop_n > 0) {
+            s->stop_at = i;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int parse_ipv4(const char *v, char *out, size_t size)
+{
+    struct in_addr a;
+
+    if (strlen(v) >= size || (strcmp(v, "auto") != 0 && inet_pton(AF_INET, v, &a) != 1))
+        return 0;
+    strcpy(out, v);
+    return 1;
+}
+
+/* What a setting accepts, for the error and for tmx-info. */
+static const char *cfg_accepts(const cfg_entry_t *e, char *buf, size_t size)
+{
+    size_t used = 0;
+
+    switch (e->type) {
+    case CFG_UINT:
+        snprintf(buf, size, "an integer in [%" PRIu64 ", %" PRIu64 "]", e->lo, e->hi);
+        break;
+    case CFG_ENUM:
+        buf[0] = '\0';
+        for (int i = 0; e->words[i] != NULL && used < size; i++)
+            used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? "|" : "one of ", e->words[i]);
+        break;
+    case CFG_LIST:
+        snprintf(buf, size, "a comma list of at most %zu characters", e->size - 1);
+        break;
+    case CFG_IPV4:
+        snprintf(buf, size, "auto or a dotted IPv4 address");
+        break;
+    case CFG_FAULTS:
+        snprintf(buf, size, "drop|dup|reorder|corrupt=RATE[,...], RATE in [0, 1]");
+        break;
+    case CFG_STOP:
+        snprintf(buf, size, "empty, claim:N, publish:N or help:N with N > 0");
+        break;
+    }
+    return buf;
+}
+
+static int cfg_parse(const cfg_entry_t *e, const char *v, config_t *c)
+{
+    void *field = (char *)c + e->off;
+    uint64_t x;
+
+    switch (e->type) {
+    case CFG_UINT:
+        if (!parse_u64(v, &x) || x < e->lo || x > e->hi)
+            return 0;
+        if (e->size == sizeof(uint32_t))
+            *(uint32_t *)field = (uint32_t)x;
+        else
+            *(uint64_t *)field = x;
+        return 1;
+    case CFG_ENUM:
+        return parse_enum(e, v, field);
+    case CFG_LIST:
+        if (strlen(v) >= e->size)
+            return 0;
+        strcpy(field, v);
+        return 1;
+    case CFG_IPV4:
+        return parse_ipv4(v, field, e->size);
+    case CFG_FAULTS:
+        return parse_faults(v, field);
+    case CFG_STOP:
+        return parse_stop(v, &c->tl.shm);
+    }
+    return 0;
+}
+
+/* The override of name: the last "NAME=VALUE" naming it, or NULL. */
+static const char *cfg_override(const char *const *overrides, const char *name)
+{
+    size_t n = strlen(name);
+    const char *v = NULL;
+
+    for (size_t i = 0; overrides != NULL && overrides[i] != NULL; i++) {
+        if (strncmp(overrides[i], name, n) == 0 && overrides[i][n] == '=')
+            v = overrides[i] + n + 1;
+    }
+    return v;
+}
+
+static tmx_status_t cfg_check_overrides(const char *const *overrides)
+{
+    for (size_t i = 0; overrides != NULL && overrides[i] != NULL; i++) {
+        const char *eq = strchr(overrides[i], '=');
+        size_t k;
+        for (k = 0; eq != NULL && k < CFG_N; k++) {
+            if (strlen(cfg_table[k].name) == (size_t)(eq - overrides[i]) &&
+                strncmp(cfg_table[k].name, overrides[i], (size_t)(eq - overrides[i])) == 0)
+                break;
+        }
+        if (eq == NULL || k == CFG_N) {
+            util_error("setting '%s' %s (tmx-info lists the settings)", overrides[i],
+                       eq == NULL ? "is not NAME=VALUE" : "names no setting");
+            return TMX_ERR_INVALID;
+        }
+    }
+    return TMX_OK;
+}
+
+tmx_status_t config_load(config_t *c, const char *const *overrides)
+{
+    char accepts[160];
+    tmx_status_t st;
+
+    if ((st = cfg_check_overrides(overrides)) != TMX_OK)
+        return st;
+    memset(c, 0, sizeof(*c));
+    for (size_t i = 0; i < CFG_N; i++) {
+        const cfg_entry_t *e = &cfg_table[i];
+        const char *v = cfg_override(overrides, e->name), *from = "in tmx_context_params_t.settings";
+        if (v == NULL && (v = getenv(e->name)) != NULL)
+            from = "in the environment";
+        if (v == NULL)
+            v = e->def, from = "by default";
+        else if (e->off == offsetof(config_t, transports))
+            c->transports_set = 1;
+        if (!cfg_parse(e, v, c)) {
+            util_error("%s='%s' (%s): expected %s", e->name, v, from, cfg_accepts(e, accepts, sizeof(accepts)));
+            return TMX_ERR_INVALID;
+        }
+    }
+    return TMX_OK;
+}
+
+void config_defaults(config_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    for (size_t i = 0; i < CFG_N; i++) {
+        if (!cfg_parse(&cfg_table[i], cfg_table[i].def, c))
+            util_error("the default of %s does not parse", cfg_table[i].name);
+    }
+}
+
+const char *config_launcher(const char *name)
+{
+    for (size_t i = 0; i < LAUNCHER_N; i++) {
+        if (strcmp(launcher_table[i].name, name) == 0)
+            return getenv(name);
+    }
+    util_error("%s is not one of the launcher's variables", name);
     return NULL;
 }
 
-const char *config_get(const char *name)
+/* ------------------------------------------------------------- printing */
+
+static const char *cfg_value(const cfg_entry_t *e, const char *const *overrides)
 {
-    for (size_t i = 0; i < sizeof(config_table) / sizeof(config_table[0]); i++) {
-        if (strcmp(config_table[i].name, name) == 0) {
-            const char *v = getenv(name);
-            return v != NULL ? v : config_table[i].def;
-        }
+    const char *v = cfg_override(overrides, e->name);
+
+    if (v == NULL)
+        v = getenv(e->name);
+    return v != NULL ? v : e->def;
+}
+
+void config_print(FILE *f)
+{
+    char accepts[160];
+
+    fprintf(f, "settings (environment or tmx_context_params_t.settings; a bad value fails tmx_context_create):\n");
+    for (size_t i = 0; i < CFG_N; i++) {
+        const cfg_entry_t *e = &cfg_table[i];
+        fprintf(f, "  %s\n      value '%s', default '%s', accepts %s\n      %s\n", e->name,
+                cfg_value(e, NULL), e->def, cfg_accepts(e, accepts, sizeof(accepts)), e->help);
     }
-    util_error("unknown setting %s", name);
-    return NULL;
+    fprintf(f, "launcher variables (set by tmxrun for each rank; a process with TMX_KVS joins the job):\n");
+    for (size_t i = 0; i < LAUNCHER_N; i++) {
+        const char *v = getenv(launcher_table[i].name);
+        fprintf(f, "  %-20s %s\n      %s\n", launcher_table[i].name, v != NULL ? v : "(unset)",
+                launcher_table[i].help);
+    }
 }
 
 TMX_API void tmx_config_print(void *stream)
 {
-    FILE *f = stream;
-
-    fprintf(f, "%-20s %-12s %-12s %s\n", "setting", "value", "default", "meaning");
-    for (size_t i = 0; i < sizeof(config_table) / sizeof(config_table[0]); i++) {
-        const config_entry_t *e = &config_table[i];
-        fprintf(f, "%-20s %-12s %-12s %s\n", e->name, config_get(e->name), e->def, e->help);
-    }
-}
-
-unsigned long long config_u64(const char *name, unsigned long long lo, unsigned long long hi)
-{
-    const char *v = config_get(name);
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-
-    if (*v == '\0' || *end != '\0' || x < lo || x > hi) {
-        util_warn("%s=%s is not a number in [%llu, %llu]; using the default", name, v, lo, hi);
-        x = strtoull(config_default(name), NULL, 10);
-    }
-    return x;
+    config_print(stream);
 }

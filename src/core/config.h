@@ -1,16 +1,47 @@
-/* Settings: every TMX_* environment variable is one entry of one table,
- * with its default and a line of help; tmx-info prints the table. */
+/*
+ * Settings: every TMX_* variable tmx reads is one entry of one table
+ * (config.c) with its type, default, accepted range and help. A context
+ * parses the table once, at creation, from its parameters' overrides and
+ * the environment, into a config_t; a bad value fails the creation with
+ * TMX_ERR_INVALID and a log line naming the setting and what it accepts.
+ * The layers below get their part of the result (tl_settings_t) and never
+ * read the environment. The launcher's variables (TMX_KVS, TMX_RANK, ...)
+ * are a second table, read through config_launcher().
+ */
 #ifndef TMX_CORE_CONFIG_H
 #define TMX_CORE_CONFIG_H
 
-/* The value of a setting: the environment's, else the default. */
-const char *config_get(const char *name);
+#include <stdint.h>
+#include <stdio.h>
 
-/* The built-in default of a setting. */
-const char *config_default(const char *name);
+#include "tl/tl.h"
+#include "tmx.h"
 
-/* A numeric setting in [lo, hi]; anything else is logged and the default
- * used. */
-unsigned long long config_u64(const char *name, unsigned long long lo, unsigned long long hi);
+typedef struct config {
+    int log_level;              /* TMX_LOG_LEVEL: index in error, warn, info, debug */
+    char transports[128];       /* TMX_TRANSPORTS */
+    int transports_set;         /*   given (not the default): each must open */
+    uint64_t unexpected_max;    /* TMX_UNEXPECTED_MAX (0: no bound) */
+    tl_settings_t tl;           /* the transports' settings */
+} config_t;
+
+/* Fills c from the table: for each setting the last "NAME=VALUE" of
+ * overrides (a NULL-terminated array; NULL for none), else the
+ * environment, else the default. TMX_ERR_INVALID, logged, for a value out
+ * of its range or an override naming no setting; c is then undefined. */
+tmx_status_t config_load(config_t *c, const char *const *overrides);
+
+/* The default of every setting (what config_load gives with an empty
+ * environment). */
+void config_defaults(config_t *c);
+
+/* The value of one of the launcher's variables (TMX_KVS, TMX_RANK,
+ * TMX_SIZE, TMX_JOBID), or NULL when it is not set. Any other name is a
+ * programming error: logged, NULL. */
+const char *config_launcher(const char *name);
+
+/* The tables, as tmx-info prints them: name, type and range, value,
+ * default, help; then the launcher's variables. */
+void config_print(FILE *f);
 
 #endif

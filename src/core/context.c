@@ -19,7 +19,7 @@
  * matcher's bin and hash slot when its tag is its own, malloc's header. */
 #define CORE_UNEXP_INDEX_COST 96
 
-static const uint64_t ctx_field_mask = TMX_CONTEXT_FIELD_THREAD_MODE | TMX_CONTEXT_FIELD_TRANSPORTS |
+static const uint64_t ctx_field_mask = TMX_CONTEXT_FIELD_THREAD_MODE | TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_SETTINGS |
                                        TMX_CONTEXT_FIELD_NAME | TMX_CONTEXT_FIELD_BOOT;
 
 static uint64_t make_uuid(void)
@@ -65,7 +65,8 @@ static tmx_status_t open_one(tmx_context_h ctx, const char *name)
     const tl_ops_t *ops = tl_find(name);
     boot_env_t env;
     tl_iface_params_t ip = {ctx->uuid, boot_env(&env) == TMX_OK ? env.jobid : 0, proto_recv_cb,
-                            core_peer_failed_cb, core_mem_check_cb, ctx, proto_admit_cb, ctx->mt};
+                            core_peer_failed_cb, core_mem_check_cb, ctx, proto_admit_cb, ctx->mt,
+                            &ctx->cfg.tl};
     tmx_status_t st;
 
     if (ops == NULL) {
@@ -184,15 +185,22 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
         util_error("tmx_context_create: NULL output handle");
         return TMX_ERR_INVALID;
     }
-    util_log_set_level(config_get("TMX_LOG_LEVEL"));
     if ((st = params_check(params)) != TMX_OK)
         return st;
     ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
         return TMX_ERR_NOMEM;
+    st = config_load(&ctx->cfg, params && (params->field_mask & TMX_CONTEXT_FIELD_SETTINGS) ? params->settings
+                                                                                            : NULL);
+    if (st != TMX_OK) {
+        free(ctx);
+        return st;
+    }
+    util_log_level = ctx->cfg.log_level;
     pthread_mutex_init(&ctx->lock, NULL);
     context_apply(ctx, params);
     ctx->uuid = make_uuid();
+    ctx->uuid_seed = make_uuid();
     ctx->self_peer = TMX_PEER_NONE;
     ctx->last_peer = TMX_PEER_NONE; /* the uuid cache starts empty */
     ctx->rndv_free = UINT32_MAX;
@@ -208,8 +216,8 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     if ((st = core_cq_init(&ctx->cq)) != TMX_OK)
         goto err_free;
     tls = params && (params->field_mask & TMX_CONTEXT_FIELD_TRANSPORTS) ? params->transports
-                                                                       : config_get("TMX_TRANSPORTS");
-    if ((st = open_transports(ctx, tls, tls != config_default("TMX_TRANSPORTS"))) != TMX_OK)
+                                                                       : ctx->cfg.transports;
+    if ((st = open_transports(ctx, tls, tls != ctx->cfg.transports || ctx->cfg.transports_set)) != TMX_OK)
         goto err_free;
     if (!(params && (params->field_mask & TMX_CONTEXT_FIELD_BOOT) && params->boot == TMX_BOOT_NONE)) {
         st = boot_job_join(ctx, &ctx->job);
@@ -217,7 +225,7 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
             goto err_free;
     }
     ctx->spin_polls = spin_budget(ctx);
-    ctx->unexp_max = (size_t)config_u64("TMX_UNEXPECTED_MAX", 0, 1ull << 48);
+    ctx->unexp_max = (size_t)ctx->cfg.unexpected_max;
     *out = ctx;
     return TMX_OK;
 

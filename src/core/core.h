@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "boot/job.h"
+#include "core/config.h"
 #include "match/match.h"
 #include "reg/reg.h"
 #include "tl/tl.h"
@@ -108,6 +109,7 @@ struct tmx_context {
     uint64_t *uuid_keys;        /* uuid -> first peer: open addressing */
     tmx_peer_t *uuid_vals;
     uint32_t uuid_cap;          /* a power of two, or 0 */
+    uint64_t uuid_seed;         /* secret: peers cannot aim uuids at one chain */
     uint64_t last_uuid;         /* one-entry cache in front of the table */
     tmx_peer_t last_peer;
     int64_t next_peer_check_us;
@@ -129,6 +131,7 @@ struct tmx_context {
     uint64_t dropped;           /* packets from the wire that did not parse */
     size_t unexp_bytes;         /* held by unexpected messages (core_unexp_charge) */
     size_t unexp_max;           /* TMX_UNEXPECTED_MAX; 0: no bound */
+    config_t cfg;               /* the settings, parsed at creation */
     int unexp_full;             /* at the bound: the transports' rx_full is set */
     core_cq_t cq;
 };

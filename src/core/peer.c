@@ -140,7 +140,7 @@ static tmx_status_t addr_parse(tmx_context_h ctx, const void *addr, size_t len, 
 static uint32_t uuid_slot(const tmx_context_h ctx, uint64_t uuid)
 {
     uint32_t mask = ctx->uuid_cap - 1;
-    uint32_t i = (uint32_t)util_hash64(uuid) & mask;
+    uint32_t i = (uint32_t)util_hash64(uuid ^ ctx->uuid_seed) & mask;
 
     while (ctx->uuid_vals[i] != TMX_PEER_NONE && ctx->uuid_keys[i] != uuid)
         i = (i + 1) & mask;

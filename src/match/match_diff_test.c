@@ -485,7 +485,7 @@ static void run_seed(void **state)
 
 static size_t seeds_to_run(uint64_t *out, size_t max)
 {
-    const char *env = getenv("TMX_TEST_SEED");
+    const char *env = unit_env("TMX_TEST_SEED");
     size_t n = 0;
 
     if (env != NULL && *env != '\0') {

@@ -55,6 +55,44 @@ typedef struct tl_get_op {
     void (*done)(struct tl_get_op *op, tmx_status_t status);
 } tl_get_op_t;
 
+/* The settings of each transport, parsed and checked once, at context
+ * creation, from the one table of settings (core/config.c): transports
+ * never read the environment or the table themselves. */
+typedef enum tl_shm_stop_at {
+    TL_SHM_STOP_NONE = 0,
+    TL_SHM_STOP_CLAIM,
+    TL_SHM_STOP_PUBLISH,
+    TL_SHM_STOP_HELP
+} tl_shm_stop_at_t;
+
+typedef struct tl_shm_settings {
+    int cma;                    /* TMX_SHM_CMA: 1 auto, 0 off */
+    uint64_t split_min;         /* TMX_SHM_SPLIT_MIN (0: never) */
+    int stop_at;                /* TMX_SHM_TEST_STOP: enum tl_shm_stop_at */
+    uint64_t stop_n;            /*   at the n-th cell (n > 0) */
+} tl_shm_settings_t;
+
+typedef struct tl_udp_faults {
+    double drop, dup, reorder, corrupt; /* probabilities in [0, 1] */
+} tl_udp_faults_t;
+
+typedef struct tl_udp_settings {
+    char addr[16];              /* TMX_UDP_ADDR: "auto" or a dotted IPv4 address */
+    uint32_t mtu;               /* TMX_UDP_MTU (0: the interface's) */
+    uint32_t window;            /* TMX_UDP_WINDOW */
+    uint32_t connect_max;       /* TMX_UDP_CONNECT_MAX */
+    int offload;                /* TMX_UDP_OFFLOAD */
+    uint64_t ack_delay_us;      /* TMX_UDP_ACK_DELAY_US */
+    uint64_t rto_ms;            /* TMX_UDP_RTO_MS */
+    uint64_t peer_timeout_ms;   /* TMX_UDP_PEER_TIMEOUT_MS */
+    tl_udp_faults_t faults;     /* TMX_UDP_FAULTS */
+} tl_udp_settings_t;
+
+typedef struct tl_settings {
+    tl_shm_settings_t shm;
+    tl_udp_settings_t udp;
+} tl_settings_t;
+
 typedef struct tl_iface_params {
     uint64_t uuid;          /* this context's identity */
     uint64_t job_key;       /* the launched job's key, 0 outside a job */
@@ -65,6 +103,7 @@ typedef struct tl_iface_params {
     tl_admit_cb_t admit_cb; /* packets, while rx_full is set (may be NULL
                                for a layer above that never sets it) */
     int mt;                 /* threads may wait on it at once (TMX_THREAD_MULTIPLE) */
+    const tl_settings_t *settings; /* never NULL; read during iface_open only */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */
@@ -88,6 +127,12 @@ struct tl_iface {
      * it only once in TL_QUIET_POLL_EVERY polls, and after every sleep. A
      * send or read through the transport clears it. */
     int quiet;
+    /* 1 when the owner's mem_check sees every remote read of its memory
+     * (reads it serves itself); 0 when the kernel's permission check
+     * stands in for it (shm's process_vm_readv: a process the kernel lets
+     * read us may read all of our memory, key or not). Kept current by
+     * the transport. */
+    int get_checked;
 };
 
 #define TL_QUIET_POLL_EVERY 64
@@ -127,7 +172,8 @@ struct tl_ops {
 
     void (*ep_destroy)(tl_ep_t *ep);
 
-    /* Sends one packet made of the iov pieces (at most max_packet bytes).
+    /* Sends one packet made of the iov pieces (1 to max_packet bytes;
+     * TMX_ERR_INVALID, logged, for an empty or a larger one).
      * The data is copied or on the wire when this returns: the caller owns
      * its buffers again. TMX_ERR_AGAIN when the transport is full (nothing
      * was sent; progress and retry). Does not block. */

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/config.h"
 #include "tl/udp/udp.h"
 #include "util/crc32c.h"
 
@@ -33,8 +34,11 @@ static tmx_status_t fuzz_mem_check(void *arg, uint64_t addr, uint64_t len, uint6
 static udp_iface_t *fuzz_iface(void)
 {
     static tl_iface_t *iface;
-    tl_iface_params_t p = {0x1234, 0x77, fuzz_recv, fuzz_fail, fuzz_mem_check, NULL, NULL, 0};
+    static config_t cfg;
+    tl_iface_params_t p = {0x1234, 0x77, fuzz_recv, fuzz_fail, fuzz_mem_check, NULL, NULL, 0, &cfg.tl};
 
+    if (iface == NULL)
+        config_defaults(&cfg);
     if (iface == NULL && tl_udp_ops.iface_open(&p, &iface) != TMX_OK)
         __builtin_trap();
     return (udp_iface_t *)iface;

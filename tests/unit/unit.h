@@ -7,9 +7,9 @@
  *
  *   TMX_TEST_CASE_TIMEOUT   seconds a case may take (default 300)
  *
- * A case that cannot run here calls unit_skip(): the suite exits 77 when
- * nothing failed and something was skipped, as ctest's SKIP_RETURN_CODE
- * expects.
+ * A case that cannot run here calls unit_skip(), which says why: the suite
+ * exits 77 (ctest's SKIP_RETURN_CODE) when no case failed and none could
+ * run, 0 when some passed and the rest were skipped.
  */
 #ifndef TMX_TEST_UNIT_H
 #define TMX_TEST_UNIT_H
@@ -34,6 +34,10 @@ int unit_main(int argc, char **argv, const unit_group_t *groups, size_t n_groups
 #define UNIT_MAIN(argc, argv, tests)                                                   \
     unit_main((argc), (argv),                                                          \
               &(const unit_group_t){"", (tests), sizeof(tests) / sizeof((tests)[0]), NULL, NULL}, 1)
+
+/* A variable of the test's environment (TMX_TEST_*), or NULL: tests read
+ * their own knobs here, the library through its settings table only. */
+const char *unit_env(const char *name);
 
 /* Ends the running case as skipped, saying why (called in the child). */
 _Noreturn void unit_skip(const char *why, ...) __attribute__((format(printf, 1, 2)));

@@ -39,6 +39,7 @@ static tmx_status_t self_iface_open(const tl_iface_params_t *params, tl_iface_t 
     si->super.ops = &tl_self_ops;
     si->super.eager_limit = SELF_EAGER_LIMIT;
     si->super.max_packet = SELF_MAX_PACKET;
+    si->super.get_checked = 1;
     si->super.recv_cb = params->recv_cb;
     si->super.recv_arg = params->recv_arg;
     si->super.fail_cb = params->fail_cb;
@@ -100,8 +101,8 @@ static tmx_status_t self_send(tl_ep_t *ep, const struct iovec *iov, int iovcnt)
     self_packet_t *pkt;
     size_t off = 0;
 
-    if (len > SELF_MAX_PACKET) {
-        util_error("self: packet of %zu bytes exceeds %d", len, SELF_MAX_PACKET);
+    if (len == 0 || len > SELF_MAX_PACKET) {
+        util_error("self: packet of %zu bytes: want 1 to %d", len, SELF_MAX_PACKET);
         return TMX_ERR_INVALID;
     }
     if (si->n_queued >= SELF_MAX_QUEUED)

@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include "tl/shm/shm.h"
-#include "core/config.h"
 #include "util/log.h"
 
 static_assert(SHM_CELL_PAYLOAD - 64 >= TMX_INJECT_MAX, "an injected send fits one cell");
@@ -31,10 +30,10 @@ static_assert(SHM_CELL_PAYLOAD - 64 >= TMX_INJECT_MAX, "an injected send fits on
 #define SHM_STUCK_US 10000  /* a cell claimed this long, unpublished: ask who claimed it */
 
 enum shm_stop_at {
-    SHM_STOP_NONE = 0,
-    SHM_STOP_CLAIM = 1,     /* right after claiming a cell */
-    SHM_STOP_PUBLISH = 2,   /* right before publishing it */
-    SHM_STOP_HELP = 3       /* right after taking a chunk of a shared copy to write */
+    SHM_STOP_NONE = TL_SHM_STOP_NONE,
+    SHM_STOP_CLAIM = TL_SHM_STOP_CLAIM,     /* right after claiming a cell */
+    SHM_STOP_PUBLISH = TL_SHM_STOP_PUBLISH, /* right before publishing it */
+    SHM_STOP_HELP = TL_SHM_STOP_HELP        /* right after taking a chunk of a shared copy to write */
 };
 
 /* Test hook (TMX_SHM_TEST_STOP): this process stops itself with SIGSTOP
@@ -46,24 +45,12 @@ static struct {
     _Atomic unsigned long count;
 } shm_stop;
 
-static void stop_hook_init(void)
+static void stop_hook_init(const tl_shm_settings_t *s)
 {
-    const char *v = config_get("TMX_SHM_TEST_STOP");
-    char *end;
-
-    if (*v == '\0')
+    if (s->stop_at == TL_SHM_STOP_NONE)
         return;
-    if (strncmp(v, "claim:", 6) == 0)
-        shm_stop.at = SHM_STOP_CLAIM;
-    else if (strncmp(v, "publish:", 8) == 0)
-        shm_stop.at = SHM_STOP_PUBLISH;
-    else if (strncmp(v, "help:", 5) == 0)
-        shm_stop.at = SHM_STOP_HELP;
-    shm_stop.n = shm_stop.at == SHM_STOP_NONE ? 0 : strtoul(strchr(v, ':') + 1, &end, 10);
-    if (shm_stop.n == 0 || *end != '\0') {
-        util_warn("TMX_SHM_TEST_STOP=%s is not claim:N, publish:N or help:N (N > 0); ignored", v);
-        shm_stop.at = SHM_STOP_NONE;
-    }
+    shm_stop.at = s->stop_at;
+    shm_stop.n = (unsigned long)s->stop_n;
 }
 
 static inline void stop_hook(int at)
@@ -146,8 +133,10 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     si->uuid = params->uuid;
     si->mt = params->mt;
     si->host_id = tl_host_id();
-    si->cma = shm_cma_mode();
+    si->cma = params->settings->shm.cma ? SHM_CMA_ON : SHM_CMA_OFF;
+    si->super.get_checked = si->cma == SHM_CMA_OFF;
     util_dlist_init(&si->eps);
+    util_idmap_init(&si->ep_map);
     util_dlist_init(&si->closed_eps);
     util_dlist_init(&si->gets);
     util_dlist_init(&si->serves);
@@ -155,8 +144,8 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
         free(si);
         return st;
     }
-    shm_get_init(si);
-    stop_hook_init();
+    shm_get_init(si, &params->settings->shm);
+    stop_hook_init(&params->settings->shm);
     *out = &si->super;
     return TMX_OK;
 }
@@ -265,6 +254,7 @@ static void shm_iface_close(tl_iface_t *iface)
     shm_get_fini(si); /* before the endpoints it waits on go */
     eps_free(&si->eps);
     eps_free(&si->closed_eps);
+    util_idmap_fini(&si->ep_map);
     atomic_store_explicit(&si->seg->closed, 1, memory_order_release);
     munmap(si->seg, SHM_SEG_SIZE);
     close(si->fd);
@@ -351,9 +341,31 @@ static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t le
         free(ep);
         return st;
     }
+    if (util_idmap_put(&si->ep_map, uuid, ep) != 0) {
+        slot_give_back(ep);
+        ep_unmap(ep);
+        free(ep);
+        return TMX_ERR_NOMEM;
+    }
     util_dlist_push_tail(&si->eps, &ep->link);
     *out = &ep->super;
     return TMX_OK;
+}
+
+/* The uuid's live endpoint is gone: another one to the same context (added
+ * twice by the layer above), if any, answers for it now. Rare: a scan. */
+static void ep_map_forget(shm_iface_t *si, uint64_t uuid)
+{
+    util_dlist_t *pos;
+
+    util_idmap_del(&si->ep_map, uuid);
+    util_dlist_foreach(pos, &si->eps) {
+        shm_ep_t *other = util_container_of(pos, shm_ep_t, link);
+        if (other->uuid == uuid) {
+            util_idmap_put(&si->ep_map, uuid, other); /* a slot was just freed */
+            return;
+        }
+    }
 }
 
 /* Gives our slot back at once, but keeps the endpoint (its mapping,
@@ -368,6 +380,8 @@ static void shm_ep_destroy(tl_ep_t *tep)
     slot_give_back(ep);
     util_dlist_unlink(&ep->link);
     util_dlist_push_tail(&si->closed_eps, &ep->link);
+    if (util_idmap_get(&si->ep_map, ep->uuid) == ep)
+        ep_map_forget(si, ep->uuid);
 }
 
 /* Claims the next cell of the peer's ring. Our slot names the position
@@ -422,8 +436,8 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
 
     for (int i = 0; i < iovcnt; i++)
         total += iov[i].iov_len;
-    if (total > SHM_CELL_PAYLOAD) {
-        util_error("shm: packet of %zu bytes larger than a cell (%zu)", total, (size_t)SHM_CELL_PAYLOAD);
+    if (total == 0 || total > SHM_CELL_PAYLOAD) { /* an empty cell says goodbye */
+        util_error("shm: packet of %zu bytes: want 1 to %zu", total, (size_t)SHM_CELL_PAYLOAD);
         return TMX_ERR_INVALID;
     }
     if (ep->failed)
@@ -642,8 +656,24 @@ out_awake:
     atomic_fetch_sub_explicit(&seg->sleeping, 1, memory_order_relaxed);
 }
 
-/* Reports peers whose process has exited (seed: every operation on a dead
- * peer fails instead of hanging). Cheap: one poll on the pidfds. */
+/* Whether our ring still holds a published cell from uuid: what a peer
+ * sent before it closed or died is delivered before it is reported gone,
+ * or a receive waiting for that very message would fail instead. Only
+ * when a peer goes, so a scan of the ring is cheap enough. */
+static int ring_holds_from(shm_iface_t *si, uint64_t uuid)
+{
+    for (uint64_t pos = si->head; pos < si->head + SHM_N_CELLS; pos++) {
+        shm_cell_t *cell = shm_cell(si->seg, pos);
+        if (atomic_load_explicit(&cell->seq, memory_order_acquire) == shm_seq(pos + 1) &&
+            shm_cell_src(si->seg, cell) == uuid)
+            return 1;
+    }
+    return 0;
+}
+
+/* Reports peers whose process has exited or whose context has closed
+ * (seed: every operation on a dead peer fails instead of hanging). Cheap:
+ * a load and one poll per peer. */
 static void shm_check_peers(tl_iface_t *iface)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
@@ -652,9 +682,12 @@ static void shm_check_peers(tl_iface_t *iface)
     ring_unblock(si);
     util_dlist_foreach(pos, &si->eps) {
         shm_ep_t *ep = util_container_of(pos, shm_ep_t, link);
-        if (ep->failed || (!ep->lost && !shm_peer_dead(ep)))
+        /* a context that closed is gone as surely as a process that died:
+         * nothing will take what we send it */
+        int closed = atomic_load_explicit(&ep->seg->closed, memory_order_acquire) != 0;
+        if (ep->failed || (!ep->lost && !closed && !shm_peer_dead(ep)) || ring_holds_from(si, ep->uuid))
             continue;
-        int clean = !ep->lost && atomic_load_explicit(&ep->seg->closed, memory_order_acquire) != 0;
+        int clean = !ep->lost && closed;
         ep->failed = 1;
         if (!clean)
             util_warn("shm: peer %u (pid %u) died", ep->super.peer, ep->pid);

@@ -8,6 +8,7 @@
 
 #include "tl/shm/shm_layout.h"
 #include "tl/tl.h"
+#include "util/idmap.h"
 #include "util/list.h"
 
 enum shm_cma {
@@ -42,6 +43,7 @@ typedef struct shm_iface {
     uint64_t host_id;
     int cma;                    /* enum shm_cma */
     util_dlist_t eps;
+    util_idmap_t ep_map;        /* uuid -> live shm_ep_t of eps */
     util_dlist_t closed_eps;    /* destroyed, freed when the transport closes */
     util_dlist_t gets;          /* copy-mode reads we wait for */
     util_dlist_t serves;        /* copy-mode reads we answer */
@@ -62,13 +64,12 @@ void shm_stop_help(void); /* test hook, TMX_SHM_TEST_STOP=help:N */
 tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len);
 
 /* shm_get.c */
-int shm_cma_mode(void);
 tmx_status_t shm_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                      tl_get_op_t *op);
 void shm_get_cell(shm_iface_t *si, shm_cell_t *cell);
 int shm_get_progress(shm_iface_t *si);
 void shm_get_fail_ep(shm_iface_t *si, shm_ep_t *ep);
-void shm_get_init(shm_iface_t *si);
+void shm_get_init(shm_iface_t *si, const tl_shm_settings_t *s);
 void shm_get_fini(shm_iface_t *si);
 int shm_peer_dead(shm_ep_t *ep);
 

@@ -22,7 +22,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "core/config.h"
 #include "tl/shm/shm.h"
 #include "util/log.h"
 
@@ -63,17 +62,6 @@ typedef struct shm_help_op {
     tmx_status_t status;        /* of the reader's own chunks */
     tl_get_op_t *op;
 } shm_help_op_t;
-
-int shm_cma_mode(void)
-{
-    const char *v = config_get("TMX_SHM_CMA");
-
-    if (v != NULL && strcasecmp(v, "off") == 0)
-        return SHM_CMA_OFF;
-    if (v != NULL && strcasecmp(v, "auto") != 0)
-        util_warn("TMX_SHM_CMA=%s: expected auto or off; using auto", v);
-    return SHM_CMA_ON;
-}
 
 int shm_peer_dead(shm_ep_t *ep)
 {
@@ -281,6 +269,7 @@ static tmx_status_t shared_get(shm_iface_t *si, shm_ep_t *ep, unsigned char *dst
         job_release(si, job);
         util_warn("shm: process_vm_readv refused; copying through shared memory from now on");
         si->cma = SHM_CMA_OFF;
+        si->super.get_checked = 1;
         return copy_get(si, ep, dst, len, raddr, rkey, op);
     }
     if (owner_finished(si, &w)) {
@@ -385,6 +374,7 @@ tmx_status_t shm_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
         util_warn("shm: process_vm_readv refused (%s); copying through shared memory from now on",
                   strerror(errno));
         si->cma = SHM_CMA_OFF;
+        si->super.get_checked = 1;
     }
     return copy_get(si, ep, dst, len, raddr, rkey, op);
 }
@@ -440,14 +430,7 @@ static void get_data_arrive(shm_iface_t *si, shm_cell_t *cell)
 
 static shm_ep_t *ep_by_uuid(shm_iface_t *si, uint64_t uuid)
 {
-    util_dlist_t *pos;
-
-    util_dlist_foreach(pos, &si->eps) {
-        shm_ep_t *ep = util_container_of(pos, shm_ep_t, link);
-        if (ep->uuid == uuid)
-            return ep;
-    }
-    return NULL;
+    return util_idmap_get(&si->ep_map, uuid);
 }
 
 static void get_req_arrive(shm_iface_t *si, shm_cell_t *cell)
@@ -546,9 +529,9 @@ void shm_get_fail_ep(shm_iface_t *si, shm_ep_t *ep)
     }
 }
 
-void shm_get_init(shm_iface_t *si)
+void shm_get_init(shm_iface_t *si, const tl_shm_settings_t *s)
 {
-    si->split_min = (size_t)config_u64("TMX_SHM_SPLIT_MIN", 0, 1ull << 40);
+    si->split_min = (size_t)s->split_min;
     si->jobs_free = SHM_N_JOBS == 64 ? ~0ull : (1ull << SHM_N_JOBS) - 1;
     util_dlist_init(&si->helps);
     /* generation 0 is never handed out, and nothing is left to take */

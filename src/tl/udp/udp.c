@@ -20,7 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/config.h"
 #include "tl/udp/udp.h"
 #include "util/crc32c.h"
 #include "util/log.h"
@@ -45,9 +44,9 @@ uint64_t udp_now_us(void)
 
 /* The address peers reach us at: TMX_UDP_ADDR, else the first IPv4
  * interface that is up and not loopback, else loopback. Also its MTU. */
-static void pick_local(struct in_addr *ip, uint32_t *ifmtu)
+static tmx_status_t pick_local(const char *want, struct in_addr *ip, uint32_t *ifmtu)
 {
-    const char *want = config_get("TMX_UDP_ADDR");
+    int found = strcmp(want, "auto") == 0;
     struct ifaddrs *ifs, *i;
     struct ifreq ifr;
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
@@ -66,6 +65,7 @@ static void pick_local(struct in_addr *ip, uint32_t *ifmtu)
             if ((strcmp(want, "auto") == 0 && !lo) || strcmp(want, buf) == 0) {
                 *ip = sa->sin_addr;
                 name = i->ifa_name;
+                found = 1;
                 break;
             }
         }
@@ -77,16 +77,23 @@ static void pick_local(struct in_addr *ip, uint32_t *ifmtu)
     }
     if (fd >= 0)
         close(fd);
+    if (!found) {
+        util_error("udp: TMX_UDP_ADDR=%s is the address of no interface that is up", want);
+        return TMX_ERR_INVALID;
+    }
+    return TMX_OK;
 }
 
 static tmx_status_t sock_open(udp_iface_t *ui, uint32_t *ifmtu)
 {
     socklen_t slen = sizeof(ui->self_sa);
     int sz = UDP_SOCKBUF;
+    tmx_status_t st;
 
     memset(&ui->self_sa, 0, sizeof(ui->self_sa));
     ui->self_sa.sin_family = AF_INET;
-    pick_local(&ui->self_sa.sin_addr, ifmtu);
+    if ((st = pick_local(ui->set.addr, &ui->self_sa.sin_addr, ifmtu)) != TMX_OK)
+        return st;
     ui->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (ui->fd < 0)
         goto err_log;
@@ -96,7 +103,7 @@ static tmx_status_t sock_open(udp_iface_t *ui, uint32_t *ifmtu)
         setsockopt(ui->fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
     /* GSO is tried on first use, GRO when a read starts (udp_gro_set);
      * refused once, never again */
-    ui->gso = ui->gro_ok = (int)config_u64("TMX_UDP_OFFLOAD", 0, 1);
+    ui->gso = ui->gro_ok = ui->set.offload;
     if (bind(ui->fd, (struct sockaddr *)&ui->self_sa, sizeof(ui->self_sa)) != 0 ||
         getsockname(ui->fd, (struct sockaddr *)&ui->self_sa, &slen) != 0)
         goto err_close;
@@ -132,18 +139,18 @@ void udp_gro_set(udp_iface_t *ui, int on)
 
 static void settings_apply(udp_iface_t *ui, uint32_t ifmtu)
 {
-    uint64_t mtu = config_u64("TMX_UDP_MTU", 0, 65535);
+    uint64_t mtu = ui->set.mtu;
 
-    ui->window = (uint32_t)config_u64("TMX_UDP_WINDOW", 16, 1u << 20);
+    ui->window = ui->set.window;
     if (ui->window & (ui->window - 1)) { /* slots are seq & (window - 1) */
         uint32_t w = 1u << (31 - __builtin_clz(ui->window));
         util_info("udp: TMX_UDP_WINDOW %u is not a power of two: using %u", ui->window, w);
         ui->window = w;
     }
-    ui->ack_delay_us = config_u64("TMX_UDP_ACK_DELAY_US", 0, 1000000);
-    ui->rto_us = config_u64("TMX_UDP_RTO_MS", 1, 60000) * 1000;
-    ui->peer_timeout_us = config_u64("TMX_UDP_PEER_TIMEOUT_MS", 10, 3600000) * 1000;
-    ui->conn_max = (uint32_t)config_u64("TMX_UDP_CONNECT_MAX", 0, 65536);
+    ui->ack_delay_us = ui->set.ack_delay_us;
+    ui->rto_us = ui->set.rto_ms * 1000;
+    ui->peer_timeout_us = ui->set.peer_timeout_ms * 1000;
+    ui->conn_max = ui->set.connect_max;
     if (mtu == 0)
         mtu = ifmtu;
     mtu = mtu > 28 ? mtu - 28 : 576; /* IPv4 and UDP headers */
@@ -160,6 +167,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
 {
     udp_iface_t *ui = calloc(1, sizeof(*ui));
     uint32_t ifmtu;
+    tmx_status_t st = TMX_ERR_NOMEM;
 
     if (ui == NULL)
         return TMX_ERR_NOMEM;
@@ -171,20 +179,23 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->super.recv_arg = params->recv_arg;
     ui->super.eager_limit = UDP_EAGER_LIMIT;
     ui->super.max_packet = UDP_MAX_PACKET;
+    ui->super.get_checked = 1;
     ui->uuid = params->uuid;
     ui->job_key = params->job_key;
+    ui->set = params->settings->udp;
     util_dlist_init(&ui->eps);
+    util_idmap_init(&ui->ep_map);
     util_dlist_init(&ui->acks);
     util_dlist_init(&ui->gets);
     util_dlist_init(&ui->serves);
     util_wheel_init(&ui->wheel, UDP_TICK_US, udp_now_us());
-    udp_faults_init(&ui->faults, params->uuid);
+    udp_faults_init(&ui->faults, &ui->set.faults, params->uuid);
     ui->rbufs = malloc((size_t)UDP_RECV_BATCH * 65536);
-    if (ui->rbufs == NULL || sock_open(ui, &ifmtu) != TMX_OK) {
+    if (ui->rbufs == NULL || (st = sock_open(ui, &ifmtu)) != TMX_OK) {
         free(ui->rbufs);
         udp_faults_fini(&ui->faults);
         free(ui);
-        return TMX_ERR_IO;
+        return st;
     }
     settings_apply(ui, ifmtu);
     rmsgs_init(ui);
@@ -224,6 +235,8 @@ static void ep_free(udp_iface_t *ui, udp_ep_t *ep)
     if (ep->ack_queued)
         util_dlist_unlink(&ep->ack_link);
     util_dlist_unlink(&ep->link);
+    if (util_idmap_get(&ui->ep_map, ep->uuid) == ep)
+        util_idmap_del(&ui->ep_map, ep->uuid);
     ui->n_eps--;
     ep_disconnect(ui, ep);
     free(ep);
@@ -280,6 +293,7 @@ static void udp_iface_close(tl_iface_t *iface)
     udp_get_fini(ui); /* refusals of reads asked meanwhile */
     while (!util_dlist_empty(&ui->eps))
         ep_free(ui, util_container_of(ui->eps.next, udp_ep_t, link));
+    util_idmap_fini(&ui->ep_map);
     udp_faults_fini(&ui->faults);
     util_pool_fini(&ui->segs);
     util_pool_fini(&ui->hsegs);
@@ -310,16 +324,10 @@ static tmx_status_t udp_reachable(tl_iface_t *iface, const void *addr, size_t le
 
 /* ------------------------------------------------------------ endpoints */
 
+/* Once per datagram: a hash lookup, not a scan of every peer. */
 udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid)
 {
-    util_dlist_t *pos;
-
-    util_dlist_foreach(pos, &ui->eps) {
-        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
-        if (ep->uuid == uuid)
-            return ep;
-    }
-    return NULL;
+    return util_idmap_get(&ui->ep_map, uuid);
 }
 
 
@@ -330,8 +338,10 @@ static udp_ep_t *ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in
 {
     udp_ep_t *ep = calloc(1, sizeof(*ep));
 
-    if (ep == NULL)
+    if (ep == NULL || util_idmap_put(&ui->ep_map, uuid, ep) != 0) {
+        free(ep);
         return NULL;
+    }
     ep->super.iface = &ui->super;
     ep->super.peer = TMX_PEER_NONE;
     ep->uuid = uuid;
@@ -851,6 +861,10 @@ static tmx_status_t udp_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
 
     for (int i = 0; i < iovcnt; i++)
         len += iov[i].iov_len;
+    if (len == 0) {
+        util_error("udp: empty packet refused (1 to %d bytes)", UDP_MAX_PACKET);
+        return TMX_ERR_INVALID;
+    }
     if (len <= ui->mtu - sizeof(udp_hdr_t) && tx->win != NULL && !ep->failed &&
         tx->next_seq - tx->una < ui->window)
         return send_one(ui, ep, iov, iovcnt, len);

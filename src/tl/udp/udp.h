@@ -10,6 +10,7 @@
 
 #include "tl/tl.h"
 #include "tl/udp/udp_wire.h"
+#include "util/idmap.h"
 #include "util/list.h"
 #include "util/pool.h"
 #include "util/wheel.h"
@@ -120,6 +121,8 @@ typedef struct udp_faults {
 
 typedef struct udp_iface {
     tl_iface_t super;
+    tl_udp_settings_t set;      /* as given at open */
+    util_idmap_t ep_map;        /* uuid -> udp_ep_t of eps */
     int fd;
     struct sockaddr_in self_sa;
     uint64_t uuid;
@@ -280,7 +283,7 @@ void udp_get_fail_ep(udp_iface_t *ui, udp_ep_t *ep);
 void udp_get_fini(udp_iface_t *ui);
 
 /* udp_fault.c: fault injection */
-void udp_faults_init(udp_faults_t *f, uint64_t seed);
+void udp_faults_init(udp_faults_t *f, const tl_udp_faults_t *rates, uint64_t seed);
 void udp_faults_fini(udp_faults_t *f);
 /* The window slot of a sequence number (the window is a power of two,
  * so slots stay consistent when the 32-bit numbers wrap). */

@@ -11,43 +11,20 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "core/config.h"
 #include "tl/udp/udp.h"
 #include "util/hash.h"
 #include "util/log.h"
 
-static int parse_rate(const char *tok, const char *name, double *out)
+void udp_faults_init(udp_faults_t *f, const tl_udp_faults_t *rates, uint64_t seed)
 {
-    size_t n = strlen(name);
-    char *end;
-    double v;
-
-    if (strncmp(tok, name, n) != 0 || tok[n] != '=')
-        return 0;
-    v = strtod(tok + n + 1, &end);
-    if (*end != '\0' || v < 0 || v > 1) {
-        util_warn("TMX_UDP_FAULTS: %s is not a fraction in [0, 1]; ignored", tok);
-        return 1;
-    }
-    *out = v;
-    return 1;
-}
-
-void udp_faults_init(udp_faults_t *f, uint64_t seed)
-{
-    const char *spec = config_get("TMX_UDP_FAULTS");
-    char buf[256], *save = NULL;
-
     memset(f, 0, sizeof(*f));
     f->rng = seed | 1;
-    if (spec == NULL || *spec == '\0' || strlen(spec) >= sizeof(buf))
+    f->drop = rates->drop;
+    f->dup = rates->dup;
+    f->reorder = rates->reorder;
+    f->corrupt = rates->corrupt;
+    if (f->drop == 0 && f->dup == 0 && f->reorder == 0 && f->corrupt == 0)
         return;
-    strcpy(buf, spec);
-    for (char *t = strtok_r(buf, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
-        if (!parse_rate(t, "drop", &f->drop) && !parse_rate(t, "dup", &f->dup) &&
-            !parse_rate(t, "reorder", &f->reorder) && !parse_rate(t, "corrupt", &f->corrupt))
-            util_warn("TMX_UDP_FAULTS: unknown fault '%s' (drop, dup, reorder, corrupt)", t);
-    }
     util_info("udp: injecting faults drop=%g dup=%g reorder=%g corrupt=%g", f->drop, f->dup,
               f->reorder, f->corrupt);
 }

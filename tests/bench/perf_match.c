@@ -1,5 +1,6 @@
 /*
- * tmx-perf match: what one match costs as the queues grow.
+ * perf_match (built with the tests, not installed): what one match costs
+ * as the queues grow.
  *
  * Each measurement holds one queue (posted receives or unexpected messages)
  * at depth D: D-1 filler entries that the probe does not match, then per
@@ -24,7 +25,6 @@
 #include <unistd.h>
 
 #include "match/match.h"
-#include "perf.h"
 
 #define PERF_MAX_DEPTHS 32
 #define PERF_MAX_DEPTH ((size_t)1 << 22)
@@ -342,7 +342,7 @@ static int fixture_ready(perf_fixture_t *fx, const perf_case_t *c)
 err_fini:
     fixture_fini(fx);
 err_report:
-    fprintf(stderr, "tmx-perf match: out of memory at depth %zu\n", c->depth);
+    fprintf(stderr, "perf_match: out of memory at depth %zu\n", c->depth);
     return -1;
 }
 
@@ -364,7 +364,7 @@ static int measure_once(const perf_case_t *c, const perf_opts_t *o, perf_result_
     base_ns = lin_runs[c->side](&fx, base_iters(c, o->iters));
     fixture_fini(&fx);
     if (tmx_ns < 0 || base_ns < 0) {
-        fprintf(stderr, "tmx-perf match: %s %s depth %zu: %s matched the wrong entry or failed\n",
+        fprintf(stderr, "perf_match: %s %s depth %zu: %s matched the wrong entry or failed\n",
                 c->pat->name, side_names[c->side], c->depth, tmx_ns < 0 ? "tmx" : "baseline");
         return -1;
     }
@@ -405,7 +405,7 @@ static int measure_all(const perf_opts_t *o, const perf_case_t *cases, perf_resu
                 return -1;
         }
         if (tty)
-            fprintf(stderr, "tmx-perf match: sweep %zu of %zu done\n", r + 1, o->reps);
+            fprintf(stderr, "perf_match: sweep %zu of %zu done\n", r + 1, o->reps);
     }
     return 0;
 }
@@ -418,7 +418,7 @@ static void print_header(const perf_opts_t *o)
         printf("pattern,side,depth,ns_per_match,baseline_ns_per_match\n");
         return;
     }
-    printf("tmx-perf match: best of %zu runs of %zu matches"
+    printf("perf_match: best of %zu runs of %zu matches"
            " (baseline: fewer where it scans past depth %zu)\n\n",
            o->reps, o->iters, PERF_BASE_FULL_DEPTH);
     printf("%-10s  %-10s  %7s  %12s  %17s  %12s\n", "pattern", "side", "depth", "tmx ns/match",
@@ -499,7 +499,7 @@ static int run_all(const perf_opts_t *o)
     int st = 1;
 
     if (cases == NULL || results == NULL) {
-        fprintf(stderr, "tmx-perf match: out of memory\n");
+        fprintf(stderr, "perf_match: out of memory\n");
         goto out_free;
     }
     build_cases(o, cases, results);
@@ -519,7 +519,7 @@ out_free:
 static int usage(FILE *f, int status)
 {
     fprintf(f,
-            "usage: tmx-perf match [-d LIST] [-n ITER] [-r REPS] [--csv]\n"
+            "usage: perf_match [-d LIST] [-n ITER] [-r REPS] [--csv]\n"
             "\n"
             "Nanoseconds per match (add an entry, find it, remove it) in the tmx\n"
             "matching engine and in a linear list, for the patterns exact,\n"
@@ -578,18 +578,18 @@ static int parse_depths(const char *s, perf_opts_t *o)
 
 static int bad_option(const char *what, const char *arg)
 {
-    fprintf(stderr, "tmx-perf match: %s '%s'\n", what, arg);
-    fprintf(stderr, "run 'tmx-perf match --help' for the options\n");
+    fprintf(stderr, "perf_match: %s '%s'\n", what, arg);
+    fprintf(stderr, "run 'perf_match --help' for the options\n");
     return 2;
 }
 
 static int bad_value(int opt, const char *arg)
 {
     if (opt == 'd')
-        fprintf(stderr, "tmx-perf match: -d '%s': want up to %d comma-separated depths, "
+        fprintf(stderr, "perf_match: -d '%s': want up to %d comma-separated depths, "
                 "each 1..%zu\n", arg, PERF_MAX_DEPTHS, PERF_MAX_DEPTH);
     else
-        fprintf(stderr, "tmx-perf match: -%c '%s': want a whole number 1..%zu\n", opt, arg,
+        fprintf(stderr, "perf_match: -%c '%s': want a whole number 1..%zu\n", opt, arg,
                 opt == 'n' ? PERF_MAX_ITERS : PERF_MAX_REPS);
     return 2;
 }
@@ -650,7 +650,7 @@ static int parse_opts(int argc, char **argv, perf_opts_t *o)
     return 0;
 }
 
-int perf_match_main(int argc, char **argv)
+int main(int argc, char **argv)
 {
     perf_opts_t o;
     int st = parse_opts(argc, argv, &o);

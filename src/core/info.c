@@ -1,0 +1,70 @@
+/* What tmx-info prints: the version, each transport as a context opened
+ * with it alone finds it (usable or why not, its limits, the protocol
+ * used at each message size), then the settings. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/core.h"
+
+#define TMX_API __attribute__((visibility("default")))
+
+/* The protocol above the eager limit, as proto and the transport choose
+ * it today under these settings. */
+static void info_protocols(FILE *f, const char *name, const tl_iface_t *tl, const config_t *c)
+{
+    const tl_shm_settings_t *shm = &c->tl.shm;
+
+    fprintf(f, "      0 B .. %zu B: eager (copied into the packet; synchronous sends use rendezvous)\n",
+            tl->eager_limit);
+    if (strcmp(name, "self") == 0) {
+        fprintf(f, "      above: rendezvous, the receiver copies from the sender's buffer\n");
+    } else if (strcmp(name, "shm") == 0) {
+        if (!shm->cma) {
+            fprintf(f, "      above: rendezvous, read through cells (TMX_SHM_CMA=off)\n");
+            return;
+        }
+        fprintf(f, "      above: rendezvous, read with process_vm_readv (through cells if refused)\n");
+        if (shm->split_min != 0)
+            fprintf(f, "      from %llu B: the owner writes half while the reader reads the rest (TMX_SHM_SPLIT_MIN)\n",
+                    (unsigned long long)shm->split_min);
+    } else {
+        fprintf(f, "      above: rendezvous, read emulated by the owner's datagrams\n");
+    }
+}
+
+static void info_transports(FILE *f, const config_t *c)
+{
+    fprintf(f, "transports (a context opened with each alone):\n");
+    for (int i = 0; tl_names[i] != NULL; i++) {
+        tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_BOOT | TMX_CONTEXT_FIELD_TRANSPORTS,
+                                  .boot = TMX_BOOT_NONE,
+                                  .transports = tl_names[i]};
+        tmx_context_h ctx;
+        tmx_status_t st = tmx_context_create(&p, &ctx);
+
+        if (st != TMX_OK) {
+            fprintf(f, "  %-6s not usable here: %s\n", tl_names[i], tmx_strerror(st));
+            continue;
+        }
+        fprintf(f, "  %-6s usable; packets up to %zu B\n", tl_names[i], ctx->ifaces[0]->max_packet);
+        info_protocols(f, tl_names[i], ctx->ifaces[0], c);
+        tmx_context_destroy(ctx);
+    }
+}
+
+TMX_API void tmx_info_print(void *stream)
+{
+    FILE *f = stream;
+    unsigned v = tmx_version();
+    config_t c;
+
+    fprintf(f, "tmx %u.%u.%u\n", v >> 16, (v >> 8) & 0xff, v & 0xff);
+    fprintf(f, "matching: exact, any-source, any-tag and any-any in O(1); other ignore masks scan\n");
+    if (config_load(&c, NULL) != TMX_OK) {
+        fprintf(f, "the settings do not parse (see the error above); defaults shown\n");
+        config_defaults(&c);
+    }
+    info_transports(f, &c);
+    config_print(f);
+}

@@ -1,0 +1,91 @@
+/* util_idmap against a plain array: random puts, gets and deletes of ids
+ * from a small pool (so that chains form, deletions fill holes and the map
+ * grows), every answer compared. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include "unit.h"
+
+#include "util/hash.h"
+#include "util/idmap.h"
+
+enum { POOL = 3000, OPS = 400000 };
+
+static void random_against_array(void **state)
+{
+    static uint64_t ids[POOL];
+    static void *ref[POOL];
+    util_idmap_t m;
+    uint64_t r = 42;
+    uint32_t live = 0;
+
+    util_idmap_init(&m);
+    for (int i = 0; i < POOL; i++)
+        ids[i] = util_hash64((uint64_t)i) & ~0xfffull; /* low bits alike */
+    for (int op = 0; op < OPS; op++) {
+        uint32_t k = (uint32_t)((r = util_hash64(r + op)) % POOL);
+        switch (r >> 62) {
+        case 0:
+        case 1:
+            assert_ptr_equal(util_idmap_get(&m, ids[k]), ref[k]);
+            break;
+        case 2:
+            live += ref[k] == NULL;
+            ref[k] = &ids[(k + op) % POOL];
+            assert_int_equal(util_idmap_put(&m, ids[k], ref[k]), 0);
+            break;
+        default:
+            live -= ref[k] != NULL;
+            ref[k] = NULL;
+            util_idmap_del(&m, ids[k]);
+            break;
+        }
+        assert_int_equal(m.n, live);
+    }
+    for (int i = 0; i < POOL; i++)
+        assert_ptr_equal(util_idmap_get(&m, ids[i]), ref[i]);
+    util_idmap_fini(&m);
+}
+
+static void empty_and_absent(void **state)
+{
+    util_idmap_t m;
+    int x;
+
+    util_idmap_init(&m);
+    assert_null(util_idmap_get(&m, 7));
+    util_idmap_del(&m, 7);
+    assert_int_equal(util_idmap_put(&m, 7, &x), 0);
+    assert_ptr_equal(util_idmap_get(&m, 7), &x);
+    assert_null(util_idmap_get(&m, 8));
+    util_idmap_del(&m, 7);
+    assert_null(util_idmap_get(&m, 7));
+    util_idmap_fini(&m);
+}
+
+/* Two maps place the same ids differently: the seed is per map. */
+static void seeds_differ(void **state)
+{
+    util_idmap_t a, b;
+
+    util_idmap_init(&a);
+    util_idmap_init(&b);
+    assert_true(a.seed != b.seed);
+    util_idmap_fini(&a);
+    util_idmap_fini(&b);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(random_against_array),
+        cmocka_unit_test(empty_and_absent),
+        cmocka_unit_test(seeds_differ),
+    };
+
+    return UNIT_MAIN(argc, argv, tests);
+}

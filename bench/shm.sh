@@ -445,7 +445,7 @@ MD=$TMP/shm.md
         echo "and $(awk -v a="$(med tmx bw $s)" -v b="$(med memcpy bw $s)" 'BEGIN { if (a != "" && b > 0) printf "%.0f%%", 100 * a / b; else printf "n/a" }') of one core's memcpy (the ping-pong figure is $(awk -v a="$(med tmx pbw $s)" -v b="$(med process_vm_readv bw $s)" 'BEGIN { if (a != "" && b > 0) printf "%.0f%%", 100 * a / b; else printf "n/a" }') of process_vm_readv)."
         echo
     done
-    echo "These limits are one core's. From 128 KiB (TMX_SHM_SPLIT_MIN) a tmx read is a shared copy:"
+    echo "These limits are one core's. From 128 KiB (the coop protocol of the protocol table) a tmx read is a shared copy:"
     echo "the sender writes chunks into the receive buffer (process_vm_writev) while the receiver"
     echo "reads others, so two cores copy and tmx can pass them."
     echo

@@ -719,28 +719,28 @@ static void test_wire_garbage(void **state)
     unsigned char pkt[64] = {0};
     wire_tmh_t tmh;
     wire_rvh_t rvh;
-    uint64_t before = f->ctx->dropped;
+    uint64_t before = f->ctx->proto.dropped;
     tmx_completion_t info;
 
-    proto_recv_cb(f->ctx, f->ctx->uuid, pkt, 3);
-    proto_recv_cb(f->ctx, f->ctx->uuid ^ 1, pkt, 3);
+    proto_recv_cb(&f->ctx->proto, f->ctx->uuid, pkt, 3);
+    proto_recv_cb(&f->ctx->proto, f->ctx->uuid ^ 1, pkt, 3);
     wire_tmh_pack(&tmh, 0x77, 0, 0, 1);
-    proto_recv_cb(f->ctx, f->ctx->uuid, &tmh, sizeof(tmh));
+    proto_recv_cb(&f->ctx->proto, f->ctx->uuid, &tmh, sizeof(tmh));
     wire_tmh_pack(&tmh, WIRE_OP_EAGER, 0x40, 0, 1);
-    proto_recv_cb(f->ctx, f->ctx->uuid, &tmh, sizeof(tmh));
+    proto_recv_cb(&f->ctx->proto, f->ctx->uuid, &tmh, sizeof(tmh));
     wire_tmh_pack(&tmh, WIRE_OP_EAGER, WIRE_FLAG_DATA, 0, 1);
-    proto_recv_cb(f->ctx, f->ctx->uuid, &tmh, sizeof(tmh));
+    proto_recv_cb(&f->ctx->proto, f->ctx->uuid, &tmh, sizeof(tmh));
     wire_tmh_pack(&tmh, WIRE_OP_RNDV, 0, 0, 1);
-    proto_recv_cb(f->ctx, f->ctx->uuid, &tmh, sizeof(tmh));
+    proto_recv_cb(&f->ctx->proto, f->ctx->uuid, &tmh, sizeof(tmh));
     tmh.version = 9;
-    proto_recv_cb(f->ctx, f->ctx->uuid, &tmh, sizeof(tmh));
+    proto_recv_cb(&f->ctx->proto, f->ctx->uuid, &tmh, sizeof(tmh));
     /* A FIN naming no send of ours. */
     wire_tmh_pack(&tmh, WIRE_OP_FIN, 0, 12345, 1);
     wire_rvh_pack(&rvh, 0x1000, 7, 10);
     memcpy(pkt, &tmh, sizeof(tmh));
     memcpy(pkt + sizeof(tmh), &rvh, sizeof(rvh));
-    proto_recv_cb(f->ctx, f->ctx->uuid, pkt, sizeof(tmh) + sizeof(rvh));
-    assert_int_equal(f->ctx->dropped - before, 8);
+    proto_recv_cb(&f->ctx->proto, f->ctx->uuid, pkt, sizeof(tmh) + sizeof(rvh));
+    assert_int_equal(f->ctx->proto.dropped - before, 8);
     assert_int_equal(tmx_tprobe(f->ctx, TMX_ANY_SOURCE, 0, TMX_TAG_ANY, 0, &info, NULL), TMX_ERR_NO_MESSAGE);
 }
 
@@ -772,7 +772,7 @@ static uint64_t rndv_key_of_self_send(tmx_context_h ctx, const void *buf, tmx_re
     assert_int_equal(tmx_address(ctx, addr, &len), TMX_OK);
     assert_int_equal(tmx_peer_add(ctx, addr, len, &self), TMX_OK);
     assert_int_equal(tmx_tsend(ctx, self, buf, 64, 1, &op, r), TMX_OK);
-    return (*r)->rkey;
+    return (*r)->p.rkey;
 }
 
 /* Keys come from a secret of each context's own, not from anything a peer
@@ -919,12 +919,12 @@ static void test_implicit_peer(void **state)
     {
         unsigned char pkt[sizeof(wire_tmh_t) + TMX_ADDRESS_MAX];
         size_t len = TMX_ADDRESS_MAX;
-        uint64_t before = a->dropped;
+        uint64_t before = a->proto.dropped;
         wire_tmh_pack((wire_tmh_t *)(void *)pkt, WIRE_OP_HELLO, 0, 0, 0);
         assert_int_equal(tmx_address(b, pkt + sizeof(wire_tmh_t), &len), TMX_OK);
-        proto_recv_cb(a, 0x1234567, pkt, sizeof(wire_tmh_t) + len);
-        proto_recv_cb(a, 0x1234567, pkt, sizeof(wire_tmh_t) + 5);
-        assert_int_equal(a->dropped - before, 2);
+        proto_recv_cb(&a->proto, 0x1234567, pkt, sizeof(wire_tmh_t) + len);
+        proto_recv_cb(&a->proto, 0x1234567, pkt, sizeof(wire_tmh_t) + 5);
+        assert_int_equal(a->proto.dropped - before, 2);
     }
     free(big);
     free(got);

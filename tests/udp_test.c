@@ -96,7 +96,7 @@ static int read_finished(void *arg)
 static void side_open(side_t *s, uint64_t uuid)
 {
     config_t cfg;
-    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0, &cfg.tl};
+    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0, &cfg.tl, s};
     tl_iface_t *iface;
 
     assert_int_equal(config_load(&cfg, NULL), TMX_OK);
@@ -430,7 +430,7 @@ static void test_read_from_lent_memory(void **state)
     a.lent = src;
     a.lent_len = len;
     ba = connect_to(&b, &a, UUID_A);
-    assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, &op.super), TMX_INPROGRESS);
+    assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, TL_GET_COPY, &op.super), TMX_INPROGRESS);
     assert_true(poll_until(&a, &b, read_finished, &op));
     assert_int_equal(op.status, TMX_OK);
     assert_memory_equal(dst, src, len);
@@ -468,7 +468,7 @@ static void test_read_ends_when_memory_is_taken_back(void **state)
     ba = connect_to(&b, &a, UUID_A);
     ab = connect_to(&a, &b, UUID_B);
     a.ui->faults.drop = 1.0; /* everything the owner sends is lost */
-    assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, &op.super), TMX_INPROGRESS);
+    assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, TL_GET_COPY, &op.super), TMX_INPROGRESS);
     tx = &ab->tx[UDP_CH_DATA];
     end = udp_now_us() + 2000000;
     while ((tx->win == NULL || tx->next_seq - tx->una < 2) && udp_now_us() < end) {

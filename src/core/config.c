@@ -18,7 +18,8 @@ typedef enum cfg_type {
     CFG_LIST,       /* free text up to the field's size; checked by its user */
     CFG_IPV4,       /* "auto" or a dotted IPv4 address */
     CFG_FAULTS,     /* name=rate[,...] with rates in [0, 1] */
-    CFG_STOP        /* empty, or claim:N, publish:N or help:N with N > 0 */
+    CFG_STOP,       /* empty, or claim:N, publish:N or help:N with N > 0 */
+    CFG_PROTO       /* the protocol table's rules (proto_table.h) */
 } cfg_type_t;
 
 typedef struct cfg_entry {
@@ -45,11 +46,12 @@ static const cfg_entry_t cfg_table[] = {
     {"TMX_UNEXPECTED_MAX", CFG_UINT, "67108864", 0, 1ull << 48, NULL, CFG_FIELD(unexpected_max),
      "bytes that unexpected messages (received before their receive was posted) may hold; at the "
      "bound shm and udp senders wait until receives take some (0: no bound)"},
+    {"TMX_PROTO", CFG_PROTO, "", 0, 0, NULL, CFG_FIELD(proto),
+     "replaces the protocol table of the transports it names (tmx-info prints the tables); e.g. "
+     "shm:eager@0,get@4k,coop@1m;udp:copy@0 (protocols: eager, get, coop, copy; sizes from which "
+     "each applies, with k, m or g)"},
     {"TMX_SHM_CMA", CFG_ENUM, "auto", 0, 0, cma_words, CFG_FIELD(tl.shm.cma),
      "shm rendezvous reads: auto (process_vm_readv, copy if refused) or off (always copy)"},
-    {"TMX_SHM_SPLIT_MIN", CFG_UINT, "131072", 0, 1ull << 40, NULL, CFG_FIELD(tl.shm.split_min),
-     "shm reads of at least this many bytes are shared copies: the owner writes the first half "
-     "while the reader reads the rest, when it polls in time (CMA only); 0: never"},
     {"TMX_SHM_TEST_STOP", CFG_STOP, "", 0, 0, NULL, CFG_FIELD(tl.shm.stop_at),
      "tests only: claim:N or publish:N stops this process (SIGSTOP) right after claiming, or right "
      "before publishing, its N-th shm cell; help:N right after taking the N-th chunk it writes for "
@@ -177,6 +179,16 @@ static int parse_ipv4(const char *v, char *out, size_t size)
     return 1;
 }
 
+static int parse_proto(const char *v, proto_spec_t *spec)
+{
+    const char *why = NULL;
+
+    if (proto_spec_parse(v, spec, &why))
+        return 1;
+    util_error("TMX_PROTO='%s': %s", v, why);
+    return 0;
+}
+
 /* What a setting accepts, for the error and for tmx-info. */
 static const char *cfg_accepts(const cfg_entry_t *e, char *buf, size_t size)
 {
@@ -202,6 +214,9 @@ static const char *cfg_accepts(const cfg_entry_t *e, char *buf, size_t size)
         break;
     case CFG_STOP:
         snprintf(buf, size, "empty, claim:N, publish:N or help:N with N > 0");
+        break;
+    case CFG_PROTO:
+        snprintf(buf, size, "empty or TRANSPORT:PROTOCOL@SIZE[,...][;...]");
         break;
     }
     return buf;
@@ -234,6 +249,8 @@ static int cfg_parse(const cfg_entry_t *e, const char *v, config_t *c)
         return parse_faults(v, field);
     case CFG_STOP:
         return parse_stop(v, &c->tl.shm);
+    case CFG_PROTO:
+        return parse_proto(v, field);
     }
     return 0;
 }

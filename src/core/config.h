@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "proto/proto_table.h"
 #include "tl/tl.h"
 #include "tmx.h"
 
@@ -22,6 +23,7 @@ typedef struct config {
     char transports[128];       /* TMX_TRANSPORTS */
     int transports_set;         /*   given (not the default): each must open */
     uint64_t unexpected_max;    /* TMX_UNEXPECTED_MAX (0: no bound) */
+    proto_spec_t proto;         /* TMX_PROTO */
     tl_settings_t tl;           /* the transports' settings */
 } config_t;
 

@@ -41,6 +41,9 @@ static void bad_values_refused(void **state)
         "TMX_UDP_FAULTS=drop=x",
         "TMX_SHM_TEST_STOP=claim:0",
         "TMX_SHM_TEST_STOP=stop:3",
+        "TMX_PROTO=shm:fast@0",         /* no such protocol */
+        "TMX_PROTO=shm:get@4k,coop@1k", /* rules not ascending */
+        "TMX_PROTO=nosuch:get@0",       /* no such transport */
         "TMX_TRANSPORTS=self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,"
         "self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp",  /* too long */
     };
@@ -152,6 +155,32 @@ static void udp_addr_of_no_interface(void **state)
     assert_null(ctx);
 }
 
+/* TMX_PROTO reaches the transports' tables; a protocol a transport does
+ * not offer fails the creation (udp has no one-sided reads). */
+static void proto_table_setting(void **state)
+{
+    const char *set[] = {"TMX_PROTO=self:eager@0,get@100", NULL};
+    const char *bad[] = {"TMX_PROTO=udp:get@0", NULL};
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_SETTINGS | TMX_CONTEXT_FIELD_BOOT |
+                                            TMX_CONTEXT_FIELD_TRANSPORTS,
+                              .boot = TMX_BOOT_NONE,
+                              .transports = "self",
+                              .settings = set};
+    const proto_tl_t *t;
+    tmx_context_h ctx = NULL;
+
+    assert_int_equal(tmx_context_create(&p, &ctx), TMX_OK);
+    t = ctx->ifaces[0]->above;
+    assert_int_equal(t->eager_end, 100);
+    assert_int_equal(proto_tl_kind(t, 50), PROTO_GET);
+    assert_int_equal(tmx_context_destroy(ctx), TMX_OK);
+    p.transports = "udp";
+    p.settings = bad;
+    ctx = NULL;
+    assert_int_equal(tmx_context_create(&p, &ctx), TMX_ERR_INVALID);
+    assert_null(ctx);
+}
+
 static void launcher_variables(void **state)
 {
     setenv("TMX_RANK", "3", 1);
@@ -172,6 +201,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(context_create_refuses_bad_settings),
         cmocka_unit_test(udp_addr_of_no_interface),
         cmocka_unit_test(launcher_variables),
+        cmocka_unit_test(proto_table_setting),
     };
 
     return UNIT_MAIN(argc, argv, tests);

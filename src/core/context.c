@@ -64,9 +64,16 @@ static tmx_status_t open_one(tmx_context_h ctx, const char *name)
 {
     const tl_ops_t *ops = tl_find(name);
     boot_env_t env;
-    tl_iface_params_t ip = {ctx->uuid, boot_env(&env) == TMX_OK ? env.jobid : 0, proto_recv_cb,
-                            core_peer_failed_cb, core_mem_check_cb, ctx, proto_admit_cb, ctx->mt,
-                            &ctx->cfg.tl};
+    tl_iface_params_t ip = {.uuid = ctx->uuid,
+                            .job_key = boot_env(&env) == TMX_OK ? env.jobid : 0,
+                            .recv_cb = proto_recv_cb,
+                            .recv_arg = &ctx->proto,
+                            .admit_cb = proto_admit_cb,
+                            .mem_check = proto_mem_check_cb,
+                            .fail_cb = core_peer_failed_cb,
+                            .fail_arg = ctx,
+                            .mt = ctx->mt,
+                            .settings = &ctx->cfg.tl};
     tmx_status_t st;
 
     if (ops == NULL) {
@@ -87,6 +94,8 @@ static tmx_status_t open_one(tmx_context_h ctx, const char *name)
     if (ops == &tl_self_ops)
         ctx->self_iface = ctx->ifaces[ctx->n_ifaces];
     ctx->n_ifaces++;
+    if ((st = proto_iface_add(&ctx->proto, ctx->ifaces[ctx->n_ifaces - 1])) != TMX_OK)
+        return st;
     return TMX_OK;
 }
 
@@ -118,6 +127,63 @@ static tmx_status_t open_transports(tmx_context_h ctx, const char *list, int str
     return st;
 }
 
+/* ------------------------------------------------- what proto asks of core */
+
+static void up_complete(void *arg, proto_req_t *req, tmx_status_t status)
+{
+    (void)arg;
+    core_req_complete(util_container_of(req, struct tmx_request, p), status);
+}
+
+static proto_msg_t *up_msg_alloc(void *arg)
+{
+    struct tmx_message *msg = core_msg_alloc(arg);
+
+    return msg != NULL ? &msg->p : NULL;
+}
+
+static void up_msg_kept(void *arg, proto_msg_t *msg, size_t bytes)
+{
+    core_unexp_charge(arg, util_container_of(msg, struct tmx_message, p), bytes);
+}
+
+static void up_msg_free(void *arg, proto_msg_t *msg)
+{
+    core_msg_free(arg, util_container_of(msg, struct tmx_message, p));
+}
+
+static tmx_status_t up_peer_ep(void *arg, tmx_peer_t peer, tl_ep_t **ep, proto_peer_t **pp)
+{
+    tmx_context_h ctx = arg;
+    core_peer_t *p = core_peer_get(ctx, peer);
+    tmx_status_t st;
+
+    if (p != NULL && p->ep != NULL && !p->failed) {
+        *ep = p->ep; /* the usual case */
+        *pp = &p->proto;
+        return TMX_OK;
+    }
+    if ((st = core_peer_ep(ctx, peer, ep)) == TMX_OK)
+        *pp = &p->proto;
+    return st;
+}
+
+static tmx_peer_t up_peer_by_uuid(void *arg, uint64_t uuid)
+{
+    return core_peer_by_uuid(arg, uuid);
+}
+
+static tmx_status_t up_peer_add_implicit(void *arg, uint64_t uuid, const void *addr, size_t len,
+                                         tmx_peer_t *out)
+{
+    return core_peer_add_implicit(arg, uuid, addr, len, out);
+}
+
+static tmx_status_t up_address(void *arg, void *buf, size_t room, size_t *used)
+{
+    return core_address(arg, buf, room, used);
+}
+
 static void context_free(tmx_context_h ctx)
 {
     util_dlist_t *pos, *tmp;
@@ -133,15 +199,13 @@ static void context_free(tmx_context_h ctx)
     for (int i = 0; i < ctx->n_ifaces; i++)
         ctx->ifaces[i]->ops->iface_close(ctx->ifaces[i]);
     util_dlist_foreach_safe(pos, tmp, &ctx->msgs) {
-        free(util_container_of(pos, struct tmx_message, link)->payload);
+        proto_msg_clear(&util_container_of(pos, struct tmx_message, link)->p);
     }
-    proto_fini(ctx);
+    proto_fini(&ctx->proto);
     core_peers_fini(ctx);
-    match_fini(&ctx->match);
     util_pool_fini(&ctx->req_pool);
     util_pool_fini(&ctx->msg_pool);
     core_cq_fini(&ctx->cq);
-    free(ctx->rndv);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx);
 }
@@ -180,6 +244,8 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     tmx_context_h ctx;
     const char *tls;
     tmx_status_t st;
+    proto_upcalls_t up = {NULL, up_complete, up_msg_alloc, up_msg_kept, up_msg_free,
+                          up_peer_ep, up_peer_by_uuid, up_peer_add_implicit, up_address};
 
     if (out == NULL) {
         util_error("tmx_context_create: NULL output handle");
@@ -203,15 +269,12 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     ctx->uuid_seed = make_uuid();
     ctx->self_peer = TMX_PEER_NONE;
     ctx->last_peer = TMX_PEER_NONE; /* the uuid cache starts empty */
-    ctx->rndv_free = UINT32_MAX;
     util_dlist_init(&ctx->reqs);
     util_dlist_init(&ctx->msgs);
-    util_dlist_init(&ctx->ctrl_pending);
     util_pool_init(&ctx->req_pool, sizeof(struct tmx_request), CORE_POOL_CHUNK);
     util_pool_init(&ctx->msg_pool, sizeof(struct tmx_message), CORE_POOL_CHUNK);
-    if ((st = reg_keygen_init(&ctx->keygen)) != TMX_OK)
-        goto err_free;
-    if ((st = match_init(&ctx->match)) != TMX_OK)
+    up.arg = ctx;
+    if ((st = proto_init(&ctx->proto, &up, &ctx->cfg.proto)) != TMX_OK)
         goto err_free;
     if ((st = core_cq_init(&ctx->cq)) != TMX_OK)
         goto err_free;
@@ -258,18 +321,18 @@ static void unexp_update(tmx_context_h ctx)
 {
     int full = ctx->unexp_max != 0 && ctx->unexp_bytes >= ctx->unexp_max;
 
-    if (full == ctx->unexp_full)
+    if (full == ctx->proto.unexp_full)
         return;
-    ctx->unexp_full = full;
+    ctx->proto.unexp_full = full;
     for (int i = 0; i < ctx->n_ifaces; i++)
         ctx->ifaces[i]->rx_full = full;
     util_debug("unexpected messages hold %zu bytes: %s", ctx->unexp_bytes,
                full ? "at the bound, senders wait" : "below the bound again");
 }
 
-void core_unexp_charge(tmx_context_h ctx, struct tmx_message *msg)
+void core_unexp_charge(tmx_context_h ctx, struct tmx_message *msg, size_t bytes)
 {
-    msg->charge = sizeof(*msg) + CORE_UNEXP_INDEX_COST + (msg->kind == CORE_MSG_EAGER ? msg->len : 0);
+    msg->charge = sizeof(*msg) + CORE_UNEXP_INDEX_COST + bytes;
     ctx->unexp_bytes += msg->charge;
     unexp_update(ctx);
 }
@@ -281,7 +344,6 @@ void core_msg_free(tmx_context_h ctx, struct tmx_message *msg)
         unexp_update(ctx);
     }
     util_dlist_unlink(&msg->link);
-    free(msg->payload);
     msg->ctx = NULL;
     util_pool_put(&ctx->msg_pool, msg);
 }

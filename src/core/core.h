@@ -1,6 +1,6 @@
 /*
  * Internals of the core: the context, its peers, requests, unexpected
- * messages and completion queue. Shared by src/core and src/proto.
+ * messages and completion queue. proto, below, never sees this file.
  */
 #ifndef TMX_CORE_H
 #define TMX_CORE_H
@@ -11,7 +11,7 @@
 #include "boot/job.h"
 #include "core/config.h"
 #include "match/match.h"
-#include "reg/reg.h"
+#include "proto/proto.h"
 #include "tl/tl.h"
 #include "tmx.h"
 #include "util/list.h"
@@ -29,59 +29,34 @@ typedef struct core_peer {
     tl_ep_t *ep;                /* created on first use */
     unsigned char *addr;        /* the transport's address section */
     size_t addr_len;
-    int hello_sent;             /* our address went to it (proto.c) */
+    proto_peer_t proto;         /* proto's state for it */
 } core_peer_t;
 
 enum core_req_state {
-    CORE_REQ_POSTED = 0,   /* waiting in the matcher or for the wire */
-    CORE_REQ_ACTIVE = 1,   /* matched, data moving */
+    CORE_REQ_PENDING = 0,  /* with proto: waiting in the matcher, for the wire or a FIN */
     CORE_REQ_DONE = 2
 };
 
+/* A request: core's bookkeeping, then proto's part (p), which carries
+ * the buffer, the completion and the protocol state. */
 struct tmx_request {
     void *pool_link;            /* the pool's free-list word, kept apart */
     tmx_context_h ctx;
     util_dlist_t link;          /* in ctx->reqs: live requests */
-    uint32_t flags;             /* enum tmx_op_flag */
     uint8_t state;              /* enum core_req_state */
     uint8_t handle_held;        /* the caller holds a handle */
     uint8_t freed;              /* debug guard against double release */
-    uint32_t id;                /* rendezvous sends: index in ctx->rndv */
-    uint64_t rkey;              /* rendezvous sends: key the FIN must echo */
-    void *buf;
-    size_t len;
-    tmx_completion_t comp;
-    match_recv_t recv;          /* receives: the posted entry */
-    tl_get_op_t get;            /* rendezvous receives: the read */
-    tmx_peer_t rndv_src;        /* rendezvous receives: where FIN goes */
-    uint32_t rndv_app_ctx;      /* rendezvous receives: echoed in FIN */
-    uint64_t rndv_va;
-    uint64_t rndv_rkey;
-    uint64_t rndv_len;
+    proto_req_t p;
 };
 
-enum core_msg_kind {
-    CORE_MSG_EAGER = 1,
-    CORE_MSG_RNDV = 2
-};
-
-/* An unexpected message. Eager ones own a copy of their payload; a
- * rendezvous one holds only its header (seed 000). */
+/* An unexpected message: core's bookkeeping, then proto's part. */
 struct tmx_message {
     void *pool_link;            /* the pool's free-list word, kept apart */
     tmx_context_h ctx;
-    match_msg_t m;
     util_dlist_t link;          /* in ctx->msgs: live messages */
-    uint8_t kind;               /* enum core_msg_kind */
     uint8_t claimed;
-    uint32_t app_ctx;           /* rendezvous: sender's request id */
-    uint32_t has_data;
-    uint64_t data;
-    uint64_t va;                /* rendezvous: sender's buffer */
-    uint64_t rkey;
-    size_t len;
-    void *payload;              /* eager: malloc'ed copy, NULL if empty */
     size_t charge;              /* bytes counted in ctx->unexp_bytes */
+    proto_msg_t p;
 };
 
 typedef struct core_cq {
@@ -118,21 +93,14 @@ struct tmx_context {
     unsigned polls;             /* core_progress calls, for quiet transports */
     int watch_all;              /* every peer connected, so watched */
     boot_job_t job;             /* the launched job, if any */
-    match_engine_t match;
+    proto_t proto;              /* the protocols, the matcher, the rendezvous slots */
     util_pool_t req_pool;
     util_pool_t msg_pool;
     util_dlist_t reqs;
     util_dlist_t msgs;
-    struct tmx_request **rndv;  /* rendezvous sends by id */
-    uint32_t n_rndv_slots;
-    uint32_t rndv_free;         /* head of the free-slot chain */
-    reg_keygen_t keygen;        /* remote-access keys (src/reg) */
-    util_dlist_t ctrl_pending;  /* control packets waiting for room */
-    uint64_t dropped;           /* packets from the wire that did not parse */
     size_t unexp_bytes;         /* held by unexpected messages (core_unexp_charge) */
     size_t unexp_max;           /* TMX_UNEXPECTED_MAX; 0: no bound */
     config_t cfg;               /* the settings, parsed at creation */
-    int unexp_full;             /* at the bound: the transports' rx_full is set */
     core_cq_t cq;
 };
 
@@ -175,9 +143,6 @@ static inline tmx_status_t core_op_params_check(const tmx_op_params_t *params,
         return core_op_params_refuse(params, allowed_flags);
     return TMX_OK;
 }
-tmx_status_t core_rndv_slot_get(tmx_context_h ctx, struct tmx_request *req);
-struct tmx_request *core_rndv_lookup(tmx_context_h ctx, uint32_t id);
-void core_rndv_slot_put(tmx_context_h ctx, struct tmx_request *req);
 int core_progress(tmx_context_h ctx);
 int64_t core_now_us(void);
 
@@ -195,7 +160,6 @@ void core_poll_idle(tmx_context_h ctx, int events);
 /* fail.c */
 void core_peer_failed_cb(void *arg, uint64_t uuid, int clean);
 void core_watch_for_wildcards(tmx_context_h ctx);
-tmx_status_t core_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t rkey);
 
 /* peer.c */
 /* The peer a number names, added or implicit; NULL for no peer. */
@@ -224,18 +188,15 @@ void core_peers_fini(tmx_context_h ctx);
 
 /* message lifetime */
 struct tmx_message *core_msg_alloc(tmx_context_h ctx);
-/* Frees a message and takes back what it was charged. */
+/* Frees a message (proto freed its payload) and takes back what it was
+ * charged. */
 void core_msg_free(tmx_context_h ctx, struct tmx_message *msg);
 
 /* Counts a message kept unexpected against TMX_UNEXPECTED_MAX: its record
- * and an eager payload's copy (a rendezvous one holds only its header).
+ * and the bytes of payload it holds (an eager payload's copy; a
+ * rendezvous one holds only its header).
  * At the bound the transports are told (tl_iface_t.rx_full) to leave what
  * they can where the senders put it, until receives take messages. */
-void core_unexp_charge(tmx_context_h ctx, struct tmx_message *msg);
-
-static inline int core_unexp_full(const tmx_context_h ctx)
-{
-    return ctx->unexp_full;
-}
+void core_unexp_charge(tmx_context_h ctx, struct tmx_message *msg, size_t bytes);
 
 #endif

@@ -1,4 +1,4 @@
-/* Peers that have gone, and checks on remote reads served for peers. */
+/* Peers that have gone, and the operations that waited for them. */
 #include "core/core.h"
 #include "util/log.h"
 
@@ -17,21 +17,18 @@ static int req_doomed(tmx_context_h ctx, struct tmx_request *req, int clean)
 {
     if (req->state == CORE_REQ_DONE)
         return 0;
-    if (req->comp.op == TMX_OP_TSEND)
-        return peer_gone(ctx, req->comp.source);
-    if (!match_recv_is_posted(&req->recv))
+    if (!proto_req_waiting(&req->p))
         return 0;
-    if (req->recv.src == TMX_ANY_SOURCE)
+    if (req->p.comp.op == TMX_OP_TSEND)
+        return peer_gone(ctx, req->p.comp.source);
+    if (req->p.recv.src == TMX_ANY_SOURCE)
         return !clean;
-    return peer_gone(ctx, req->recv.src);
+    return peer_gone(ctx, req->p.recv.src);
 }
 
 static void req_fail(tmx_context_h ctx, struct tmx_request *req)
 {
-    if (req->comp.op == TMX_OP_TSEND)
-        core_rndv_slot_put(ctx, req);
-    else
-        match_remove_recv(&ctx->match, &req->recv);
+    proto_req_abort(&ctx->proto, &req->p);
     core_req_complete(req, TMX_ERR_PEER_FAILED);
 }
 
@@ -61,19 +58,6 @@ void core_peer_failed_cb(void *arg, uint64_t uuid, int clean)
                   clean ? "has exited" : "died", n);
 }
 
-/* An rkey names the rendezvous send's slot (request.c, src/reg). */
-tmx_status_t core_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t rkey)
-{
-    tmx_context_h ctx = arg;
-    struct tmx_request *req = core_rndv_lookup(ctx, reg_key_slot(rkey));
-    reg_region_t r;
-
-    if (req == NULL || req->comp.op != TMX_OP_TSEND)
-        return reg_access_check(NULL, addr, len, rkey);
-    r = (reg_region_t){(uintptr_t)req->buf, req->len, req->rkey};
-    return reg_access_check(&r, addr, len, rkey);
-}
-
 /* Transports watch only the peers they have endpoints to, and endpoints
  * are made on first use. A receive from any source may be waiting for any
  * peer, so once one has waited long enough to sleep, every peer is
@@ -83,7 +67,7 @@ void core_watch_for_wildcards(tmx_context_h ctx)
 {
     tl_ep_t *ep;
 
-    if (ctx->watch_all || !match_any_source_posted(&ctx->match))
+    if (ctx->watch_all || !match_any_source_posted(&ctx->proto.match))
         return;
     ctx->watch_all = 1;
     for (uint32_t i = 0; i < ctx->n_peers; i++) {

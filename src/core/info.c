@@ -9,31 +9,7 @@
 
 #define TMX_API __attribute__((visibility("default")))
 
-/* The protocol above the eager limit, as proto and the transport choose
- * it today under these settings. */
-static void info_protocols(FILE *f, const char *name, const tl_iface_t *tl, const config_t *c)
-{
-    const tl_shm_settings_t *shm = &c->tl.shm;
-
-    fprintf(f, "      0 B .. %zu B: eager (copied into the packet; synchronous sends use rendezvous)\n",
-            tl->eager_limit);
-    if (strcmp(name, "self") == 0) {
-        fprintf(f, "      above: rendezvous, the receiver copies from the sender's buffer\n");
-    } else if (strcmp(name, "shm") == 0) {
-        if (!shm->cma) {
-            fprintf(f, "      above: rendezvous, read through cells (TMX_SHM_CMA=off)\n");
-            return;
-        }
-        fprintf(f, "      above: rendezvous, read with process_vm_readv (through cells if refused)\n");
-        if (shm->split_min != 0)
-            fprintf(f, "      from %llu B: the owner writes half while the reader reads the rest (TMX_SHM_SPLIT_MIN)\n",
-                    (unsigned long long)shm->split_min);
-    } else {
-        fprintf(f, "      above: rendezvous, read emulated by the owner's datagrams\n");
-    }
-}
-
-static void info_transports(FILE *f, const config_t *c)
+static void info_transports(FILE *f)
 {
     fprintf(f, "transports (a context opened with each alone):\n");
     for (int i = 0; tl_names[i] != NULL; i++) {
@@ -48,7 +24,7 @@ static void info_transports(FILE *f, const config_t *c)
             continue;
         }
         fprintf(f, "  %-6s usable; packets up to %zu B\n", tl_names[i], ctx->ifaces[0]->max_packet);
-        info_protocols(f, tl_names[i], ctx->ifaces[0], c);
+        proto_tl_print(f, ctx->ifaces[0]->above);
         tmx_context_destroy(ctx);
     }
 }
@@ -65,6 +41,6 @@ TMX_API void tmx_info_print(void *stream)
         fprintf(f, "the settings do not parse (see the error above); defaults shown\n");
         config_defaults(&c);
     }
-    info_transports(f, &c);
+    info_transports(f);
     config_print(f);
 }

@@ -50,7 +50,7 @@ static tmx_status_t send_inject(tmx_context_h ctx, tmx_peer_t peer, const void *
         return TMX_ERR_INVALID;
     }
     core_lock(ctx);
-    st = proto_inject(ctx, peer, buf, len, tag, has_data,
+    st = proto_inject(&ctx->proto, peer, buf, len, tag, has_data,
                       (f & TMX_OP_FIELD_DATA) ? params->data : 0);
     core_unlock(ctx);
     return st;
@@ -74,11 +74,13 @@ TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *b
         return TMX_ERR_NOMEM;
     }
     req->handle_held = out != NULL;
-    req->comp.source = peer;
-    req->comp.tag = tag;
-    req->comp.length = len;
-    req->comp.msg_length = len;
-    st = proto_send(ctx, req, peer, buf, len, tag);
+    req->p.comp.source = peer;
+    req->p.comp.tag = tag;
+    req->p.comp.length = len;
+    req->p.comp.msg_length = len;
+    req->p.buf = (void *)buf;
+    req->p.len = len;
+    st = proto_send(&ctx->proto, &req->p, peer, tag);
     st = submit_end(req, st, out);
     core_unlock(ctx);
     return st;
@@ -98,6 +100,27 @@ static tmx_status_t recv_check(tmx_context_h ctx, tmx_peer_t peer, const void *b
     return core_op_params_check(params, RECV_FLAGS);
 }
 
+/* Matches a new receive against the unexpected messages, or posts it. A
+ * receive naming a peer must fail if the peer dies, and the transports
+ * watch only the peers they have endpoints to: it connects now, as a send
+ * would. A peer known dead (or gone before we connected) fails the
+ * receive, unless what it sent before dying, perhaps still in our ring,
+ * matches. */
+static tmx_status_t recv_start(tmx_context_h ctx, struct tmx_request *req)
+{
+    tmx_peer_t src = req->p.recv.src;
+    tl_ep_t *ep;
+    tmx_status_t st;
+
+    if (proto_recv_match(&ctx->proto, &req->p) == TMX_OK)
+        return TMX_OK;
+    if (src == TMX_ANY_SOURCE || (st = core_peer_ep(ctx, src, &ep)) == TMX_OK)
+        return proto_recv_post(&ctx->proto, &req->p);
+    while (core_progress(ctx) > 0)
+        ;
+    return proto_recv_match(&ctx->proto, &req->p) == TMX_OK ? TMX_OK : st;
+}
+
 TMX_API tmx_status_t tmx_trecv(tmx_context_h ctx, tmx_peer_t peer, void *buf, size_t len,
                                uint64_t tag, uint64_t ignore, const tmx_op_params_t *params,
                                tmx_request_h *out)
@@ -114,14 +137,14 @@ TMX_API tmx_status_t tmx_trecv(tmx_context_h ctx, tmx_peer_t peer, void *buf, si
         return TMX_ERR_NOMEM;
     }
     req->handle_held = out != NULL;
-    req->buf = buf;
-    req->len = len;
-    req->recv.src = peer;
-    req->recv.tag = tag;
-    req->recv.ignore = ignore;
-    req->comp.source = peer; /* until a message matches */
-    req->comp.tag = tag;
-    st = proto_recv(ctx, req);
+    req->p.buf = buf;
+    req->p.len = len;
+    req->p.recv.src = peer;
+    req->p.recv.tag = tag;
+    req->p.recv.ignore = ignore;
+    req->p.comp.source = peer; /* until a message matches */
+    req->p.comp.tag = tag;
+    st = recv_start(ctx, req);
     st = submit_end(req, st, out);
     core_unlock(ctx);
     return st;
@@ -132,12 +155,12 @@ static void probe_fill(const struct tmx_message *msg, tmx_completion_t *info)
     info->user_context = NULL;
     info->status = TMX_OK;
     info->op = TMX_OP_TRECV;
-    info->source = msg->m.src;
-    info->tag = msg->m.tag;
-    info->length = msg->len;
-    info->msg_length = msg->len;
-    info->has_data = msg->has_data;
-    info->data = msg->data;
+    info->source = msg->p.m.src;
+    info->tag = msg->p.m.tag;
+    info->length = msg->p.len;
+    info->msg_length = msg->p.len;
+    info->has_data = msg->p.has_data;
+    info->data = msg->p.data;
 }
 
 static tmx_status_t probe_check(tmx_context_h ctx, tmx_peer_t peer, uint32_t flags,
@@ -173,16 +196,16 @@ TMX_API tmx_status_t tmx_tprobe(tmx_context_h ctx, tmx_peer_t peer, uint64_t tag
         return st;
     core_lock(ctx);
     core_progress(ctx);
-    m = match_find_msg(&ctx->match, peer, tag, ignore);
+    m = match_find_msg(&ctx->proto.match, peer, tag, ignore);
     if (m == NULL) {
         core_unlock(ctx);
         return TMX_ERR_NO_MESSAGE;
     }
-    msg = util_container_of(m, struct tmx_message, m);
+    msg = util_container_of(m, struct tmx_message, p.m);
     if (info != NULL)
         probe_fill(msg, info);
     if (flags & TMX_PROBE_FLAG_CLAIM) {
-        match_remove_msg(&ctx->match, m);
+        match_remove_msg(&ctx->proto.match, m);
         msg->claimed = 1;
         *out = msg;
     }
@@ -225,12 +248,11 @@ TMX_API tmx_status_t tmx_mrecv(tmx_context_h ctx, tmx_message_h msg, void *buf, 
         goto out_unlock;
     }
     req->handle_held = out != NULL;
-    req->buf = buf;
-    req->len = len;
-    req->state = CORE_REQ_ACTIVE;
+    req->p.buf = buf;
+    req->p.len = len;
     if (out != NULL)
         *out = req;
-    proto_msg_deliver(ctx, msg, req);
+    proto_msg_deliver(&ctx->proto, &msg->p, &req->p);
 out_unlock:
     if (ctx != NULL)
         core_unlock(ctx);
@@ -245,7 +267,7 @@ TMX_API tmx_status_t tmx_message_discard(tmx_context_h ctx, tmx_message_h msg)
         core_lock(ctx);
     st = claimed_check(ctx, msg, "tmx_message_discard");
     if (st == TMX_OK)
-        proto_msg_discard(ctx, msg);
+        proto_msg_discard(&ctx->proto, &msg->p);
     if (ctx != NULL)
         core_unlock(ctx);
     return st;

@@ -127,6 +127,7 @@ static tmx_status_t addr_parse(tmx_context_h ctx, const void *addr, size_t len, 
     }
     memset(peer, 0, sizeof(*peer));
     peer->uuid = le64toh(hdr.uuid);
+    peer->proto = (proto_peer_t){peer->uuid, 0};
     if (peer->uuid == ctx->uuid && ctx->self_iface != NULL) {
         peer->tl = ctx->self_iface->ops;
         peer->iface = ctx->self_iface;
@@ -253,12 +254,12 @@ static void implicit_rekey(tmx_context_h ctx, tmx_peer_t old, tmx_peer_t added)
     match_msg_t *m;
     unsigned n = 0;
 
-    while ((m = match_find_msg(&ctx->match, old, 0, TMX_TAG_ANY)) != NULL) {
-        match_remove_msg(&ctx->match, m);
+    while ((m = match_find_msg(&ctx->proto.match, old, 0, TMX_TAG_ANY)) != NULL) {
+        match_remove_msg(&ctx->proto.match, m);
         m->src = added;
-        if (match_add_msg(&ctx->match, m) != TMX_OK) {
+        if (match_add_msg(&ctx->proto.match, m) != TMX_OK) {
             util_error("out of memory: a message from peer %u lost", added);
-            proto_msg_discard(ctx, util_container_of(m, struct tmx_message, m));
+            proto_msg_discard(&ctx->proto, util_container_of(m, proto_msg_t, m));
         }
         n++;
     }
@@ -316,7 +317,7 @@ tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void
         free(peer.addr);
         return st;
     }
-    peer.hello_sent = 1; /* it knows us: it wrote first */
+    peer.proto.hello_sent = 1; /* it knows us: it wrote first */
     ctx->ipeers[ctx->n_ipeers++] = peer;
     ctx->watch_all = 0;
     *out = num;

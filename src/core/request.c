@@ -10,7 +10,6 @@
 #include "util/log.h"
 
 #define TMX_API __attribute__((visibility("default")))
-#define RNDV_FREE_BIT ((uintptr_t)1)
 #define CORE_YIELD_POLLS 200      /* polls with sched_yield before sleeping */
 #define CORE_PEER_CHECK_US 20000  /* dead-peer checks while idle */
 #define CORE_SHARED_SLEEP_US 500  /* slice per transport when several sleep */
@@ -36,22 +35,20 @@ struct tmx_request *core_req_alloc(tmx_context_h ctx, const tmx_op_params_t *par
         util_error("out of memory allocating a request");
         return NULL;
     }
-    /* What follows recv is set before use: the receive entry when posted,
-     * the rendezvous fields when a receive starts reading (rndv_start). */
-    memset(req, 0, offsetof(struct tmx_request, recv));
-    req->recv.bin = NULL;
+    memset(req, 0, offsetof(struct tmx_request, p));
+    proto_req_init(&req->p);
     req->ctx = ctx;
-    req->comp.op = op;
+    req->p.comp.op = op;
     if (params != NULL) {
         uint64_t f = params->field_mask;
-        req->flags = (f & TMX_OP_FIELD_FLAGS) ? params->flags : 0;
-        req->comp.user_context = (f & TMX_OP_FIELD_USER_CONTEXT) ? params->user_context : NULL;
-        if ((f & TMX_OP_FIELD_DATA) || (req->flags & TMX_OP_FLAG_DATA)) {
-            req->comp.has_data = 1;
-            req->comp.data = (f & TMX_OP_FIELD_DATA) ? params->data : 0;
+        req->p.flags = (f & TMX_OP_FIELD_FLAGS) ? params->flags : 0;
+        req->p.comp.user_context = (f & TMX_OP_FIELD_USER_CONTEXT) ? params->user_context : NULL;
+        if ((f & TMX_OP_FIELD_DATA) || (req->p.flags & TMX_OP_FLAG_DATA)) {
+            req->p.comp.has_data = 1;
+            req->p.comp.data = (f & TMX_OP_FIELD_DATA) ? params->data : 0;
         }
     }
-    req->comp.status = TMX_INPROGRESS;
+    req->p.comp.status = TMX_INPROGRESS;
     util_dlist_push_tail(&ctx->reqs, &req->link);
     return req;
 }
@@ -65,66 +62,12 @@ void core_req_release(struct tmx_request *req)
 void core_req_complete(struct tmx_request *req, tmx_status_t status)
 {
     req->state = CORE_REQ_DONE;
-    req->comp.status = status;
-    if (!(req->flags & TMX_OP_FLAG_NO_CQ) &&
-        (status != TMX_OK || !(req->flags & TMX_OP_FLAG_CQ_ERRORS_ONLY)))
-        core_cq_push(&req->ctx->cq, &req->comp);
+    req->p.comp.status = status;
+    if (!(req->p.flags & TMX_OP_FLAG_NO_CQ) &&
+        (status != TMX_OK || !(req->p.flags & TMX_OP_FLAG_CQ_ERRORS_ONLY)))
+        core_cq_push(&req->ctx->cq, &req->p.comp);
     if (!req->handle_held)
         core_req_release(req);
-}
-
-/* ------------------------------------------------------ rendezvous slots */
-
-static tmx_status_t rndv_grow(tmx_context_h ctx)
-{
-    uint32_t n = ctx->n_rndv_slots ? ctx->n_rndv_slots * 2 : 64;
-    struct tmx_request **slots;
-
-    if (n > REG_KEY_SLOTS) /* a key names its slot in REG_KEY_SLOT_BITS bits */
-        return TMX_ERR_AGAIN;
-    slots = realloc(ctx->rndv, n * sizeof(*slots));
-    if (slots == NULL)
-        return TMX_ERR_NOMEM;
-    for (uint32_t i = ctx->n_rndv_slots; i < n; i++) {
-        uint32_t next = i + 1 < n ? i + 1 : UINT32_MAX;
-        slots[i] = (struct tmx_request *)(((uintptr_t)next << 1) | RNDV_FREE_BIT);
-    }
-    ctx->rndv_free = ctx->n_rndv_slots;
-    ctx->rndv = slots;
-    ctx->n_rndv_slots = n;
-    return TMX_OK;
-}
-
-tmx_status_t core_rndv_slot_get(tmx_context_h ctx, struct tmx_request *req)
-{
-    uint32_t id;
-    tmx_status_t st;
-
-    if (ctx->rndv_free == UINT32_MAX && (st = rndv_grow(ctx)) != TMX_OK) {
-        util_error("cannot track more than %u rendezvous sends at once: %s", ctx->n_rndv_slots,
-                   tmx_strerror(st));
-        return st;
-    }
-    id = ctx->rndv_free;
-    ctx->rndv_free = (uint32_t)((uintptr_t)ctx->rndv[id] >> 1);
-    ctx->rndv[id] = req;
-    req->id = id;
-    /* The slot in the key lets a remote read be checked in O(1). */
-    req->rkey = reg_key_make(&ctx->keygen, id);
-    return TMX_OK;
-}
-
-struct tmx_request *core_rndv_lookup(tmx_context_h ctx, uint32_t id)
-{
-    if (id >= ctx->n_rndv_slots || ((uintptr_t)ctx->rndv[id] & RNDV_FREE_BIT))
-        return NULL;
-    return ctx->rndv[id];
-}
-
-void core_rndv_slot_put(tmx_context_h ctx, struct tmx_request *req)
-{
-    ctx->rndv[req->id] = (struct tmx_request *)(((uintptr_t)ctx->rndv_free << 1) | RNDV_FREE_BIT);
-    ctx->rndv_free = req->id;
 }
 
 /* -------------------------------------------------------------- progress */
@@ -138,8 +81,8 @@ int core_progress(tmx_context_h ctx)
         if (!iface->quiet || look_all)
             events += iface->ops->progress(iface);
     }
-    if (!util_dlist_empty(&ctx->ctrl_pending))
-        events += proto_progress(ctx);
+    if (proto_has_work(&ctx->proto))
+        events += proto_progress(&ctx->proto);
     return events;
 }
 
@@ -154,9 +97,9 @@ TMX_API tmx_status_t tmx_request_test(tmx_request_h req, tmx_completion_t *out)
         return TMX_ERR_INVALID;
     }
     core_lock(req->ctx);
-    st = req->state == CORE_REQ_DONE ? req->comp.status : TMX_INPROGRESS;
+    st = req->state == CORE_REQ_DONE ? req->p.comp.status : TMX_INPROGRESS;
     if (st != TMX_INPROGRESS && out != NULL)
-        *out = req->comp;
+        *out = req->p.comp;
     core_unlock(req->ctx);
     return st;
 }
@@ -280,20 +223,19 @@ TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx
         }
         core_idle(ctx, &spins, deadline);
     }
-    st = req->comp.status;
+    st = req->p.comp.status;
     if (out != NULL)
-        *out = req->comp;
+        *out = req->p.comp;
     core_unlock(ctx);
     return st;
 }
 
 static tmx_status_t request_cancel_locked(struct tmx_request *req)
 {
-    if (req->comp.op != TMX_OP_TRECV)
+    if (req->p.comp.op != TMX_OP_TRECV)
         return TMX_ERR_UNSUPPORTED;
-    if (req->state != CORE_REQ_POSTED || !match_recv_is_posted(&req->recv))
+    if (req->state == CORE_REQ_DONE || proto_recv_cancel(&req->ctx->proto, &req->p) != TMX_OK)
         return TMX_ERR_BUSY;
-    match_remove_recv(&req->ctx->match, &req->recv);
     core_req_complete(req, TMX_ERR_CANCELED);
     return TMX_OK;
 }
@@ -324,7 +266,7 @@ TMX_API tmx_status_t tmx_cancel(tmx_context_h ctx, void *user_context)
     core_lock(ctx);
     util_dlist_foreach(pos, &ctx->reqs) { /* oldest first */
         struct tmx_request *req = util_container_of(pos, struct tmx_request, link);
-        if (req->comp.op == TMX_OP_TRECV && req->comp.user_context == user_context &&
+        if (req->p.comp.op == TMX_OP_TRECV && req->p.comp.user_context == user_context &&
             request_cancel_locked(req) == TMX_OK) {
             st = TMX_OK;
             break;

@@ -1,5 +1,6 @@
 #include "proto/proto.h"
 
+#include <endian.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +18,137 @@ typedef struct proto_ctrl {
     wire_rvh_t rvh;
 } proto_ctrl_t;
 
+/* ------------------------------------------------------------------- init */
+
+tmx_status_t proto_init(proto_t *p, const proto_upcalls_t *up, const proto_spec_t *spec)
+{
+    tmx_status_t st;
+
+    *p = (proto_t){0};
+    p->up = *up;
+    if (spec != NULL)
+        p->spec = *spec;
+    p->rndv_free = UINT32_MAX;
+    util_dlist_init(&p->ctrl_pending);
+    if ((st = reg_keygen_init(&p->keygen)) != TMX_OK)
+        return st;
+    return match_init(&p->match);
+}
+
+tmx_status_t proto_iface_add(proto_t *p, tl_iface_t *iface)
+{
+    proto_tl_t *t;
+    tmx_status_t st;
+
+    if (p->n_tls == PROTO_MAX_TLS)
+        return TMX_ERR_NO_SPACE;
+    t = &p->tls[p->n_tls];
+    if ((st = proto_tl_compile(t, &p->spec, iface)) != TMX_OK)
+        return st;
+    p->n_tls++;
+    iface->above = t;
+    return TMX_OK;
+}
+
+void proto_fini(proto_t *p)
+{
+    util_dlist_t *pos, *tmp;
+
+    util_dlist_foreach_safe(pos, tmp, &p->ctrl_pending) {
+        free(util_container_of(pos, proto_ctrl_t, link));
+    }
+    util_dlist_init(&p->ctrl_pending);
+    match_fini(&p->match);
+    free(p->rndv);
+    p->rndv = NULL;
+    p->n_rndv_slots = 0;
+}
+
+void proto_req_init(proto_req_t *req)
+{
+    /* What follows recv is set before use: the receive entry when posted,
+     * the rendezvous fields when a receive starts reading (rndv_start). */
+    memset(req, 0, offsetof(proto_req_t, recv));
+    req->recv.bin = NULL;
+}
+
+/* ------------------------------------------------------ rendezvous slots */
+
+#define RNDV_FREE_BIT ((uintptr_t)1)
+
+static tmx_status_t rndv_grow(proto_t *p)
+{
+    uint32_t n = p->n_rndv_slots ? p->n_rndv_slots * 2 : 64;
+    proto_req_t **slots;
+
+    if (n > REG_KEY_SLOTS) /* a key names its slot in REG_KEY_SLOT_BITS bits */
+        return TMX_ERR_AGAIN;
+    slots = realloc(p->rndv, n * sizeof(*slots));
+    if (slots == NULL)
+        return TMX_ERR_NOMEM;
+    for (uint32_t i = p->n_rndv_slots; i < n; i++) {
+        uint32_t next = i + 1 < n ? i + 1 : UINT32_MAX;
+        slots[i] = (proto_req_t *)(((uintptr_t)next << 1) | RNDV_FREE_BIT);
+    }
+    p->rndv_free = p->n_rndv_slots;
+    p->rndv = slots;
+    p->n_rndv_slots = n;
+    return TMX_OK;
+}
+
+static tmx_status_t rndv_slot_get(proto_t *p, proto_req_t *req)
+{
+    uint32_t id;
+    tmx_status_t st;
+
+    if (p->rndv_free == UINT32_MAX && (st = rndv_grow(p)) != TMX_OK) {
+        util_error("cannot track more than %u rendezvous sends at once: %s", p->n_rndv_slots,
+                   tmx_strerror(st));
+        return st;
+    }
+    id = p->rndv_free;
+    p->rndv_free = (uint32_t)((uintptr_t)p->rndv[id] >> 1);
+    p->rndv[id] = req;
+    req->id = id;
+    req->fin_wait = 1;
+    /* The slot in the key lets a remote read be checked in O(1). */
+    req->rkey = reg_key_make(&p->keygen, id);
+    return TMX_OK;
+}
+
+static proto_req_t *rndv_lookup(const proto_t *p, uint32_t id)
+{
+    if (id >= p->n_rndv_slots || ((uintptr_t)p->rndv[id] & RNDV_FREE_BIT))
+        return NULL;
+    return p->rndv[id];
+}
+
+static void rndv_slot_put(proto_t *p, proto_req_t *req)
+{
+    p->rndv[req->id] = (proto_req_t *)(((uintptr_t)p->rndv_free << 1) | RNDV_FREE_BIT);
+    p->rndv_free = req->id;
+    req->fin_wait = 0;
+}
+
+/* An rkey names the rendezvous send's slot. */
+tmx_status_t proto_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t rkey)
+{
+    proto_t *p = arg;
+    proto_req_t *req = rndv_lookup(p, reg_key_slot(rkey));
+    reg_region_t r;
+
+    if (req == NULL)
+        return reg_access_check(NULL, addr, len, rkey);
+    r = (reg_region_t){(uintptr_t)req->buf, req->len, req->rkey};
+    return reg_access_check(&r, addr, len, rkey);
+}
+
 /* ------------------------------------------------------------------- send */
+
+static void req_complete(proto_t *p, proto_req_t *req, tmx_status_t st)
+{
+    p->up.complete(p->up.arg, req, st);
+}
 
 static tmx_status_t send_eager(tl_ep_t *ep, const void *buf, size_t len, uint64_t tag,
                                int has_data, uint64_t data_host)
@@ -35,94 +166,89 @@ static tmx_status_t send_eager(tl_ep_t *ep, const void *buf, size_t len, uint64_
     return ep->iface->ops->send(ep, iov, n);
 }
 
-static tmx_status_t send_rndv(tmx_context_h ctx, tl_ep_t *ep, struct tmx_request *req,
-                              const void *buf, size_t len, uint64_t tag)
+static tmx_status_t send_rndv(proto_t *p, tl_ep_t *ep, const proto_peer_t *pp, proto_req_t *req,
+                              uint64_t tag)
 {
     wire_tmh_t tmh;
     wire_rvh_t rvh;
     uint64_t data = htole64(req->comp.data);
     struct iovec iov[3];
     int n = 0;
-    tmx_status_t st = core_rndv_slot_get(ctx, req);
+    tmx_status_t st = rndv_slot_get(p, req);
 
     if (st != TMX_OK)
         return st;
+    req->dest_uuid = pp->uuid;
     wire_tmh_pack(&tmh, WIRE_OP_RNDV, req->comp.has_data ? WIRE_FLAG_DATA : 0, req->id, tag);
-    wire_rvh_pack(&rvh, (uintptr_t)buf, req->rkey, len);
+    wire_rvh_pack(&rvh, (uintptr_t)req->buf, req->rkey, req->len);
     iov[n++] = (struct iovec){&tmh, sizeof(tmh)};
     iov[n++] = (struct iovec){&rvh, sizeof(rvh)};
     if (req->comp.has_data)
         iov[n++] = (struct iovec){&data, sizeof(data)};
     st = ep->iface->ops->send(ep, iov, n);
     if (st != TMX_OK)
-        core_rndv_slot_put(ctx, req);
+        rndv_slot_put(p, req);
     return st;
 }
 
 /* HELLO: our address, once per peer before any other packet (the
  * transports keep order), so that a process that never added us can
  * receive from us and answer. */
-static tmx_status_t hello_send(tmx_context_h ctx, core_peer_t *p, tl_ep_t *ep)
+static tmx_status_t hello_send(proto_t *p, proto_peer_t *pp, tl_ep_t *ep)
 {
     unsigned char addr[TMX_ADDRESS_MAX];
     wire_tmh_t tmh;
     size_t len;
     struct iovec iov[2] = {{&tmh, sizeof(tmh)}, {addr, 0}};
-    tmx_status_t st = core_address(ctx, addr, sizeof(addr), &len);
+    tmx_status_t st = p->up.address(p->up.arg, addr, sizeof(addr), &len);
 
     if (st != TMX_OK)
         return st;
     wire_tmh_pack(&tmh, WIRE_OP_HELLO, 0, 0, 0);
     iov[1].iov_len = len;
     if ((st = ep->iface->ops->send(ep, iov, 2)) == TMX_OK)
-        p->hello_sent = 1;
+        pp->hello_sent = 1;
     return st;
 }
 
 /* The endpoint to a peer, ready for packets: HELLO went first. */
-static tmx_status_t proto_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
+static tmx_status_t proto_ep(proto_t *p, tmx_peer_t peer, tl_ep_t **ep, proto_peer_t **pp)
 {
-    core_peer_t *p = core_peer_get(ctx, peer);
-    tmx_status_t st;
+    tmx_status_t st = p->up.peer_ep(p->up.arg, peer, ep, pp);
 
-    if (p != NULL && p->ep != NULL && p->hello_sent && !p->failed) {
-        *ep = p->ep; /* the usual case */
-        return TMX_OK;
-    }
-    st = core_peer_ep(ctx, peer, ep);
-    if (st != TMX_OK || p->hello_sent)
+    if (st != TMX_OK || (*pp)->hello_sent)
         return st;
-    return hello_send(ctx, p, *ep);
+    return hello_send(p, *pp, *ep);
 }
 
-tmx_status_t proto_send(tmx_context_h ctx, struct tmx_request *req, tmx_peer_t peer,
-                        const void *buf, size_t len, uint64_t tag)
+tmx_status_t proto_send(proto_t *p, proto_req_t *req, tmx_peer_t peer, uint64_t tag)
 {
     tl_ep_t *ep;
-    tmx_status_t st = proto_ep(ctx, peer, &ep);
+    proto_peer_t *pp;
+    tmx_status_t st = proto_ep(p, peer, &ep, &pp);
 
     if (st != TMX_OK)
         return st;
-    req->buf = (void *)buf;
-    req->len = len;
-    if (len <= ep->iface->eager_limit && !(req->flags & TMX_OP_FLAG_SYNC)) {
-        util_debug("send %zu bytes to peer %u: eager", len, peer);
-        st = send_eager(ep, buf, len, tag, req->comp.has_data, req->comp.data);
+    if (req->len < ((const proto_tl_t *)ep->iface->above)->eager_end &&
+        !(req->flags & TMX_OP_FLAG_SYNC)) {
+        util_debug("send %zu bytes to peer %u: eager", req->len, peer);
+        st = send_eager(ep, req->buf, req->len, tag, req->comp.has_data, req->comp.data);
         if (st == TMX_OK)
-            core_req_complete(req, TMX_OK);
+            req_complete(p, req, TMX_OK);
         return st;
     }
-    util_debug("send %zu bytes to peer %u: rendezvous", len, peer);
-    return send_rndv(ctx, ep, req, buf, len, tag);
+    util_debug("send %zu bytes to peer %u: rendezvous", req->len, peer);
+    return send_rndv(p, ep, pp, req, tag);
 }
 
 /* An eager send without a request (TMX_OP_FLAG_INJECT): every transport's
  * eager limit is at least TMX_INJECT_MAX. */
-tmx_status_t proto_inject(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
-                          uint64_t tag, int has_data, uint64_t data)
+tmx_status_t proto_inject(proto_t *p, tmx_peer_t peer, const void *buf, size_t len, uint64_t tag,
+                          int has_data, uint64_t data)
 {
     tl_ep_t *ep;
-    tmx_status_t st = proto_ep(ctx, peer, &ep);
+    proto_peer_t *pp;
+    tmx_status_t st = proto_ep(p, peer, &ep, &pp);
 
     if (st != TMX_OK)
         return st;
@@ -131,12 +257,13 @@ tmx_status_t proto_inject(tmx_context_h ctx, tmx_peer_t peer, const void *buf, s
 
 /* -------------------------------------------------------------------- FIN */
 
-static tmx_status_t fin_send_now(tmx_context_h ctx, tmx_peer_t peer, const wire_tmh_t *tmh,
+static tmx_status_t fin_send_now(proto_t *p, tmx_peer_t peer, const wire_tmh_t *tmh,
                                  const wire_rvh_t *rvh)
 {
     struct iovec iov[2] = {{(void *)tmh, sizeof(*tmh)}, {(void *)rvh, sizeof(*rvh)}};
     tl_ep_t *ep;
-    tmx_status_t st = proto_ep(ctx, peer, &ep);
+    proto_peer_t *pp;
+    tmx_status_t st = proto_ep(p, peer, &ep, &pp);
 
     if (st != TMX_OK)
         return st;
@@ -145,8 +272,8 @@ static tmx_status_t fin_send_now(tmx_context_h ctx, tmx_peer_t peer, const wire_
 
 /* Sends FIN for a rendezvous request, queueing it if the transport is
  * full: a sender must never wait forever for its FIN. */
-static void fin_send(tmx_context_h ctx, tmx_peer_t peer, uint32_t app_ctx, uint64_t tag,
-                     uint64_t va, uint64_t rkey, uint64_t len, int failed)
+static void fin_send(proto_t *p, tmx_peer_t peer, uint32_t app_ctx, uint64_t tag, uint64_t va,
+                     uint64_t rkey, uint64_t len, int failed)
 {
     proto_ctrl_t c;
     proto_ctrl_t *q;
@@ -154,7 +281,7 @@ static void fin_send(tmx_context_h ctx, tmx_peer_t peer, uint32_t app_ctx, uint6
 
     wire_tmh_pack(&c.tmh, WIRE_OP_FIN, failed ? PROTO_FIN_FAILED : 0, app_ctx, tag);
     wire_rvh_pack(&c.rvh, va, rkey, len);
-    st = fin_send_now(ctx, peer, &c.tmh, &c.rvh);
+    st = fin_send_now(p, peer, &c.tmh, &c.rvh);
     if (st != TMX_ERR_AGAIN) {
         if (st != TMX_OK)
             util_error("FIN to peer %u lost: %s", peer, tmx_strerror(st));
@@ -167,17 +294,17 @@ static void fin_send(tmx_context_h ctx, tmx_peer_t peer, uint32_t app_ctx, uint6
     }
     *q = c;
     q->peer = peer;
-    util_dlist_push_tail(&ctx->ctrl_pending, &q->link);
+    util_dlist_push_tail(&p->ctrl_pending, &q->link);
 }
 
-int proto_progress(tmx_context_h ctx)
+int proto_progress(proto_t *p)
 {
     util_dlist_t *pos, *tmp;
     int events = 0;
 
-    util_dlist_foreach_safe(pos, tmp, &ctx->ctrl_pending) {
+    util_dlist_foreach_safe(pos, tmp, &p->ctrl_pending) {
         proto_ctrl_t *q = util_container_of(pos, proto_ctrl_t, link);
-        if (fin_send_now(ctx, q->peer, &q->tmh, &q->rvh) == TMX_ERR_AGAIN)
+        if (fin_send_now(p, q->peer, &q->tmh, &q->rvh) == TMX_ERR_AGAIN)
             break;
         util_dlist_unlink(&q->link);
         free(q);
@@ -186,19 +313,9 @@ int proto_progress(tmx_context_h ctx)
     return events;
 }
 
-void proto_fini(tmx_context_h ctx)
-{
-    util_dlist_t *pos, *tmp;
-
-    util_dlist_foreach_safe(pos, tmp, &ctx->ctrl_pending) {
-        free(util_container_of(pos, proto_ctrl_t, link));
-    }
-    util_dlist_init(&ctx->ctrl_pending);
-}
-
 /* ---------------------------------------------------------------- receive */
 
-static void recv_fill(struct tmx_request *req, tmx_peer_t src, uint64_t tag, size_t msg_len,
+static void recv_fill(proto_req_t *req, tmx_peer_t src, uint64_t tag, size_t msg_len,
                       uint32_t has_data, uint64_t data)
 {
     req->comp.source = src;
@@ -209,101 +326,143 @@ static void recv_fill(struct tmx_request *req, tmx_peer_t src, uint64_t tag, siz
     req->comp.data = data;
 }
 
-static tmx_status_t recv_status(const struct tmx_request *req)
+static tmx_status_t recv_status(const proto_req_t *req)
 {
     return req->comp.msg_length > req->len ? TMX_ERR_TRUNCATED : TMX_OK;
 }
 
-static void eager_deliver(struct tmx_request *req, const void *payload)
+static void eager_deliver(proto_t *p, proto_req_t *req, const void *payload)
 {
     if (req->comp.length != 0)
         memcpy(req->buf, payload, req->comp.length);
-    core_req_complete(req, recv_status(req));
+    req_complete(p, req, recv_status(req));
 }
 
-static void rndv_finish(struct tmx_request *req, tmx_status_t st)
+static void rndv_finish(proto_t *p, proto_req_t *req, tmx_status_t st)
 {
-    tmx_context_h ctx = req->ctx;
-
-    fin_send(ctx, req->rndv_src, req->rndv_app_ctx, req->comp.tag, req->rndv_va, req->rndv_rkey,
+    fin_send(p, req->rndv_src, req->rndv_app_ctx, req->comp.tag, req->rndv_va, req->rndv_rkey,
              req->rndv_len, st != TMX_OK);
-    core_req_complete(req, st == TMX_OK ? recv_status(req) : st);
+    req_complete(p, req, st == TMX_OK ? recv_status(req) : st);
 }
 
 static void rndv_get_done(tl_get_op_t *op, tmx_status_t st)
 {
-    rndv_finish(util_container_of(op, struct tmx_request, get), st);
+    proto_req_t *req = util_container_of(op, proto_req_t, get);
+
+    rndv_finish(req->owner, req, st);
+}
+
+/* The table's mechanism for a read of len bytes, or, where the transport
+ * stopped offering it (shm when the kernel refuses CMA), its emulated
+ * read. */
+static unsigned read_kind(const tl_iface_t *iface, uint64_t len)
+{
+    unsigned kind = proto_tl_kind(iface->above, len);
+
+    if (iface->get_kinds & kind)
+        return kind;
+    if (iface->get_kinds & TL_GET_COPY)
+        return TL_GET_COPY;
+    return iface->get_kinds & -iface->get_kinds;
 }
 
 /* The receive has matched a rendezvous request: read straight into the
  * user buffer, then FIN. The completion follows the read (seed 004). */
-static void rndv_start(tmx_context_h ctx, struct tmx_request *req, tmx_peer_t src)
+static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t app_ctx,
+                       uint64_t va, uint64_t rkey, uint64_t len)
 {
     tl_ep_t *ep;
-    tmx_status_t st = core_peer_ep(ctx, src, &ep);
+    proto_peer_t *pp;
+    tmx_status_t st;
 
-    req->state = CORE_REQ_ACTIVE;
     req->rndv_src = src;
+    req->rndv_app_ctx = app_ctx;
+    req->rndv_va = va;
+    req->rndv_rkey = rkey;
+    req->rndv_len = len;
+    req->owner = p;
     req->get.done = rndv_get_done;
+    st = p->up.peer_ep(p->up.arg, src, &ep, &pp);
     if (st == TMX_OK)
-        st = ep->iface->ops->get(ep, req->buf, req->comp.length, req->rndv_va, req->rndv_rkey,
-                                 &req->get);
+        st = ep->iface->ops->get(ep, req->buf, req->comp.length, va, rkey,
+                                 read_kind(ep->iface, req->comp.length), &req->get);
     if (st == TMX_INPROGRESS)
         return;
     if (st != TMX_OK)
         util_error("rendezvous read of %zu bytes from peer %u failed: %s", req->comp.length, src,
                    tmx_strerror(st));
-    rndv_finish(req, st);
+    rndv_finish(p, req, st);
 }
 
-void proto_msg_deliver(tmx_context_h ctx, struct tmx_message *msg, struct tmx_request *req)
+void proto_msg_clear(proto_msg_t *msg)
+{
+    free(msg->payload);
+    msg->payload = NULL;
+}
+
+static void msg_free(proto_t *p, proto_msg_t *msg)
+{
+    proto_msg_clear(msg);
+    p->up.msg_free(p->up.arg, msg);
+}
+
+void proto_msg_deliver(proto_t *p, proto_msg_t *msg, proto_req_t *req)
 {
     recv_fill(req, msg->m.src, msg->m.tag, msg->len, msg->has_data, msg->data);
-    if (msg->kind == CORE_MSG_EAGER) {
-        eager_deliver(req, msg->payload);
-    } else {
-        req->rndv_app_ctx = msg->app_ctx;
-        req->rndv_va = msg->va;
-        req->rndv_rkey = msg->rkey;
-        req->rndv_len = msg->len;
-        rndv_start(ctx, req, msg->m.src);
-    }
-    core_msg_free(ctx, msg);
+    if (msg->kind == PROTO_MSG_EAGER)
+        eager_deliver(p, req, msg->payload);
+    else
+        rndv_start(p, req, msg->m.src, msg->app_ctx, msg->va, msg->rkey, msg->len);
+    msg_free(p, msg);
 }
 
-void proto_msg_discard(tmx_context_h ctx, struct tmx_message *msg)
+void proto_msg_discard(proto_t *p, proto_msg_t *msg)
 {
-    if (msg->kind == CORE_MSG_RNDV)
-        fin_send(ctx, msg->m.src, msg->app_ctx, msg->m.tag, msg->va, msg->rkey, msg->len, 0);
-    core_msg_free(ctx, msg);
+    if (msg->kind == PROTO_MSG_RNDV)
+        fin_send(p, msg->m.src, msg->app_ctx, msg->m.tag, msg->va, msg->rkey, msg->len, 0);
+    msg_free(p, msg);
 }
 
-/* A receive naming a peer must fail if the peer dies, and the transports
- * watch only the peers they have endpoints to: connect now, as a send
- * would. A peer known dead (or gone before we connected) fails the receive
- * unless what it sent before dying, perhaps still in our ring, matches. */
-static match_msg_t *recv_watch(tmx_context_h ctx, match_recv_t *r, tmx_status_t *st)
-{
-    tl_ep_t *ep;
-
-    if (r->src == TMX_ANY_SOURCE || (*st = core_peer_ep(ctx, r->src, &ep)) == TMX_OK)
-        return NULL;
-    while (core_progress(ctx) > 0)
-        ;
-    return match_find_msg(&ctx->match, r->src, r->tag, r->ignore);
-}
-
-tmx_status_t proto_recv(tmx_context_h ctx, struct tmx_request *req)
+tmx_status_t proto_recv_match(proto_t *p, proto_req_t *req)
 {
     match_recv_t *r = &req->recv;
-    match_msg_t *m = match_find_msg(&ctx->match, r->src, r->tag, r->ignore);
-    tmx_status_t st = TMX_OK;
+    match_msg_t *m = match_find_msg(&p->match, r->src, r->tag, r->ignore);
 
-    if (m == NULL && (m = recv_watch(ctx, r, &st)) == NULL)
-        return st == TMX_OK ? match_post(&ctx->match, r) : st;
-    match_remove_msg(&ctx->match, m);
-    proto_msg_deliver(ctx, util_container_of(m, struct tmx_message, m), req);
+    if (m == NULL)
+        return TMX_ERR_NO_MESSAGE;
+    match_remove_msg(&p->match, m);
+    proto_msg_deliver(p, util_container_of(m, proto_msg_t, m), req);
     return TMX_OK;
+}
+
+tmx_status_t proto_recv_post(proto_t *p, proto_req_t *req)
+{
+    return match_post(&p->match, &req->recv);
+}
+
+tmx_status_t proto_recv_cancel(proto_t *p, proto_req_t *req)
+{
+    if (!match_recv_is_posted(&req->recv))
+        return TMX_ERR_BUSY;
+    match_remove_recv(&p->match, &req->recv);
+    return TMX_OK;
+}
+
+int proto_req_waiting(const proto_req_t *req)
+{
+    if (req->comp.op == TMX_OP_TSEND)
+        return req->fin_wait;
+    return match_recv_is_posted(&req->recv);
+}
+
+void proto_req_abort(proto_t *p, proto_req_t *req)
+{
+    if (req->comp.op == TMX_OP_TSEND) {
+        if (req->fin_wait)
+            rndv_slot_put(p, req);
+    } else if (match_recv_is_posted(&req->recv)) {
+        match_remove_recv(&p->match, &req->recv);
+    }
 }
 
 /* ------------------------------------------------------------ from wire */
@@ -318,43 +477,43 @@ typedef struct proto_in {
     size_t payload_len;
 } proto_in_t;
 
-static int parse_fail(tmx_context_h ctx, tmx_peer_t src, const char *why, size_t len)
+static int parse_fail(proto_t *p, tmx_peer_t src, const char *why, size_t len)
 {
-    ctx->dropped++;
+    p->dropped++;
     util_warn("dropped a %zu-byte packet from peer %u: %s", len, src, why);
     return -1;
 }
 
-static int parse_packet(tmx_context_h ctx, tmx_peer_t src, const unsigned char *p, size_t len,
+static int parse_packet(proto_t *pr, tmx_peer_t src, const unsigned char *p, size_t len,
                         proto_in_t *in)
 {
     size_t off = sizeof(wire_tmh_t);
 
     if (len < sizeof(wire_tmh_t))
-        return parse_fail(ctx, src, "shorter than a TMH", len);
+        return parse_fail(pr, src, "shorter than a TMH", len);
     memcpy(&in->tmh, p, sizeof(in->tmh));
     wire_tmh_unpack(&in->tmh);
     if (in->tmh.version != WIRE_VERSION)
-        return parse_fail(ctx, src, "unknown wire version", len);
+        return parse_fail(pr, src, "unknown wire version", len);
     if (in->tmh.opcode == WIRE_OP_RNDV || in->tmh.opcode == WIRE_OP_FIN) {
         if (len < off + sizeof(wire_rvh_t))
-            return parse_fail(ctx, src, "rendezvous packet without RVH", len);
+            return parse_fail(pr, src, "rendezvous packet without RVH", len);
         memcpy(&in->rvh, p + off, sizeof(in->rvh));
         wire_rvh_unpack(&in->rvh);
         off += sizeof(wire_rvh_t);
     }
     if (in->tmh.opcode == WIRE_OP_FIN) {
         if (len != off)
-            return parse_fail(ctx, src, "FIN with trailing bytes", len);
-        return (in->tmh.flags & ~PROTO_FIN_FAILED) ? parse_fail(ctx, src, "bad FIN flags", len) : 0;
+            return parse_fail(pr, src, "FIN with trailing bytes", len);
+        return (in->tmh.flags & ~PROTO_FIN_FAILED) ? parse_fail(pr, src, "bad FIN flags", len) : 0;
     }
     if (in->tmh.flags & ~WIRE_FLAG_MASK)
-        return parse_fail(ctx, src, "unknown flags", len);
+        return parse_fail(pr, src, "unknown flags", len);
     in->has_data = (in->tmh.flags & WIRE_FLAG_DATA) != 0;
     in->data = 0;
     if (in->has_data) {
         if (len < off + sizeof(uint64_t))
-            return parse_fail(ctx, src, "truncated remote data", len);
+            return parse_fail(pr, src, "truncated remote data", len);
         memcpy(&in->data, p + off, sizeof(in->data));
         in->data = le64toh(in->data);
         off += sizeof(uint64_t);
@@ -362,13 +521,13 @@ static int parse_packet(tmx_context_h ctx, tmx_peer_t src, const unsigned char *
     in->payload = p + off;
     in->payload_len = len - off;
     if (in->tmh.opcode == WIRE_OP_RNDV && in->payload_len != 0)
-        return parse_fail(ctx, src, "rendezvous request with trailing bytes", len);
+        return parse_fail(pr, src, "rendezvous request with trailing bytes", len);
     return 0;
 }
 
-static void unexpected_store(tmx_context_h ctx, tmx_peer_t src, const proto_in_t *in)
+static void unexpected_store(proto_t *p, tmx_peer_t src, const proto_in_t *in)
 {
-    struct tmx_message *msg = core_msg_alloc(ctx);
+    proto_msg_t *msg = p->up.msg_alloc(p->up.arg);
 
     if (msg == NULL)
         goto err_nomem;
@@ -377,25 +536,25 @@ static void unexpected_store(tmx_context_h ctx, tmx_peer_t src, const proto_in_t
     msg->has_data = in->has_data;
     msg->data = in->data;
     if (in->tmh.opcode == WIRE_OP_EAGER) {
-        msg->kind = CORE_MSG_EAGER;
+        msg->kind = PROTO_MSG_EAGER;
         msg->len = in->payload_len;
         if (msg->len != 0 && (msg->payload = malloc(msg->len)) == NULL)
             goto err_free;
         if (msg->len != 0)
             memcpy(msg->payload, in->payload, msg->len);
     } else {
-        msg->kind = CORE_MSG_RNDV;
+        msg->kind = PROTO_MSG_RNDV;
         msg->app_ctx = in->tmh.app_ctx;
         msg->va = in->rvh.va;
         msg->rkey = in->rvh.rkey;
         msg->len = in->rvh.len;
     }
-    if (match_add_msg(&ctx->match, &msg->m) == TMX_OK) {
-        core_unexp_charge(ctx, msg);
+    if (match_add_msg(&p->match, &msg->m) == TMX_OK) {
+        p->up.msg_kept(p->up.arg, msg, msg->kind == PROTO_MSG_EAGER ? msg->len : 0);
         return;
     }
 err_free:
-    core_msg_free(ctx, msg);
+    msg_free(p, msg);
 err_nomem:
     /* The reliable transports only hand up what they can keep; losing an
      * unexpected message here is loud, since MPI cannot recover it. */
@@ -403,55 +562,50 @@ err_nomem:
                (unsigned long long)in->tmh.tag);
 }
 
-static void tagged_arrive(tmx_context_h ctx, tmx_peer_t src, const proto_in_t *in)
+static void tagged_arrive(proto_t *p, tmx_peer_t src, const proto_in_t *in)
 {
-    match_recv_t *r = match_find_recv(&ctx->match, src, in->tmh.tag);
-    struct tmx_request *req;
+    match_recv_t *r = match_find_recv(&p->match, src, in->tmh.tag);
+    proto_req_t *req;
     size_t msg_len = in->tmh.opcode == WIRE_OP_EAGER ? in->payload_len : in->rvh.len;
 
     if (r == NULL) {
-        unexpected_store(ctx, src, in);
+        unexpected_store(p, src, in);
         return;
     }
-    match_remove_recv(&ctx->match, r);
-    req = util_container_of(r, struct tmx_request, recv);
+    match_remove_recv(&p->match, r);
+    req = util_container_of(r, proto_req_t, recv);
     recv_fill(req, src, in->tmh.tag, msg_len, in->has_data, in->data);
-    if (in->tmh.opcode == WIRE_OP_EAGER) {
-        eager_deliver(req, in->payload);
-        return;
-    }
-    req->rndv_app_ctx = in->tmh.app_ctx;
-    req->rndv_va = in->rvh.va;
-    req->rndv_rkey = in->rvh.rkey;
-    req->rndv_len = in->rvh.len;
-    rndv_start(ctx, req, src);
+    if (in->tmh.opcode == WIRE_OP_EAGER)
+        eager_deliver(p, req, in->payload);
+    else
+        rndv_start(p, req, src, in->tmh.app_ctx, in->rvh.va, in->rvh.rkey, in->rvh.len);
 }
 
-/* A FIN must name a rendezvous send of ours with its address and key; any
- * other is stale or forged and is dropped. */
-static void fin_arrive(tmx_context_h ctx, tmx_peer_t src, const proto_in_t *in, size_t len)
+/* A FIN must name a rendezvous send of ours to its sender, with its
+ * address and key; any other is stale or forged and is dropped. */
+static void fin_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const proto_in_t *in,
+                       size_t len)
 {
-    struct tmx_request *req = core_rndv_lookup(ctx, in->tmh.app_ctx);
+    proto_req_t *req = rndv_lookup(p, in->tmh.app_ctx);
 
-    if (req == NULL || req->comp.op != TMX_OP_TSEND || req->rkey != in->rvh.rkey ||
-        (uintptr_t)req->buf != in->rvh.va ||
-        core_peer_get(ctx, req->comp.source)->uuid != core_peer_get(ctx, src)->uuid) {
-        parse_fail(ctx, src, "FIN names no rendezvous send of ours", len);
+    if (req == NULL || req->rkey != in->rvh.rkey || (uintptr_t)req->buf != in->rvh.va ||
+        req->dest_uuid != src_uuid) {
+        parse_fail(p, src, "FIN names no rendezvous send of ours", len);
         return;
     }
-    core_rndv_slot_put(ctx, req);
+    rndv_slot_put(p, req);
     if (in->tmh.flags & PROTO_FIN_FAILED) {
         util_error("peer %u could not read a %zu-byte rendezvous message", src, req->len);
-        core_req_complete(req, TMX_ERR_IO);
+        req_complete(p, req, TMX_ERR_IO);
         return;
     }
-    core_req_complete(req, TMX_OK);
+    req_complete(p, req, TMX_OK);
 }
 
 /* A HELLO from a process we know is a repeat; from one we do not, it
  * makes the process an implicit peer. Its address must name this very
  * sender. */
-static void hello_arrive(tmx_context_h ctx, uint64_t src_uuid, tmx_peer_t src, const unsigned char *p,
+static void hello_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const unsigned char *data,
                          size_t len)
 {
     tmx_peer_t num;
@@ -459,9 +613,10 @@ static void hello_arrive(tmx_context_h ctx, uint64_t src_uuid, tmx_peer_t src, c
 
     if (src != TMX_PEER_NONE)
         return;
-    st = core_peer_add_implicit(ctx, src_uuid, p + sizeof(wire_tmh_t), len - sizeof(wire_tmh_t), &num);
+    st = p->up.peer_add_implicit(p->up.arg, src_uuid, data + sizeof(wire_tmh_t),
+                                 len - sizeof(wire_tmh_t), &num);
     if (st != TMX_OK)
-        parse_fail(ctx, src, "HELLO without a usable address of its sender", len);
+        parse_fail(p, src, "HELLO without a usable address of its sender", len);
 }
 
 /* Asked only at the bound of unexpected memory: a packet that would be
@@ -471,45 +626,45 @@ static void hello_arrive(tmx_context_h ctx, uint64_t src_uuid, tmx_peer_t src, c
  * what needs no memory. */
 int proto_admit_cb(void *arg, uint64_t src_uuid, const void *data, size_t len)
 {
-    tmx_context_h ctx = arg;
-    const unsigned char *p = data;
+    proto_t *p = arg;
+    const unsigned char *d = data;
     wire_tmh_t tmh;
     tmx_peer_t src;
 
-    if (!core_unexp_full(ctx) || len < sizeof(tmh) || (p[0] != WIRE_OP_EAGER && p[0] != WIRE_OP_RNDV))
-        return 1; /* p[0]: the opcode byte */
-    if ((src = core_peer_by_uuid(ctx, src_uuid)) == TMX_PEER_NONE)
+    if (!p->unexp_full || len < sizeof(tmh) || (d[0] != WIRE_OP_EAGER && d[0] != WIRE_OP_RNDV))
+        return 1; /* d[0]: the opcode byte */
+    if ((src = p->up.peer_by_uuid(p->up.arg, src_uuid)) == TMX_PEER_NONE)
         return 1;
-    memcpy(&tmh, p, sizeof(tmh));
+    memcpy(&tmh, d, sizeof(tmh));
     wire_tmh_unpack(&tmh);
-    return match_find_recv(&ctx->match, src, tmh.tag) != NULL;
+    return match_find_recv(&p->match, src, tmh.tag) != NULL;
 }
 
 void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len)
 {
-    tmx_context_h ctx = arg;
-    tmx_peer_t src = core_peer_by_uuid(ctx, src_uuid);
+    proto_t *p = arg;
+    tmx_peer_t src = p->up.peer_by_uuid(p->up.arg, src_uuid);
     proto_in_t in;
 
     if (len >= sizeof(wire_tmh_t) && *(const unsigned char *)data == WIRE_OP_HELLO) { /* the opcode byte */
-        hello_arrive(ctx, src_uuid, src, data, len);
+        hello_arrive(p, src_uuid, src, data, len);
         return;
     }
     if (src == TMX_PEER_NONE) {
-        parse_fail(ctx, src, "sender is not a peer of ours", len);
+        parse_fail(p, src, "sender is not a peer of ours", len);
         return;
     }
-    if (parse_packet(ctx, src, data, len, &in) != 0)
+    if (parse_packet(p, src, data, len, &in) != 0)
         return;
     switch (in.tmh.opcode) {
     case WIRE_OP_EAGER:
     case WIRE_OP_RNDV:
-        tagged_arrive(ctx, src, &in);
+        tagged_arrive(p, src, &in);
         break;
     case WIRE_OP_FIN:
-        fin_arrive(ctx, src, &in, len);
+        fin_arrive(p, src_uuid, src, &in, len);
         break;
     default:
-        parse_fail(ctx, src, "unknown opcode", len);
+        parse_fail(p, src, "unknown opcode", len);
     }
 }

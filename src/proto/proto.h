@@ -1,45 +1,194 @@
 /*
- * The protocols: eager below the transport's limit, rendezvous above it
- * (seed 000): the sender posts TMH|RVH, the receiver reads the sender's
+ * The protocols (seed 000): eager below a per-transport limit, rendezvous
+ * above it: the sender posts TMH|RVH, the receiver reads the sender's
  * buffer straight into the user buffer once matched and answers FIN; the
  * sender's request completes on FIN only. Synchronous sends always use
- * rendezvous, so that they complete only after the match.
+ * rendezvous, so that they complete only after the match. Which protocol
+ * runs for a transport and a size is proto's table (proto_table.c).
+ *
+ * proto sits between core and the transports. It calls the matcher, reg
+ * and the transports below it; it reports to core only through the
+ * upcalls core registered (proto_upcalls_t), and never drives core's
+ * progress loop. Its state is its own: proto_t, and the parts of core's
+ * requests, messages and peers it defines here (proto_req_t, proto_msg_t,
+ * proto_peer_t), which core embeds and never interprets beyond reading.
+ *
+ * Calls into proto are serialised by core (its lock); the transports'
+ * callbacks below run inside their progress(), under the same lock.
  */
 #ifndef TMX_PROTO_H
 #define TMX_PROTO_H
 
-#include "core/core.h"
+#include <stddef.h>
+#include <stdint.h>
 
-/* Starts a send. On TMX_OK the request completes now (eager) or on FIN;
- * on error nothing was sent and the request is untouched. */
+#include "match/match.h"
+#include "proto/proto_table.h"
+#include "reg/reg.h"
+#include "tl/tl.h"
+#include "tmx.h"
+#include "util/list.h"
+
+typedef struct proto proto_t;
+
+/* proto's state for one peer number; core keeps it with its peer. */
+typedef struct proto_peer {
+    uint64_t uuid;              /* the remote context */
+    int hello_sent;             /* our address went to it */
+} proto_peer_t;
+
+/* proto's part of a request. Core fills comp (op, user context, remote
+ * data), flags, buf and len, and for receives recv (source, tag, ignore)
+ * before handing it down; proto fills the rest and reports the end
+ * through proto_upcalls_t.complete. */
+typedef struct proto_req {
+    uint32_t flags;             /* enum tmx_op_flag */
+    uint32_t id;                /* rendezvous sends: slot in proto_t.rndv */
+    uint32_t fin_wait;          /* rendezvous sends: the slot is held */
+    uint64_t rkey;              /* rendezvous sends: key the FIN must echo */
+    uint64_t dest_uuid;         /* rendezvous sends: who may send the FIN */
+    void *buf;
+    size_t len;
+    tmx_completion_t comp;
+    match_recv_t recv;          /* receives: the posted entry */
+    tl_get_op_t get;            /* rendezvous receives: the read */
+    struct proto *owner;        /* rendezvous receives: for get.done */
+    tmx_peer_t rndv_src;        /* rendezvous receives: where FIN goes */
+    uint32_t rndv_app_ctx;      /* rendezvous receives: echoed in FIN */
+    uint64_t rndv_va;
+    uint64_t rndv_rkey;
+    uint64_t rndv_len;
+} proto_req_t;
+
+enum proto_msg_kind {
+    PROTO_MSG_EAGER = 1,
+    PROTO_MSG_RNDV = 2
+};
+
+/* An unexpected message. Eager ones own a copy of their payload; a
+ * rendezvous one holds only its header (seed 000). Core allocates it
+ * zeroed (proto_upcalls_t.msg_alloc) and reads m, len, has_data and data
+ * for probes. */
+typedef struct proto_msg {
+    match_msg_t m;              /* source and tag, in the matcher */
+    uint8_t kind;               /* enum proto_msg_kind */
+    uint32_t app_ctx;           /* rendezvous: sender's request id */
+    uint32_t has_data;
+    uint64_t data;
+    uint64_t va;                /* rendezvous: sender's buffer */
+    uint64_t rkey;
+    size_t len;
+    void *payload;              /* eager: malloc'ed copy, NULL if empty */
+} proto_msg_t;
+
+/* What proto asks of core. arg is proto_upcalls_t.arg. */
+typedef struct proto_upcalls {
+    void *arg;
+    /* A request has ended with status; proto no longer touches it. */
+    void (*complete)(void *arg, proto_req_t *req, tmx_status_t status);
+    /* A zeroed message, or NULL when out of memory. */
+    proto_msg_t *(*msg_alloc)(void *arg);
+    /* A message is kept unexpected, holding bytes of payload: counted
+     * against the bound on unexpected memory. */
+    void (*msg_kept)(void *arg, proto_msg_t *msg, size_t bytes);
+    /* Takes a message back (its payload is already freed). */
+    void (*msg_free)(void *arg, proto_msg_t *msg);
+    /* The endpoint to a peer (made on first use) and proto's state for
+     * it. TMX_ERR_PEER_FAILED for a peer known dead. */
+    tmx_status_t (*peer_ep)(void *arg, tmx_peer_t peer, tl_ep_t **ep, proto_peer_t **pp);
+    /* The number of the peer that is context uuid, or TMX_PEER_NONE. */
+    tmx_peer_t (*peer_by_uuid)(void *arg, uint64_t uuid);
+    /* A process that was not added sent its address (HELLO): its number
+     * from now on; TMX_ERR_INVALID unless the address is uuid's. */
+    tmx_status_t (*peer_add_implicit)(void *arg, uint64_t uuid, const void *addr, size_t len,
+                                      tmx_peer_t *out);
+    /* This context's address blob into buf (room bytes); *used its size. */
+    tmx_status_t (*address)(void *arg, void *buf, size_t room, size_t *used);
+} proto_upcalls_t;
+
+struct proto {
+    proto_upcalls_t up;
+    match_engine_t match;       /* posted receives and unexpected messages */
+    proto_req_t **rndv;         /* rendezvous sends by id (a key's slot) */
+    uint32_t n_rndv_slots;
+    uint32_t rndv_free;         /* head of the free-slot chain */
+    reg_keygen_t keygen;        /* remote-access keys (src/reg) */
+    util_dlist_t ctrl_pending;  /* FINs waiting for room */
+    uint64_t dropped;           /* packets from the wire that did not parse */
+    int unexp_full;             /* set by core at the bound on unexpected memory */
+    proto_spec_t spec;          /* TMX_PROTO */
+    proto_tl_t tls[PROTO_MAX_TLS]; /* each open transport's table (its iface->above) */
+    int n_tls;
+};
+
+/* spec: TMX_PROTO as parsed (NULL: the defaults everywhere). */
+tmx_status_t proto_init(proto_t *p, const proto_upcalls_t *up, const proto_spec_t *spec);
+
+/* Compiles the protocol table of a transport just opened, before any
+ * endpoint of it is used. TMX_ERR_INVALID, logged, when TMX_PROTO asks
+ * it for a protocol it does not offer. */
+tmx_status_t proto_iface_add(proto_t *p, tl_iface_t *iface);
+/* Frees what proto holds (FINs waiting, slots, the matcher's indexes);
+ * messages and requests are core's and freed by it. After the transports
+ * closed. */
+void proto_fini(proto_t *p);
+
+/* Clears proto's part of a new request. */
+void proto_req_init(proto_req_t *req);
+
+/* Starts a send to peer of req->buf, req->len under tag (req->comp
+ * carries user context and remote data). On TMX_OK the request completes
+ * now (eager) or on FIN; on error nothing was sent and the request is
+ * untouched. */
+tmx_status_t proto_send(proto_t *p, proto_req_t *req, tmx_peer_t peer, uint64_t tag);
+
 /* Sends an eager message that keeps no request (TMX_OP_FLAG_INJECT). */
-tmx_status_t proto_inject(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
-                          uint64_t tag, int has_data, uint64_t data);
-tmx_status_t proto_send(tmx_context_h ctx, struct tmx_request *req, tmx_peer_t peer,
-                        const void *buf, size_t len, uint64_t tag);
+tmx_status_t proto_inject(proto_t *p, tmx_peer_t peer, const void *buf, size_t len, uint64_t tag,
+                          int has_data, uint64_t data);
 
-/* Matches a new receive against the unexpected messages, or posts it. */
-tmx_status_t proto_recv(tmx_context_h ctx, struct tmx_request *req);
+/* Delivers the earliest unexpected message that req->recv matches into
+ * req: TMX_OK, or TMX_ERR_NO_MESSAGE when none does (nothing changed). */
+tmx_status_t proto_recv_match(proto_t *p, proto_req_t *req);
+
+/* Posts a receive that proto_recv_match found nothing for. */
+tmx_status_t proto_recv_post(proto_t *p, proto_req_t *req);
+
+/* Takes a posted receive back: TMX_OK, or TMX_ERR_BUSY if a message
+ * already matched it. The caller completes it. */
+tmx_status_t proto_recv_cancel(proto_t *p, proto_req_t *req);
+
+/* A request that can no longer finish because its peer is gone: a
+ * rendezvous send gives up its slot (a late FIN is then dropped), a
+ * posted receive leaves the matcher. The caller completes it. */
+void proto_req_abort(proto_t *p, proto_req_t *req);
+
+/* 1 while a send waits for its FIN or a receive is posted. */
+int proto_req_waiting(const proto_req_t *req);
 
 /* Delivers an unexpected message (matched or claimed) into a receive and
  * frees the message. */
-void proto_msg_deliver(tmx_context_h ctx, struct tmx_message *msg, struct tmx_request *req);
+void proto_msg_deliver(proto_t *p, proto_msg_t *msg, proto_req_t *req);
 
 /* Drops a claimed message; a rendezvous sender still gets its FIN. */
-void proto_msg_discard(tmx_context_h ctx, struct tmx_message *msg);
+void proto_msg_discard(proto_t *p, proto_msg_t *msg);
 
-/* The transports' upward callback (tl_recv_cb_t). */
+/* Frees a message's payload without the upcall (context teardown). */
+void proto_msg_clear(proto_msg_t *msg);
+
+/* The transports' callbacks; their argument is the proto_t. */
 void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len);
-
-/* The transports' admission callback (tl_admit_cb_t): 0 for a packet
- * that would be one more unexpected message while they hold as many bytes
- * as TMX_UNEXPECTED_MAX allows. */
+/* 0 for a packet that would be one more unexpected message while core
+ * holds as many bytes as its bound allows (tl_admit_cb_t). */
 int proto_admit_cb(void *arg, uint64_t src_uuid, const void *data, size_t len);
+/* Remote reads of our rendezvous buffers: key, bounds (src/reg). */
+tmx_status_t proto_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t rkey);
 
-/* Retries control packets that found the transport full. */
-int proto_progress(tmx_context_h ctx);
+/* Retries FINs that found the transport full; the number sent. */
+int proto_progress(proto_t *p);
 
-/* Frees control packets still waiting (context teardown). */
-void proto_fini(tmx_context_h ctx);
+static inline int proto_has_work(const proto_t *p)
+{
+    return !util_dlist_empty(&p->ctrl_pending);
+}
 
 #endif

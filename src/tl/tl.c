@@ -21,8 +21,17 @@ const tl_ops_t *tl_find(const char *name)
     return NULL;
 }
 
+tmx_status_t tl_get_kind_check(const tl_iface_t *iface, unsigned kind)
+{
+    if (kind != 0 && (kind & (kind - 1)) == 0 && (kind & iface->get_kinds) == kind)
+        return TMX_OK;
+    util_error("%s: read mechanism 0x%x not offered (offered: 0x%x)", iface->ops->name, kind,
+               iface->get_kinds);
+    return TMX_ERR_INVALID;
+}
+
 tmx_status_t tl_no_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
-                       tl_get_op_t *op)
+                       unsigned kind, tl_get_op_t *op)
 {
     util_error("transport %s cannot read remote memory", ep->iface->ops->name);
     return TMX_ERR_UNSUPPORTED;

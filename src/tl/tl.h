@@ -49,6 +49,19 @@ typedef tmx_status_t (*tl_mem_check_t)(void *arg, uint64_t addr, uint64_t len, u
  * from progress() only; data is valid only during the call. */
 typedef int (*tl_admit_cb_t)(void *arg, uint64_t src_uuid, const void *data, size_t len);
 
+/* How a remote read moves the data: the mechanisms a transport offers
+ * (tl_iface_t.get_kinds), among which the layer above chooses, per size,
+ * in its protocol table. */
+enum tl_get_kind {
+    TL_GET_DIRECT = 1u << 0, /* the reader copies from the owner's memory itself
+                                (process_vm_readv; memcpy within a process) */
+    TL_GET_SHARED = 1u << 1, /* the owner writes the front while the reader reads
+                                the rest, each with one-sided copies (a large read
+                                is faster with two cores copying) */
+    TL_GET_COPY = 1u << 2    /* the owner checks the key and sends the bytes as
+                                packets: a read emulated on the owner's side */
+};
+
 /* A remote read in flight, embedded in the caller's object. done() runs
  * from progress() once the data is in place, or with an error status. */
 typedef struct tl_get_op {
@@ -56,7 +69,7 @@ typedef struct tl_get_op {
 } tl_get_op_t;
 
 /* The settings of each transport, parsed and checked once, at context
- * creation, from the one table of settings (core/config.c): transports
+ * creation, from the one table of settings (the core's config.c): transports
  * never read the environment or the table themselves. */
 typedef enum tl_shm_stop_at {
     TL_SHM_STOP_NONE = 0,
@@ -67,7 +80,6 @@ typedef enum tl_shm_stop_at {
 
 typedef struct tl_shm_settings {
     int cma;                    /* TMX_SHM_CMA: 1 auto, 0 off */
-    uint64_t split_min;         /* TMX_SHM_SPLIT_MIN (0: never) */
     int stop_at;                /* TMX_SHM_TEST_STOP: enum tl_shm_stop_at */
     uint64_t stop_n;            /*   at the n-th cell (n > 0) */
 } tl_shm_settings_t;
@@ -99,11 +111,12 @@ typedef struct tl_iface_params {
     tl_recv_cb_t recv_cb;   /* packets */
     tl_fail_cb_t fail_cb;   /* dead peers */
     tl_mem_check_t mem_check; /* remote reads served by emulation */
-    void *recv_arg;         /* the argument of all four */
+    void *recv_arg;         /* the argument of recv_cb, admit_cb and mem_check */
     tl_admit_cb_t admit_cb; /* packets, while rx_full is set (may be NULL
                                for a layer above that never sets it) */
     int mt;                 /* threads may wait on it at once (TMX_THREAD_MULTIPLE) */
     const tl_settings_t *settings; /* never NULL; read during iface_open only */
+    void *fail_arg;         /* the argument of fail_cb */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */
@@ -115,7 +128,8 @@ struct tl_iface {
     tl_fail_cb_t fail_cb;
     tl_mem_check_t mem_check;
     tl_admit_cb_t admit_cb;
-    void *recv_arg;
+    void *recv_arg;         /* recv_cb's, admit_cb's and mem_check's */
+    void *fail_arg;         /* fail_cb's */
     /* Set and cleared by the layer above (under its serialisation): set
      * while the memory it holds for unexpected messages is at its bound.
      * A transport that can leave packets where the sender put them asks
@@ -133,6 +147,13 @@ struct tl_iface {
      * read us may read all of our memory, key or not). Kept current by
      * the transport. */
     int get_checked;
+    /* The read mechanisms this interface offers now (enum tl_get_kind);
+     * a transport whose one-sided copies the kernel refuses at run time
+     * drops DIRECT and SHARED from here. */
+    unsigned get_kinds;
+    /* Owned by the layer above: its data for this interface (proto's
+     * protocol table). Transports never touch it. */
+    const void *above;
 };
 
 #define TL_QUIET_POLL_EVERY 64
@@ -180,11 +201,15 @@ struct tl_ops {
     tmx_status_t (*send)(tl_ep_t *ep, const struct iovec *iov, int iovcnt);
 
     /* Reads len bytes at remote address raddr (registered under rkey) of
-     * the process behind ep into dst. TMX_OK: done now, no callback;
-     * TMX_INPROGRESS: op->done() runs later from progress(); an error: no
-     * data was placed and no callback follows. */
+     * the process behind ep into dst, by mechanism kind (one bit of
+     * get_kinds; TMX_ERR_INVALID, logged, for one not offered). A read
+     * the transport accepted is finished by it even if its mechanism
+     * fails on the way (shm: process_vm_readv refused mid-read goes on
+     * through cells). TMX_OK: done now, no callback; TMX_INPROGRESS:
+     * op->done() runs later from progress(); an error: no data was placed
+     * and no callback follows. */
     tmx_status_t (*get)(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
-                        tl_get_op_t *op);
+                        unsigned kind, tl_get_op_t *op);
 
     /* Handles what arrived and what is due; returns the number of events. */
     int (*progress)(tl_iface_t *iface);
@@ -229,7 +254,11 @@ extern const char *const tl_names[];
 
 /* For transports without remote reads. */
 tmx_status_t tl_no_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
-                       tl_get_op_t *op);
+                       unsigned kind, tl_get_op_t *op);
+
+/* TMX_OK if kind is one mechanism iface offers; else logs and says
+ * TMX_ERR_INVALID (for tl_ops_t.get). */
+tmx_status_t tl_get_kind_check(const tl_iface_t *iface, unsigned kind);
 
 /* The transport called name, or NULL. */
 const tl_ops_t *tl_find(const char *name);

@@ -82,12 +82,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (data[0] & 2) {
         /* Half the time a receive is waiting, so the expected path runs too. */
         tmx_trecv(ctx, TMX_ANY_SOURCE, buf, sizeof(buf), 0, TMX_TAG_ANY, NULL, &r);
-        proto_recv_cb(ctx, ctx->uuid, data + 1, size - 1);
+        proto_recv_cb(&ctx->proto, ctx->uuid, data + 1, size - 1);
         if (tmx_request_test(r, NULL) == TMX_INPROGRESS)
             tmx_request_cancel(r);
         tmx_request_free(r);
     } else {
-        proto_recv_cb(ctx, ctx->uuid, data + 1, size - 1);
+        proto_recv_cb(&ctx->proto, ctx->uuid, data + 1, size - 1);
     }
     drain(ctx);
     check_usable(ctx);

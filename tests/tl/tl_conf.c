@@ -95,7 +95,7 @@ typedef struct pair {
 static void side_open(side_t *s, uint64_t uuid, int mt)
 {
     config_t cfg;
-    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, mt, &cfg.tl};
+    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, mt, &cfg.tl, s};
 
     memset(s, 0, sizeof(*s));
     s->uuid = uuid;
@@ -294,16 +294,31 @@ static void read_done(tl_get_op_t *op, tmx_status_t status)
     atomic_store(&r->done, 1);
 }
 
-/* a reads len bytes of b's lent memory at off, under key; the status. */
-static tmx_status_t read_from(pair_t *p, unsigned char *dst, size_t off, size_t len, uint64_t key)
+/* The first read mechanism a offers. */
+static unsigned first_kind(const pair_t *p)
+{
+    unsigned k = p->a->iface->get_kinds;
+
+    return k & -k;
+}
+
+/* a reads len bytes of b's lent memory at off, under key, by mechanism
+ * kind; the status. */
+static tmx_status_t read_kind(pair_t *p, unsigned kind, unsigned char *dst, size_t off, size_t len,
+                              uint64_t key)
 {
     read_op_t r = {{read_done}, 0, TMX_OK};
-    tmx_status_t st = ops->get(p->ab, dst, len, (uintptr_t)p->b->lent + off, key, &r.super);
+    tmx_status_t st = ops->get(p->ab, dst, len, (uintptr_t)p->b->lent + off, key, kind, &r.super);
 
     if (st != TMX_INPROGRESS)
         return st;
     pump_until(p, &r.done, 1);
     return r.status;
+}
+
+static tmx_status_t read_from(pair_t *p, unsigned char *dst, size_t off, size_t len, uint64_t key)
+{
+    return read_kind(p, first_kind(p), dst, off, len, key);
 }
 
 static void reads_every_size(void **state)
@@ -321,12 +336,27 @@ static void reads_every_size(void **state)
     assert_non_null(dst);
     fill(p.b->lent, lent, 5);
     size_t sizes[] = {1, 7, lim - 1, lim, lim + 1, 65535, 65536, 65537, 1u << 20, lent};
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-        size_t off = sizes[i] < lent ? (lent - sizes[i]) / 2 : 0;
-        memset(dst, 0, sizes[i]);
-        assert_int_equal(read_from(&p, dst, off, sizes[i], LENT_KEY), TMX_OK);
-        assert_memory_equal(dst, p.b->lent + off, sizes[i]);
+    assert_int_not_equal(p.a->iface->get_kinds, 0);
+    for (unsigned kind = 1; kind <= TL_GET_COPY; kind <<= 1) {
+        if (!(p.a->iface->get_kinds & kind))
+            continue;
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+            size_t off = sizes[i] < lent ? (lent - sizes[i]) / 2 : 0;
+            memset(dst, 0, sizes[i]);
+            assert_int_equal(read_kind(&p, kind, dst, off, sizes[i], LENT_KEY), TMX_OK);
+            assert_memory_equal(dst, p.b->lent + off, sizes[i]);
+        }
     }
+    /* a mechanism not offered is refused, with nothing placed */
+    for (unsigned kind = 1; kind <= TL_GET_COPY; kind <<= 1) {
+        if (!(p.a->iface->get_kinds & kind)) {
+            dst[0] = 0xee;
+            assert_int_equal(read_kind(&p, kind, dst, 0, 100, LENT_KEY), TMX_ERR_INVALID);
+            assert_int_equal(dst[0], 0xee);
+        }
+    }
+    assert_int_equal(read_kind(&p, 0, dst, 0, 100, LENT_KEY), TMX_ERR_INVALID);
+    assert_int_equal(read_kind(&p, p.a->iface->get_kinds | 8, dst, 0, 100, LENT_KEY), TMX_ERR_INVALID);
     free(p.b->lent);
     p.b->lent = NULL;
     free(dst);
@@ -344,6 +374,17 @@ static void reads_refused(void **state)
     p.b->lent_len = sizeof(lent);
     fill(lent, sizeof(lent), 6);
     memset(dst, 0xee, sizeof(dst));
+    if (p.a->iface->get_kinds & TL_GET_COPY) {
+        /* emulated reads are served by the owner, which checks every one */
+        assert_int_not_equal(read_kind(&p, TL_GET_COPY, dst, 0, 100, LENT_KEY + 1), TMX_OK);
+        assert_int_not_equal(read_kind(&p, TL_GET_COPY, dst, 4000, 200, LENT_KEY), TMX_OK);
+        assert_int_not_equal(read_kind(&p, TL_GET_COPY, dst, 0, sizeof(dst), LENT_KEY), TMX_OK);
+        for (size_t i = 0; i < sizeof(dst); i++)
+            assert_int_equal(dst[i], 0xee);
+        assert_int_equal(read_kind(&p, TL_GET_COPY, dst, 96, 4000, LENT_KEY), TMX_OK);
+        assert_memory_equal(dst, lent + 96, 4000);
+        memset(dst, 0xee, sizeof(dst));
+    }
     if (!p.a->iface->get_checked) {
         print_message("%s reads without asking the owner (the kernel checks): no refusals to see\n",
                       ops->name);
@@ -441,7 +482,7 @@ static void close_with_work_in_flight(void **state)
     p.b->lent = calloc(1, lent);
     p.b->lent_len = lent;
     assert_non_null(p.b->lent);
-    st = ops->get(p.ab, dst, lent, (uintptr_t)p.b->lent, LENT_KEY, &r.super);
+    st = ops->get(p.ab, dst, lent, (uintptr_t)p.b->lent, LENT_KEY, first_kind(&p), &r.super);
     assert_true(st == TMX_OK || st == TMX_INPROGRESS);
     for (int i = 0; i < 20; i++)
         (void)ops->send(p.ab, &iov, 1);

@@ -43,6 +43,8 @@ static tmx_status_t self_iface_open(const tl_iface_params_t *params, tl_iface_t 
     si->super.recv_cb = params->recv_cb;
     si->super.recv_arg = params->recv_arg;
     si->super.fail_cb = params->fail_cb;
+    si->super.fail_arg = params->fail_arg;
+    si->super.get_kinds = TL_GET_DIRECT;
     si->super.mem_check = params->mem_check;
     si->uuid = params->uuid;
     util_dlist_init(&si->queue);
@@ -125,11 +127,13 @@ static tmx_status_t self_send(tl_ep_t *ep, const struct iovec *iov, int iovcnt)
 /* The address comes from a packet: only a registered region under its key
  * is read, as a remote device would check. */
 static tmx_status_t self_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
-                             tl_get_op_t *op)
+                             unsigned kind, tl_get_op_t *op)
 {
     tl_iface_t *iface = ep->iface;
     tmx_status_t st;
 
+    if ((st = tl_get_kind_check(iface, kind)) != TMX_OK)
+        return st;
     if (len == 0)
         return TMX_OK;
     st = iface->mem_check(iface->recv_arg, raddr, len, rkey);

@@ -128,6 +128,7 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     si->super.recv_cb = params->recv_cb;
     si->super.recv_arg = params->recv_arg;
     si->super.fail_cb = params->fail_cb;
+    si->super.fail_arg = params->fail_arg;
     si->super.mem_check = params->mem_check;
     si->super.admit_cb = params->admit_cb;
     si->uuid = params->uuid;
@@ -135,6 +136,7 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     si->host_id = tl_host_id();
     si->cma = params->settings->shm.cma ? SHM_CMA_ON : SHM_CMA_OFF;
     si->super.get_checked = si->cma == SHM_CMA_OFF;
+    si->super.get_kinds = si->cma == SHM_CMA_ON ? TL_GET_DIRECT | TL_GET_SHARED | TL_GET_COPY : TL_GET_COPY;
     util_dlist_init(&si->eps);
     util_idmap_init(&si->ep_map);
     util_dlist_init(&si->closed_eps);
@@ -144,7 +146,7 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
         free(si);
         return st;
     }
-    shm_get_init(si, &params->settings->shm);
+    shm_get_init(si);
     stop_hook_init(&params->settings->shm);
     *out = &si->super;
     return TMX_OK;
@@ -692,7 +694,7 @@ static void shm_check_peers(tl_iface_t *iface)
         if (!clean)
             util_warn("shm: peer %u (pid %u) died", ep->super.peer, ep->pid);
         shm_get_fail_ep(si, ep);
-        si->super.fail_cb(si->super.recv_arg, ep->uuid, clean);
+        si->super.fail_cb(si->super.fail_arg, ep->uuid, clean);
     }
 }
 

@@ -50,7 +50,6 @@ typedef struct shm_iface {
     util_dlist_t helps;         /* shared copies waiting for the owner's write */
     uint64_t jobs_free;         /* bit j: seg->jobs[j] unused */
     uint64_t job_gen;
-    size_t split_min;           /* TMX_SHM_SPLIT_MIN (0: no shared copies) */
     uint64_t next_get_id;
     uint64_t dropped;
     uint64_t skipped;           /* cells whose sender died before publishing */
@@ -65,11 +64,11 @@ tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint
 
 /* shm_get.c */
 tmx_status_t shm_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
-                     tl_get_op_t *op);
+                     unsigned kind, tl_get_op_t *op);
 void shm_get_cell(shm_iface_t *si, shm_cell_t *cell);
 int shm_get_progress(shm_iface_t *si);
 void shm_get_fail_ep(shm_iface_t *si, shm_ep_t *ep);
-void shm_get_init(shm_iface_t *si, const tl_shm_settings_t *s);
+void shm_get_init(shm_iface_t *si);
 void shm_get_fini(shm_iface_t *si);
 int shm_peer_dead(shm_ep_t *ep);
 

@@ -7,10 +7,11 @@
  * the layer above, streams the bytes back (seed 001's PUT emulation turned
  * into a GET).
  *
- * Large reads are shared copies where CMA works: one core copies at a
- * fraction of what two reach, so the reader asks the memory's owner to
- * write the first part with process_vm_writev while it reads the rest
- * (shm_layout.h's job word says who copies what).
+ * A shared copy (TL_GET_SHARED, which proto's table picks for large
+ * reads) splits one read between two cores: one core copies at a fraction
+ * of what two reach, so the reader asks the memory's owner to write the
+ * first part with process_vm_writev while it reads the rest (shm_layout.h's
+ * job word says who copies what).
  */
 #include <errno.h>
 #include <poll.h>
@@ -99,6 +100,15 @@ static tmx_status_t cma_copy(shm_ep_t *ep, void *local, size_t len, uint64_t rad
         return n < 0 && errno == ESRCH ? TMX_ERR_PEER_FAILED : TMX_ERR_IO;
     }
     return TMX_OK;
+}
+
+/* The kernel refuses process_vm_readv here: reads go through cells, and
+ * only COPY is offered from now on. */
+static void cma_refused(shm_iface_t *si)
+{
+    si->cma = SHM_CMA_OFF;
+    si->super.get_checked = 1;
+    si->super.get_kinds = TL_GET_COPY;
 }
 
 /* ------------------------------------------------------- copy mode: reader */
@@ -268,8 +278,7 @@ static tmx_status_t shared_get(shm_iface_t *si, shm_ep_t *ep, unsigned char *dst
             sched_yield();
         job_release(si, job);
         util_warn("shm: process_vm_readv refused; copying through shared memory from now on");
-        si->cma = SHM_CMA_OFF;
-        si->super.get_checked = 1;
+        cma_refused(si);
         return copy_get(si, ep, dst, len, raddr, rkey, op);
     }
     if (owner_finished(si, &w)) {
@@ -353,28 +362,32 @@ static int helps_progress(shm_iface_t *si)
     return events;
 }
 
+/* The three mechanisms: DIRECT reads with process_vm_readv; SHARED is a
+ * shared copy (DIRECT when every job slot is taken or the read is too
+ * large for one job); COPY goes through cells. A read whose CMA the
+ * kernel refuses goes on through cells, and CMA is not offered again. */
 tmx_status_t shm_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
-                     tl_get_op_t *op)
+                     unsigned kind, tl_get_op_t *op)
 {
     shm_ep_t *ep = (shm_ep_t *)tep;
     shm_iface_t *si = (shm_iface_t *)tep->iface;
     tmx_status_t st;
 
+    if ((st = tl_get_kind_check(tep->iface, kind)) != TMX_OK)
+        return st;
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
     if (len == 0)
         return TMX_OK;
-    if (si->cma == SHM_CMA_ON && si->split_min != 0 && len >= si->split_min && si->jobs_free != 0 &&
-        len / SHM_JOB_CHUNK < JOB_IDX_MASK)
+    if (kind == TL_GET_SHARED && si->jobs_free != 0 && len / SHM_JOB_CHUNK < JOB_IDX_MASK)
         return shared_get(si, ep, dst, len, raddr, rkey, op);
-    if (si->cma == SHM_CMA_ON) {
+    if (kind != TL_GET_COPY) {
         st = cma_copy(ep, dst, len, raddr, 0);
         if (st != TMX_ERR_UNSUPPORTED)
             return st;
         util_warn("shm: process_vm_readv refused (%s); copying through shared memory from now on",
                   strerror(errno));
-        si->cma = SHM_CMA_OFF;
-        si->super.get_checked = 1;
+        cma_refused(si);
     }
     return copy_get(si, ep, dst, len, raddr, rkey, op);
 }
@@ -529,9 +542,8 @@ void shm_get_fail_ep(shm_iface_t *si, shm_ep_t *ep)
     }
 }
 
-void shm_get_init(shm_iface_t *si, const tl_shm_settings_t *s)
+void shm_get_init(shm_iface_t *si)
 {
-    si->split_min = (size_t)s->split_min;
     si->jobs_free = SHM_N_JOBS == 64 ? ~0ull : (1ull << SHM_N_JOBS) - 1;
     util_dlist_init(&si->helps);
     /* generation 0 is never handed out, and nothing is left to take */

@@ -174,6 +174,8 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->super.ops = &tl_udp_ops;
     ui->super.recv_cb = params->recv_cb;
     ui->super.fail_cb = params->fail_cb;
+    ui->super.fail_arg = params->fail_arg;
+    ui->super.get_kinds = TL_GET_COPY;
     ui->super.mem_check = params->mem_check;
     ui->super.admit_cb = params->admit_cb;
     ui->super.recv_arg = params->recv_arg;
@@ -434,7 +436,7 @@ static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)
     for (int ch = 0; ch < UDP_N_CH; ch++)
         util_timer_cancel(&ep->tx[ch].timer);
     udp_get_fail_ep(ui, ep);
-    ui->super.fail_cb(ui->super.recv_arg, ep->uuid, clean);
+    ui->super.fail_cb(ui->super.fail_arg, ep->uuid, clean);
 }
 
 void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why)

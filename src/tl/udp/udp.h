@@ -274,7 +274,7 @@ uint64_t udp_probe_interval(uint64_t silence_us);
 
 /* udp_get.c: receiver-driven reads */
 tmx_status_t udp_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
-                     tl_get_op_t *op);
+                     unsigned kind, tl_get_op_t *op);
 void udp_get_req_arrive(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len);
 void udp_get_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h,
                          const unsigned char *p);

@@ -50,12 +50,14 @@ static int get_req_push(udp_iface_t *ui, udp_get_op_t *g)
 }
 
 tmx_status_t udp_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
-                     tl_get_op_t *op)
+                     unsigned kind, tl_get_op_t *op)
 {
     udp_ep_t *ep = (udp_ep_t *)tep;
     udp_iface_t *ui = (udp_iface_t *)tep->iface;
     udp_get_op_t *g;
 
+    if (tl_get_kind_check(tep->iface, kind) != TMX_OK)
+        return TMX_ERR_INVALID;
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
     if (len == 0)

@@ -1,0 +1,737 @@
+/*
+ * The protocols alone, without core or a real transport: proto is driven
+ * through its own interface, with the upcalls played by this test and a
+ * transport that records every packet it is given. What it checks is the
+ * wire and the upcalls proto makes: HELLO first, eager and rendezvous
+ * choice, the FIN and who may send it, remote-read checks, truncation,
+ * unexpected messages and their accounting, FINs that wait for room, and
+ * admission at the bound.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "unit.h"
+
+#include "proto/proto.h"
+#include "proto/wire.h"
+
+#define N_PEERS 2
+#define MAX_PKTS 16
+#define EAGER_LIMIT 64
+#define UUID_A 0xa0a0a0a0a0a0a0a0ULL /* peer 0 */
+#define UUID_B 0xb0b0b0b0b0b0b0b0ULL /* peer 1 */
+#define UUID_STRANGER 0x5555555555555555ULL
+
+typedef struct pkt {
+    tmx_peer_t to;
+    size_t len;
+    unsigned char data[256];
+} pkt_t;
+
+/* The test's world: a fake transport and a fake core. */
+typedef struct world {
+    proto_t p;
+    tl_iface_t iface;
+    tl_ep_t ep[N_PEERS];
+    proto_peer_t pp[N_PEERS];
+    int full;                   /* send answers TMX_ERR_AGAIN */
+    tmx_status_t get_status;    /* what get answers; TMX_OK copies at once */
+    tl_get_op_t *get_pending;
+    unsigned get_kind;          /* the mechanism of the last read */
+    pkt_t pkts[MAX_PKTS];
+    int n_pkts;
+    proto_req_t *done[8];       /* complete() calls, in order */
+    tmx_status_t done_st[8];
+    int n_done;
+    size_t kept_bytes;
+    int msgs_live;
+    proto_msg_t *msgs[32];      /* every message allocated, until freed */
+    int implicit_calls;
+} world_t;
+
+static world_t *W; /* one world per case (each case runs in its own child) */
+
+/* ------------------------------------------------------------ transport */
+
+static tmx_status_t fake_send(tl_ep_t *ep, const struct iovec *iov, int iovcnt)
+{
+    pkt_t *k;
+
+    if (W->full)
+        return TMX_ERR_AGAIN;
+    assert_true(W->n_pkts < MAX_PKTS);
+    k = &W->pkts[W->n_pkts++];
+    k->to = ep->peer;
+    k->len = 0;
+    for (int i = 0; i < iovcnt; i++) {
+        assert_true(k->len + iov[i].iov_len <= sizeof(k->data));
+        memcpy(k->data + k->len, iov[i].iov_base, iov[i].iov_len);
+        k->len += iov[i].iov_len;
+    }
+    return TMX_OK;
+}
+
+/* Reads in this very process: raddr is a pointer of ours. */
+static tmx_status_t fake_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
+                             unsigned kind, tl_get_op_t *op)
+{
+    (void)ep;
+    (void)rkey;
+    W->get_kind = kind;
+    if (tl_get_kind_check(ep->iface, kind) != TMX_OK)
+        return TMX_ERR_INVALID;
+    if (W->get_status == TMX_INPROGRESS) {
+        W->get_pending = op;
+        return TMX_INPROGRESS;
+    }
+    if (W->get_status == TMX_OK)
+        memcpy(dst, (const void *)(uintptr_t)raddr, len);
+    return W->get_status;
+}
+
+static const tl_ops_t fake_ops = {.name = "fake", .send = fake_send, .get = fake_get};
+
+/* ----------------------------------------------------------------- core */
+
+static void up_complete(void *arg, proto_req_t *req, tmx_status_t st)
+{
+    (void)arg;
+    assert_true(W->n_done < 8);
+    W->done[W->n_done] = req;
+    W->done_st[W->n_done++] = st;
+}
+
+static proto_msg_t *up_msg_alloc(void *arg)
+{
+    proto_msg_t *m = calloc(1, sizeof(*m));
+
+    (void)arg;
+    for (int i = 0; i < 32; i++) {
+        if (W->msgs[i] == NULL) {
+            W->msgs[i] = m;
+            W->msgs_live++;
+            return m;
+        }
+    }
+    fail_msg("more than 32 messages");
+    return NULL;
+}
+
+static void up_msg_kept(void *arg, proto_msg_t *msg, size_t bytes)
+{
+    (void)arg;
+    (void)msg;
+    W->kept_bytes += bytes;
+}
+
+static void up_msg_free(void *arg, proto_msg_t *msg)
+{
+    (void)arg;
+    assert_null(msg->payload); /* proto frees what it allocated */
+    for (int i = 0; i < 32; i++) {
+        if (W->msgs[i] == msg)
+            W->msgs[i] = NULL;
+    }
+    W->msgs_live--;
+    free(msg);
+}
+
+static tmx_status_t up_peer_ep(void *arg, tmx_peer_t peer, tl_ep_t **ep, proto_peer_t **pp)
+{
+    (void)arg;
+    if (peer >= N_PEERS)
+        return TMX_ERR_PEER_FAILED;
+    *ep = &W->ep[peer];
+    *pp = &W->pp[peer];
+    return TMX_OK;
+}
+
+static tmx_peer_t up_peer_by_uuid(void *arg, uint64_t uuid)
+{
+    (void)arg;
+    return uuid == UUID_A ? 0 : uuid == UUID_B ? 1 : TMX_PEER_NONE;
+}
+
+static tmx_status_t up_peer_add_implicit(void *arg, uint64_t uuid, const void *addr, size_t len,
+                                         tmx_peer_t *out)
+{
+    (void)arg;
+    (void)uuid;
+    W->implicit_calls++;
+    if (len != 4 || memcmp(addr, "ADDR", 4) != 0)
+        return TMX_ERR_INVALID;
+    *out = TMX_PEER_IMPLICIT;
+    return TMX_OK;
+}
+
+static tmx_status_t up_address(void *arg, void *buf, size_t room, size_t *used)
+{
+    (void)arg;
+    *used = 4;
+    if (room < 4)
+        return TMX_ERR_NO_SPACE;
+    memcpy(buf, "ADDR", 4);
+    return TMX_OK;
+}
+
+static int setup(void **state)
+{
+    proto_upcalls_t up = {NULL, up_complete, up_msg_alloc, up_msg_kept, up_msg_free,
+                          up_peer_ep, up_peer_by_uuid, up_peer_add_implicit, up_address};
+
+    W = calloc(1, sizeof(*W));
+    W->iface.ops = &fake_ops;
+    W->iface.eager_limit = EAGER_LIMIT;
+    W->iface.max_packet = 256;
+    for (int i = 0; i < N_PEERS; i++) {
+        W->ep[i] = (tl_ep_t){&W->iface, (tmx_peer_t)i};
+        W->pp[i] = (proto_peer_t){i == 0 ? UUID_A : UUID_B, 0};
+    }
+    W->iface.get_kinds = TL_GET_DIRECT | TL_GET_COPY;
+    assert_int_equal(proto_init(&W->p, &up, NULL), TMX_OK);
+    assert_int_equal(proto_iface_add(&W->p, &W->iface), TMX_OK);
+    *state = W;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    proto_fini(&W->p);
+    for (int i = 0; i < 32; i++) {
+        if (W->msgs[i] != NULL)
+            proto_msg_clear(W->msgs[i]);
+        free(W->msgs[i]);
+    }
+    free(W);
+    return 0;
+}
+
+/* ------------------------------------------------------------- helpers */
+
+static void req_send(proto_req_t *r, void *buf, size_t len, uint32_t flags)
+{
+    proto_req_init(r);
+    r->comp.op = TMX_OP_TSEND;
+    r->flags = flags;
+    r->buf = buf;
+    r->len = len;
+}
+
+static void req_recv(proto_req_t *r, void *buf, size_t len, tmx_peer_t src, uint64_t tag)
+{
+    proto_req_init(r);
+    r->comp.op = TMX_OP_TRECV;
+    r->buf = buf;
+    r->len = len;
+    r->recv.src = src;
+    r->recv.tag = tag;
+    r->recv.ignore = 0;
+}
+
+static wire_tmh_t pkt_tmh(const pkt_t *k)
+{
+    wire_tmh_t h;
+
+    assert_true(k->len >= sizeof(h));
+    memcpy(&h, k->data, sizeof(h));
+    wire_tmh_unpack(&h);
+    return h;
+}
+
+static wire_rvh_t pkt_rvh(const pkt_t *k)
+{
+    wire_rvh_t r;
+
+    assert_true(k->len >= sizeof(wire_tmh_t) + sizeof(r));
+    memcpy(&r, k->data + sizeof(wire_tmh_t), sizeof(r));
+    wire_rvh_unpack(&r);
+    return r;
+}
+
+/* A packet from uuid, as a transport hands it up. */
+static void in_eager(uint64_t uuid, uint64_t tag, const void *payload, size_t len)
+{
+    unsigned char b[256];
+    wire_tmh_t h;
+
+    wire_tmh_pack(&h, WIRE_OP_EAGER, 0, 0, tag);
+    memcpy(b, &h, sizeof(h));
+    memcpy(b + sizeof(h), payload, len);
+    proto_recv_cb(&W->p, uuid, b, sizeof(h) + len);
+}
+
+static void in_rvh(uint64_t uuid, uint8_t op, uint16_t flags, uint32_t app_ctx, uint64_t tag,
+                   uint64_t va, uint64_t rkey, uint64_t len)
+{
+    unsigned char b[sizeof(wire_tmh_t) + sizeof(wire_rvh_t)];
+    wire_tmh_t h;
+    wire_rvh_t r;
+
+    wire_tmh_pack(&h, op, flags, app_ctx, tag);
+    wire_rvh_pack(&r, va, rkey, len);
+    memcpy(b, &h, sizeof(h));
+    memcpy(b + sizeof(h), &r, sizeof(r));
+    proto_recv_cb(&W->p, uuid, b, sizeof(b));
+}
+
+/* ---------------------------------------------------------------- cases */
+
+/* The first packet to a peer is HELLO with our address; an eager send
+ * completes at once, its payload after the TMH. */
+static void eager_send_hello_first(void **state)
+{
+    proto_req_t r;
+    char buf[10] = "abcdefghi";
+
+    (void)state;
+    req_send(&r, buf, sizeof(buf), 0);
+    assert_int_equal(proto_send(&W->p, &r, 1, 0x77), TMX_OK);
+    assert_int_equal(W->n_pkts, 2);
+    assert_int_equal(pkt_tmh(&W->pkts[0]).opcode, WIRE_OP_HELLO);
+    assert_memory_equal(W->pkts[0].data + sizeof(wire_tmh_t), "ADDR", 4);
+    assert_int_equal(pkt_tmh(&W->pkts[1]).opcode, WIRE_OP_EAGER);
+    assert_int_equal(pkt_tmh(&W->pkts[1]).tag, 0x77);
+    assert_int_equal(W->pkts[1].len, sizeof(wire_tmh_t) + sizeof(buf));
+    assert_memory_equal(W->pkts[1].data + sizeof(wire_tmh_t), buf, sizeof(buf));
+    assert_int_equal(W->n_done, 1);
+    assert_ptr_equal(W->done[0], &r);
+    assert_int_equal(W->done_st[0], TMX_OK);
+    /* one HELLO per peer */
+    req_send(&r, buf, 1, 0);
+    assert_int_equal(proto_send(&W->p, &r, 1, 1), TMX_OK);
+    assert_int_equal(W->n_pkts, 3);
+    assert_int_equal(pkt_tmh(&W->pkts[2]).opcode, WIRE_OP_EAGER);
+}
+
+/* A send the transport refuses leaves nothing behind and completes
+ * nothing: the caller retries. */
+static void send_refused_untouched(void **state)
+{
+    proto_req_t r;
+    char buf[100] = {0};
+
+    (void)state;
+    W->pp[0].hello_sent = 1;
+    W->full = 1;
+    req_send(&r, buf, 8, 0);
+    assert_int_equal(proto_send(&W->p, &r, 0, 1), TMX_ERR_AGAIN);
+    req_send(&r, buf, sizeof(buf), 0);
+    assert_int_equal(proto_send(&W->p, &r, 0, 1), TMX_ERR_AGAIN);
+    assert_int_equal(r.fin_wait, 0); /* no rendezvous slot held */
+    assert_int_equal(W->n_done, 0);
+    assert_int_equal(proto_send(&W->p, &r, 7, 1), TMX_ERR_PEER_FAILED);
+}
+
+/* Above the eager limit, and for synchronous sends at any size, the send
+ * is a rendezvous: TMH|RVH naming the buffer, a key under which only that
+ * buffer may be read, and completion on the FIN of that very peer. */
+static void rendezvous_send_and_fin(void **state)
+{
+    proto_req_t r, s;
+    char big[EAGER_LIMIT + 1] = {0}, small[4] = {0};
+    wire_tmh_t h;
+    wire_rvh_t v;
+
+    (void)state;
+    W->pp[0].hello_sent = W->pp[1].hello_sent = 1;
+    req_send(&r, big, sizeof(big), 0);
+    assert_int_equal(proto_send(&W->p, &r, 0, 5), TMX_OK);
+    req_send(&s, small, sizeof(small), TMX_OP_FLAG_SYNC);
+    assert_int_equal(proto_send(&W->p, &s, 0, 6), TMX_OK);
+    assert_int_equal(W->n_pkts, 2);
+    assert_int_equal(W->n_done, 0);
+    h = pkt_tmh(&W->pkts[0]);
+    v = pkt_rvh(&W->pkts[0]);
+    assert_int_equal(h.opcode, WIRE_OP_RNDV);
+    assert_int_equal(v.va, (uintptr_t)big);
+    assert_int_equal(v.len, sizeof(big));
+    assert_int_equal(pkt_tmh(&W->pkts[1]).opcode, WIRE_OP_RNDV);
+    assert_int_equal(pkt_rvh(&W->pkts[1]).len, sizeof(small));
+    /* the key opens that buffer only */
+    assert_int_equal(proto_mem_check_cb(&W->p, v.va, v.len, v.rkey), TMX_OK);
+    assert_int_equal(proto_mem_check_cb(&W->p, v.va + 1, 8, v.rkey), TMX_OK);
+    assert_int_not_equal(proto_mem_check_cb(&W->p, v.va, v.len + 1, v.rkey), TMX_OK);
+    assert_int_not_equal(proto_mem_check_cb(&W->p, v.va - 1, 2, v.rkey), TMX_OK);
+    assert_int_not_equal(proto_mem_check_cb(&W->p, v.va, 8, v.rkey ^ (1ULL << 40)), TMX_OK);
+    assert_int_not_equal(proto_mem_check_cb(&W->p, v.va, 8, pkt_rvh(&W->pkts[1]).rkey), TMX_OK);
+    /* a FIN from another peer, with a wrong key or a wrong address is dropped */
+    in_rvh(UUID_B, WIRE_OP_FIN, 0, h.app_ctx, 5, v.va, v.rkey, v.len);
+    in_rvh(UUID_A, WIRE_OP_FIN, 0, h.app_ctx, 5, v.va, v.rkey ^ 1, v.len);
+    in_rvh(UUID_A, WIRE_OP_FIN, 0, h.app_ctx, 5, v.va + 8, v.rkey, v.len);
+    in_rvh(UUID_STRANGER, WIRE_OP_FIN, 0, h.app_ctx, 5, v.va, v.rkey, v.len);
+    assert_int_equal(W->p.dropped, 4);
+    assert_int_equal(W->n_done, 0);
+    /* the right one completes the send, and the key stops working */
+    in_rvh(UUID_A, WIRE_OP_FIN, 0, h.app_ctx, 5, v.va, v.rkey, v.len);
+    assert_int_equal(W->n_done, 1);
+    assert_ptr_equal(W->done[0], &r);
+    assert_int_equal(W->done_st[0], TMX_OK);
+    assert_int_not_equal(proto_mem_check_cb(&W->p, v.va, v.len, v.rkey), TMX_OK);
+    /* a repeat is stale */
+    in_rvh(UUID_A, WIRE_OP_FIN, 0, h.app_ctx, 5, v.va, v.rkey, v.len);
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(W->p.dropped, 5);
+    /* a FIN saying the reader failed fails the send */
+    h = pkt_tmh(&W->pkts[1]);
+    v = pkt_rvh(&W->pkts[1]);
+    in_rvh(UUID_A, WIRE_OP_FIN, 1u << 15, h.app_ctx, 6, v.va, v.rkey, v.len);
+    assert_int_equal(W->n_done, 2);
+    assert_ptr_equal(W->done[1], &s);
+    assert_int_equal(W->done_st[1], TMX_ERR_IO);
+}
+
+/* A message longer than the posted buffer delivers what fits and
+ * completes with TMX_ERR_TRUNCATED; the completion names the sender. */
+static void expected_eager_truncated(void **state)
+{
+    proto_req_t r;
+    char got[4] = {0};
+
+    (void)state;
+    req_recv(&r, got, sizeof(got), TMX_ANY_SOURCE, 9);
+    assert_int_equal(proto_recv_match(&W->p, &r), TMX_ERR_NO_MESSAGE);
+    assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+    assert_true(proto_req_waiting(&r));
+    in_eager(UUID_B, 8, "xxxxxxxx", 8); /* another tag: unexpected */
+    in_eager(UUID_B, 9, "12345678", 8);
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(W->done_st[0], TMX_ERR_TRUNCATED);
+    assert_int_equal(r.comp.source, 1);
+    assert_int_equal(r.comp.length, 4);
+    assert_int_equal(r.comp.msg_length, 8);
+    assert_memory_equal(got, "1234", 4);
+    assert_false(proto_req_waiting(&r));
+    assert_int_equal(W->msgs_live, 1);
+    assert_int_equal(W->kept_bytes, 8);
+}
+
+/* An unexpected eager message is copied, counted with its payload, and
+ * delivered to the receive that comes later; then freed. */
+static void unexpected_eager_then_receive(void **state)
+{
+    proto_req_t r;
+    char got[16] = {0};
+
+    (void)state;
+    in_eager(UUID_A, 3, "hello", 5);
+    in_eager(UUID_A, 3, "world", 5);
+    assert_int_equal(W->msgs_live, 2);
+    assert_int_equal(W->kept_bytes, 10);
+    req_recv(&r, got, sizeof(got), 0, 3);
+    assert_int_equal(proto_recv_match(&W->p, &r), TMX_OK);
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(W->done_st[0], TMX_OK);
+    assert_memory_equal(got, "hello", 5); /* the earliest first */
+    assert_int_equal(r.comp.length, 5);
+    assert_int_equal(W->msgs_live, 1);
+    /* a receive naming another peer does not take it */
+    req_recv(&r, got, sizeof(got), 1, 3);
+    assert_int_equal(proto_recv_match(&W->p, &r), TMX_ERR_NO_MESSAGE);
+}
+
+/* An unexpected rendezvous message holds only its header; once matched,
+ * the receiver reads the sender's buffer and answers FIN naming it. */
+static void unexpected_rendezvous_read_then_fin(void **state)
+{
+    proto_req_t r;
+    char src_buf[100], got[100] = {0};
+    wire_tmh_t h;
+    wire_rvh_t v;
+
+    (void)state;
+    W->pp[0].hello_sent = 1;
+    memset(src_buf, 'r', sizeof(src_buf));
+    in_rvh(UUID_A, WIRE_OP_RNDV, 0, 42, 7, (uintptr_t)src_buf, 0x1234, sizeof(src_buf));
+    assert_int_equal(W->msgs_live, 1);
+    assert_int_equal(W->kept_bytes, 0);
+    W->get_status = TMX_INPROGRESS;
+    req_recv(&r, got, sizeof(got), TMX_ANY_SOURCE, 7);
+    assert_int_equal(proto_recv_match(&W->p, &r), TMX_OK);
+    assert_int_equal(W->msgs_live, 0);
+    assert_int_equal(W->n_done, 0); /* not before the data is there */
+    assert_int_equal(W->n_pkts, 0);
+    memcpy(got, src_buf, sizeof(got));
+    W->get_pending->done(W->get_pending, TMX_OK);
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(W->done_st[0], TMX_OK);
+    assert_int_equal(W->n_pkts, 1);
+    h = pkt_tmh(&W->pkts[0]);
+    v = pkt_rvh(&W->pkts[0]);
+    assert_int_equal(W->pkts[0].to, 0);
+    assert_int_equal(h.opcode, WIRE_OP_FIN);
+    assert_int_equal(h.flags, 0);
+    assert_int_equal(h.app_ctx, 42);
+    assert_int_equal(v.va, (uintptr_t)src_buf);
+    assert_int_equal(v.rkey, 0x1234);
+}
+
+/* A read that fails fails the receive and tells the sender so in its FIN. */
+static void failed_read_fails_both_sides(void **state)
+{
+    proto_req_t r;
+    char got[100];
+
+    (void)state;
+    W->pp[1].hello_sent = 1;
+    req_recv(&r, got, sizeof(got), 1, 7);
+    assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+    W->get_status = TMX_ERR_IO;
+    in_rvh(UUID_B, WIRE_OP_RNDV, 0, 3, 7, 0x1000, 0x99, 100);
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(W->done_st[0], TMX_ERR_IO);
+    assert_int_equal(W->n_pkts, 1);
+    assert_int_equal(pkt_tmh(&W->pkts[0]).opcode, WIRE_OP_FIN);
+    assert_int_equal(pkt_tmh(&W->pkts[0]).flags, 1u << 15);
+}
+
+/* A FIN that finds the transport full waits in proto, and goes out on
+ * proto_progress once there is room: a sender never waits forever. */
+static void fin_waits_for_room(void **state)
+{
+    proto_req_t r;
+    char src_buf[80] = {0}, got[80];
+
+    (void)state;
+    W->pp[0].hello_sent = 1;
+    in_rvh(UUID_A, WIRE_OP_RNDV, 0, 11, 1, (uintptr_t)src_buf, 5, sizeof(src_buf));
+    W->full = 1;
+    req_recv(&r, got, sizeof(got), 0, 1);
+    assert_int_equal(proto_recv_match(&W->p, &r), TMX_OK);
+    assert_int_equal(W->n_done, 1); /* the data is here: the receive is done */
+    assert_true(proto_has_work(&W->p));
+    assert_int_equal(proto_progress(&W->p), 0);
+    W->full = 0;
+    assert_int_equal(proto_progress(&W->p), 1);
+    assert_false(proto_has_work(&W->p));
+    assert_int_equal(W->n_pkts, 1);
+    assert_int_equal(pkt_tmh(&W->pkts[0]).opcode, WIRE_OP_FIN);
+    assert_int_equal(pkt_tmh(&W->pkts[0]).app_ctx, 11);
+}
+
+/* At the bound on unexpected memory, a packet that would be kept waits in
+ * the transport; one that a posted receive takes, a FIN and anything that
+ * will be dropped are admitted. */
+static void admission_at_the_bound(void **state)
+{
+    proto_req_t r;
+    char got[8];
+    unsigned char b[sizeof(wire_tmh_t) + 4];
+    wire_tmh_t h;
+
+    (void)state;
+    wire_tmh_pack(&h, WIRE_OP_EAGER, 0, 0, 4);
+    memcpy(b, &h, sizeof(h));
+    assert_int_equal(proto_admit_cb(&W->p, UUID_A, b, sizeof(b)), 1); /* not full */
+    W->p.unexp_full = 1;
+    assert_int_equal(proto_admit_cb(&W->p, UUID_A, b, sizeof(b)), 0);
+    assert_int_equal(proto_admit_cb(&W->p, UUID_STRANGER, b, sizeof(b)), 1);
+    assert_int_equal(proto_admit_cb(&W->p, UUID_A, b, 3), 1);
+    req_recv(&r, got, sizeof(got), 0, 4);
+    assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+    assert_int_equal(proto_admit_cb(&W->p, UUID_A, b, sizeof(b)), 1);
+    assert_int_equal(proto_admit_cb(&W->p, UUID_B, b, sizeof(b)), 0);
+    wire_tmh_pack(&h, WIRE_OP_FIN, 0, 0, 4);
+    memcpy(b, &h, sizeof(h));
+    assert_int_equal(proto_admit_cb(&W->p, UUID_B, b, sizeof(b)), 1);
+}
+
+/* HELLO from a process that is not a peer makes it one (through core);
+ * from a known peer it is a repeat; a bad one is dropped and counted. */
+static void hello_from_strangers(void **state)
+{
+    unsigned char b[sizeof(wire_tmh_t) + 4];
+    wire_tmh_t h;
+
+    (void)state;
+    wire_tmh_pack(&h, WIRE_OP_HELLO, 0, 0, 0);
+    memcpy(b, &h, sizeof(h));
+    memcpy(b + sizeof(h), "ADDR", 4);
+    proto_recv_cb(&W->p, UUID_A, b, sizeof(b));
+    assert_int_equal(W->implicit_calls, 0);
+    proto_recv_cb(&W->p, UUID_STRANGER, b, sizeof(b));
+    assert_int_equal(W->implicit_calls, 1);
+    assert_int_equal(W->p.dropped, 0);
+    proto_recv_cb(&W->p, UUID_STRANGER, b, sizeof(b) - 1);
+    assert_int_equal(W->implicit_calls, 2);
+    assert_int_equal(W->p.dropped, 1);
+    /* anything but HELLO from a stranger is dropped */
+    in_eager(UUID_STRANGER, 1, "x", 1);
+    assert_int_equal(W->p.dropped, 2);
+    assert_int_equal(W->msgs_live, 0);
+}
+
+/* Requests whose peer has gone: a send gives up its slot (its key stops
+ * working and a late FIN is stale), a receive leaves the matcher. */
+static void abort_releases(void **state)
+{
+    proto_req_t s, r;
+    char big[EAGER_LIMIT * 2] = {0}, got[8];
+    wire_tmh_t h;
+    wire_rvh_t v;
+
+    (void)state;
+    W->pp[0].hello_sent = 1;
+    req_send(&s, big, sizeof(big), 0);
+    assert_int_equal(proto_send(&W->p, &s, 0, 1), TMX_OK);
+    h = pkt_tmh(&W->pkts[0]);
+    v = pkt_rvh(&W->pkts[0]);
+    assert_true(proto_req_waiting(&s));
+    proto_req_abort(&W->p, &s);
+    assert_false(proto_req_waiting(&s));
+    assert_int_not_equal(proto_mem_check_cb(&W->p, v.va, v.len, v.rkey), TMX_OK);
+    in_rvh(UUID_A, WIRE_OP_FIN, 0, h.app_ctx, 1, v.va, v.rkey, v.len);
+    assert_int_equal(W->n_done, 0);
+    assert_int_equal(W->p.dropped, 1);
+    req_recv(&r, got, sizeof(got), 0, 2);
+    assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+    proto_req_abort(&W->p, &r);
+    assert_int_equal(proto_recv_cancel(&W->p, &r), TMX_ERR_BUSY);
+    in_eager(UUID_A, 2, "y", 1);
+    assert_int_equal(W->n_done, 0);
+    assert_int_equal(W->msgs_live, 1);
+}
+
+/* A claimed rendezvous message that is discarded still releases its
+ * sender with a FIN; an eager one is simply freed. */
+static void discard_sends_fin(void **state)
+{
+    match_msg_t *m;
+
+    (void)state;
+    W->pp[1].hello_sent = 1;
+    in_rvh(UUID_B, WIRE_OP_RNDV, 0, 8, 3, 0x5000, 0x77, 1000);
+    in_eager(UUID_B, 4, "e", 1);
+    m = match_find_msg(&W->p.match, 1, 3, 0);
+    assert_non_null(m);
+    match_remove_msg(&W->p.match, m);
+    proto_msg_discard(&W->p, util_container_of(m, proto_msg_t, m));
+    assert_int_equal(W->n_pkts, 1);
+    assert_int_equal(pkt_tmh(&W->pkts[0]).opcode, WIRE_OP_FIN);
+    assert_int_equal(pkt_tmh(&W->pkts[0]).app_ctx, 8);
+    m = match_find_msg(&W->p.match, 1, 4, 0);
+    match_remove_msg(&W->p.match, m);
+    proto_msg_discard(&W->p, util_container_of(m, proto_msg_t, m));
+    assert_int_equal(W->n_pkts, 1);
+    assert_int_equal(W->msgs_live, 0);
+}
+
+/* TMX_PROTO's syntax: what parses, and what is refused with a reason. */
+static void spec_syntax(void **state)
+{
+    static const char *const good[] = {"", "shm:eager@0,get@4k,coop@1m", "udp:copy@0",
+                                       "shm:coop@64K;udp:eager@0,copy@1k", "self:get@0"};
+    static const char *const bad[] = {"shm", "shm:", "shm:fast@0", "shm:get", "shm:get@x",
+                                      "shm:get@1k,coop@1k", "shm:get@0,eager@1m",
+                                      "nosuch:get@0", "shm:get@0;shm:copy@0", "shm:get@99999999999g",
+                                      ":get@0"};
+    proto_spec_t spec;
+    const char *why;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        why = NULL;
+        if (!proto_spec_parse(good[i], &spec, &why))
+            fail_msg("'%s' refused: %s", good[i], why);
+    }
+    assert_true(proto_spec_parse("shm:eager@0,get@4k,coop@1m", &spec, &why));
+    assert_int_equal(spec.n, 1);
+    assert_int_equal(spec.t[0].n_rules, 3);
+    assert_int_equal(spec.t[0].rules[1].from, 4096);
+    assert_int_equal(spec.t[0].rules[2].kind, PROTO_COOP);
+    assert_int_equal(spec.t[0].rules[2].from, 1u << 20);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why = NULL;
+        if (proto_spec_parse(bad[i], &spec, &why))
+            fail_msg("'%s' accepted", bad[i]);
+        assert_non_null(why);
+    }
+}
+
+/* The table decides: eager below its end (never past the transport's
+ * limit), the read mechanism of each rendezvous size on the receiver's
+ * side, the first rendezvous rule for synchronous sends below it, and
+ * the emulated read where a mechanism stopped being offered. */
+static void table_decides(void **state)
+{
+    proto_spec_t spec = {0};
+    proto_req_t r;
+    char src_buf[4096] = {0}, got[4096];
+
+    (void)state;
+    /* the defaults: eager to the limit, then get */
+    assert_int_equal(W->p.tls[0].eager_end, EAGER_LIMIT + 1);
+    assert_int_equal(proto_tl_kind(&W->p.tls[0], 1u << 30), PROTO_GET);
+    /* fake:copy@16,get@1000 (eager before 16) */
+    spec.n = 1;
+    strcpy(spec.t[0].tl, "fake");
+    spec.t[0].n_rules = 2;
+    spec.t[0].rules[0] = (proto_rule_t){16, PROTO_COPY};
+    spec.t[0].rules[1] = (proto_rule_t){1000, PROTO_GET};
+    W->p.spec = spec;
+    W->p.n_tls = 0;
+    assert_int_equal(proto_iface_add(&W->p, &W->iface), TMX_OK);
+    assert_int_equal(W->p.tls[0].eager_end, 16);
+    W->pp[0].hello_sent = 1;
+    req_send(&r, src_buf, 15, 0);
+    assert_int_equal(proto_send(&W->p, &r, 0, 1), TMX_OK);
+    assert_int_equal(pkt_tmh(&W->pkts[0]).opcode, WIRE_OP_EAGER);
+    req_send(&r, src_buf, 16, 0);
+    assert_int_equal(proto_send(&W->p, &r, 0, 1), TMX_OK);
+    assert_int_equal(pkt_tmh(&W->pkts[1]).opcode, WIRE_OP_RNDV);
+    /* the receiver's reads */
+    in_rvh(UUID_A, WIRE_OP_RNDV, 0, 1, 5, (uintptr_t)src_buf, 1, 100);
+    in_rvh(UUID_A, WIRE_OP_RNDV, 0, 2, 5, (uintptr_t)src_buf, 1, 2000);
+    in_rvh(UUID_A, WIRE_OP_RNDV, 0, 3, 5, (uintptr_t)src_buf, 1, 4); /* a synchronous one */
+    req_recv(&r, got, sizeof(got), 0, 5);
+    assert_int_equal(proto_recv_match(&W->p, &r), TMX_OK);
+    assert_int_equal(W->get_kind, TL_GET_COPY);
+    req_recv(&r, got, sizeof(got), 0, 5);
+    assert_int_equal(proto_recv_match(&W->p, &r), TMX_OK);
+    assert_int_equal(W->get_kind, TL_GET_DIRECT);
+    req_recv(&r, got, sizeof(got), 0, 5);
+    assert_int_equal(proto_recv_match(&W->p, &r), TMX_OK);
+    assert_int_equal(W->get_kind, TL_GET_COPY);
+    /* a mechanism withdrawn: the emulated read */
+    W->iface.get_kinds = TL_GET_COPY;
+    in_rvh(UUID_A, WIRE_OP_RNDV, 0, 4, 5, (uintptr_t)src_buf, 1, 3000);
+    req_recv(&r, got, sizeof(got), 0, 5);
+    assert_int_equal(proto_recv_match(&W->p, &r), TMX_OK);
+    assert_int_equal(W->get_kind, TL_GET_COPY);
+    assert_int_equal(W->n_done, 5); /* the eager send and the four receives */
+    for (int i = 1; i < 5; i++)
+        assert_int_equal(W->done_st[i], TMX_OK);
+    /* a protocol the transport does not offer is refused */
+    spec.t[0].rules[1] = (proto_rule_t){1000, PROTO_COOP};
+    W->p.spec = spec;
+    W->p.n_tls = 0;
+    assert_int_equal(proto_iface_add(&W->p, &W->iface), TMX_ERR_INVALID);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(eager_send_hello_first),
+        cmocka_unit_test(send_refused_untouched),
+        cmocka_unit_test(rendezvous_send_and_fin),
+        cmocka_unit_test(expected_eager_truncated),
+        cmocka_unit_test(unexpected_eager_then_receive),
+        cmocka_unit_test(unexpected_rendezvous_read_then_fin),
+        cmocka_unit_test(failed_read_fails_both_sides),
+        cmocka_unit_test(fin_waits_for_room),
+        cmocka_unit_test(admission_at_the_bound),
+        cmocka_unit_test(hello_from_strangers),
+        cmocka_unit_test(abort_releases),
+        cmocka_unit_test(discard_sends_fin),
+        cmocka_unit_test(spec_syntax),
+        cmocka_unit_test(table_decides),
+    };
+    return unit_main(argc, argv,
+                     &(const unit_group_t){"", tests, sizeof(tests) / sizeof(tests[0]), setup, teardown},
+                     1);
+}

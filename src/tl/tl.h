@@ -13,7 +13,7 @@
  * may touch only what iface_open() fixed for the interface's life (a
  * descriptor, a mapped futex word) and fields that every side reads and
  * writes atomically. Callbacks run inside progress() and check_peers()
- * only, never inside wait().
+ * (and mem_check inside self's get()), never inside wait().
  */
 #ifndef TMX_TL_H
 #define TMX_TL_H
@@ -164,66 +164,123 @@ struct tl_ep {
     tmx_peer_t peer;        /* the core's number for the remote process */
 };
 
+/*
+ * Every operation's contract, in five words each:
+ *   Blocks      whether it may wait, and for how long at most.
+ *   Upcalls     which callbacks of tl_iface_params_t it may run.
+ *   In upcall   whether the layer above may call it from inside one of
+ *               those callbacks (recv_cb, admit_cb, mem_check, fail_cb,
+ *               tl_get_op_t.done).
+ *   Buffers     who owns what was passed in, once it returns.
+ *   Failure     what an error leaves behind.
+ * Threads: see the top of this file; everything but wait() is called
+ * under the caller's serialisation, one at a time per interface.
+ */
 struct tl_ops {
     const char *name;
 
-    /* Opens the transport. Does not block. On failure nothing is left. */
+    /* Opens the transport.
+     * Blocks: no (binds a socket or maps a segment). Upcalls: none.
+     * In upcall: no. Buffers: params and *params->settings are read
+     * during the call only. Failure: nothing is left; *iface untouched. */
     tmx_status_t (*iface_open)(const tl_iface_params_t *params, tl_iface_t **iface);
 
     /* Closes the transport and every endpoint still open on it; queued
-     * packets are dropped and gets in flight are abandoned (no callback).
-     * Called after tl_iface_mute(): it may still progress (udp lingers
-     * to deliver its last segments), but nothing reaches the layer above.
-     * Blocks for a bounded time (udp: UDP_LINGER_US at most). */
+     * packets are dropped and reads in flight are abandoned (no done()).
+     * Called after tl_iface_mute(), so that whatever it still does reaches
+     * no callback of the layer above.
+     * Blocks: for a bounded time: udp lingers up to UDP_LINGER_US to
+     * deliver its last segments; shm waits for a peer writing into one of
+     * our buffers to finish the chunk it took (one 64 KiB copy), or for
+     * that peer to die. Upcalls: none (muted). In upcall: no.
+     * Failure: cannot fail; the interface is gone. */
     void (*iface_close)(tl_iface_t *iface);
 
     /* Writes this transport's address section (*len in: room, out: used).
-     * TMX_ERR_NO_SPACE if it does not fit. */
+     * Blocks: no. Upcalls: none. In upcall: yes. Buffers: the caller's.
+     * Failure: TMX_ERR_NO_SPACE if it does not fit (*len says how much
+     * would); buf unchanged. */
     tmx_status_t (*address)(tl_iface_t *iface, void *buf, size_t *len);
 
     /* TMX_OK if this transport can reach the process whose address section
-     * this is (same host for shm), TMX_ERR_UNREACHABLE if not. Cheap; no
-     * state is created. */
+     * this is (same host for shm, same job for udp), TMX_ERR_UNREACHABLE if
+     * not, TMX_ERR_INVALID for a malformed section.
+     * Blocks: no. Upcalls: none. In upcall: yes. Creates no state. */
     tmx_status_t (*reachable)(tl_iface_t *iface, const void *addr, size_t len);
 
-    /* Creates the endpoint to the context uuid from its address section.
-     * Called on first use of a peer. Does not block. */
+    /* Creates the endpoint to the context uuid from its address section;
+     * peer is the caller's number for it, kept in tl_ep_t. Called on first
+     * use of a peer. From then on the transport watches the peer and
+     * reports its end through fail_cb.
+     * Blocks: no (shm opens the peer's segment: a few system calls).
+     * Upcalls: none. In upcall: yes (a HELLO's answer, a FIN to a peer
+     * first met in recv_cb). Buffers: addr is copied. Failure: no
+     * endpoint; TMX_ERR_PEER_FAILED when the peer is known gone. */
     tmx_status_t (*ep_create)(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
                               uint64_t uuid, tl_ep_t **ep);
 
+    /* Gives up the caller's use of an endpoint. Packets already accepted
+     * by send() are still delivered (udp keeps the endpoint, and answers
+     * the peer's retransmissions, until the interface closes); reads in
+     * flight through it must have completed or be abandoned with the
+     * interface. The caller calls nothing on ep afterwards.
+     * Blocks: no. Upcalls: none. In upcall: no (teardown only). */
     void (*ep_destroy)(tl_ep_t *ep);
 
-    /* Sends one packet made of the iov pieces (1 to max_packet bytes;
-     * TMX_ERR_INVALID, logged, for an empty or a larger one).
-     * The data is copied or on the wire when this returns: the caller owns
-     * its buffers again. TMX_ERR_AGAIN when the transport is full (nothing
-     * was sent; progress and retry). Does not block. */
+    /* Sends one packet made of the iov pieces (1 to max_packet bytes).
+     * Delivered once, in order with the other packets of this endpoint,
+     * or the peer is reported through fail_cb.
+     * Blocks: no. Upcalls: none (a packet to oneself is delivered by a
+     * later progress()). In upcall: yes. Buffers: copied or on the wire
+     * when it returns; the caller owns them again. Failure: nothing was
+     * sent: TMX_ERR_AGAIN when the transport is full (progress and
+     * retry), TMX_ERR_INVALID (logged) for an empty or too large packet,
+     * TMX_ERR_PEER_FAILED for a peer known gone, TMX_ERR_NOMEM. */
     tmx_status_t (*send)(tl_ep_t *ep, const struct iovec *iov, int iovcnt);
 
     /* Reads len bytes at remote address raddr (registered under rkey) of
      * the process behind ep into dst, by mechanism kind (one bit of
-     * get_kinds; TMX_ERR_INVALID, logged, for one not offered). A read
-     * the transport accepted is finished by it even if its mechanism
-     * fails on the way (shm: process_vm_readv refused mid-read goes on
-     * through cells). TMX_OK: done now, no callback; TMX_INPROGRESS:
-     * op->done() runs later from progress(); an error: no data was placed
-     * and no callback follows. */
+     * get_kinds). A read the transport accepted is finished by it even if
+     * its mechanism fails on the way (shm: process_vm_readv refused
+     * mid-read goes on through cells).
+     * Blocks: a one-sided copy (DIRECT, SHARED) runs in the call, for as
+     * long as copying len bytes takes; SHARED also waits for the owner to
+     * finish the chunk it took (one 64 KiB copy). COPY does not block.
+     * Upcalls: mem_check only (self checks the key in the call); done()
+     * runs from a later progress(), never inside get(). In upcall: yes
+     * (a rendezvous read starts in recv_cb).
+     * Buffers: dst belongs to the transport until the read completes;
+     * op is the caller's and must live until done() runs.
+     * Result: TMX_OK: done now, no done(); TMX_INPROGRESS: done() follows
+     * exactly once, with the status; an error (TMX_ERR_INVALID, logged,
+     * for a kind not offered; TMX_ERR_PEER_FAILED; TMX_ERR_NOMEM): no data
+     * was placed and no done() follows. */
     tmx_status_t (*get)(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                         unsigned kind, tl_get_op_t *op);
 
-    /* Handles what arrived and what is due; returns the number of events. */
+    /* Handles what arrived and what is due: delivers packets, serves and
+     * completes reads, retransmits, reports dead peers. Returns the
+     * number of events (0: nothing happened).
+     * Blocks: no; a pass is bounded (shm takes at most 64 cells, self the
+     * packets queued before it started, udp at most four batches of
+     * datagrams), so that callbacks which send cannot keep it running. Upcalls: all of them. In upcall: no.
+     * Failure: none to report; what fails goes to fail_cb or done(). */
     int (*progress)(tl_iface_t *iface);
 
     /* Blocks until something may have arrived, or timeout_us passes (< 0:
      * no limit). May return early; the caller progresses and decides.
-     * Called without the core's lock, concurrently with any operation
-     * (see "Threads" above): it reads only fixed or atomic fields, makes
-     * no upcall, and what it learns (woken, how long to sleep) passes to
-     * and from progress() through atomic fields. */
+     * Called without the caller's serialisation, concurrently with any
+     * operation (see "Threads" above): it reads only fixed or atomic
+     * fields, and what it learns (woken, how long to sleep) passes to and
+     * from progress() through atomic fields.
+     * Blocks: up to timeout_us. Upcalls: none. In upcall: no. */
     void (*wait)(tl_iface_t *iface, int64_t timeout_us);
 
-    /* Looks for dead peers and reports them through fail_cb. Called from
-     * the wait loop every few milliseconds, not on the fast path. */
+    /* Looks for dead peers (a process gone, a closed context, a port the
+     * kernel refuses, a silence longer than the peer timeout) and reports
+     * them through fail_cb. Called from the wait loop every few
+     * milliseconds, not on the fast path.
+     * Blocks: no. Upcalls: fail_cb only. In upcall: no. */
     void (*check_peers)(tl_iface_t *iface);
 };
 

@@ -140,8 +140,6 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     util_dlist_init(&si->eps);
     util_idmap_init(&si->ep_map);
     util_dlist_init(&si->closed_eps);
-    util_dlist_init(&si->gets);
-    util_dlist_init(&si->serves);
     if ((st = seg_create(si, params->uuid)) != TMX_OK) {
         free(si);
         return st;
@@ -618,7 +616,7 @@ static int shm_progress(tl_iface_t *iface)
     }
     if (events != 0)
         atomic_store_explicit(&si->wait_head, si->head, memory_order_relaxed);
-    if (!util_dlist_empty(&si->gets) || !util_dlist_empty(&si->serves) || !util_dlist_empty(&si->helps))
+    if (tl_emu_busy(&si->emu) || !util_dlist_empty(&si->helps))
         events += shm_get_progress(si);
     if (events == 0 && ++si->empty_polls % SHM_STUCK_POLLS == 0)
         ring_unblock(si);

@@ -8,6 +8,7 @@
 
 #include "tl/shm/shm_layout.h"
 #include "tl/tl.h"
+#include "tl/tl_emu.h"
 #include "util/idmap.h"
 #include "util/list.h"
 
@@ -45,12 +46,10 @@ typedef struct shm_iface {
     util_dlist_t eps;
     util_idmap_t ep_map;        /* uuid -> live shm_ep_t of eps */
     util_dlist_t closed_eps;    /* destroyed, freed when the transport closes */
-    util_dlist_t gets;          /* copy-mode reads we wait for */
-    util_dlist_t serves;        /* copy-mode reads we answer */
+    tl_emu_t emu;               /* copy-mode reads, both ways (tl_emu.h) */
     util_dlist_t helps;         /* shared copies waiting for the owner's write */
     uint64_t jobs_free;         /* bit j: seg->jobs[j] unused */
     uint64_t job_gen;
-    uint64_t next_get_id;
     uint64_t dropped;
     uint64_t skipped;           /* cells whose sender died before publishing */
     uint64_t stuck_head;        /* ring_unblock: the head that stays unpublished */

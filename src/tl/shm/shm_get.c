@@ -28,28 +28,6 @@
 
 #define SHM_DATA_CHUNK (SHM_CELL_PAYLOAD - sizeof(shm_get_data_t))
 
-/* A copy-mode read this process waits for. */
-typedef struct shm_get_op {
-    util_dlist_t link;
-    uint64_t id;
-    shm_ep_t *ep;
-    unsigned char *dst;
-    shm_get_req_t req;          /* what we asked, host order */
-    uint64_t received;
-    int req_sent;
-    tmx_status_t status;
-    tl_get_op_t *op;
-} shm_get_op_t;
-
-/* A copy-mode read this process answers. */
-typedef struct shm_serve {
-    util_dlist_t link;
-    shm_ep_t *ep;               /* the reader */
-    shm_get_req_t req;
-    uint64_t offset;
-    tmx_status_t status;        /* non-OK: send one refusal and stop */
-} shm_serve_t;
-
 /* A shared copy whose owner was still writing when the reader had taken
  * every chunk left. */
 typedef struct shm_help_op {
@@ -111,42 +89,48 @@ static void cma_refused(shm_iface_t *si)
     si->super.get_kinds = TL_GET_COPY;
 }
 
-/* ------------------------------------------------------- copy mode: reader */
+/* ------------------------------------------------------------- copy mode */
 
-static int get_req_push(shm_iface_t *si, shm_get_op_t *g)
+/* Copy mode is the emulated remote read of tl_emu.h, its request and each
+ * chunk in one cell. */
+static tmx_status_t copy_req_send(tl_ep_t *tep, const tl_emu_req_t *req)
 {
+    shm_ep_t *ep = (shm_ep_t *)tep;
+    shm_get_req_t wire = {htole64(req->id), htole64(req->raddr), htole64(req->rkey), htole64(req->len)};
     uint64_t pos;
-    shm_cell_t *cell = shm_cell_claim(g->ep, &pos);
-    shm_get_req_t wire;
+    shm_cell_t *cell = shm_cell_claim(ep, &pos);
 
     if (cell == NULL)
-        return 0;
-    wire.op_id = htole64(g->req.op_id);
-    wire.raddr = htole64(g->req.raddr);
-    wire.rkey = htole64(g->req.rkey);
-    wire.len = htole64(g->req.len);
+        return TMX_ERR_AGAIN;
     memcpy(cell->payload, &wire, sizeof(wire));
-    shm_cell_publish(g->ep, cell, pos, SHM_KIND_GET_REQ, sizeof(wire));
-    g->req_sent = 1;
-    return 1;
+    shm_cell_publish(ep, cell, pos, SHM_KIND_GET_REQ, sizeof(wire));
+    return TMX_OK;
 }
+
+static tmx_status_t copy_data_send(tl_ep_t *tep, uint32_t id, uint64_t offset, tmx_status_t status,
+                                   const void *src, size_t n, uint64_t rkey)
+{
+    shm_ep_t *ep = (shm_ep_t *)tep;
+    shm_get_data_t d = {htole64(id), htole64(offset), (int32_t)htole32((uint32_t)status), htole32((uint32_t)n)};
+    uint64_t pos;
+    shm_cell_t *cell = shm_cell_claim(ep, &pos);
+
+    (void)rkey; /* the bytes are copied now, once */
+    if (cell == NULL)
+        return TMX_ERR_AGAIN;
+    memcpy(cell->payload, &d, sizeof(d));
+    if (n > 0)
+        memcpy(cell->payload + sizeof(d), src, n);
+    shm_cell_publish(ep, cell, pos, SHM_KIND_GET_DATA, (uint32_t)(sizeof(d) + n));
+    return TMX_OK;
+}
+
+static const tl_emu_ops_t shm_emu_ops = {copy_req_send, copy_data_send, NULL};
 
 static tmx_status_t copy_get(shm_iface_t *si, shm_ep_t *ep, void *dst, size_t len, uint64_t raddr,
                              uint64_t rkey, tl_get_op_t *op)
 {
-    shm_get_op_t *g = calloc(1, sizeof(*g));
-
-    if (g == NULL)
-        return TMX_ERR_NOMEM;
-    g->id = ++si->next_get_id;
-    g->ep = ep;
-    g->dst = dst;
-    g->req = (shm_get_req_t){g->id, raddr, rkey, len};
-    g->op = op;
-    g->status = TMX_OK;
-    util_dlist_push_tail(&si->gets, &g->link);
-    get_req_push(si, g);
-    return TMX_INPROGRESS;
+    return tl_emu_get(&si->emu, &ep->super, dst, len, raddr, rkey, op);
 }
 
 /* ------------------------------------------------------- shared copies */
@@ -392,51 +376,22 @@ tmx_status_t shm_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
     return copy_get(si, ep, dst, len, raddr, rkey, op);
 }
 
-static shm_get_op_t *get_find(shm_iface_t *si, uint64_t id)
-{
-    util_dlist_t *pos;
-
-    util_dlist_foreach(pos, &si->gets) {
-        shm_get_op_t *g = util_container_of(pos, shm_get_op_t, link);
-        if (g->id == id)
-            return g;
-    }
-    return NULL;
-}
-
-static void get_finish(shm_get_op_t *g, tmx_status_t st)
-{
-    util_dlist_unlink(&g->link);
-    g->op->done(g->op, st);
-    free(g);
-}
-
 static void get_data_arrive(shm_iface_t *si, shm_cell_t *cell)
 {
     shm_get_data_t d;
-    shm_get_op_t *g;
+    shm_ep_t *ep = ep_by_uuid(si, shm_cell_src(si->seg, cell));
 
     memcpy(&d, cell->payload, sizeof(d));
     d.op_id = le64toh(d.op_id);
     d.offset = le64toh(d.offset);
     d.len = le32toh(d.len);
-    g = get_find(si, d.op_id);
-    if (g == NULL || g->ep->uuid != shm_cell_src(si->seg, cell) || shm_cell_len(cell) != sizeof(d) + d.len ||
-        d.offset > g->req.len || d.len > g->req.len - d.offset) {
+    if (ep == NULL || d.op_id > UINT32_MAX || shm_cell_len(cell) != sizeof(d) + d.len ||
+        tl_emu_data_arrive(&si->emu, &ep->super, (uint32_t)d.op_id, d.offset,
+                           (tmx_status_t)(int32_t)le32toh((uint32_t)d.status), cell->payload + sizeof(d),
+                           d.len) != TMX_OK) {
         si->dropped++;
         util_warn("shm: dropped copy-mode data for unknown or bad read %llu", (unsigned long long)d.op_id);
-        return;
     }
-    if ((int32_t)le32toh((uint32_t)d.status) != TMX_OK) {
-        util_error("shm: peer %u refused a read of %llu bytes: %s", g->ep->super.peer,
-                   (unsigned long long)g->req.len, tmx_strerror((tmx_status_t)(int32_t)le32toh((uint32_t)d.status)));
-        get_finish(g, (tmx_status_t)(int32_t)le32toh((uint32_t)d.status));
-        return;
-    }
-    memcpy(g->dst + d.offset, cell->payload + sizeof(d), d.len);
-    g->received += d.len;
-    if (g->received == g->req.len)
-        get_finish(g, TMX_OK);
 }
 
 /* ------------------------------------------------------- copy mode: owner */
@@ -448,20 +403,18 @@ static shm_ep_t *ep_by_uuid(shm_iface_t *si, uint64_t uuid)
 
 static void get_req_arrive(shm_iface_t *si, shm_cell_t *cell)
 {
-    shm_get_req_t r;
-    shm_serve_t *s;
+    shm_get_req_t w;
+    tl_emu_req_t r;
     shm_ep_t *ep = ep_by_uuid(si, shm_cell_src(si->seg, cell));
 
-    if (ep == NULL || shm_cell_len(cell) != sizeof(r) || (s = calloc(1, sizeof(*s))) == NULL) {
-        si->dropped++;
-        util_warn("shm: dropped a copy-mode read request");
-        return;
+    if (ep != NULL && shm_cell_len(cell) == sizeof(w)) {
+        memcpy(&w, cell->payload, sizeof(w));
+        r = (tl_emu_req_t){(uint32_t)le64toh(w.op_id), le64toh(w.raddr), le64toh(w.rkey), le64toh(w.len)};
+        if (tl_emu_req_arrive(&si->emu, &ep->super, &r) == TMX_OK)
+            return;
     }
-    memcpy(&r, cell->payload, sizeof(r));
-    s->req = (shm_get_req_t){le64toh(r.op_id), le64toh(r.raddr), le64toh(r.rkey), le64toh(r.len)};
-    s->ep = ep;
-    s->status = si->super.mem_check(si->super.recv_arg, s->req.raddr, s->req.len, s->req.rkey);
-    util_dlist_push_tail(&si->serves, &s->link);
+    si->dropped++;
+    util_warn("shm: dropped a copy-mode read request");
 }
 
 void shm_get_cell(shm_iface_t *si, shm_cell_t *cell)
@@ -478,44 +431,12 @@ void shm_get_cell(shm_iface_t *si, shm_cell_t *cell)
     }
 }
 
-/* Pushes as many chunks as the reader's ring takes; 1 when finished. */
-static int serve_push(shm_iface_t *si, shm_serve_t *s)
-{
-    do {
-        uint64_t pos;
-        shm_cell_t *cell = shm_cell_claim(s->ep, &pos);
-        uint64_t left = s->req.len - s->offset;
-        uint32_t n = s->status != TMX_OK ? 0 : (uint32_t)(left < SHM_DATA_CHUNK ? left : SHM_DATA_CHUNK);
-        shm_get_data_t d = {htole64(s->req.op_id), htole64(s->offset),
-                            (int32_t)htole32((uint32_t)s->status), htole32(n)};
-        if (cell == NULL)
-            return 0;
-        memcpy(cell->payload, &d, sizeof(d));
-        memcpy(cell->payload + sizeof(d), (const void *)(uintptr_t)(s->req.raddr + s->offset), n);
-        shm_cell_publish(s->ep, cell, pos, SHM_KIND_GET_DATA, (uint32_t)(sizeof(d) + n));
-        s->offset += n;
-    } while (s->status == TMX_OK && s->offset < s->req.len);
-    return 1;
-}
-
 int shm_get_progress(shm_iface_t *si)
 {
-    util_dlist_t *pos, *tmp;
     int events = 0;
 
-    util_dlist_foreach_safe(pos, tmp, &si->serves) {
-        shm_serve_t *s = util_container_of(pos, shm_serve_t, link);
-        if (s->ep->failed || serve_push(si, s)) {
-            util_dlist_unlink(&s->link);
-            free(s);
-            events++;
-        }
-    }
-    util_dlist_foreach(pos, &si->gets) {
-        shm_get_op_t *g = util_container_of(pos, shm_get_op_t, link);
-        if (!g->req_sent)
-            events += get_req_push(si, g);
-    }
+    if (tl_emu_busy(&si->emu))
+        events += tl_emu_progress(&si->emu, 0);
     if (!util_dlist_empty(&si->helps))
         events += helps_progress(si);
     return events;
@@ -535,15 +456,12 @@ void shm_get_fail_ep(shm_iface_t *si, shm_ep_t *ep)
         }
     }
 
-    util_dlist_foreach_safe(pos, tmp, &si->gets) {
-        shm_get_op_t *g = util_container_of(pos, shm_get_op_t, link);
-        if (g->ep == ep)
-            get_finish(g, TMX_ERR_PEER_FAILED);
-    }
+    tl_emu_ep_fail(&si->emu, &ep->super);
 }
 
 void shm_get_init(shm_iface_t *si)
 {
+    tl_emu_init(&si->emu, &si->super, &shm_emu_ops, SHM_DATA_CHUNK);
     si->jobs_free = SHM_N_JOBS == 64 ? ~0ull : (1ull << SHM_N_JOBS) - 1;
     util_dlist_init(&si->helps);
     /* generation 0 is never handed out, and nothing is left to take */
@@ -565,10 +483,5 @@ void shm_get_fini(shm_iface_t *si)
         free(w);
     }
 
-    util_dlist_foreach_safe(pos, tmp, &si->gets) {
-        free(util_container_of(pos, shm_get_op_t, link));
-    }
-    util_dlist_foreach_safe(pos, tmp, &si->serves) {
-        free(util_container_of(pos, shm_serve_t, link));
-    }
+    tl_emu_abandon(&si->emu);
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "tl/tl.h"
+#include "tl/tl_emu.h"
 #include "tl/udp/udp_wire.h"
 #include "util/idmap.h"
 #include "util/list.h"
@@ -119,29 +120,24 @@ typedef struct udp_faults {
     uint64_t dropped, duplicated, reordered, corrupted;
 } udp_faults_t;
 
-typedef struct udp_iface {
-    tl_iface_t super;
-    tl_udp_settings_t set;      /* as given at open */
-    util_idmap_t ep_map;        /* uuid -> udp_ep_t of eps */
-    int fd;
-    struct sockaddr_in self_sa;
-    uint64_t uuid;
-    uint64_t job_key;
+/* The settings as given at open, and what follows from them. Fixed
+ * once the interface is open. */
+typedef struct udp_cfg {
+    tl_udp_settings_t set;
     uint32_t window;             /* a power of two */
     uint32_t mtu;                /* data channel datagram payload bytes */
     uint64_t ack_delay_us;
     uint64_t rto_us;
     uint64_t peer_timeout_us;
-    util_dlist_t eps;
-    uint32_t n_eps;
+    uint32_t conn_max;           /* endpoints with a socket of their own, at most */
+} udp_cfg_t;
+
+/* The sockets and what reading them needs. */
+typedef struct udp_sock {
+    int fd;                      /* the interface's: every peer's datagrams
+                                    arrive here (udp_wait polls it unlocked) */
+    struct sockaddr_in self_sa;  /* its address, the one published */
     uint32_t n_conn;             /* endpoints with a socket of their own */
-    uint32_t conn_max;           /* TMX_UDP_CONNECT_MAX */
-    util_dlist_t acks;           /* endpoints owing an ACK */
-    util_dlist_t gets;           /* reads we wait for */
-    util_dlist_t serves;         /* reads we answer */
-    uint32_t next_get_id;
-    util_wheel_t wheel;
-    udp_faults_t faults;
     unsigned char *rbufs;        /* UDP_RECV_BATCH receive buffers */
     /* recvmmsg's arguments, built once: a receive resets only what the
      * kernel wrote into the messages it filled. */
@@ -149,6 +145,45 @@ typedef struct udp_iface {
     struct iovec riov[UDP_RECV_BATCH];
     struct sockaddr_in rfrom[UDP_RECV_BATCH];
     char rctl[UDP_RECV_BATCH][CMSG_SPACE(sizeof(int))];
+    unsigned recv_vlen;          /* datagrams asked of the next read */
+    unsigned recv_streak;        /* single reads in a row that found one */
+    int gso;                     /* the kernel takes UDP_SEGMENT sends */
+    int gro_ok;                  /* and UDP_GRO: not refused yet */
+    int gro_on;                  /* GRO is on (udp_gro_set) */
+    uint64_t gro_used_us;        /* when a read last wanted it */
+    int errq;                    /* the error queue may name refusals */
+} udp_sock_t;
+
+/* Counts, for the log at close and for tests. */
+typedef struct udp_stats {
+    uint64_t dropped;            /* datagrams that did not parse or belong */
+    uint64_t retransmits;        /* segments sent again, for any reason */
+    uint64_t timeouts;           /* retransmit timers that fired */
+    uint64_t probes;             /* tail loss probes sent */
+    uint64_t refusals_bad;       /* refusals quoting no datagram of ours */
+    uint64_t stalls_sent;        /* stall reports sent */
+    uint64_t segs_sent;          /* new segments sent */
+    uint64_t dgrams_in;          /* datagrams received */
+} udp_stats_t;
+
+typedef struct udp_iface {
+    tl_iface_t super;
+    udp_cfg_t cfg;
+    udp_sock_t sock;
+    udp_stats_t stats;
+    udp_faults_t faults;         /* injected, for tests (TMX_UDP_FAULTS) */
+    uint64_t uuid;
+    uint64_t job_key;
+    /* peers */
+    util_idmap_t ep_map;         /* uuid -> udp_ep_t of eps */
+    util_dlist_t eps;
+    uint32_t n_eps;
+    util_dlist_t acks;           /* endpoints owing an ACK */
+    int refusals;                /* some endpoint was refused */
+    int byes;                    /* peers that said bye with data missing */
+    int closing;                 /* iface_close lingers: reads are gone */
+    /* transmit and receive */
+    util_wheel_t wheel;          /* retransmit timers */
     util_pool_t segs;            /* segment buffers up to seg_cap bytes */
     util_pool_t hsegs;           /* segments of a header alone */
     uint32_t seg_cap;
@@ -156,7 +191,13 @@ typedef struct udp_iface {
                                     the fault injector (udp_datagram_sendv) */
     uint64_t ooo_bytes;          /* payload held in early segments */
     uint32_t n_left;             /* peers whose data we left (rx_left) */
+    uint64_t rx_now_us;          /* the clock when the current batch came */
+    tl_emu_t emu;                /* remote reads (udp_get.c) */
+    /* polling and waiting */
     uint32_t hot_polls;          /* polls left that look at the socket */
+    uint32_t clock_polls;        /* empty polls, to read the clock every
+                                    UDP_CLOCK_POLL_EVERY of them */
+    uint64_t poll_now_us;        /* the clock as a poll last read it */
     int woken;                   /* udp_wait saw the socket readable
                                     (written unlocked: atomic) */
     int slept;                   /* udp_wait returned: the poll's clock
@@ -164,61 +205,96 @@ typedef struct udp_iface {
     int errq_woken;              /* udp_wait saw POLLERR (atomic) */
     int64_t wait_cap_us;         /* the longest udp_wait sleeps, set by
                                     progress (atomic: wait runs unlocked) */
-    uint64_t rx_now_us;          /* the clock when the current batch came */
-    int gso;                     /* the kernel takes UDP_SEGMENT sends */
-    int gro_ok;                  /* and UDP_GRO: not refused yet */
-    int gro_on;                  /* GRO is on (udp_gro_set) */
-    uint64_t gro_used_us;        /* when a read last wanted it */
-    uint32_t clock_polls;        /* empty polls, to read the clock every
-                                    UDP_CLOCK_POLL_EVERY of them */
-    uint64_t poll_now_us;        /* the clock as a poll last read it */
-    unsigned recv_vlen;          /* datagrams asked of the next read */
-    unsigned recv_streak;        /* single reads in a row that found one */
-    int closing;                 /* iface_close lingers: reads are gone */
-    int errq;                    /* the error queue may name refusals */
-    int refusals;                /* some endpoint was refused */
-    int byes;                    /* peers that said bye with data missing */
-    uint64_t dropped;            /* datagrams that did not parse or belong */
-    uint64_t retransmits;        /* segments sent again, for any reason */
-    uint64_t timeouts;           /* retransmit timers that fired */
-    uint64_t probes;             /* tail loss probes sent */
-    uint64_t refusals_bad;       /* refusals quoting no datagram of ours */
-    uint64_t stalls_sent;        /* stall reports sent */
-    uint64_t segs_sent, dgrams_in; /* new segments sent; datagrams received */
 } udp_iface_t;
 
-/* udp.c */
+/* What udp_send_segs sends: a packet, or a piece of a read's data, to cut
+ * into segments of one channel. */
+typedef struct udp_send_desc {
+    int ch;                      /* UDP_CH_PRIO or UDP_CH_DATA */
+    uint16_t flags;              /* UDP_FLAG_GET_REQ, UDP_FLAG_GET_DATA or 0;
+                                    FIRST and LAST are added to packets */
+    uint32_t frag_id;            /* GET_DATA: the read's id */
+    uint64_t offset;             /* GET_DATA: where the first byte goes */
+    uint32_t aux;                /* the header's reserved word (GET_DATA:
+                                    the owner's status) */
+    const struct iovec *iov;     /* the bytes, in pieces (none: an empty
+                                    segment, a keepalive) */
+    int iovcnt;
+    size_t len;                  /* the sum of the pieces */
+    uint64_t rkey;               /* GET_DATA: the key the bytes are lent under */
+} udp_send_desc_t;
+
+/* One segment's header fields, as hdr_fill writes them. */
+typedef struct udp_seg_desc {
+    int ch;
+    uint16_t flags;
+    uint32_t frag_id;
+    uint64_t offset;             /* GET_DATA: where; FIRST: the packet's length */
+    uint32_t aux;
+    size_t n;                    /* payload bytes */
+} udp_seg_desc_t;
+
+/* udp.c: the interface */
+uint64_t udp_now_us(void);
+
+/* udp_sock.c: sockets */
+/* Binds the interface's socket (TMX_UDP_ADDR, see pick_local) and sets up
+ * batched reads; *ifmtu: the MTU of the interface chosen. */
+tmx_status_t udp_sock_open(udp_iface_t *ui, uint32_t *ifmtu);
+void udp_sock_close(udp_iface_t *ui);
+/* Reads what waited on the socket, one datagram or a batch, and hands it
+ * to udp_buf_input. Returns the number of buffers read. */
+int udp_sock_recv(udp_iface_t *ui);
+/* A socket of ep's own to send from, connected to its address (at most
+ * cfg.conn_max of them; else the interface's socket sends), and its end. */
+void udp_sock_ep_connect(udp_iface_t *ui, udp_ep_t *ep);
+void udp_sock_ep_disconnect(udp_iface_t *ui, udp_ep_t *ep);
+/* GRO on or off (a system call when it changes). */
+void udp_gro_set(udp_iface_t *ui, int on);
+
+/* udp_ep.c: endpoints */
+udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
+/* A new endpoint for the context uuid at sa; NULL without memory. */
+udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa);
+void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep);
+/* Declares ep failed (why: for the log) and tells the layer above. */
+void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why);
+/* The same for a peer that said it closed (clean: not logged as a death). */
+void udp_ep_gone(udp_iface_t *ui, udp_ep_t *ep);
+/* Tells every peer we talked with that we close. */
+void udp_bye_all(udp_iface_t *ui);
+/* tl_ops_t operations */
+tmx_status_t udp_address(tl_iface_t *iface, void *buf, size_t *len);
+tmx_status_t udp_reachable(tl_iface_t *iface, const void *addr, size_t len);
+tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
+                           uint64_t uuid, tl_ep_t **out);
+void udp_ep_destroy(tl_ep_t *tep);
+
+/* udp_tx.c: transmit */
+/* Sends d as segments of channel d->ch, all or nothing: TMX_ERR_AGAIN
+ * when the window cannot take every segment. Read data (GET_DATA, one
+ * piece) is not copied: d->rkey is the key of its memory. */
+tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t *d);
+/* tl_ops_t.send */
+tmx_status_t udp_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt);
+/* Sends segments again (stamped anew), batched in few system calls. */
+void udp_segs_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n);
+void udp_seg_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg);
+/* Segments holding up to len datagram bytes: from the pool when they fit
+ * (every segment we build does), so the data path never calls malloc. */
+udp_seg_t *udp_seg_alloc(udp_iface_t *ui, size_t len);
+void udp_seg_free(udp_iface_t *ui, udp_seg_t *seg);
+
+/* udp_rx.c: receive */
 /* Handles one received datagram; everything in it is checked first.
  * ui->rx_now_us is the time it arrived. */
 void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const struct sockaddr_in *from);
 /* A buffer read from the socket: gro datagrams of that size coalesced by
  * the kernel (0: one datagram); udp_gro_guess finds that size from the
  * headers when the kernel's note of it was not read. */
-/* Sends segments again (stamped anew), batched in few system calls. */
-void udp_segs_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n);
-void udp_seg_retransmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg);
 void udp_buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gro,
                    const struct sockaddr_in *from);
 size_t udp_gro_guess(const unsigned char *buf, size_t len);
-udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
-/* GRO on or off (a system call when it changes). */
-void udp_gro_set(udp_iface_t *ui, int on);
-/* Sends len bytes gathered from iov as segments of channel ch; aux goes
- * into the header's reserved word (a read's status). All or nothing:
- * TMX_ERR_AGAIN when the window cannot take every segment. Read data
- * (GET_DATA, one piece) is not copied: rkey is the key of its memory. */
-tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, int ch, uint16_t flags,
-                           uint32_t frag_id, uint64_t offset, uint32_t aux,
-                           const struct iovec *iov, int iovcnt, size_t len, uint64_t rkey);
-/* Declares ep failed (why: for the log) and tells the layer above. */
-void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why);
-/* The same for a peer that said it closed (clean: not logged as a death). */
-void udp_ep_gone(udp_iface_t *ui, udp_ep_t *ep);
-/* Segments holding up to len datagram bytes: from the pool when they fit
- * (every segment we build does), so the data path never calls malloc. */
-udp_seg_t *udp_seg_alloc(udp_iface_t *ui, size_t len);
-void udp_seg_free(udp_iface_t *ui, udp_seg_t *seg);
-uint64_t udp_now_us(void);
 
 /* udp_rel.c: reliability */
 void udp_tx_init(udp_iface_t *ui, udp_ep_t *ep, int ch);
@@ -272,15 +348,13 @@ uint64_t udp_rto_base(const udp_iface_t *ui, const udp_ep_t *ep);
 /* How long between probes of a peer silent for silence_us. */
 uint64_t udp_probe_interval(uint64_t silence_us);
 
-/* udp_get.c: receiver-driven reads */
+/* udp_get.c: remote reads (tl_emu.h) */
+void udp_get_init(udp_iface_t *ui);
 tmx_status_t udp_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                      unsigned kind, tl_get_op_t *op);
 void udp_get_req_arrive(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len);
 void udp_get_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h,
                          const unsigned char *p);
-int udp_get_progress(udp_iface_t *ui, uint64_t now);
-void udp_get_fail_ep(udp_iface_t *ui, udp_ep_t *ep);
-void udp_get_fini(udp_iface_t *ui);
 
 /* udp_fault.c: fault injection */
 void udp_faults_init(udp_faults_t *f, const tl_udp_faults_t *rates, uint64_t seed);
@@ -289,7 +363,7 @@ void udp_faults_fini(udp_faults_t *f);
  * so slots stay consistent when the 32-bit numbers wrap). */
 static inline uint32_t udp_slot(const udp_iface_t *ui, uint32_t seq)
 {
-    return seq & (ui->window - 1);
+    return seq & (ui->cfg.window - 1);
 }
 
 static inline void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h)
@@ -303,7 +377,7 @@ static inline void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h)
 static inline int udp_ep_dest(const udp_iface_t *ui, const udp_ep_t *ep, const struct sockaddr_in **sa)
 {
     *sa = ep->fd >= 0 ? NULL : &ep->sa;
-    return ep->fd >= 0 ? ep->fd : ui->fd;
+    return ep->fd >= 0 ? ep->fd : ui->sock.fd;
 }
 
 static inline int udp_faults_active(const udp_faults_t *f)

@@ -46,7 +46,7 @@ void udp_live_socket(udp_iface_t *ui)
 {
     int one = 1;
 
-    if (setsockopt(ui->fd, IPPROTO_IP, IP_RECVERR, &one, sizeof(one)) != 0)
+    if (setsockopt(ui->sock.fd, IPPROTO_IP, IP_RECVERR, &one, sizeof(one)) != 0)
         util_info("udp: no IP_RECVERR (%s): peers reached through the shared socket are found dead "
                   "by silence only", strerror(errno));
 }
@@ -75,7 +75,7 @@ void udp_live_send_error(udp_iface_t *ui, udp_ep_t *ep, int fd, int err)
         return;
     if (ep != NULL && fd >= 0 && fd == ep->fd)
         ep->errq = 1; /* its error queue quotes what was refused */
-    ui->errq = 1;
+    ui->sock.errq = 1;
 }
 
 void udp_live_heard(udp_ep_t *ep)
@@ -139,7 +139,7 @@ static int errq_read_one(udp_iface_t *ui, int fd, udp_ep_t *ep)
         if (ep == NULL && (mh.msg_namelen < sizeof(dst) || (ep = ep_by_addr(ui, &dst)) == NULL))
             continue;
         if (!quote_ours(ui, ep, quote, n)) {
-            ui->refusals_bad++;
+            ui->stats.refusals_bad++;
             util_debug("udp: a refusal naming peer %u quotes no datagram of ours: ignored", ep->super.peer);
             continue;
         }
@@ -154,9 +154,9 @@ static void errq_read(udp_iface_t *ui)
     util_dlist_t *pos;
     int n = 0;
 
-    while (n < UDP_ERRQ_BATCH && errq_read_one(ui, ui->fd, NULL))
+    while (n < UDP_ERRQ_BATCH && errq_read_one(ui, ui->sock.fd, NULL))
         n++;
-    ui->errq = n == UDP_ERRQ_BATCH; /* more next time */
+    ui->sock.errq = n == UDP_ERRQ_BATCH; /* more next time */
     util_dlist_foreach(pos, &ui->eps) {
         udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
         if (!ep->errq)
@@ -209,7 +209,7 @@ void udp_live_progress(udp_iface_t *ui)
     uint64_t now;
     int refusals = 0, byes = 0;
 
-    if (ui->errq)
+    if (ui->sock.errq)
         errq_read(ui);
     if (!ui->refusals && !ui->byes)
         return;
@@ -256,24 +256,25 @@ void udp_live_bye_check(udp_iface_t *ui, udp_ep_t *ep)
 static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
 {
     udp_tx_t *tx = &ep->tx[UDP_CH_PRIO];
+    udp_send_desc_t keepalive = {.ch = UDP_CH_PRIO}; /* an empty segment, acknowledged */
 
     ep->probe_us = now;
     if (ep->fd >= 0)
-        ep->errq = ui->errq = 1; /* a refusal pending there would eat the probe */
-    if (ui->errq)
+        ep->errq = ui->sock.errq = 1; /* a refusal pending there would eat the probe */
+    if (ui->sock.errq)
         errq_read(ui);
     /* a refused peer gets a new segment even if one is outstanding: the
      * answer to it, or its refusal, decides */
     if (tx->una == tx->next_seq || ep->n_refused > 0)
-        udp_send_segs(ui, ep, UDP_CH_PRIO, 0, 0, 0, 0, NULL, 0, 0, 0);
+        udp_send_segs(ui, ep, &keepalive);
 }
 
 void udp_live_check(udp_iface_t *ui, uint64_t now)
 {
     util_dlist_t *pos;
-    uint64_t first = ui->peer_timeout_us / 4 < UDP_PROBE_MIN_US ? ui->peer_timeout_us / 4 : UDP_PROBE_MIN_US;
+    uint64_t first = ui->cfg.peer_timeout_us / 4 < UDP_PROBE_MIN_US ? ui->cfg.peer_timeout_us / 4 : UDP_PROBE_MIN_US;
 
-    ui->errq = 1; /* one system call when the queue is empty */
+    ui->sock.errq = 1; /* one system call when the queue is empty */
     util_dlist_foreach(pos, &ui->eps) {
         udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
         uint64_t silence = now > ep->last_rx_us ? now - ep->last_rx_us : 0;

@@ -56,7 +56,7 @@ void udp_tx_init(udp_iface_t *ui, udp_ep_t *ep, int ch)
     udp_tx_t *tx = &ep->tx[ch];
 
     tx->win = NULL; /* allocated by the first send */
-    tx->rto_us = ui->rto_us;
+    tx->rto_us = ui->cfg.rto_us;
     tx->ui = ui;
     tx->ep = ep;
     tx->ch = ch;
@@ -76,7 +76,7 @@ void udp_tx_fini(udp_tx_t *tx)
 
 uint32_t udp_tx_room(const udp_iface_t *ui, const udp_tx_t *tx)
 {
-    return ui->window - (tx->next_seq - tx->una);
+    return ui->cfg.window - (tx->next_seq - tx->una);
 }
 
 /* Jacobson/Karels: srtt += (m - srtt) / 8, rttvar += (|m - srtt| - rttvar) / 4.
@@ -110,11 +110,11 @@ uint64_t udp_rto_base(const udp_iface_t *ui, const udp_ep_t *ep)
     uint64_t rto;
 
     if (ep->srtt_us == 0)
-        return ui->rto_us;
-    rto = ep->srtt_us + 4 * ep->rttvar_us + ui->ack_delay_us;
+        return ui->cfg.rto_us;
+    rto = ep->srtt_us + 4 * ep->rttvar_us + ui->cfg.ack_delay_us;
     if (rto < UDP_RTO_MIN_US)
         rto = UDP_RTO_MIN_US;
-    return rto > ui->rto_us ? ui->rto_us : rto;
+    return rto > ui->cfg.rto_us ? ui->cfg.rto_us : rto;
 }
 
 /* The tail loss probe's timeout (TLP): a flight whose last segments are
@@ -126,8 +126,8 @@ static uint64_t pto(const udp_iface_t *ui, const udp_ep_t *ep)
     uint64_t t;
 
     if (ep->srtt_us == 0)
-        return ui->rto_us;
-    t = ep->srtt_us + ep->srtt_us / 2 + ui->ack_delay_us;
+        return ui->cfg.rto_us;
+    t = ep->srtt_us + ep->srtt_us / 2 + ui->cfg.ack_delay_us;
     return t < UDP_PTO_MIN_US ? UDP_PTO_MIN_US : t;
 }
 
@@ -261,18 +261,18 @@ static void tx_timer_fire(util_timer_t *t)
     }
     /* Silence is what counts: a peer that still answers, even only with
      * ACKs of duplicates, is alive however lossy the path. */
-    if (now - tx->ep->last_rx_us > ui->peer_timeout_us && now - tx->last_progress_us > ui->peer_timeout_us) {
+    if (now - tx->ep->last_rx_us > ui->cfg.peer_timeout_us && now - tx->last_progress_us > ui->cfg.peer_timeout_us) {
         udp_ep_fail(ui, tx->ep, "silent for longer than TMX_UDP_PEER_TIMEOUT_MS");
         return;
     }
     if (!tx->probed) {
         tx->probed = 1;
-        ui->probes++;
+        ui->stats.probes++;
         tail_probe(ui, tx);
         tx_timer_rearm(ui, tx, now);
         return;
     }
-    ui->timeouts++;
+    ui->stats.timeouts++;
     util_debug("udp: timeout on channel %d to peer %u after %llu us (timeout %llu us)", tx->ch,
                tx->ep->super.peer, (unsigned long long)(now - tx->last_progress_us),
                (unsigned long long)tx->rto_us);
@@ -318,7 +318,7 @@ void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep)
     if (ep->ack_queued)
         return;
     ep->ack_queued = 1;
-    ep->ack_due_us = ui->rx_now_us + ui->ack_delay_us;
+    ep->ack_due_us = ui->rx_now_us + ui->cfg.ack_delay_us;
     util_dlist_push_tail(&ui->acks, &ep->ack_link);
 }
 
@@ -351,7 +351,7 @@ static void ack_send(udp_iface_t *ui, udp_ep_t *ep, uint16_t extra)
     uint32_t seq = extra & UDP_FLAG_STALL ? ep->rx_data_seq
                    : extra & UDP_FLAG_BYE ? ep->tx[UDP_CH_PRIO].next_seq : 0;
     uint32_t frag = extra & UDP_FLAG_BYE ? ep->tx[UDP_CH_DATA].next_seq : 0;
-    udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY), 0, ui->self_sa.sin_port,
+    udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY), 0, ui->sock.self_sa.sin_port,
                    htole64(ui->job_key), htole64(ui->uuid), htole64(ep->uuid), htole32(seq), {0, 0},
                    htole32(frag), 0, 0, 0};
     unsigned char buf[sizeof(h) + sizeof(udp_sack_t)];
@@ -405,7 +405,7 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
     if (!ep->rx_data_seen || since >= now || now - since < UDP_STALL_US || now - ep->stall_sent_us < UDP_STALL_US)
         return; /* nothing to name yet: the sender's probe and timeout cover it */
     ep->stall_sent_us = now;
-    ui->stalls_sent++;
+    ui->stats.stalls_sent++;
     ack_send(ui, ep, UDP_FLAG_STALL);
 }
 
@@ -471,7 +471,7 @@ int udp_ack_flush(udp_iface_t *ui, uint64_t now)
 void udp_rx_fini(udp_iface_t *ui, udp_rx_t *rx)
 {
     if (rx->ooo != NULL) {
-        for (uint32_t i = 0; i < ui->window; i++)
+        for (uint32_t i = 0; i < ui->cfg.window; i++)
             if (rx->ooo[i] != NULL)
                 udp_seg_free(ui, rx->ooo[i]);
         free(rx->ooo);
@@ -491,7 +491,7 @@ static void reasm_reset(udp_rx_t *rx)
 
 static void reasm_fail(udp_iface_t *ui, udp_rx_t *rx, const char *why)
 {
-    ui->dropped++;
+    ui->stats.dropped++;
     util_error("udp: reassembly failed (%s); packet lost", why);
     reasm_reset(rx);
 }
@@ -505,7 +505,7 @@ static void deliver_packet_seg(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx, cons
             reasm_fail(ui, rx, "new packet before the last one ended");
         if (h->flags & UDP_FLAG_LAST) {
             if (h->offset != h->len)
-                ui->dropped++;
+                ui->stats.dropped++;
             else if (h->len != 0) /* empty: a keepalive */
                 ui->super.recv_cb(ui->super.recv_arg, ep->uuid, p, h->len);
             return;
@@ -553,7 +553,7 @@ static int ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const un
         rx->highest = h->seq;
     if (ui->ooo_bytes + h->len > UDP_OOO_MAX_BYTES)
         return 0; /* dropped: the sender will retransmit */
-    if (rx->ooo == NULL && (rx->ooo = calloc(ui->window, sizeof(*rx->ooo))) == NULL)
+    if (rx->ooo == NULL && (rx->ooo = calloc(ui->cfg.window, sizeof(*rx->ooo))) == NULL)
         return 0;
     slot = &rx->ooo[udp_slot(ui, h->seq)];
     if (*slot != NULL)
@@ -676,7 +676,7 @@ void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const uns
         drain_ooo(ui, ep, rx);
         if (++rx->unacked >= UDP_ACK_EVERY)
             rx->ack_now = 1;
-    } else if (ahead > 0 && (uint32_t)ahead < ui->window) {
+    } else if (ahead > 0 && (uint32_t)ahead < ui->cfg.window) {
         if (ooo_store(ui, rx, h, p))
             data_arrived(ui, ep, h);
         rx->ack_now = 1; /* a duplicate ACK tells the sender of the gap */

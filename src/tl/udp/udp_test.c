@@ -199,9 +199,9 @@ static void test_acks_reach_a_connected_sender(void **state)
     ba = udp_ep_find(b.ui, UUID_A);
     assert_non_null(ba);
     assert_false(ba->connected); /* made by the datagrams, not by a connect */
-    assert_int_equal(ba->sa.sin_port, a.ui->self_sa.sin_port);
+    assert_int_equal(ba->sa.sin_port, a.ui->sock.self_sa.sin_port);
     assert_true(poll_until(&a, &b, all_acked, &w));
-    assert_int_equal(b.ui->dropped, 0);
+    assert_int_equal(b.ui->stats.dropped, 0);
     pair_close(&a, &b);
 }
 
@@ -217,7 +217,7 @@ static void test_both_connected(void **state)
     ab = connect_to(&a, &b, UUID_B);
     ba = connect_to(&b, &a, UUID_A);
     assert_true(ab->fd >= 0 && ba->fd >= 0);
-    assert_int_equal(a.ui->n_conn, 1);
+    assert_int_equal(a.ui->sock.n_conn, 1);
     for (int i = 0; i < 10; i++) {
         send_bytes(ab, 8);
         w = (want_t){&b, (size_t)i + 1, ab};
@@ -247,7 +247,7 @@ static void test_connect_max(void **state)
     side_open(&b, UUID_B);
     ab = connect_to(&a, &b, UUID_B);
     assert_int_equal(ab->fd, -1);
-    assert_int_equal(a.ui->n_conn, 0);
+    assert_int_equal(a.ui->sock.n_conn, 0);
     send_bytes(ab, 64);
     w = (want_t){&b, 1, ab};
     assert_true(poll_until(&a, &b, got_packets, &w));
@@ -271,7 +271,7 @@ static void test_reply_port_zero_dropped(void **state)
     memcpy(buf, &h, sizeof(h));
     b.ui->rx_now_us = udp_now_us();
     udp_dgram_input(b.ui, buf, sizeof(buf), &from);
-    assert_int_equal(b.ui->dropped, 1);
+    assert_int_equal(b.ui->stats.dropped, 1);
     assert_int_equal(b.packets, 0);
     assert_null(udp_ep_find(b.ui, UUID_A));
     /* the same datagram with a port is taken */
@@ -281,7 +281,7 @@ static void test_reply_port_zero_dropped(void **state)
     h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
     memcpy(buf, &h, sizeof(h));
     udp_dgram_input(b.ui, buf, sizeof(buf), &from);
-    assert_int_equal(b.ui->dropped, 1);
+    assert_int_equal(b.ui->stats.dropped, 1);
     assert_int_equal(b.packets, 1);
     side_close(&b);
 }
@@ -296,7 +296,7 @@ static void test_gro_follows_bulk(void **state)
 
     (void)state;
     pair_open(&a, &b);
-    if (!b.ui->gro_ok) {
+    if (!b.ui->sock.gro_ok) {
         print_message("skipped: TMX_UDP_OFFLOAD is 0 here\n");
         pair_close(&a, &b);
         return;
@@ -307,18 +307,18 @@ static void test_gro_follows_bulk(void **state)
         w = (want_t){&b, (size_t)i + 1, ab};
         assert_true(poll_until(&a, &b, got_packets, &w));
     }
-    assert_false(b.ui->gro_on);
+    assert_false(b.ui->sock.gro_on);
     send_bytes(ab, 60000); /* many segments, sent with GSO where there is one */
     w = (want_t){&b, 6, ab};
     assert_true(poll_until(&a, &b, got_packets, &w));
-    if (!b.ui->gro_ok) {
+    if (!b.ui->sock.gro_ok) {
         print_message("skipped: the kernel refused UDP GRO\n");
     } else {
-        assert_true(b.ui->gro_on);
-        b.ui->gro_used_us -= 2 * 100000; /* as if the bulk read were long ago */
+        assert_true(b.ui->sock.gro_on);
+        b.ui->sock.gro_used_us -= 2 * 100000; /* as if the bulk read were long ago */
         tl_udp_ops.progress(&b.ui->super);
         tl_udp_ops.progress(&b.ui->super);
-        assert_false(b.ui->gro_on);
+        assert_false(b.ui->sock.gro_on);
     }
     assert_int_equal(b.bytes, 5 * 8 + 60000);
     pair_close(&a, &b);
@@ -359,7 +359,7 @@ static void test_burst_read_after_gro_off(void **state)
     (void)state;
     pair_open(&a, &b);
     udp_gro_set(b.ui, 1);
-    if (!b.ui->gro_on || !a.ui->gso) {
+    if (!b.ui->sock.gro_on || !a.ui->sock.gso) {
         print_message("skipped: no UDP GSO and GRO here\n");
         pair_close(&a, &b);
         return;
@@ -373,8 +373,8 @@ static void test_burst_read_after_gro_off(void **state)
     w = (want_t){&b, 1, ab};
     assert_true(poll_until(&a, &b, got_packets, &w));
     assert_int_equal(b.bytes, 60000);
-    assert_int_equal(b.ui->dropped, 0);
-    assert_int_equal(a.ui->retransmits, 0);
+    assert_int_equal(b.ui->stats.dropped, 0);
+    assert_int_equal(a.ui->stats.retransmits, 0);
     pair_close(&a, &b);
 }
 
@@ -488,11 +488,11 @@ static void test_read_ends_when_memory_is_taken_back(void **state)
         assert_int_not_equal(dst[i], 0x66);
     w = (want_t){&b, 0, ab};
     assert_true(poll_until(&a, &b, all_acked, &w)); /* the serve ended: nothing more to send */
-    assert_true(util_dlist_empty(&a.ui->serves));
+    assert_true(util_dlist_empty(&a.ui->emu.serves));
     assert_true(a.refused <= 2); /* the first resend, and the next chunk */
     /* the reader drops the refusals after the first: those that waited,
      * and at most one for the rest of the read (not one per segment) */
-    assert_true(b.ui->dropped <= waiting);
+    assert_true(b.ui->stats.dropped <= waiting);
     assert_true(waiting <= 256);
     pair_close(&a, &b);
     free(src);
@@ -508,11 +508,11 @@ static void test_failed_peer_gives_socket_back(void **state)
     (void)state;
     pair_open(&a, &b);
     ab = connect_to(&a, &b, UUID_B);
-    assert_int_equal(a.ui->n_conn, 1);
+    assert_int_equal(a.ui->sock.n_conn, 1);
     udp_ep_fail(a.ui, ab, "the test says so");
     assert_int_equal(a.failures, 1);
     assert_int_equal(ab->fd, -1);
-    assert_int_equal(a.ui->n_conn, 0);
+    assert_int_equal(a.ui->sock.n_conn, 0);
     a.failures = 0;
     pair_close(&a, &b);
 }
@@ -612,7 +612,7 @@ static void test_silent_peer_is_not_dead(void **state)
         tl_udp_ops.wait(&a.ui->super, 1000);
     }
     assert_int_equal(a.failures, 0);
-    assert_true(a.ui->segs_sent >= 2); /* the data and a keepalive */
+    assert_true(a.ui->stats.segs_sent >= 2); /* the data and a keepalive */
     pair_close(&a, &b);
 }
 

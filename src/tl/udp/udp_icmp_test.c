@@ -182,7 +182,7 @@ static void forged(const char *connect_max)
         tl_udp_ops.progress(&b.ui->super);
     }
     assert_int_equal(b.packets, 1);
-    assert_int_equal(forge_refusal(local_port(ab->fd >= 0 ? ab->fd : a.ui->fd), b.ui->self_sa.sin_port), 0);
+    assert_int_equal(forge_refusal(local_port(ab->fd >= 0 ? ab->fd : a.ui->sock.fd), b.ui->sock.self_sa.sin_port), 0);
     {
         end = udp_now_us() + 500000;
         while (udp_now_us() < end) {
@@ -232,7 +232,7 @@ static void *lose_data(void *arg)
 
     while (udp_now_us() < end) {
         udp_hdr_t h;
-        ssize_t n = recv(b->ui->fd, d, sizeof(d), MSG_DONTWAIT | MSG_PEEK);
+        ssize_t n = recv(b->ui->sock.fd, d, sizeof(d), MSG_DONTWAIT | MSG_PEEK);
         if (n < (ssize_t)sizeof(h)) {
             usleep(100);
             continue;
@@ -240,7 +240,7 @@ static void *lose_data(void *arg)
         memcpy(&h, d, sizeof(h));
         if (le16toh(h.flags) & UDP_FLAG_ACK_ONLY)
             break;
-        recv(b->ui->fd, d, sizeof(d), MSG_DONTWAIT);
+        recv(b->ui->sock.fd, d, sizeof(d), MSG_DONTWAIT);
     }
     return NULL;
 }

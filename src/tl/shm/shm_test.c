@@ -1,0 +1,308 @@
+/*
+ * The shm transport's own cases, below what the conformance suite
+ * (tests/tl/tl_conf.c) checks over every transport: the ring kept in order
+ * through being full, cells a hostile or broken sender can publish, and a
+ * sender that dies between claiming a cell and publishing it. Two
+ * interfaces live in this process; the dying sender is a child.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "unit.h"
+
+#include "core/config.h"
+#include "tl/shm/shm.h"
+
+#define UUID_A 0xa11ce0001ULL
+#define UUID_B 0xb0b000002ULL
+#define UUID_C 0xc0c000003ULL
+
+typedef struct side {
+    tl_iface_t *iface;
+    uint64_t uuid;
+    size_t packets;
+    uint64_t next;              /* the counter the next packet must carry */
+    int out_of_order;
+    int failures;
+} side_t;
+
+static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
+{
+    side_t *s = arg;
+    uint64_t v = 0;
+
+    (void)src;
+    if (len >= sizeof(v))
+        memcpy(&v, data, sizeof(v));
+    s->out_of_order += v != s->next;
+    s->next = v + 1;
+    s->packets++;
+}
+
+static void on_fail(void *arg, uint64_t uuid, int clean)
+{
+    (void)uuid;
+    (void)clean;
+    ((side_t *)arg)->failures++;
+}
+
+static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_t rkey)
+{
+    (void)arg;
+    (void)addr;
+    (void)len;
+    (void)rkey;
+    return TMX_ERR_NOT_FOUND; /* nothing is lent */
+}
+
+static void side_open(side_t *s, uint64_t uuid)
+{
+    config_t cfg;
+    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, 0, &cfg.tl, s};
+
+    memset(s, 0, sizeof(*s));
+    s->uuid = uuid;
+    assert_int_equal(config_load(&cfg, NULL), TMX_OK);
+    assert_int_equal(tl_shm_ops.iface_open(&p, &s->iface), TMX_OK);
+}
+
+static shm_ep_t *connect_to(side_t *from, side_t *to)
+{
+    unsigned char addr[256];
+    size_t len = sizeof(addr);
+    tl_ep_t *ep;
+
+    assert_int_equal(tl_shm_ops.address(to->iface, addr, &len), TMX_OK);
+    assert_int_equal(tl_shm_ops.ep_create(from->iface, addr, len, 1, to->uuid, &ep), TMX_OK);
+    return (shm_ep_t *)ep;
+}
+
+static void side_close(side_t *s, shm_ep_t *ep)
+{
+    tl_iface_mute(s->iface);
+    if (ep != NULL)
+        tl_shm_ops.ep_destroy(&ep->super);
+    tl_shm_ops.iface_close(s->iface);
+}
+
+static tmx_status_t send_counter(shm_ep_t *ep, uint64_t v)
+{
+    struct iovec iov = {&v, sizeof(v)};
+
+    return tl_shm_ops.send(&ep->super, &iov, 1);
+}
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Progress b until it holds want packets or seconds pass. */
+static void drain(side_t *b, size_t want, int seconds)
+{
+    uint64_t end = now_us() + (uint64_t)seconds * 1000000u;
+
+    while (b->packets < want && now_us() < end)
+        tl_shm_ops.progress(b->iface);
+}
+
+/* A sender fills the ring (TMX_ERR_AGAIN, nothing lost), the receiver
+ * drains it in order, and sending goes on; several laps of the ring. */
+static void full_ring_keeps_order(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab;
+    uint64_t v = 0;
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b);
+    for (int lap = 0; lap < 5; lap++) {
+        size_t before = b.packets, sent = 0;
+        tmx_status_t st;
+        while ((st = send_counter(ab, v)) == TMX_OK) {
+            v++;
+            sent++;
+        }
+        assert_int_equal(st, TMX_ERR_AGAIN);
+        assert_int_equal(sent, lap == 0 ? SHM_N_CELLS : sent);
+        assert_true(sent > 0);
+        drain(&b, before + sent, 10);
+        assert_int_equal(b.packets, before + sent);
+    }
+    assert_int_equal(b.out_of_order, 0);
+    assert_int_equal(b.next, v);
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
+/* Publishes a cell of kind with len bytes of payload. */
+static void publish_raw(shm_ep_t *ep, uint32_t kind, const void *payload, uint32_t len)
+{
+    uint64_t pos;
+    shm_cell_t *cell = shm_cell_claim(ep, &pos);
+
+    assert_non_null(cell);
+    if (len > 0)
+        memcpy(cell->payload, payload, len);
+    assert_int_equal(shm_cell_publish(ep, cell, pos, kind, len), TMX_OK);
+}
+
+/* Cells that no honest sender publishes are dropped and counted, one by
+ * one, and the packets behind them still arrive. */
+static void hostile_cells_dropped(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab;
+    shm_iface_t *sb;
+    unsigned char junk[256];
+    shm_get_data_t d = {htole64(77), 0, 0, htole32(8)};
+    shm_help_req_t h = {htole32(9999), 0, htole64(1), 0, 0, 0, 0};
+    uint64_t pos;
+    shm_cell_t *cell;
+
+    (void)state;
+    memset(junk, 0xee, sizeof(junk));
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b);
+    sb = (shm_iface_t *)b.iface;
+    publish_raw(ab, SHM_KIND_GET_DATA, junk, 4);          /* shorter than its header */
+    memcpy(junk, &d, sizeof(d));
+    publish_raw(ab, SHM_KIND_GET_DATA, junk, sizeof(d) + 8); /* a read b never made */
+    publish_raw(ab, SHM_KIND_GET_DATA, junk, sizeof(d) + 9); /* length disagrees */
+    publish_raw(ab, SHM_KIND_GET_REQ, junk, 5);           /* not a request's size */
+    memcpy(junk, &h, sizeof(h));
+    publish_raw(ab, SHM_KIND_HELP, junk, sizeof(h));      /* no such job */
+    /* a sender slot nobody holds */
+    cell = shm_cell_claim(ab, &pos);
+    assert_non_null(cell);
+    assert_int_equal(shm_cell_publish(ab, cell, pos, SHM_KIND_PACKET, 8), TMX_OK);
+    cell->src = SHM_N_SENDERS - 1;
+    assert_int_equal(send_counter(ab, 0), TMX_OK);
+    drain(&b, 1, 10);
+    assert_int_equal(b.packets, 1);
+    assert_int_equal(b.out_of_order, 0);
+    assert_int_equal(sb->dropped, 6);
+    assert_int_equal(b.failures, 0);
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
+/* A read request for memory nothing lends is answered with one refusal;
+ * the asker, which made no such read, drops it. */
+static void unlent_request_refused(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab, *ba;
+    shm_get_req_t r = {htole64(5), htole64(0x1000), htole64(42), htole64(1 << 20)};
+    shm_iface_t *sa;
+    uint64_t end;
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b);
+    ba = connect_to(&b, &a);
+    sa = (shm_iface_t *)a.iface;
+    publish_raw(ab, SHM_KIND_GET_REQ, &r, sizeof(r));
+    end = now_us() + 5000000;
+    while (sa->dropped == 0 && now_us() < end) {
+        tl_shm_ops.progress(b.iface);
+        tl_shm_ops.progress(a.iface);
+    }
+    assert_int_equal(sa->dropped, 1); /* the refusal, for a read a never made */
+    assert_int_equal(((shm_iface_t *)b.iface)->dropped, 0);
+    side_close(&a, ab);
+    side_close(&b, ba);
+}
+
+/* A sender killed after claiming a cell and before publishing it does not
+ * block the ring: the receiver skips the cell once its claimant is gone,
+ * and the live sender's packets arrive. */
+static void dead_claimer_skipped(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab;
+    unsigned char addr[256];
+    size_t len = sizeof(addr);
+    pid_t child;
+    int status;
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b);
+    assert_int_equal(tl_shm_ops.address(b.iface, addr, &len), TMX_OK);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        side_t c;
+        tl_ep_t *cb;
+        uint64_t pos;
+        side_open(&c, UUID_C);
+        if (tl_shm_ops.ep_create(c.iface, addr, len, 1, UUID_B, &cb) != TMX_OK ||
+            shm_cell_claim((shm_ep_t *)cb, &pos) == NULL)
+            _exit(1);
+        raise(SIGKILL); /* claimed, never published */
+        _exit(2);
+    }
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    assert_int_equal(send_counter(ab, 0), TMX_OK);
+    assert_int_equal(send_counter(ab, 1), TMX_OK);
+    drain(&b, 2, 10);
+    assert_int_equal(b.packets, 2);
+    assert_int_equal(b.out_of_order, 0);
+    assert_int_equal(((shm_iface_t *)b.iface)->skipped, 1);
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
+/* Packets too large or empty are refused at the sender, nothing sent. */
+static void bad_sizes_refused(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab;
+    static unsigned char big[SHM_CELL_PAYLOAD + 1];
+    struct iovec iov = {big, sizeof(big)};
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b);
+    assert_int_equal(tl_shm_ops.send(&ab->super, &iov, 1), TMX_ERR_INVALID);
+    iov.iov_len = 0;
+    assert_int_equal(tl_shm_ops.send(&ab->super, &iov, 1), TMX_ERR_INVALID);
+    iov.iov_len = SHM_CELL_PAYLOAD;
+    assert_int_equal(tl_shm_ops.send(&ab->super, &iov, 1), TMX_OK);
+    drain(&b, 1, 10);
+    assert_int_equal(b.packets, 1);
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(full_ring_keeps_order),
+        cmocka_unit_test(hostile_cells_dropped),
+        cmocka_unit_test(unlent_request_refused),
+        cmocka_unit_test(dead_claimer_skipped),
+        cmocka_unit_test(bad_sizes_refused),
+    };
+    return UNIT_MAIN(argc, argv, tests);
+}

@@ -1,0 +1,232 @@
+/* The emulated remote read: see tl_emu.h. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tl/tl_emu.h"
+#include "util/log.h"
+
+/* A read we wait for. */
+typedef struct emu_get {
+    util_dlist_t link;
+    tl_ep_t *ep;                /* the owner */
+    unsigned char *dst;
+    tl_emu_req_t req;
+    uint64_t received;          /* bytes in: the chunks come in order */
+    int req_sent;
+    uint64_t asked_us;          /* when the request went out */
+    tl_get_op_t *op;
+} emu_get_t;
+
+/* A read we answer. */
+typedef struct emu_serve {
+    util_dlist_t link;
+    tl_ep_t *ep;                /* the reader */
+    tl_emu_req_t req;
+    uint64_t offset;            /* the next chunk */
+    tmx_status_t status;        /* not TMX_OK: one refusal goes, then the end */
+} emu_serve_t;
+
+static uint64_t emu_now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+void tl_emu_init(tl_emu_t *e, tl_iface_t *iface, const tl_emu_ops_t *ops, size_t chunk)
+{
+    e->iface = iface;
+    e->ops = ops;
+    e->chunk = chunk;
+    e->next_id = 0;
+    util_dlist_init(&e->gets);
+    util_dlist_init(&e->serves);
+}
+
+int tl_emu_busy(const tl_emu_t *e)
+{
+    return !util_dlist_empty(&e->gets) || !util_dlist_empty(&e->serves);
+}
+
+/* ------------------------------------------------------------ the reader */
+
+static void get_finish(emu_get_t *g, tmx_status_t st)
+{
+    util_dlist_unlink(&g->link);
+    g->op->done(g->op, st);
+    free(g);
+}
+
+/* 1 when the request went out or the read ended, 0 to try again later. */
+static int get_ask(tl_emu_t *e, emu_get_t *g)
+{
+    tmx_status_t st = e->ops->req_send(g->ep, &g->req);
+
+    if (st == TMX_ERR_AGAIN)
+        return 0;
+    if (st != TMX_OK) {
+        util_error("%s: a read of %llu bytes from peer %u could not be asked: %s", e->iface->ops->name,
+                   (unsigned long long)g->req.len, g->ep->peer, tmx_strerror(st));
+        get_finish(g, st);
+        return 1;
+    }
+    g->req_sent = 1;
+    g->asked_us = emu_now_us();
+    return 1;
+}
+
+tmx_status_t tl_emu_get(tl_emu_t *e, tl_ep_t *ep, void *dst, size_t len, uint64_t raddr,
+                        uint64_t rkey, tl_get_op_t *op)
+{
+    emu_get_t *g;
+
+    if (len == 0)
+        return TMX_OK;
+    if ((g = calloc(1, sizeof(*g))) == NULL)
+        return TMX_ERR_NOMEM;
+    g->ep = ep;
+    g->dst = dst;
+    g->op = op;
+    g->req = (tl_emu_req_t){++e->next_id, raddr, rkey, len};
+    util_dlist_push_tail(&e->gets, &g->link);
+    get_ask(e, g);
+    return TMX_INPROGRESS;
+}
+
+static emu_get_t *get_find(tl_emu_t *e, tl_ep_t *ep, uint32_t id)
+{
+    util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &e->gets) {
+        emu_get_t *g = util_container_of(pos, emu_get_t, link);
+        if (g->req.id == id && g->ep == ep)
+            return g;
+    }
+    return NULL;
+}
+
+tmx_status_t tl_emu_data_arrive(tl_emu_t *e, tl_ep_t *ep, uint32_t id, uint64_t offset,
+                                tmx_status_t status, const void *p, size_t n)
+{
+    emu_get_t *g = get_find(e, ep, id);
+
+    /* a chunk out of order would leave a hole that counting bytes
+     * cannot see: the transports deliver one owner's chunks in order */
+    if (g == NULL || !g->req_sent || offset != g->received || n > g->req.len - offset)
+        return TMX_ERR_INVALID;
+    if (status != TMX_OK) {
+        util_error("%s: peer %u refused a read of %llu bytes: %s", e->iface->ops->name, ep->peer,
+                   (unsigned long long)g->req.len, tmx_strerror(status));
+        get_finish(g, status < 0 ? status : TMX_ERR_IO);
+        return TMX_OK;
+    }
+    memcpy(g->dst + offset, p, n);
+    g->received += n;
+    if (g->received == g->req.len)
+        get_finish(g, TMX_OK);
+    return TMX_OK;
+}
+
+/* ------------------------------------------------------------- the owner */
+
+tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req)
+{
+    emu_serve_t *s = calloc(1, sizeof(*s));
+
+    if (s == NULL)
+        return TMX_ERR_NOMEM;
+    s->ep = ep;
+    s->req = *req;
+    /* asked once here so that a request for nothing lent is refused
+     * before any chunk, and again for every chunk (serve_push) */
+    s->status = e->iface->mem_check(e->iface->recv_arg, req->raddr, req->len, req->rkey);
+    util_dlist_push_tail(&e->serves, &s->link);
+    return TMX_OK;
+}
+
+/* Sends chunks while there is room; 1 when the whole read (or the
+ * refusal) is on its way. */
+static int serve_push(tl_emu_t *e, emu_serve_t *s)
+{
+    do {
+        uint64_t left = s->req.len - s->offset;
+        size_t n = s->status != TMX_OK ? 0 : (left < e->chunk ? (size_t)left : e->chunk);
+        const void *src = (const void *)(uintptr_t)(s->req.raddr + s->offset);
+        tmx_status_t st;
+
+        /* the memory is lent only while the owner's send lasts: asked
+         * again for every chunk, so that a send that failed meanwhile
+         * ends the read with one refusal and nothing freed is read */
+        if (n > 0 && (st = e->iface->mem_check(e->iface->recv_arg, s->req.raddr + s->offset, n,
+                                               s->req.rkey)) != TMX_OK) {
+            s->status = st;
+            n = 0;
+        }
+        st = e->ops->data_send(s->ep, s->req.id, s->offset, s->status, n ? src : NULL, n, s->req.rkey);
+        if (st == TMX_ERR_AGAIN)
+            return 0;
+        if (st != TMX_OK)
+            return 1;
+        s->offset += n;
+    } while (s->status == TMX_OK && s->offset < s->req.len);
+    return 1;
+}
+
+int tl_emu_progress(tl_emu_t *e, uint64_t now_us)
+{
+    util_dlist_t *pos, *tmp;
+    int events = 0;
+
+    util_dlist_foreach_safe(pos, tmp, &e->serves) {
+        emu_serve_t *s = util_container_of(pos, emu_serve_t, link);
+        if (serve_push(e, s)) {
+            util_dlist_unlink(&s->link);
+            free(s);
+            events++;
+        }
+    }
+    util_dlist_foreach_safe(pos, tmp, &e->gets) {
+        emu_get_t *g = util_container_of(pos, emu_get_t, link);
+        if (!g->req_sent)
+            events += get_ask(e, g);
+        else if (e->ops->waiting != NULL)
+            e->ops->waiting(g->ep, g->asked_us, now_us);
+    }
+    return events;
+}
+
+/* ------------------------------------------------------------- endings */
+
+void tl_emu_ep_fail(tl_emu_t *e, tl_ep_t *ep)
+{
+    util_dlist_t *pos, *tmp;
+
+    util_dlist_foreach_safe(pos, tmp, &e->serves) {
+        emu_serve_t *s = util_container_of(pos, emu_serve_t, link);
+        if (s->ep == ep) {
+            util_dlist_unlink(&s->link);
+            free(s);
+        }
+    }
+    util_dlist_foreach_safe(pos, tmp, &e->gets) {
+        emu_get_t *g = util_container_of(pos, emu_get_t, link);
+        if (g->ep == ep)
+            get_finish(g, TMX_ERR_PEER_FAILED);
+    }
+}
+
+void tl_emu_abandon(tl_emu_t *e)
+{
+    util_dlist_t *pos, *tmp;
+
+    util_dlist_foreach_safe(pos, tmp, &e->gets) {
+        free(util_container_of(pos, emu_get_t, link));
+    }
+    util_dlist_foreach_safe(pos, tmp, &e->serves) {
+        free(util_container_of(pos, emu_serve_t, link));
+    }
+    util_dlist_init(&e->gets);
+    util_dlist_init(&e->serves);
+}

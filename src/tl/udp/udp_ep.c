@@ -1,0 +1,165 @@
+/*
+ * The udp transport's endpoints: one per peer context, made on first
+ * contact in either direction (seed 002: state per peer is small until it
+ * is used), found by a hash of the peer's identity, and ended by failure
+ * or by the peer's goodbye.
+ */
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tl/udp/udp.h"
+#include "util/log.h"
+
+void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep)
+{
+    util_debug("udp: peer %u: round trip %llu us (deviation %llu us), timeout %llu us",
+               ep->super.peer, (unsigned long long)ep->srtt_us,
+               (unsigned long long)ep->rttvar_us,
+               (unsigned long long)ep->tx[UDP_CH_DATA].rto_us);
+    for (int ch = 0; ch < UDP_N_CH; ch++) {
+        util_timer_cancel(&ep->tx[ch].timer);
+        udp_tx_fini(&ep->tx[ch]);
+        udp_rx_fini(ui, &ep->rx[ch]);
+    }
+    if (ep->ack_queued)
+        util_dlist_unlink(&ep->ack_link);
+    util_dlist_unlink(&ep->link);
+    if (util_idmap_get(&ui->ep_map, ep->uuid) == ep)
+        util_idmap_del(&ui->ep_map, ep->uuid);
+    ui->n_eps--;
+    udp_sock_ep_disconnect(ui, ep);
+    free(ep);
+}
+
+tmx_status_t udp_address(tl_iface_t *iface, void *buf, size_t *len)
+{
+    udp_iface_t *ui = (udp_iface_t *)iface;
+    udp_addr_t a = {ui->sock.self_sa.sin_addr.s_addr, ui->sock.self_sa.sin_port, 0, htole64(ui->job_key)};
+
+    return tl_address_put(buf, len, &a, sizeof(a));
+}
+
+tmx_status_t udp_reachable(tl_iface_t *iface, const void *addr, size_t len)
+{
+    udp_iface_t *ui = (udp_iface_t *)iface;
+    udp_addr_t a;
+
+    if (len != sizeof(a))
+        return TMX_ERR_INVALID;
+    memcpy(&a, addr, sizeof(a));
+    return le64toh(a.job_key) == ui->job_key ? TMX_OK : TMX_ERR_UNREACHABLE;
+}
+
+/* ------------------------------------------------------------ endpoints */
+
+/* Once per datagram: a hash lookup, not a scan of every peer. */
+udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid)
+{
+    return util_idmap_get(&ui->ep_map, uuid);
+}
+
+
+/* Per-peer state is made on first contact either way (seed 002), and is
+ * small while the peer is idle: the windows are allocated when the first
+ * segment is sent, or arrives early. */
+udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa)
+{
+    udp_ep_t *ep = calloc(1, sizeof(*ep));
+
+    if (ep == NULL || util_idmap_put(&ui->ep_map, uuid, ep) != 0) {
+        free(ep);
+        return NULL;
+    }
+    ep->super.iface = &ui->super;
+    ep->super.peer = TMX_PEER_NONE;
+    ep->uuid = uuid;
+    ep->sa = *sa;
+    ep->fd = -1;
+    ep->last_rx_us = udp_now_us();
+    util_dlist_init(&ep->ack_link);
+    for (int ch = 0; ch < UDP_N_CH; ch++)
+        udp_tx_init(ui, ep, ch);
+    util_dlist_push_tail(&ui->eps, &ep->link);
+    ui->n_eps++;
+    return ep;
+}
+
+tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
+                                  uint64_t uuid, tl_ep_t **out)
+{
+    udp_iface_t *ui = (udp_iface_t *)iface;
+    udp_ep_t *ep = udp_ep_find(ui, uuid);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    udp_addr_t a;
+    tmx_status_t st = udp_reachable(iface, addr, len);
+
+    if (st != TMX_OK)
+        return st;
+    memcpy(&a, addr, sizeof(a));
+    sa.sin_addr.s_addr = a.ip;
+    sa.sin_port = a.port;
+    if (ep == NULL && (ep = udp_ep_new(ui, uuid, &sa)) == NULL)
+        return TMX_ERR_NOMEM;
+    if (ep->failed)
+        return TMX_ERR_PEER_FAILED;
+    ep->super.peer = peer;
+    ep->connected = 1;
+    if (ep->fd < 0 || memcmp(&ep->sa, &sa, sizeof(sa)) != 0) {
+        ep->sa = sa; /* the address published is the one that counts */
+        udp_sock_ep_connect(ui, ep);
+    }
+    *out = &ep->super;
+    return TMX_OK;
+}
+
+/* The endpoint stays until the interface closes: the peer may still be
+ * owed ACKs or retransmissions. */
+void udp_ep_destroy(tl_ep_t *tep)
+{
+    ((udp_ep_t *)tep)->connected = 0;
+}
+
+static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)
+{
+    ep->failed = 1;
+    udp_sock_ep_disconnect(ui, ep); /* nothing more goes to it: the descriptor is for the next peer */
+    for (int ch = 0; ch < UDP_N_CH; ch++)
+        util_timer_cancel(&ep->tx[ch].timer);
+    tl_emu_ep_fail(&ui->emu, &ep->super);
+    ui->super.fail_cb(ui->super.fail_arg, ep->uuid, clean);
+}
+
+void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why)
+{
+    if (ep->failed)
+        return;
+    util_warn("udp: peer %u at %s:%u failed: %s", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
+              ntohs(ep->sa.sin_port), why);
+    ep_end(ui, ep, 0);
+}
+
+void udp_ep_gone(udp_iface_t *ui, udp_ep_t *ep)
+{
+    if (ep->failed)
+        return;
+    util_debug("udp: peer %u at %s:%u closed its context", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
+               ntohs(ep->sa.sin_port));
+    ep_end(ui, ep, 1);
+}
+
+/* A clean exit, told to every peer we talked with, so that its port's
+ * refusal afterwards is not taken for a death (udp_live.c). One datagram,
+ * not acknowledged: if it is lost, the refusal decides. */
+void udp_bye_all(udp_iface_t *ui)
+{
+    util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &ui->eps) {
+        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+        if (!ep->failed && (ep->rx_data_seen || ep->tx[UDP_CH_DATA].next_seq != 0 ||
+                            ep->tx[UDP_CH_PRIO].next_seq != 0))
+            udp_bye_send(ui, ep);
+    }
+}

@@ -1,0 +1,120 @@
+/*
+ * The udp transport's receive path: every datagram checked before any of
+ * it is trusted, then its ACKs, reports and segment handed on; buffers the
+ * kernel coalesced (GRO) cut back into datagrams.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "tl/udp/udp.h"
+#include "util/crc32c.h"
+#include "util/log.h"
+
+#define UDP_MAX_EPS 65536 /* peers, a bound on state made by strangers */
+
+static int dgram_drop(udp_iface_t *ui, const char *why, size_t len)
+{
+    ui->stats.dropped++;
+    util_debug("udp: dropped a %zu-byte datagram: %s", len, why);
+    return -1;
+}
+
+/* Checks a datagram before any of it is trusted; converts the header. */
+static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_t *h)
+{
+    uint32_t csum;
+
+    if (len < sizeof(*h))
+        return dgram_drop(ui, "shorter than a header", len);
+    memcpy(h, buf, sizeof(*h));
+    csum = le32toh(h->csum);
+    memset(buf + offsetof(udp_hdr_t, csum), 0, sizeof(h->csum));
+    if (util_crc32c(0, buf, len) != csum)
+        return dgram_drop(ui, "bad checksum", len);
+    h->flags = le16toh(h->flags);
+    h->len = le16toh(h->len);
+    h->job_key = le64toh(h->job_key);
+    h->src_id = le64toh(h->src_id);
+    h->dst_id = le64toh(h->dst_id);
+    h->seq = le32toh(h->seq);
+    for (int ch = 0; ch < UDP_N_CH; ch++)
+        h->ack[ch] = le32toh(h->ack[ch]);
+    h->frag_id = le32toh(h->frag_id);
+    h->offset = le64toh(h->offset);
+    if (h->version != UDP_WIRE_VERSION || h->channel >= UDP_N_CH || (h->flags & ~UDP_FLAG_MASK) || h->port == 0 ||
+        h->len != len - sizeof(*h))
+        return dgram_drop(ui, "malformed header", len);
+    if (h->job_key != ui->job_key)
+        return dgram_drop(ui, "another job's key", len);
+    if (h->dst_id != ui->uuid)
+        return dgram_drop(ui, "addressed to another context", len);
+    return 0;
+}
+
+void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const struct sockaddr_in *from)
+{
+    udp_hdr_t h;
+    udp_ep_t *ep;
+
+    if (dgram_parse(ui, buf, len, &h) != 0)
+        return;
+    ep = udp_ep_find(ui, h.src_id);
+    if (ep == NULL && ui->n_eps < UDP_MAX_EPS) {
+        struct sockaddr_in sa = *from;
+        sa.sin_port = h.port; /* not the port it left from: see udp_wire.h */
+        ep = udp_ep_new(ui, h.src_id, &sa);
+    }
+    if (ep == NULL) {
+        dgram_drop(ui, "no room for a new peer", len);
+        return;
+    }
+    if (ep->failed) {
+        dgram_drop(ui, "peer declared failed", len);
+        return;
+    }
+    ep->last_rx_us = ui->rx_now_us;
+    udp_live_heard(ep);
+    for (int ch = 0; ch < UDP_N_CH; ch++)
+        udp_tx_acked(ui, ep, ch, h.ack[ch]);
+    if (h.flags & UDP_FLAG_SACK)
+        udp_tx_sacked(ui, ep, buf + sizeof(h), h.len);
+    if (h.flags & UDP_FLAG_STALL)
+        udp_tx_stalled(ui, ep, h.seq);
+    if ((h.flags & UDP_FLAG_BYE) && (h.flags & UDP_FLAG_ACK_ONLY)) {
+        uint32_t next[UDP_N_CH] = {[UDP_CH_PRIO] = h.seq, [UDP_CH_DATA] = h.frag_id};
+        udp_live_bye(ui, ep, next);
+        return;
+    }
+    if (!(h.flags & UDP_FLAG_ACK_ONLY))
+        udp_rx_segment(ui, ep, &h, buf + sizeof(h));
+    if (ep->bye && !ep->failed)
+        udp_live_bye_check(ui, ep); /* the data a bye overtook */
+}
+
+void udp_buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gro,
+                   const struct sockaddr_in *from)
+{
+    if (gro == 0 || gro >= len) {
+        udp_dgram_input(ui, buf, len, from);
+        return;
+    }
+    for (size_t off = 0; off < len; off += gro)
+        udp_dgram_input(ui, buf + off, len - off < gro ? len - off : gro, from);
+}
+
+
+/* The size of the datagrams coalesced into a buffer read without the
+ * kernel's note of it: GRO joins only datagrams of one size (the last may
+ * be shorter), so the first header's length gives it. A header that lies
+ * only cuts the buffer wrongly, and the checksums then drop the pieces. */
+size_t udp_gro_guess(const unsigned char *buf, size_t len)
+{
+    udp_hdr_t h;
+    size_t first;
+
+    if (len < sizeof(h))
+        return 0;
+    memcpy(&h, buf, sizeof(h));
+    first = sizeof(h) + le16toh(h.len);
+    return first < len ? first : 0;
+}

@@ -1,0 +1,290 @@
+/*
+ * The udp transport's sockets: the interface's, which every peer's
+ * datagrams arrive on, the sockets an endpoint sends from, GRO and GSO,
+ * and reading datagrams in batches.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/udp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tl/udp/udp.h"
+#include "util/log.h"
+
+#define UDP_SOCKBUF (8 << 20)
+
+/* The address peers reach us at: TMX_UDP_ADDR, else the first IPv4
+ * interface that is up and not loopback, else loopback. Also its MTU. */
+static tmx_status_t pick_local(const char *want, struct in_addr *ip, uint32_t *ifmtu)
+{
+    int found = strcmp(want, "auto") == 0;
+    struct ifaddrs *ifs, *i;
+    struct ifreq ifr;
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    const char *name = "lo";
+
+    ip->s_addr = htonl(INADDR_LOOPBACK);
+    *ifmtu = 65536;
+    if (getifaddrs(&ifs) == 0) {
+        for (i = ifs; i != NULL; i = i->ifa_next) {
+            struct sockaddr_in *sa = (struct sockaddr_in *)i->ifa_addr;
+            char buf[INET_ADDRSTRLEN];
+            int lo = (i->ifa_flags & IFF_LOOPBACK) != 0;
+            if (sa == NULL || sa->sin_family != AF_INET || !(i->ifa_flags & IFF_UP))
+                continue;
+            inet_ntop(AF_INET, &sa->sin_addr, buf, sizeof(buf));
+            if ((strcmp(want, "auto") == 0 && !lo) || strcmp(want, buf) == 0) {
+                *ip = sa->sin_addr;
+                name = i->ifa_name;
+                found = 1;
+                break;
+            }
+        }
+        memset(&ifr, 0, sizeof(ifr));
+        snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+        if (fd >= 0 && ioctl(fd, SIOCGIFMTU, &ifr) == 0)
+            *ifmtu = (uint32_t)ifr.ifr_mtu;
+        freeifaddrs(ifs);
+    }
+    if (fd >= 0)
+        close(fd);
+    if (!found) {
+        util_error("udp: TMX_UDP_ADDR=%s is the address of no interface that is up", want);
+        return TMX_ERR_INVALID;
+    }
+    return TMX_OK;
+}
+
+static tmx_status_t sock_bind(udp_iface_t *ui, uint32_t *ifmtu)
+{
+    socklen_t slen = sizeof(ui->sock.self_sa);
+    int sz = UDP_SOCKBUF;
+    tmx_status_t st;
+
+    memset(&ui->sock.self_sa, 0, sizeof(ui->sock.self_sa));
+    ui->sock.self_sa.sin_family = AF_INET;
+    if ((st = pick_local(ui->cfg.set.addr, &ui->sock.self_sa.sin_addr, ifmtu)) != TMX_OK)
+        return st;
+    ui->sock.fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (ui->sock.fd < 0)
+        goto err_log;
+    if (setsockopt(ui->sock.fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)) != 0)
+        setsockopt(ui->sock.fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+    if (setsockopt(ui->sock.fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
+        setsockopt(ui->sock.fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    /* GSO is tried on first use, GRO when a read starts (udp_gro_set);
+     * refused once, never again */
+    ui->sock.gso = ui->sock.gro_ok = ui->cfg.set.offload;
+    if (bind(ui->sock.fd, (struct sockaddr *)&ui->sock.self_sa, sizeof(ui->sock.self_sa)) != 0 ||
+        getsockname(ui->sock.fd, (struct sockaddr *)&ui->sock.self_sa, &slen) != 0)
+        goto err_close;
+    udp_live_socket(ui);
+    return TMX_OK;
+
+err_close:
+    close(ui->sock.fd);
+err_log:
+    util_error("udp: cannot open a socket on %s: %s", inet_ntoa(ui->sock.self_sa.sin_addr), strerror(errno));
+    return TMX_ERR_IO;
+}
+
+/* UDP GRO lets one read take a whole burst the peer sent with GSO, but
+ * it costs every datagram received some of the kernel's time (about 65 ns
+ * of a one-way latency on a veth pair), so it is on only while data comes
+ * in bulk: reads we issued, reads that find several datagrams or a burst
+ * GRO joined. It goes off UDP_GRO_IDLE_US after the last of those. */
+void udp_gro_set(udp_iface_t *ui, int on)
+{
+    int v = on;
+
+    if (!ui->sock.gro_ok || ui->sock.gro_on == on)
+        return;
+    if (setsockopt(ui->sock.fd, SOL_UDP, UDP_GRO, &v, sizeof(v)) != 0) {
+        util_info("udp: no UDP GRO here (%s)", strerror(errno));
+        ui->sock.gro_ok = 0;
+        return;
+    }
+    ui->sock.gro_on = on;
+    ui->sock.gro_used_us = udp_now_us();
+}
+
+/* The endpoint's own socket goes (see udp_sock_ep_connect); the shared one sends. */
+void udp_sock_ep_disconnect(udp_iface_t *ui, udp_ep_t *ep)
+{
+    if (ep->fd < 0)
+        return;
+    close(ep->fd);
+    ep->fd = -1;
+    ui->sock.n_conn--;
+}
+
+/* A socket of its own for sending to a peer, bound to our address and
+ * connected to the peer's: the kernel then keeps the route instead of
+ * looking it up for every datagram, about 0.1 us of each one-way latency
+ * between two namespaces. Its datagrams leave from another port than the
+ * interface's, so every header names the port that replies go to. At
+ * most conn_max of them (a descriptor each); beyond that, or when the
+ * kernel refuses, the interface's socket sends. */
+void udp_sock_ep_connect(udp_iface_t *ui, udp_ep_t *ep)
+{
+    struct sockaddr_in me = ui->sock.self_sa;
+    int sz = UDP_SOCKBUF, fd;
+
+    udp_sock_ep_disconnect(ui, ep);
+    if (ui->sock.n_conn >= ui->cfg.conn_max)
+        return;
+    me.sin_port = 0;
+    fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        util_info("udp: no socket of its own for peer %u (%s): the shared one sends", ep->super.peer,
+                  strerror(errno));
+        return;
+    }
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    if (bind(fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
+        connect(fd, (struct sockaddr *)&ep->sa, sizeof(ep->sa)) != 0) {
+        util_info("udp: cannot connect a socket to peer %u at %s:%u (%s): the shared one sends",
+                  ep->super.peer, inet_ntoa(ep->sa.sin_addr), ntohs(ep->sa.sin_port), strerror(errno));
+        close(fd);
+        return;
+    }
+    udp_live_ep_socket(fd);
+    ep->fd = fd;
+    ui->sock.n_conn++;
+}
+
+/* The size of the datagrams the kernel coalesced into this buffer (UDP
+ * GRO), or 0 for a single datagram. */
+static size_t gro_size(struct msghdr *mh)
+{
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm != NULL; cm = CMSG_NXTHDR(mh, cm)) {
+        int v;
+        if (cm->cmsg_level != SOL_UDP || cm->cmsg_type != UDP_GRO)
+            continue;
+        memcpy(&v, CMSG_DATA(cm), sizeof(v));
+        return v > 0 ? (size_t)v : 0;
+    }
+    return 0;
+}
+
+static void rmsg_reset(udp_iface_t *ui, int i)
+{
+    ui->sock.rmsgs[i].msg_hdr = (struct msghdr){&ui->sock.rfrom[i], sizeof(ui->sock.rfrom[i]), &ui->sock.riov[i], 1,
+                                           ui->sock.rctl[i], sizeof(ui->sock.rctl[i]), 0};
+}
+
+static void rmsgs_init(udp_iface_t *ui)
+{
+    for (int i = 0; i < UDP_RECV_BATCH; i++) {
+        ui->sock.riov[i] = (struct iovec){ui->sock.rbufs + (size_t)i * 65536, 65536};
+        rmsg_reset(ui, i);
+    }
+}
+
+
+/* With IP_RECVERR, an ICMP error (a refusal, an unreachable host) is
+ * reported by the next read, its details waiting in the error queue
+ * (udp_live.c, which acts on refusals only). */
+static void recv_error(udp_iface_t *ui, const char *call)
+{
+    if (errno == EAGAIN || errno == EINTR)
+        return;
+    util_debug("udp: %s: %s", call, strerror(errno));
+    udp_live_send_error(ui, NULL, ui->sock.fd, errno);
+}
+
+/* One datagram by recvfrom, the cheapest read there is (no message
+ * header or control data to copy in and out). */
+static int recv_one(udp_iface_t *ui)
+{
+    socklen_t fl = sizeof(ui->sock.rfrom[0]);
+    ssize_t n = recvfrom(ui->sock.fd, ui->sock.rbufs, 65536, MSG_DONTWAIT, (struct sockaddr *)&ui->sock.rfrom[0], &fl);
+
+    if (n < 0) {
+        recv_error(ui, "recvfrom");
+        ui->sock.recv_streak = 0;
+        return 0;
+    }
+    if (++ui->sock.recv_streak >= 2) /* a stream, not a ping-pong: batch */
+        ui->sock.recv_vlen = UDP_RECV_BATCH;
+    ui->rx_now_us = udp_now_us();
+    ui->stats.dgrams_in++;
+    udp_buf_input(ui, ui->sock.rbufs, (size_t)n, udp_gro_guess(ui->sock.rbufs, (size_t)n), &ui->sock.rfrom[0]);
+    return 1;
+}
+
+/* Reads one datagram while they come one at a time (a ping-pong), since
+ * recvmmsg looks for a second before it returns, which delays the answer.
+ * Two polls in a row that each found one switch to batches, and a batch
+ * that brings two or more keeps the batches. */
+int udp_sock_recv(udp_iface_t *ui)
+{
+    unsigned vlen = ui->sock.recv_vlen;
+    int n, bulk;
+
+    if (vlen == 1)
+        return recv_one(ui);
+    n = recvmmsg(ui->sock.fd, ui->sock.rmsgs, vlen, MSG_DONTWAIT, NULL);
+    if (n < 0) {
+        recv_error(ui, "recvmmsg");
+        ui->sock.recv_vlen = 1;
+        ui->sock.recv_streak = 0;
+        return 0;
+    }
+    if (n == 1) {
+        ui->sock.recv_vlen = 1;
+        ui->sock.recv_streak = 0;
+    }
+    bulk = n >= 2;
+    ui->rx_now_us = udp_now_us();
+    ui->stats.dgrams_in += (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        unsigned char *buf = ui->sock.riov[i].iov_base;
+        size_t len = ui->sock.rmsgs[i].msg_len, gro = gro_size(&ui->sock.rmsgs[i].msg_hdr);
+        bulk |= gro != 0;
+        /* a burst joined while GRO was on comes without the note once it is off */
+        if (gro == 0)
+            gro = udp_gro_guess(buf, len);
+        udp_buf_input(ui, buf, len, gro, &ui->sock.rfrom[i]);
+        rmsg_reset(ui, i);
+    }
+    if (bulk) { /* a stream, or a burst GRO joined */
+        ui->sock.gro_used_us = ui->rx_now_us;
+        udp_gro_set(ui, 1);
+    }
+    return n;
+}
+
+tmx_status_t udp_sock_open(udp_iface_t *ui, uint32_t *ifmtu)
+{
+    tmx_status_t st;
+
+    ui->sock.fd = -1;
+    if ((ui->sock.rbufs = malloc((size_t)UDP_RECV_BATCH * 65536)) == NULL)
+        return TMX_ERR_NOMEM;
+    if ((st = sock_bind(ui, ifmtu)) != TMX_OK) {
+        free(ui->sock.rbufs);
+        ui->sock.rbufs = NULL;
+        return st;
+    }
+    rmsgs_init(ui);
+    ui->sock.recv_vlen = UDP_RECV_BATCH;
+    return TMX_OK;
+}
+
+void udp_sock_close(udp_iface_t *ui)
+{
+    if (ui->sock.fd >= 0)
+        close(ui->sock.fd);
+    ui->sock.fd = -1;
+    free(ui->sock.rbufs);
+    ui->sock.rbufs = NULL;
+}

@@ -353,16 +353,20 @@ static void report(const p2p_t *p, size_t size, long n, double v)
 }
 
 /* Large buffers on huge pages where the kernel offers them (as UCX's and
- * MPI's benchmarks get): fewer pages for the kernel to pin per copy. */
+ * MPI's benchmarks get): fewer pages for the kernel to pin per copy. The
+ * length is rounded up to whole huge pages, so that whether a buffer gets
+ * them does not depend on what happens to be mapped beside it. */
 static unsigned char *buf_alloc(size_t len)
 {
+    const size_t huge = 2u << 20;
     void *b = NULL;
-    size_t align = len >= (2u << 20) / 2 ? (2u << 20) : 64;
+    size_t align = len >= huge / 2 ? huge : 64;
+    size_t alloc = align == huge ? (len + huge - 1) / huge * huge : len;
 
-    if (posix_memalign(&b, align, len) != 0)
+    if (posix_memalign(&b, align, alloc) != 0)
         return NULL;
-    if (align > 64)
-        madvise(b, len, MADV_HUGEPAGE);
+    if (align == huge)
+        madvise(b, alloc, MADV_HUGEPAGE);
     return b;
 }
 

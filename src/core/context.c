@@ -154,18 +154,7 @@ static void up_msg_free(void *arg, proto_msg_t *msg)
 
 static tmx_status_t up_peer_ep(void *arg, tmx_peer_t peer, tl_ep_t **ep, proto_peer_t **pp)
 {
-    tmx_context_h ctx = arg;
-    core_peer_t *p = core_peer_get(ctx, peer);
-    tmx_status_t st;
-
-    if (p != NULL && p->ep != NULL && !p->failed) {
-        *ep = p->ep; /* the usual case */
-        *pp = &p->proto;
-        return TMX_OK;
-    }
-    if ((st = core_peer_ep(ctx, peer, ep)) == TMX_OK)
-        *pp = &p->proto;
-    return st;
+    return core_peer_ready(arg, peer, ep, pp);
 }
 
 static tmx_peer_t up_peer_by_uuid(void *arg, uint64_t uuid)

@@ -172,6 +172,23 @@ static inline core_peer_t *core_peer_get(tmx_context_h ctx, tmx_peer_t peer)
     return (peer & ~TMX_PEER_IMPLICIT) < ctx->n_ipeers ? &ctx->ipeers[peer & ~TMX_PEER_IMPLICIT] : NULL;
 }
 tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep);
+/* The endpoint to peer and proto's state of it, made if need be: the
+ * usual case (connected, alive) inline, for every send. */
+static inline tmx_status_t core_peer_ready(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep,
+                                           proto_peer_t **pp)
+{
+    core_peer_t *p = core_peer_get(ctx, peer);
+    tmx_status_t st;
+
+    if (p != NULL && p->ep != NULL && !p->failed) {
+        *ep = p->ep;
+        *pp = &p->proto;
+        return TMX_OK;
+    }
+    if ((st = core_peer_ep(ctx, peer, ep)) == TMX_OK)
+        *pp = &p->proto;
+    return st;
+}
 /* A process that sent us its address without being added (proto.c's
  * HELLO): *out is its number, TMX_PEER_IMPLICIT set, or the number it
  * already has. TMX_ERR_INVALID unless the address is that of uuid. */

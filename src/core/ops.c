@@ -42,6 +42,8 @@ static tmx_status_t send_inject(tmx_context_h ctx, tmx_peer_t peer, const void *
 {
     uint64_t f = params->field_mask;
     int has_data = (f & TMX_OP_FIELD_DATA) || (params->flags & TMX_OP_FLAG_DATA);
+    tl_ep_t *ep;
+    proto_peer_t *pp;
     tmx_status_t st;
 
     if (out != NULL || (params->flags & TMX_OP_FLAG_SYNC) || len > TMX_INJECT_MAX) {
@@ -50,8 +52,8 @@ static tmx_status_t send_inject(tmx_context_h ctx, tmx_peer_t peer, const void *
         return TMX_ERR_INVALID;
     }
     core_lock(ctx);
-    st = proto_inject(&ctx->proto, peer, buf, len, tag, has_data,
-                      (f & TMX_OP_FIELD_DATA) ? params->data : 0);
+    if ((st = core_peer_ready(ctx, peer, &ep, &pp)) == TMX_OK)
+        st = proto_inject(&ctx->proto, ep, pp, buf, len, tag, has_data, (f & TMX_OP_FIELD_DATA) ? params->data : 0);
     core_unlock(ctx);
     return st;
 }
@@ -60,6 +62,8 @@ TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *b
                                uint64_t tag, const tmx_op_params_t *params, tmx_request_h *out)
 {
     struct tmx_request *req;
+    tl_ep_t *ep;
+    proto_peer_t *pp;
     tmx_status_t st = send_check(ctx, peer, buf, len, params);
 
     if (st != TMX_OK)
@@ -80,7 +84,8 @@ TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *b
     req->p.comp.msg_length = len;
     req->p.buf = (void *)buf;
     req->p.len = len;
-    st = proto_send(&ctx->proto, &req->p, peer, tag);
+    if ((st = core_peer_ready(ctx, peer, &ep, &pp)) == TMX_OK)
+        st = proto_send_ep(&ctx->proto, &req->p, peer, ep, pp, tag);
     st = submit_end(req, st, out);
     core_unlock(ctx);
     return st;
@@ -110,11 +115,12 @@ static tmx_status_t recv_start(tmx_context_h ctx, struct tmx_request *req)
 {
     tmx_peer_t src = req->p.recv.src;
     tl_ep_t *ep;
+    proto_peer_t *pp;
     tmx_status_t st;
 
     if (proto_recv_match(&ctx->proto, &req->p) == TMX_OK)
         return TMX_OK;
-    if (src == TMX_ANY_SOURCE || (st = core_peer_ep(ctx, src, &ep)) == TMX_OK)
+    if (src == TMX_ANY_SOURCE || (st = core_peer_ready(ctx, src, &ep, &pp)) == TMX_OK)
         return proto_recv_post(&ctx->proto, &req->p);
     while (core_progress(ctx) > 0)
         ;

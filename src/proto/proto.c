@@ -64,14 +64,6 @@ void proto_fini(proto_t *p)
     p->n_rndv_slots = 0;
 }
 
-void proto_req_init(proto_req_t *req)
-{
-    /* What follows recv is set before use: the receive entry when posted,
-     * the rendezvous fields when a receive starts reading (rndv_start). */
-    memset(req, 0, offsetof(proto_req_t, recv));
-    req->recv.bin = NULL;
-}
-
 /* ------------------------------------------------------ rendezvous slots */
 
 #define RNDV_FREE_BIT ((uintptr_t)1)
@@ -225,9 +217,17 @@ tmx_status_t proto_send(proto_t *p, proto_req_t *req, tmx_peer_t peer, uint64_t 
 {
     tl_ep_t *ep;
     proto_peer_t *pp;
-    tmx_status_t st = proto_ep(p, peer, &ep, &pp);
+    tmx_status_t st = p->up.peer_ep(p->up.arg, peer, &ep, &pp);
 
-    if (st != TMX_OK)
+    return st != TMX_OK ? st : proto_send_ep(p, req, peer, ep, pp, tag);
+}
+
+tmx_status_t proto_send_ep(proto_t *p, proto_req_t *req, tmx_peer_t peer, tl_ep_t *ep, proto_peer_t *pp,
+                           uint64_t tag)
+{
+    tmx_status_t st;
+
+    if (!pp->hello_sent && (st = hello_send(p, pp, ep)) != TMX_OK)
         return st;
     if (req->len < ((const proto_tl_t *)ep->iface->above)->eager_end &&
         !(req->flags & TMX_OP_FLAG_SYNC)) {
@@ -243,14 +243,12 @@ tmx_status_t proto_send(proto_t *p, proto_req_t *req, tmx_peer_t peer, uint64_t 
 
 /* An eager send without a request (TMX_OP_FLAG_INJECT): every transport's
  * eager limit is at least TMX_INJECT_MAX. */
-tmx_status_t proto_inject(proto_t *p, tmx_peer_t peer, const void *buf, size_t len, uint64_t tag,
-                          int has_data, uint64_t data)
+tmx_status_t proto_inject(proto_t *p, tl_ep_t *ep, proto_peer_t *pp, const void *buf, size_t len,
+                          uint64_t tag, int has_data, uint64_t data)
 {
-    tl_ep_t *ep;
-    proto_peer_t *pp;
-    tmx_status_t st = proto_ep(p, peer, &ep, &pp);
+    tmx_status_t st;
 
-    if (st != TMX_OK)
+    if (!pp->hello_sent && (st = hello_send(p, pp, ep)) != TMX_OK)
         return st;
     return send_eager(ep, buf, len, tag, has_data, data);
 }

@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "match/match.h"
 #include "proto/proto_table.h"
@@ -133,18 +134,31 @@ tmx_status_t proto_iface_add(proto_t *p, tl_iface_t *iface);
  * closed. */
 void proto_fini(proto_t *p);
 
-/* Clears proto's part of a new request. */
-void proto_req_init(proto_req_t *req);
+/* Clears proto's part of a new request (on every operation: inline). */
+static inline void proto_req_init(proto_req_t *req)
+{
+    /* What follows recv is set before use: the receive entry when posted,
+     * the rendezvous fields when a receive starts reading (rndv_start). */
+    memset(req, 0, offsetof(proto_req_t, recv));
+    req->recv.bin = NULL;
+}
 
 /* Starts a send to peer of req->buf, req->len under tag (req->comp
  * carries user context and remote data). On TMX_OK the request completes
  * now (eager) or on FIN; on error nothing was sent and the request is
- * untouched. */
+ * untouched. The endpoint comes from proto_upcalls_t.peer_ep. */
 tmx_status_t proto_send(proto_t *p, proto_req_t *req, tmx_peer_t peer, uint64_t tag);
 
-/* Sends an eager message that keeps no request (TMX_OP_FLAG_INJECT). */
-tmx_status_t proto_inject(proto_t *p, tmx_peer_t peer, const void *buf, size_t len, uint64_t tag,
-                          int has_data, uint64_t data);
+/* The same to an endpoint the caller looked up (ep and pp as peer_ep
+ * gives them): the data path, which core serves from its peer table
+ * without the upcall. */
+tmx_status_t proto_send_ep(proto_t *p, proto_req_t *req, tmx_peer_t peer, tl_ep_t *ep, proto_peer_t *pp,
+                           uint64_t tag);
+
+/* Sends an eager message that keeps no request (TMX_OP_FLAG_INJECT) to
+ * an endpoint the caller looked up. */
+tmx_status_t proto_inject(proto_t *p, tl_ep_t *ep, proto_peer_t *pp, const void *buf, size_t len,
+                          uint64_t tag, int has_data, uint64_t data);
 
 /* Delivers the earliest unexpected message that req->recv matches into
  * req: TMX_OK, or TMX_ERR_NO_MESSAGE when none does (nothing changed). */

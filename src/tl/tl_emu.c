@@ -45,11 +45,6 @@ void tl_emu_init(tl_emu_t *e, tl_iface_t *iface, const tl_emu_ops_t *ops, size_t
     util_dlist_init(&e->serves);
 }
 
-int tl_emu_busy(const tl_emu_t *e)
-{
-    return !util_dlist_empty(&e->gets) || !util_dlist_empty(&e->serves);
-}
-
 /* ------------------------------------------------------------ the reader */
 
 static void get_finish(emu_get_t *g, tmx_status_t st)

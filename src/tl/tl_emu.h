@@ -86,8 +86,11 @@ tmx_status_t tl_emu_data_arrive(tl_emu_t *e, tl_ep_t *ep, uint32_t id, uint64_t 
  * number of events. */
 int tl_emu_progress(tl_emu_t *e, uint64_t now_us);
 
-/* Reads or serves are under way. */
-int tl_emu_busy(const tl_emu_t *e);
+/* Reads or serves are under way (asked by every progress: inline). */
+static inline int tl_emu_busy(const tl_emu_t *e)
+{
+    return !util_dlist_empty(&e->gets) || !util_dlist_empty(&e->serves);
+}
 
 /* ep failed: its reads complete with TMX_ERR_PEER_FAILED, what we served
  * it is dropped. Calls done(). */

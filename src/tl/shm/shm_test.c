@@ -18,8 +18,8 @@
 #include <cmocka.h>
 
 #include "unit.h"
+#include "unit_tl.h"
 
-#include "core/config.h"
 #include "tl/shm/shm.h"
 
 #define UUID_A 0xa11ce0001ULL
@@ -66,12 +66,12 @@ static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_
 
 static void side_open(side_t *s, uint64_t uuid)
 {
-    config_t cfg;
-    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, 0, &cfg.tl, s};
+    tl_settings_t set;
+    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s};
 
     memset(s, 0, sizeof(*s));
     s->uuid = uuid;
-    assert_int_equal(config_load(&cfg, NULL), TMX_OK);
+    assert_int_equal(unit_tl_settings(&set), TMX_OK);
     assert_int_equal(tl_shm_ops.iface_open(&p, &s->iface), TMX_OK);
 }
 

@@ -25,8 +25,8 @@
 #include <cmocka.h>
 
 #include "unit.h"
+#include "unit_tl.h"
 
-#include "core/config.h"
 #include "tl/udp/udp.h"
 
 #define JOB_KEY 0x5eed
@@ -63,11 +63,11 @@ static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_
  * environment's (set by main and by some cases), over the defaults. */
 static void side_open(side_t *s, uint64_t uuid)
 {
-    config_t cfg;
-    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0, &cfg.tl, s};
+    tl_settings_t set;
+    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s};
     tl_iface_t *iface;
 
-    assert_int_equal(config_load(&cfg, NULL), TMX_OK);
+    assert_int_equal(unit_tl_settings(&set), TMX_OK);
     memset(s, 0, sizeof(*s));
     assert_int_equal(tl_udp_ops.iface_open(&p, &iface), TMX_OK);
     s->ui = (udp_iface_t *)iface;

@@ -19,7 +19,8 @@
 #
 # Usage: bench/ab.sh [-r ROUNDS] [-o FILE] COMMIT_A COMMIT_B
 #   -r ROUNDS   rounds (default 6)
-#   -o FILE     the markdown report (default: standard output)
+#   -o FILE     the markdown report (default: standard output), and every
+#               figure of every round in FILE.csv
 # Needs: cmake, gcc, taskset, mpicc and mpirun (Open MPI; the MPI rows are
 # left out without them).
 set -euo pipefail
@@ -127,4 +128,9 @@ for k in sorted(d):
 EOF
 }
 
-if [ -n "$OUT" ]; then report "$1" "$2" >"$OUT"; else report "$1" "$2"; fi
+if [ -n "$OUT" ]; then
+    report "$1" "$2" >"$OUT"
+    cp "$CSV" "$OUT.csv"
+else
+    report "$1" "$2"
+fi

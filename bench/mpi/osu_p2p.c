@@ -7,15 +7,19 @@
  *         percentile and minimum over the timed round trips (osu_latency)
  *   bw    rank 0 posts a window of MPI_Isend, rank 1 as many MPI_Irecv;
  *         rank 1 answers each window with a 4-byte ack (osu_bw); MB/s
- *   rate  the bw loop at one small size, reported in messages/s (osu_mbw_mr
- *         with one pair)
+ *   rate  the bw loop at one small size, reported in messages/s (osu_mbw_mr):
+ *         with 2N ranks, N pairs (rank r with rank r + N) run it at once
+ *         and the figure is the sum of the pairs' rates
+ *
+ * lat and bw take two ranks; rate takes any even number.
  *
  * Every size runs after a barrier, with warm-up iterations (a tenth, plus
  * one) before the timed ones. After each size one more round trip carries a
  * stamped payload that rank 0 checks, so a figure is only printed for data
  * that really arrived. Rank 0 prints CSV rows:
  *   lat,SIZE,ROUND_TRIPS,MEAN_US,MEDIAN_US,P99_US,MIN_US
- *   bw,SIZE,MESSAGES,MB_PER_S,MSG_PER_S     (and the same for rate)
+ *   bw,SIZE,MESSAGES,MB_PER_S,MSG_PER_S
+ *   rate,SIZE,MESSAGES,MB_PER_S,MSG_PER_S,PAIRS   (sums over the pairs)
  * MB are 10^6 bytes.
  */
 #define _GNU_SOURCE
@@ -46,7 +50,9 @@ typedef struct opts {
 typedef struct bench {
     opts_t o;
     int rank;
+    int size;            /* ranks in the job */
     int peer;
+    int leader;          /* sends in its pair: rank < size / 2 */
     unsigned char *sbuf;
     unsigned char *rbuf;
     MPI_Request *reqs;
@@ -65,9 +71,11 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: mpirun -n 2 osu_p2p [-t lat,bw,rate] [-s SIZE[,SIZE...]] [-w WINDOW]\n"
                "               [-r RATE_SIZE] [-d DIVISOR] [-p]\n"
+               "       mpirun -n 2N osu_p2p -t rate ...   (N pairs)\n"
                "  -s  sizes (suffixes k, m); default 1 B to 16 MiB in powers of two\n"
                "  -d  divide every iteration count by DIVISOR (at least 20 remain)\n"
-               "  -p  pin rank r to core r (sched_setaffinity, before MPI_Init)\n");
+               "  -p  pin rank r to core r modulo the cores online (sched_setaffinity,\n"
+               "      before MPI_Init)\n");
 }
 
 static int parse_size(const char *s, size_t *out)
@@ -144,8 +152,10 @@ static void pin_to_rank(void)
 
     if (r == NULL)
         return;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+
     CPU_ZERO(&set);
-    CPU_SET(atoi(r), &set);
+    CPU_SET(atoi(r) % (n > 0 ? (int)n : 1), &set);
     if (sched_setaffinity(0, sizeof(set), &set) != 0)
         perror("osu_p2p: sched_setaffinity");
 }
@@ -166,18 +176,24 @@ static void print_cpus(char *out, size_t len)
 /* One line per rank, in rank order: where it runs and on which cores. */
 static void report_placement(const bench_t *b)
 {
-    char line[512], host[MPI_MAX_PROCESSOR_NAME], cpus[256], all[2][512];
+    char line[512], host[MPI_MAX_PROCESSOR_NAME], cpus[256];
+    char *all = b->rank == 0 ? malloc((size_t)b->size * sizeof(line)) : NULL;
     int len;
 
     MPI_Get_processor_name(host, &len);
     print_cpus(cpus, sizeof(cpus));
     snprintf(line, sizeof(line), "# rank %d on %s, cores %s", b->rank, host, cpus);
+    if (b->rank == 0 && all == NULL)
+        MPI_Abort(MPI_COMM_WORLD, 2);
     MPI_Gather(line, sizeof(line), MPI_CHAR, all, sizeof(line), MPI_CHAR, 0, MPI_COMM_WORLD);
     if (b->rank == 0) {
         char ver[MPI_MAX_LIBRARY_VERSION_STRING];
         MPI_Get_library_version(ver, &len);
         ver[strcspn(ver, "\n")] = '\0';
-        printf("# %s\n%s\n%s\n", ver, all[0], all[1]);
+        printf("# %s\n", ver);
+        for (int r = 0; r < b->size; r++)
+            printf("%s\n", all + (size_t)r * sizeof(line));
+        free(all);
     }
 }
 
@@ -202,11 +218,11 @@ static void stamp(unsigned char *buf, size_t len, unsigned seed)
         buf[i] = (unsigned char)(i * 7 + seed);
 }
 
-/* Rank 0 sends a stamped payload, rank 1 returns what it got, rank 0
- * checks it. Exits (aborting the job) on a mismatch. */
+/* The leader of each pair sends a stamped payload, its peer returns what
+ * it got, the leader checks it. Exits (aborting the job) on a mismatch. */
 static void check_round_trip(bench_t *b, size_t size, unsigned seed)
 {
-    if (b->rank == 0) {
+    if (b->leader) {
         stamp(b->sbuf, size, seed);
         memset(b->rbuf, 0, size);
         MPI_Send(b->sbuf, (int)size, MPI_BYTE, b->peer, TAG_CHECK, MPI_COMM_WORLD);
@@ -255,7 +271,7 @@ static double quantile(const double *v, long n, double q)
 
 static void ping_pong(bench_t *b, size_t size)
 {
-    if (b->rank == 0) {
+    if (b->leader) {
         MPI_Send(b->sbuf, (int)size, MPI_BYTE, b->peer, TAG_DATA, MPI_COMM_WORLD);
         MPI_Recv(b->rbuf, (int)size, MPI_BYTE, b->peer, TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     } else {
@@ -291,20 +307,20 @@ static void run_lat(bench_t *b, size_t size)
     fflush(stdout);
 }
 
-/* One window: rank 0 posts w sends, rank 1 w receives (into one buffer, as
- * osu_bw does) and then acks, so windows do not overlap. */
+/* One window: the leader posts w sends, its peer w receives (into one
+ * buffer, as osu_bw does) and then acks, so windows do not overlap. */
 static void window(bench_t *b, size_t size)
 {
     int w = b->o.window, ack = 0;
 
     for (int k = 0; k < w; k++) {
-        if (b->rank == 0)
+        if (b->leader)
             MPI_Isend(b->sbuf, (int)size, MPI_BYTE, b->peer, TAG_DATA, MPI_COMM_WORLD, &b->reqs[k]);
         else
             MPI_Irecv(b->rbuf, (int)size, MPI_BYTE, b->peer, TAG_DATA, MPI_COMM_WORLD, &b->reqs[k]);
     }
     MPI_Waitall(w, b->reqs, MPI_STATUSES_IGNORE);
-    if (b->rank == 0)
+    if (b->leader)
         MPI_Recv(&ack, 1, MPI_INT, b->peer, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     else
         MPI_Send(&ack, 1, MPI_INT, b->peer, TAG_ACK, MPI_COMM_WORLD);
@@ -322,10 +338,20 @@ static void run_windows(bench_t *b, const char *name, size_t size, long windows)
         window(b, size);
     dt = now_s() - t0;
     check_round_trip(b, size, (unsigned)size + 1);
+    if (b->size > 2) {
+        /* every pair's rate, summed; followers add nothing */
+        double mine = b->leader ? (double)msgs / dt : 0.0, sum = 0.0;
+        MPI_Reduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+        if (b->rank == 0)
+            printf("%s,%zu,%ld,%.3f,%.1f,%d\n", name, size, msgs * (b->size / 2),
+                   (double)size * sum / 1e6, sum, b->size / 2);
+        fflush(stdout);
+        return;
+    }
     if (b->rank != 0)
         return;
-    printf("%s,%zu,%ld,%.3f,%.1f\n", name, size, msgs, (double)size * (double)msgs / dt / 1e6,
-           (double)msgs / dt);
+    printf("%s,%zu,%ld,%.3f,%.1f%s\n", name, size, msgs, (double)size * (double)msgs / dt / 1e6,
+           (double)msgs / dt, strcmp(name, "rate") == 0 ? ",1" : "");
     fflush(stdout);
 }
 
@@ -336,12 +362,15 @@ static int setup(bench_t *b)
 
     MPI_Comm_rank(MPI_COMM_WORLD, &b->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size != 2) {
+    if (size < 2 || size % 2 != 0 || (size != 2 && (b->o.lat || b->o.bw))) {
         if (b->rank == 0)
-            fprintf(stderr, "osu_p2p: run it with two ranks (mpirun -n 2)\n");
+            fprintf(stderr, "osu_p2p: run lat and bw with two ranks (mpirun -n 2), rate with an "
+                            "even number of ranks (%d given)\n", size);
         return -1;
     }
-    b->peer = 1 - b->rank;
+    b->size = size;
+    b->leader = b->rank < size / 2;
+    b->peer = b->leader ? b->rank + size / 2 : b->rank - size / 2;
     for (int i = 0; i < b->o.n_sizes; i++)
         max = b->o.sizes[i] > max ? b->o.sizes[i] : max;
     b->sbuf = buf_alloc(max);
@@ -375,7 +404,7 @@ static void run_all(bench_t *b)
         /* ten times the windows of a bw run at that size: a rate needs more
          * than the few milliseconds such a run of small messages takes */
         if (b->rank == 0)
-            printf("rate,size,messages,MB_per_s,msg_per_s\n");
+            printf("rate,size,messages,MB_per_s,msg_per_s,pairs\n");
         MPI_Barrier(MPI_COMM_WORLD);
         run_windows(b, "rate", o->rate_size, 10 * bw_windows(b, o->rate_size));
     }

@@ -18,6 +18,7 @@
 
 #include "unit.h"
 #include <arpa/inet.h>
+#include <endian.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -280,6 +281,107 @@ static void test_announced_peer_gone(void **state)
     side_close(&srv);
 }
 
+/* The name socket's wire format, as a peer that is not the provider
+ * writes it (fab_name.c): a 16-byte header, then for a query an 8-byte
+ * announcement and the announced tmx address. */
+typedef struct ns_wire {
+    uint32_t magic;
+    uint8_t version, op;
+    uint16_t len;
+    uint64_t nonce;
+} ns_wire_t;
+
+enum { NS_WIRE_MAGIC = 0x4e584d54, NS_WIRE_QUERY = 1, NS_WIRE_ANSWER = 2 };
+
+static void ns_send_query(int fd, const struct sockaddr_in *to, uint32_t ip, uint16_t port,
+                          const void *blob, size_t blen)
+{
+    unsigned char out[512];
+    ns_wire_t q = {htole32(NS_WIRE_MAGIC), 1, NS_WIRE_QUERY, htole16((uint16_t)blen), 7};
+    uint32_t an[2] = {ip, (uint32_t)port}; /* ip, port (network order), reserved zero */
+
+    memcpy(out, &q, sizeof(q));
+    memcpy(out + sizeof(q), an, sizeof(an));
+    memcpy(out + sizeof(q) + sizeof(an), blob, blen);
+    assert_int_equal(sendto(fd, out, sizeof(q) + sizeof(an) + blen, 0, (const struct sockaddr *)to,
+                            sizeof(*to)),
+                     (ssize_t)(sizeof(q) + sizeof(an) + blen));
+}
+
+/* Waits for a datagram on fd, up to WAIT_MS; returns its length. */
+static ssize_t recv_wait(int fd, void *buf, size_t len)
+{
+    struct pollfd pfd = {fd, POLLIN, 0};
+
+    assert_int_equal(poll(&pfd, 1, WAIT_MS), 1);
+    return recv(fd, buf, len, 0);
+}
+
+typedef struct insert_job {
+    side_t *side;
+    struct sockaddr_in name;
+    fi_addr_t addr;
+    int ret;
+} insert_job_t;
+
+static void *insert_thread(void *arg)
+{
+    insert_job_t *j = arg;
+
+    j->ret = fi_av_insert(j->side->av, &j->name, 1, &j->addr, 0, NULL);
+    return NULL;
+}
+
+/* An insertion of a name whose owner does not answer (busy, then gone)
+ * while, during the wait, the owner asks us and announces itself: the
+ * insertion takes what it announced once its port is refused, instead of
+ * waiting out the limit and failing (an fi_rdm client that resolved the
+ * server, sent and exited before its name thread could answer). */
+static void test_announced_during_insert(void **state)
+{
+    side_t srv, b;
+    struct sockaddr_in srv_name, b_name, fake = {.sin_family = AF_INET};
+    size_t len = sizeof(srv_name);
+    unsigned char buf[512];
+    socklen_t flen = sizeof(fake);
+    insert_job_t job = {.side = &srv};
+    char port[16];
+    pthread_t t;
+    ssize_t n;
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+    side_open(&srv, NULL, free_port(port), FI_SOURCE, hints_new(0, 0), FI_WAIT_NONE);
+    side_open(&b, NULL, free_port(port), FI_SOURCE, hints_new(0, 0), FI_WAIT_NONE);
+    assert_int_equal(fi_getname(&srv.ep->fid, &srv_name, &len), 0);
+    len = sizeof(b_name);
+    assert_int_equal(fi_getname(&b.ep->fid, &b_name, &len), 0);
+    /* the silent owner of a name: a socket that never answers */
+    fake.sin_addr = srv_name.sin_addr;
+    assert_int_equal(bind(fd, (struct sockaddr *)&fake, sizeof(fake)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&fake, &flen), 0);
+    job.name = fake;
+    assert_int_equal(pthread_create(&t, NULL, insert_thread, &job), 0);
+    n = recv_wait(fd, buf, sizeof(buf)); /* srv asks it, and waits */
+    assert_true(n >= (ssize_t)sizeof(ns_wire_t));
+    /* it learns a tmx address (b's, asking b anonymously) and announces it to srv */
+    ns_send_query(fd, &b_name, 0, 0, NULL, 0);
+    do
+        n = recv_wait(fd, buf, sizeof(buf));
+    while (n >= 6 && buf[5] != NS_WIRE_ANSWER);
+    assert_true(n > (ssize_t)sizeof(ns_wire_t));
+    ns_send_query(fd, &srv_name, fake.sin_addr.s_addr, fake.sin_port, buf + sizeof(ns_wire_t),
+                  (size_t)n - sizeof(ns_wire_t));
+    do
+        n = recv_wait(fd, buf, sizeof(buf));
+    while (n >= 6 && buf[5] != NS_WIRE_ANSWER);
+    close(fd); /* and it is gone: its port is refused from now on */
+    pthread_join(t, NULL);
+    assert_int_equal(job.ret, 1);
+    send_to(&srv, job.addr, &b, 4); /* the name leads to b */
+    side_close(&srv);
+    side_close(&b);
+}
+
 typedef struct delayed_send {
     side_t *from;
     fi_addr_t to;
@@ -454,6 +556,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_loopback_source),
         cmocka_unit_test(test_addr_str),
         cmocka_unit_test(test_announced_peer_gone),
+        cmocka_unit_test(test_announced_during_insert),
         cmocka_unit_test(test_wait_fd),
         cmocka_unit_test(test_wait_fd_thread_domain),
         cmocka_unit_test(test_eq_write),

@@ -518,27 +518,47 @@ static int ns_take_answer(const unsigned char *buf, ssize_t n, uint64_t nonce, v
     return 1;
 }
 
-/* Queries until the answer, the time limit, or (with give_up_refused) the
- * kernel's report that nothing listens there (the socket is connected,
- * so an ICMP port unreachable comes back as ECONNREFUSED). */
+/* What the owner of a name announced, if anything: ns_known holds it when
+ * ns_lookup finds it, and the wait below gives the owner only
+ * NS_ANNOUNCED_WAIT_MS more to answer from then on. */
+typedef struct ns_fallback {
+    int have;
+    size_t len;
+    unsigned char blob[TMX_ADDRESS_MAX];
+} ns_fallback_t;
+
+/* Queries until the answer or the time limit. What the owner announced
+ * stands in when the kernel reports that nothing listens there any more
+ * (the socket is connected, so an ICMP port unreachable comes back as
+ * ECONNREFUSED) or when it is slow to answer. The announcement is looked
+ * for again at each query: it may arrive while we wait, from an owner
+ * that asked us, got its answer and exited before it answered us. */
 static int ns_wait_answer(int fd, const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps,
-                          int64_t limit_ms, int give_up_refused, void *blob, size_t *len)
+                          ns_fallback_t *fb, void *blob, size_t *len)
 {
     unsigned char buf[sizeof(ns_hdr_t) + TMX_ADDRESS_MAX + 1];
     uint64_t nonce = (uint64_t)fab_now_us() ^ ((uint64_t)getpid() << 40) ^ (uintptr_t)buf;
-    int64_t end = fab_now_us() + limit_ms * 1000, next = 0;
+    int64_t start = fab_now_us(), end = start + (int64_t)FAB_NS_TIMEOUT_MS * 1000, next = 0;
     struct pollfd pfd = {fd, POLLIN, 0};
 
     while (fab_now_us() < end) {
         if (fab_now_us() >= next) {
+            if (!fb->have && (fb->have = ns_lookup(to, fb->blob, &fb->len)) &&
+                end > fab_now_us() + NS_ANNOUNCED_WAIT_MS * 1000)
+                end = fab_now_us() + NS_ANNOUNCED_WAIT_MS * 1000;
             ns_query_all(fd, to, nonce, eps, n_eps);
             next = fab_now_us() + NS_RETRY_MS * 1000;
         }
         if (poll(&pfd, 1, NS_SLICE_MS) <= 0)
             continue;
         ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (n < 0 && errno == ECONNREFUSED && give_up_refused)
-            return -FI_ECONNREFUSED;
+        if (n < 0 && errno == ECONNREFUSED) {
+            if (!fb->have)
+                fb->have = ns_lookup(to, fb->blob, &fb->len);
+            if (fb->have)
+                return -FI_ECONNREFUSED;
+            continue; /* perhaps not bound yet: its owner may be starting */
+        }
         if (ns_take_answer(buf, n, nonce, blob, len))
             return 0;
     }
@@ -548,13 +568,12 @@ static int ns_wait_answer(int fd, const struct sockaddr_in *to, fab_ep_t *const 
 /* The owner of a name is asked first, since an announcement may be stale
  * (an endpoint closed and another bound its port); what the owner
  * announced stands in when it cannot answer: nothing listens there any
- * more, or no answer came within NS_ANNOUNCED_WAIT_MS. */
+ * more, or no answer came within NS_ANNOUNCED_WAIT_MS of our knowing the
+ * announcement. */
 int fab_ns_resolve(const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps, void *blob,
                    size_t *len)
 {
-    unsigned char known[TMX_ADDRESS_MAX];
-    size_t known_len = 0;
-    int have = ns_lookup(to, known, &known_len);
+    ns_fallback_t fb = {0};
     int fd, ret;
 
     if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
@@ -565,16 +584,15 @@ int fab_ns_resolve(const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps
             close(fd);
         return -FI_EOTHER;
     }
-    ret = ns_wait_answer(fd, to, eps, n_eps, have ? NS_ANNOUNCED_WAIT_MS : FAB_NS_TIMEOUT_MS, have,
-                         blob, len);
+    ret = ns_wait_answer(fd, to, eps, n_eps, &fb, blob, len);
     close(fd);
     if (ret == 0) {
         pthread_mutex_lock(&ns_lock);
         ns_learn(to, blob, *len);
         pthread_mutex_unlock(&ns_lock);
-    } else if (have) {
-        memcpy(blob, known, known_len);
-        *len = known_len;
+    } else if (fb.have || (fb.have = ns_lookup(to, fb.blob, &fb.len))) {
+        memcpy(blob, fb.blob, fb.len);
+        *len = fb.len;
         ret = 0;
     } else {
         FAB_WARN(FI_LOG_AV, "no tmx endpoint answered at %s:%u within %d ms\n",

@@ -227,6 +227,14 @@ typedef struct tmx_completion {
 tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
                        uint64_t tag, const tmx_op_params_t *params, tmx_request_h *req);
 
+/* An injected send in one call, the short path of tmx_tsend() with
+ * TMX_OP_FLAG_INJECT (libfabric's fi_tinject and fi_tinjectdata): at most
+ * TMX_INJECT_MAX bytes, reusable on return, no request and no completion.
+ * has_data non-zero attaches data as remote CQ data. TMX_ERR_AGAIN:
+ * nothing was sent; progress and retry. */
+tmx_status_t tmx_tinject(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
+                         uint64_t tag, int has_data, uint64_t data);
+
 /* Posts a receive of up to len bytes into buf for a message from peer (or
  * TMX_ANY_SOURCE) whose tag equals tag in every bit not set in ignore.
  * Completion and request as for tmx_tsend(). A longer message completes

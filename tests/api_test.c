@@ -687,6 +687,54 @@ static void test_inject(void **state)
     cq_none(f->ctx);
 }
 
+/* tmx_tinject is the one-call form of an injected send: the payload is
+ * copied, remote data travels only when asked for, no completion is
+ * reported, and bad arguments are refused with nothing sent. */
+static void test_tinject(void **state)
+{
+    fixture_t *f = *state;
+    static unsigned char big[TMX_INJECT_MAX + 1], got[TMX_INJECT_MAX + 1];
+    tmx_request_h rr;
+    tmx_completion_t c;
+
+    fill(big, TMX_INJECT_MAX, 9);
+    assert_int_equal(tmx_tinject(f->ctx, f->self, big, TMX_INJECT_MAX, 5, 1, 77), TMX_OK);
+    assert_int_equal(tmx_tinject(f->ctx, f->self, big, 8, 6, 0, 99), TMX_OK);
+    assert_int_equal(tmx_tinject(f->ctx, f->self, NULL, 0, 7, 0, 0), TMX_OK);
+    memset(big, 0, sizeof(big));
+    cq_none(f->ctx);
+
+    assert_int_equal(tmx_trecv(f->ctx, f->self, got, sizeof(got), 5, 0, NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, -1, &c), TMX_OK);
+    assert_int_equal(c.length, TMX_INJECT_MAX);
+    assert_true(c.has_data);
+    assert_int_equal(c.data, 77);
+    check(got, TMX_INJECT_MAX, 9);
+    tmx_request_free(rr);
+    assert_int_equal(tmx_trecv(f->ctx, f->self, got, sizeof(got), 6, 0, NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, -1, &c), TMX_OK);
+    assert_int_equal(c.length, 8);
+    assert_false(c.has_data);
+    check(got, 8, 9);
+    tmx_request_free(rr);
+    assert_int_equal(tmx_trecv(f->ctx, f->self, got, sizeof(got), 7, 0, NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, -1, &c), TMX_OK);
+    assert_int_equal(c.length, 0);
+    tmx_request_free(rr);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(cq_one(f->ctx).op, TMX_OP_TRECV); /* the receives' only */
+    cq_none(f->ctx);
+
+    assert_int_equal(tmx_tinject(NULL, f->self, big, 1, 5, 0, 0), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tinject(f->ctx, f->self, NULL, 1, 5, 0, 0), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tinject(f->ctx, f->self, big, TMX_INJECT_MAX + 1, 5, 0, 0), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tinject(f->ctx, 12345, big, 1, 5, 0, 0), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tinject(f->ctx, TMX_ANY_SOURCE, big, 1, 5, 0, 0), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tinject(f->ctx, TMX_PEER_NONE, big, 1, 5, 0, 0), TMX_ERR_INVALID);
+    assert_int_equal(tmx_tprobe(f->ctx, TMX_ANY_SOURCE, 0, ~0ull, 0, &c, NULL), TMX_ERR_NO_MESSAGE);
+    cq_none(f->ctx);
+}
+
 /* Requests released early still report through the CQ; many outstanding
  * completions grow the queue instead of losing entries. */
 static void test_cq_growth(void **state)
@@ -1082,6 +1130,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_remote_data, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_send, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inject, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tinject, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cq_growth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wire_garbage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_null, setup, teardown),

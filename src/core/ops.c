@@ -37,25 +37,48 @@ static tmx_status_t submit_end(struct tmx_request *req, tmx_status_t st, tmx_req
 }
 
 /* A send that keeps nothing: the payload goes into the transport now. */
+static inline tmx_status_t inject(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
+                                  uint64_t tag, int has_data, uint64_t data)
+{
+    tl_ep_t *ep;
+    proto_peer_t *pp;
+    tmx_status_t st;
+
+    core_lock(ctx);
+    if ((st = core_peer_ready(ctx, peer, &ep, &pp)) == TMX_OK)
+        st = proto_inject(&ctx->proto, ep, pp, buf, len, tag, has_data, data);
+    core_unlock(ctx);
+    return st;
+}
+
 static tmx_status_t send_inject(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
                                 uint64_t tag, const tmx_op_params_t *params, tmx_request_h *out)
 {
     uint64_t f = params->field_mask;
     int has_data = (f & TMX_OP_FIELD_DATA) || (params->flags & TMX_OP_FLAG_DATA);
-    tl_ep_t *ep;
-    proto_peer_t *pp;
-    tmx_status_t st;
 
     if (out != NULL || (params->flags & TMX_OP_FLAG_SYNC) || len > TMX_INJECT_MAX) {
         util_error("tmx_tsend: an injected send takes no request, no SYNC and at most %d bytes "
                    "(%zu given)", TMX_INJECT_MAX, len);
         return TMX_ERR_INVALID;
     }
-    core_lock(ctx);
-    if ((st = core_peer_ready(ctx, peer, &ep, &pp)) == TMX_OK)
-        st = proto_inject(&ctx->proto, ep, pp, buf, len, tag, has_data, (f & TMX_OP_FIELD_DATA) ? params->data : 0);
-    core_unlock(ctx);
-    return st;
+    return inject(ctx, peer, buf, len, tag, has_data, (f & TMX_OP_FIELD_DATA) ? params->data : 0);
+}
+
+TMX_API tmx_status_t tmx_tinject(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
+                                 uint64_t tag, int has_data, uint64_t data)
+{
+    if (__builtin_expect(ctx == NULL || (buf == NULL && len != 0) || len > TMX_INJECT_MAX ||
+                             core_peer_get(ctx, peer) == NULL, 0)) {
+        if (ctx == NULL || (buf == NULL && len != 0))
+            util_error("tmx_tinject: NULL %s", ctx == NULL ? "context" : "buffer");
+        else if (len > TMX_INJECT_MAX)
+            util_error("tmx_tinject: %zu bytes, above TMX_INJECT_MAX (%d)", len, TMX_INJECT_MAX);
+        else
+            util_error("tmx_tinject: peer %u does not exist (%u peers)", peer, ctx->n_peers);
+        return TMX_ERR_INVALID;
+    }
+    return inject(ctx, peer, buf, len, tag, has_data != 0, has_data ? data : 0);
 }
 
 TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,

@@ -415,15 +415,51 @@ shm_cell_t *shm_cell_claim(shm_ep_t *ep, uint64_t *out_pos)
     }
 }
 
+static void seg_wake_now(shm_seg_hdr_t *seg)
+{
+    atomic_fetch_add_explicit(&seg->wake_seq, 1, memory_order_relaxed);
+    futex(&seg->wake_seq, FUTEX_WAKE, INT_MAX, NULL);
+}
+
 /* Wakes the consumer's threads if any announced that it sleeps. The
  * seq_cst fence pairs with the one in shm_wait(): either a sleeper sees
- * our cell, or we see its count. */
+ * what we did before, or we see its count. */
 static void seg_wake(shm_seg_hdr_t *seg)
 {
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&seg->sleeping, memory_order_relaxed) != 0) {
-        atomic_fetch_add_explicit(&seg->wake_seq, 1, memory_order_relaxed);
-        futex(&seg->wake_seq, FUTEX_WAKE, INT_MAX, NULL);
+    if (atomic_load_explicit(&seg->sleeping, memory_order_relaxed) != 0)
+        seg_wake_now(seg);
+}
+
+/* The same after a seq_cst read-modify-write of a cell's seq (a publish):
+ * the sleeper counts itself with a seq_cst read-modify-write and then
+ * reads that seq with a seq_cst load (shm_wait), so in the single order
+ * of seq_cst operations either its load follows our publish, or our load
+ * of the count follows its increment. No fence: on x86 the publish's
+ * locked instruction already orders the load, which a fence would order a
+ * second time on every send. */
+static inline void seg_wake_published(shm_seg_hdr_t *seg)
+{
+    if (atomic_load_explicit(&seg->sleeping, memory_order_seq_cst) != 0)
+        seg_wake_now(seg);
+}
+
+/* Copies one piece of a packet into a cell. Most pieces are a header of
+ * 8 to 24 bytes and a short payload: fixed-size moves the compiler
+ * inlines, instead of a call to memcpy for each. */
+static inline void piece_copy(unsigned char *dst, const unsigned char *src, size_t n)
+{
+    if (n >= 8 && n <= 16) {
+        memcpy(dst, src, 8);
+        memcpy(dst + n - 8, src + n - 8, 8);
+    } else if (n > 16 && n <= 32) {
+        memcpy(dst, src, 16);
+        memcpy(dst + n - 16, src + n - 16, 16);
+    } else if (n >= 4 && n < 8) {
+        memcpy(dst, src, 4);
+        memcpy(dst + n - 4, src + n - 4, 4);
+    } else if (n != 0) { /* an empty piece may come with no buffer */
+        memcpy(dst, src, n);
     }
 }
 
@@ -445,8 +481,7 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
     if ((cell = shm_cell_claim(ep, &pos)) == NULL)
         return TMX_ERR_AGAIN;
     for (int i = 0; i < iovcnt; i++) {
-        if (iov[i].iov_len != 0) /* an empty message may come with no buffer */
-            memcpy(cell->payload + off, iov[i].iov_base, iov[i].iov_len);
+        piece_copy(cell->payload + off, iov[i].iov_base, iov[i].iov_len);
         off += iov[i].iov_len;
     }
     return shm_cell_publish(ep, cell, pos, SHM_KIND_PACKET, (uint32_t)off);
@@ -463,14 +498,14 @@ tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint
     cell->len_kind = (uint16_t)(len | kind << SHM_KIND_SHIFT);
     cell->src = ep->slot;
     stop_hook(SHM_STOP_PUBLISH);
-    if (!atomic_compare_exchange_strong_explicit(&cell->seq, &seq, shm_seq(pos + 1), memory_order_release,
+    if (!atomic_compare_exchange_strong_explicit(&cell->seq, &seq, shm_seq(pos + 1), memory_order_seq_cst,
                                                  memory_order_relaxed)) {
         util_error("shm: peer %u skipped ring position %llu that we held: it took us for dead",
                    ep->super.peer, (unsigned long long)pos);
         ep->lost = 1; /* shm_check_peers fails it */
         return TMX_ERR_PEER_FAILED;
     }
-    seg_wake(ep->seg);
+    seg_wake_published(ep->seg);
     return TMX_OK;
 }
 
@@ -603,6 +638,15 @@ static int shm_progress(tl_iface_t *iface)
     shm_iface_t *si = (shm_iface_t *)iface;
     int events = 0, held = 0;
 
+    /* the common poll that finds nothing, kept short: no cell, no copy
+     * under way, one thread (a held cell is a published one, so held is
+     * already clear) */
+    if (atomic_load_explicit(&shm_cell(si->seg, si->head)->seq, memory_order_acquire) != shm_seq(si->head + 1) &&
+        !si->mt && !tl_emu_busy(&si->emu) && util_dlist_empty(&si->helps)) {
+        if (__builtin_expect(++si->empty_polls % SHM_STUCK_POLLS == 0, 0))
+            ring_unblock(si);
+        return 0;
+    }
     while (events < SHM_RECV_BUDGET) {
         shm_cell_t *cell = shm_cell(si->seg, si->head);
         if (atomic_load_explicit(&cell->seq, memory_order_acquire) != shm_seq(si->head + 1))
@@ -643,11 +687,12 @@ static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
     uint64_t head = atomic_load_explicit(&si->wait_head, memory_order_relaxed);
     struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000};
 
-    atomic_fetch_add_explicit(&seg->sleeping, 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_seq_cst);
-    /* a cell left in the ring (cell_leave) is no reason to stay awake */
+    atomic_fetch_add_explicit(&seg->sleeping, 1, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst); /* pairs with seg_wake's */
+    /* a cell left in the ring (cell_leave) is no reason to stay awake;
+     * seq_cst: pairs with seg_wake_published */
     if (!__atomic_load_n(&si->held, __ATOMIC_RELAXED) &&
-        atomic_load_explicit(&shm_cell(seg, head)->seq, memory_order_acquire) != shm_seq(head))
+        atomic_load_explicit(&shm_cell(seg, head)->seq, memory_order_seq_cst) != shm_seq(head))
         goto out_awake;
     if (si->mt && (shm_seen.si != si || atomic_load_explicit(&si->epoch, memory_order_relaxed) != shm_seen.epoch))
         goto out_awake; /* another thread progressed since we did */

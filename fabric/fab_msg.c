@@ -373,13 +373,60 @@ static ssize_t t_recvmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg, ui
     return ep_recv(EP(fid), &x);
 }
 
+/* The usual short tagged send: an enabled tagged endpoint, an address
+ * in the AV, a tag clear of the message bit, a payload within the inject
+ * size. */
+static inline int send_usual(const fab_ep_t *ep, const xfer_t *x)
+{
+    return ep->enabled && (ep->caps & x->flags & FI_TAGGED) && x->len <= FAB_INJECT_SIZE &&
+           (x->buf != NULL || x->len == 0) && !(x->tag & ep->msg_bit) && fab_av_valid(ep->av, x->addr);
+}
+
+/* fi_tinject and fi_tinjectdata, what Open MPI's ofi MTL calls for every
+ * short blocking send, and fi_tsend and fi_tsenddata of a short message
+ * that need not wait for its delivery (what it calls for every short
+ * nonblocking send): the usual case goes straight to tmx_tinject, which
+ * copies the payload out before it returns; a send that wants a
+ * completion has it written at once, as tmx would report it (a send
+ * completes when its buffer may be reused), without a request. Anything
+ * else takes the general path, which says what is wrong. */
+static inline ssize_t send_fast(fab_ep_t *ep, const xfer_t *x)
+{
+    ssize_t ret = 1;
+
+    fab_lock(ep->dom);
+    if (__builtin_expect(send_usual(ep, x) && (x->quiet || ep->tx_cq != NULL), 1)) {
+        tmx_status_t st = tmx_tinject(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, x->tag,
+                                      (x->flags & FI_REMOTE_CQ_DATA) != 0, x->data);
+        ret = st == TMX_OK ? 0 : -fab_errno(st);
+        if (st == TMX_OK && ep->tx_cntr)
+            fab_cntr_count(ep->tx_cntr, 0);
+        if (st == TMX_OK && !x->quiet && (!ep->tx_selective || (x->flags & FI_COMPLETION))) {
+            fab_cqe_t e = {.e = {.op_context = x->context, .flags = FI_TAGGED | FI_SEND},
+                           .src = FI_ADDR_NOTAVAIL};
+            fab_cq_push(ep->tx_cq, &e);
+        }
+    }
+    fab_unlock(ep->dom);
+    return ret <= 0 ? ret : ep_send(ep, x);
+}
+
+/* A send that waits for delivery (FI_DELIVERY_COMPLETE, FI_MATCH_COMPLETE)
+ * is tmx's synchronous send: never the fast path. */
+static inline ssize_t send_tagged(fab_ep_t *ep, const xfer_t *x)
+{
+    if (x->flags & (FI_DELIVERY_COMPLETE | FI_MATCH_COMPLETE))
+        return ep_send(ep, x);
+    return send_fast(ep, x);
+}
+
 static ssize_t t_send(struct fid_ep *fid, const void *buf, size_t len, void *desc,
                       fi_addr_t dest, uint64_t tag, void *context)
 {
     xfer_t x = {(void *)buf, len, dest, tag, 0, 0, FI_TAGGED | EP(fid)->tx_op_flags, context, 0};
 
     x.flags &= ~(uint64_t)(FI_INJECT | FI_REMOTE_CQ_DATA);
-    return ep_send(EP(fid), &x);
+    return send_tagged(EP(fid), &x);
 }
 
 static ssize_t t_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc, size_t count,
@@ -410,35 +457,12 @@ static ssize_t t_sendmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg, ui
     return ep_send(EP(fid), &x);
 }
 
-/* fi_tinject and fi_tinjectdata, what Open MPI's ofi MTL calls for every
- * short send: the usual case (an enabled tagged endpoint, an address in
- * the AV, a tag clear of the message bit, a payload within the inject
- * size) goes straight to tmx_tinject; anything else takes the general
- * path, which says what is wrong. */
-static inline ssize_t inject_fast(fab_ep_t *ep, const xfer_t *x)
-{
-    ssize_t ret = 1;
-
-    fab_lock(ep->dom);
-    if (__builtin_expect(ep->enabled && (ep->caps & FI_TAGGED) && x->len <= FAB_INJECT_SIZE &&
-                             (x->buf != NULL || x->len == 0) && !(x->tag & ep->msg_bit) &&
-                             fab_av_valid(ep->av, x->addr), 1)) {
-        tmx_status_t st = tmx_tinject(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, x->tag,
-                                      (x->flags & FI_REMOTE_CQ_DATA) != 0, x->data);
-        if (st == TMX_OK && ep->tx_cntr)
-            fab_cntr_count(ep->tx_cntr, 0);
-        ret = st == TMX_OK ? 0 : -fab_errno(st);
-    }
-    fab_unlock(ep->dom);
-    return ret <= 0 ? ret : ep_send(ep, x);
-}
-
 static ssize_t t_inject(struct fid_ep *fid, const void *buf, size_t len, fi_addr_t dest,
                         uint64_t tag)
 {
     xfer_t x = {(void *)buf, len, dest, tag, 0, 0, FI_TAGGED | FI_INJECT, NULL, 1};
 
-    return inject_fast(EP(fid), &x);
+    return send_fast(EP(fid), &x);
 }
 
 static ssize_t t_senddata(struct fid_ep *fid, const void *buf, size_t len, void *desc,
@@ -447,7 +471,7 @@ static ssize_t t_senddata(struct fid_ep *fid, const void *buf, size_t len, void 
     xfer_t x = {(void *)buf, len, dest, tag, 0, data, FI_TAGGED | EP(fid)->tx_op_flags, context, 0};
 
     x.flags = (x.flags & ~(uint64_t)FI_INJECT) | FI_REMOTE_CQ_DATA;
-    return ep_send(EP(fid), &x);
+    return send_tagged(EP(fid), &x);
 }
 
 static ssize_t t_injectdata(struct fid_ep *fid, const void *buf, size_t len, uint64_t data,
@@ -456,7 +480,7 @@ static ssize_t t_injectdata(struct fid_ep *fid, const void *buf, size_t len, uin
     xfer_t x = {(void *)buf, len, dest, tag, 0, data, FI_TAGGED | FI_INJECT | FI_REMOTE_CQ_DATA,
                 NULL, 1};
 
-    return inject_fast(EP(fid), &x);
+    return send_fast(EP(fid), &x);
 }
 
 struct fi_ops_tagged fab_tagged_ops = {

@@ -471,9 +471,30 @@ typedef struct proto_in {
     wire_rvh_t rvh;
     uint64_t data;
     uint32_t has_data;
-    const unsigned char *payload;
-    size_t payload_len;
+    const unsigned char *payload; /* the payload's first piece */
+    size_t payload_len;           /* the whole payload */
+    size_t first_len;             /* bytes at payload */
+    const struct iovec *more;     /* the pieces after it (proto_recv_iov_cb) */
+    int n_more;
 } proto_in_t;
+
+/* Copies the first n bytes of a packet's payload, which may come in
+ * pieces. */
+static void in_copy(void *dst, const proto_in_t *in, size_t n)
+{
+    unsigned char *d = dst;
+    size_t c = n < in->first_len ? n : in->first_len;
+
+    memcpy(d, in->payload, c);
+    d += c;
+    n -= c;
+    for (int i = 0; i < in->n_more && n > 0; i++) {
+        c = n < in->more[i].iov_len ? n : in->more[i].iov_len;
+        memcpy(d, in->more[i].iov_base, c);
+        d += c;
+        n -= c;
+    }
+}
 
 static int parse_fail(proto_t *p, tmx_peer_t src, const char *why, size_t len)
 {
@@ -487,6 +508,9 @@ static int parse_packet(proto_t *pr, tmx_peer_t src, const unsigned char *p, siz
 {
     size_t off = sizeof(wire_tmh_t);
 
+    in->first_len = 0;
+    in->more = NULL;
+    in->n_more = 0;
     if (len < sizeof(wire_tmh_t))
         return parse_fail(pr, src, "shorter than a TMH", len);
     memcpy(&in->tmh, p, sizeof(in->tmh));
@@ -518,6 +542,7 @@ static int parse_packet(proto_t *pr, tmx_peer_t src, const unsigned char *p, siz
     }
     in->payload = p + off;
     in->payload_len = len - off;
+    in->first_len = len - off;
     if (in->tmh.opcode == WIRE_OP_RNDV && in->payload_len != 0)
         return parse_fail(pr, src, "rendezvous request with trailing bytes", len);
     return 0;
@@ -539,7 +564,7 @@ static void unexpected_store(proto_t *p, tmx_peer_t src, const proto_in_t *in)
         if (msg->len != 0 && (msg->payload = malloc(msg->len)) == NULL)
             goto err_free;
         if (msg->len != 0)
-            memcpy(msg->payload, in->payload, msg->len);
+            in_copy(msg->payload, in, msg->len);
     } else {
         msg->kind = PROTO_MSG_RNDV;
         msg->app_ctx = in->tmh.app_ctx;
@@ -573,9 +598,12 @@ static void tagged_arrive(proto_t *p, tmx_peer_t src, const proto_in_t *in)
     match_remove_recv(&p->match, r);
     req = util_container_of(r, proto_req_t, recv);
     recv_fill(req, src, in->tmh.tag, msg_len, in->has_data, in->data);
-    if (in->tmh.opcode == WIRE_OP_EAGER)
+    if (in->tmh.opcode == WIRE_OP_EAGER && in->n_more == 0)
         eager_deliver(p, req, in->payload);
-    else
+    else if (in->tmh.opcode == WIRE_OP_EAGER) {
+        in_copy(req->buf, in, req->comp.length);
+        req_complete(p, req, recv_status(req));
+    } else
         rndv_start(p, req, src, in->tmh.app_ctx, in->rvh.va, in->rvh.rkey, in->rvh.len);
 }
 
@@ -638,6 +666,9 @@ int proto_admit_cb(void *arg, uint64_t src_uuid, const void *data, size_t len)
     return match_find_recv(&p->match, src, tmh.tag) != NULL;
 }
 
+static inline void packet_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src,
+                                 const proto_in_t *in, size_t len);
+
 void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len)
 {
     proto_t *p = arg;
@@ -654,13 +685,52 @@ void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len)
     }
     if (parse_packet(p, src, data, len, &in) != 0)
         return;
-    switch (in.tmh.opcode) {
+    packet_arrive(p, src_uuid, src, &in, len);
+}
+
+/* A packet in pieces (a long eager message over shm): its headers are in
+ * the first piece, and only an eager message may come so. */
+void proto_recv_iov_cb(void *arg, uint64_t src_uuid, const struct iovec *iov, int iovcnt)
+{
+    proto_t *p = arg;
+    tmx_peer_t src;
+    proto_in_t in;
+    size_t len = 0;
+
+    if (iovcnt == 1) {
+        proto_recv_cb(arg, src_uuid, iov[0].iov_base, iov[0].iov_len);
+        return;
+    }
+    for (int i = 0; i < iovcnt; i++)
+        len += iov[i].iov_len;
+    src = p->up.peer_by_uuid(p->up.arg, src_uuid);
+    if (src == TMX_PEER_NONE) {
+        parse_fail(p, src, "sender is not a peer of ours", len);
+        return;
+    }
+    if (iovcnt < 1 || iov[0].iov_len < sizeof(wire_tmh_t) ||
+        *(const unsigned char *)iov[0].iov_base != WIRE_OP_EAGER) {
+        parse_fail(p, src, "a packet in pieces that is not an eager message", len);
+        return;
+    }
+    if (parse_packet(p, src, iov[0].iov_base, iov[0].iov_len, &in) != 0)
+        return;
+    in.payload_len = len - (iov[0].iov_len - in.first_len);
+    in.more = iov + 1;
+    in.n_more = iovcnt - 1;
+    packet_arrive(p, src_uuid, src, &in, len);
+}
+
+static inline void packet_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src,
+                                 const proto_in_t *in, size_t len)
+{
+    switch (in->tmh.opcode) {
     case WIRE_OP_EAGER:
     case WIRE_OP_RNDV:
-        tagged_arrive(p, src, &in);
+        tagged_arrive(p, src, in);
         break;
     case WIRE_OP_FIN:
-        fin_arrive(p, src_uuid, src, &in, len);
+        fin_arrive(p, src_uuid, src, in, len);
         break;
     default:
         parse_fail(p, src, "unknown opcode", len);

@@ -191,6 +191,8 @@ void proto_msg_clear(proto_msg_t *msg);
 
 /* The transports' callbacks; their argument is the proto_t. */
 void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len);
+/* The same for a packet in pieces (tl_recv_iov_cb_t). */
+void proto_recv_iov_cb(void *arg, uint64_t src_uuid, const struct iovec *iov, int iovcnt);
 /* 0 for a packet that would be one more unexpected message while core
  * holds as many bytes as its bound allows (tl_admit_cb_t). */
 int proto_admit_cb(void *arg, uint64_t src_uuid, const void *data, size_t len);

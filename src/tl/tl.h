@@ -33,6 +33,13 @@ typedef struct tl_ops tl_ops_t;
  * progress() only. */
 typedef void (*tl_recv_cb_t)(void *arg, uint64_t src_uuid, const void *data, size_t len);
 
+/* The same for a packet that arrives in pieces (iov[0] at least 64 bytes;
+ * the pieces valid only during the call): a transport whose packets may
+ * exceed one buffer of its own (shm's spans of cells) hands them up
+ * without gathering them first. A layer above that leaves it NULL gets
+ * them gathered, through recv_cb. */
+typedef void (*tl_recv_iov_cb_t)(void *arg, uint64_t src_uuid, const struct iovec *iov, int iovcnt);
+
 /* Upward callback: the process behind a context has gone: died or stopped
  * answering (clean == 0), or exited after closing its context (clean ==
  * 1). Every operation naming it must fail, not wait. */
@@ -117,6 +124,7 @@ typedef struct tl_iface_params {
     int mt;                 /* threads may wait on it at once (TMX_THREAD_MULTIPLE) */
     const tl_settings_t *settings; /* never NULL; read during iface_open only */
     void *fail_arg;         /* the argument of fail_cb */
+    tl_recv_iov_cb_t recv_iov_cb; /* packets in pieces (may be NULL: see the type) */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */
@@ -125,6 +133,7 @@ struct tl_iface {
     size_t eager_limit;     /* largest payload sent eagerly */
     size_t max_packet;      /* largest packet send() accepts */
     tl_recv_cb_t recv_cb;
+    tl_recv_iov_cb_t recv_iov_cb; /* NULL: gather, and call recv_cb */
     tl_fail_cb_t fail_cb;
     tl_mem_check_t mem_check;
     tl_admit_cb_t admit_cb;
@@ -156,7 +165,7 @@ struct tl_iface {
     const void *above;
 };
 
-#define TL_QUIET_POLL_EVERY 64
+#define TL_QUIET_POLL_EVERY 4096 /* a quiet udp costs a system call per look: rare enough to stay out of shm's 99th percentile */
 
 /* Common head of every transport's endpoint object. */
 struct tl_ep {

@@ -6,6 +6,7 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     if (data[0] & 1) {
         tmx_peer_add(ctx, data + 1, size - 1, &peer);
+    } else if ((data[0] & 4) && size > 2) {
+        /* The same bytes in three pieces, as shm hands up a span, with a
+         * receive waiting so that the payload is copied piece by piece. */
+        size_t n = size - 1, cut = n > 64 ? 64 + data[1] % (n - 63) : n / 2, half = (n - cut) / 2;
+        struct iovec iov[3] = {{(void *)(data + 1), cut},
+                               {(void *)(data + 1 + cut), half},
+                               {(void *)(data + 1 + cut + half), n - cut - half}};
+        tmx_trecv(ctx, TMX_ANY_SOURCE, buf, sizeof(buf), 0, TMX_TAG_ANY, NULL, &r);
+        proto_recv_iov_cb(&ctx->proto, ctx->uuid, iov, 3);
+        if (tmx_request_test(r, NULL) == TMX_INPROGRESS)
+            tmx_request_cancel(r);
+        tmx_request_free(r);
     } else if (data[0] & 2) {
         /* Half the time a receive is waiting, so the expected path runs too. */
         tmx_trecv(ctx, TMX_ANY_SOURCE, buf, sizeof(buf), 0, TMX_TAG_ANY, NULL, &r);

@@ -59,6 +59,23 @@ static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
     atomic_fetch_add(&s->packets, 1);
 }
 
+/* A packet in pieces (shm's spans): gathered as one. */
+static void on_recv_iov(void *arg, uint64_t src, const struct iovec *iov, int iovcnt)
+{
+    side_t *s = arg;
+    size_t len = 0;
+
+    assert_true(iovcnt > 1 && iov[0].iov_len >= 64);
+    for (int i = 0; i < iovcnt; i++) {
+        assert_true(len + iov[i].iov_len <= sizeof(s->last));
+        memcpy(s->last + len, iov[i].iov_base, iov[i].iov_len);
+        len += iov[i].iov_len;
+    }
+    s->last_len = len;
+    s->last_src = src;
+    atomic_fetch_add(&s->packets, 1);
+}
+
 static void on_fail(void *arg, uint64_t uuid, int clean)
 {
     side_t *s = arg;
@@ -95,7 +112,7 @@ typedef struct pair {
 static void side_open(side_t *s, uint64_t uuid, int mt)
 {
     config_t cfg;
-    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, mt, &cfg.tl, s};
+    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, mt, &cfg.tl, s, on_recv_iov};
 
     memset(s, 0, sizeof(*s));
     s->uuid = uuid;

@@ -26,6 +26,7 @@
 static_assert(SHM_CELL_PAYLOAD - 64 >= TMX_INJECT_MAX, "an injected send fits one cell");
 
 #define SHM_RECV_BUDGET 64  /* packets handled per progress call */
+static_assert(SHM_EAGER_LIMIT + 64 <= SHM_MAX_PACKET, "an eager message and its headers fit a span");
 #define SHM_STUCK_POLLS 4096 /* empty polls between looks at a blocked ring */
 #define SHM_STUCK_US 10000  /* a cell claimed this long, unpublished: ask who claimed it */
 
@@ -123,9 +124,10 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     if (si == NULL)
         return TMX_ERR_NOMEM;
     si->super.ops = &tl_shm_ops;
-    si->super.eager_limit = SHM_CELL_PAYLOAD - 64;
-    si->super.max_packet = SHM_CELL_PAYLOAD;
+    si->super.eager_limit = SHM_EAGER_LIMIT;
+    si->super.max_packet = SHM_MAX_PACKET;
     si->super.recv_cb = params->recv_cb;
+    si->super.recv_iov_cb = params->recv_iov_cb;
     si->super.recv_arg = params->recv_arg;
     si->super.fail_cb = params->fail_cb;
     si->super.fail_arg = params->fail_arg;
@@ -140,7 +142,12 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     util_dlist_init(&si->eps);
     util_idmap_init(&si->ep_map);
     util_dlist_init(&si->closed_eps);
+    if (si->super.recv_iov_cb == NULL && (si->bounce = malloc(SHM_MAX_PACKET)) == NULL) {
+        free(si);
+        return TMX_ERR_NOMEM;
+    }
     if ((st = seg_create(si, params->uuid)) != TMX_OK) {
+        free(si->bounce);
         free(si);
         return st;
     }
@@ -196,6 +203,7 @@ static tmx_status_t slot_take(shm_ep_t *ep, uint64_t self)
             continue;
         }
         atomic_store_explicit(&ep->seg->claims[i].pos, SHM_NO_CLAIM, memory_order_relaxed);
+        atomic_store_explicit(&ep->seg->claims[i].n, 1, memory_order_relaxed);
         atomic_store_explicit(&s->pid, (uint32_t)getpid(), memory_order_relaxed);
         ep->slot = (uint16_t)i;
         ep->has_slot = 1;
@@ -258,6 +266,7 @@ static void shm_iface_close(tl_iface_t *iface)
     atomic_store_explicit(&si->seg->closed, 1, memory_order_release);
     munmap(si->seg, SHM_SEG_SIZE);
     close(si->fd);
+    free(si->bounce);
     free(si);
 }
 
@@ -384,35 +393,50 @@ static void shm_ep_destroy(tl_ep_t *tep)
         ep_map_forget(si, ep->uuid);
 }
 
-/* Claims the next cell of the peer's ring. Our slot names the position
- * before the compare-and-swap that takes it (release: a consumer that sees
- * the new tail sees our claim), so that a consumer can tell who holds a
- * cell that stays unpublished (ring_unblock). */
-shm_cell_t *shm_cell_claim(shm_ep_t *ep, uint64_t *out_pos)
+/* Claims the next n consecutive positions of the peer's ring (n > 1: a
+ * span). Our slot names the first and their number before the
+ * compare-and-swap that takes them (release: a consumer that sees the
+ * new tail sees our claim), so that a consumer can tell who holds a cell
+ * that stays unpublished (ring_unblock). The consumer frees cells in
+ * order, so the last of them free means all of them are. */
+static inline shm_cell_t *cells_claim(shm_ep_t *ep, uint32_t n, uint64_t *out_pos)
 {
     shm_seg_hdr_t *seg = ep->seg;
-    _Atomic uint64_t *claim = &seg->claims[ep->slot].pos;
+    shm_claim_t *claim = &seg->claims[ep->slot];
     uint64_t pos = atomic_load_explicit(&seg->tail, memory_order_relaxed);
 
+    if (atomic_load_explicit(&claim->n, memory_order_relaxed) != n)
+        atomic_store_explicit(&claim->n, n, memory_order_relaxed);
     for (;;) {
-        shm_cell_t *cell = shm_cell(seg, pos);
-        uint32_t seq = atomic_load_explicit(&cell->seq, memory_order_acquire);
-        int32_t diff = (int32_t)(seq - shm_seq(pos));
+        shm_cell_t *last = shm_cell(seg, pos + n - 1);
+        uint32_t seq = atomic_load_explicit(&last->seq, memory_order_acquire);
+        int32_t diff = (int32_t)(seq - shm_seq(pos + n - 1));
         if (diff == 0) {
-            atomic_store_explicit(claim, pos, memory_order_relaxed);
-            if (atomic_compare_exchange_weak_explicit(&seg->tail, &pos, pos + 1, memory_order_release,
+            atomic_store_explicit(&claim->pos, pos, memory_order_relaxed);
+            if (atomic_compare_exchange_weak_explicit(&seg->tail, &pos, pos + n, memory_order_release,
                                                       memory_order_relaxed)) {
                 *out_pos = pos;
                 stop_hook(SHM_STOP_CLAIM);
-                return cell;
+                return shm_cell(seg, pos);
             }
         } else if (diff < 0) {
-            atomic_store_explicit(claim, SHM_NO_CLAIM, memory_order_relaxed);
+            atomic_store_explicit(&claim->pos, SHM_NO_CLAIM, memory_order_relaxed);
             return NULL;
         } else {
             pos = atomic_load_explicit(&seg->tail, memory_order_relaxed);
         }
     }
+}
+
+/* Claims the next cell of the peer's ring. */
+shm_cell_t *shm_cell_claim(shm_ep_t *ep, uint64_t *out_pos)
+{
+    return cells_claim(ep, 1, out_pos);
+}
+
+shm_cell_t *shm_cells_claim(shm_ep_t *ep, uint32_t n, uint64_t *out_pos)
+{
+    return n >= 1 && n <= SHM_SPAN_CELLS ? cells_claim(ep, n, out_pos) : NULL;
 }
 
 static void seg_wake_now(shm_seg_hdr_t *seg)
@@ -463,6 +487,8 @@ static inline void piece_copy(unsigned char *dst, const unsigned char *src, size
     }
 }
 
+static tmx_status_t span_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt, size_t total);
+
 static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
 {
     shm_ep_t *ep = (shm_ep_t *)tep;
@@ -472,13 +498,15 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
 
     for (int i = 0; i < iovcnt; i++)
         total += iov[i].iov_len;
-    if (total == 0 || total > SHM_CELL_PAYLOAD) { /* an empty cell says goodbye */
-        util_error("shm: packet of %zu bytes: want 1 to %zu", total, (size_t)SHM_CELL_PAYLOAD);
+    if (total == 0 || total > SHM_MAX_PACKET) { /* an empty cell says goodbye */
+        util_error("shm: packet of %zu bytes: want 1 to %zu", total, (size_t)SHM_MAX_PACKET);
         return TMX_ERR_INVALID;
     }
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
-    if ((cell = shm_cell_claim(ep, &pos)) == NULL)
+    if (total > SHM_CELL_PAYLOAD)
+        return span_send(ep, iov, iovcnt, total);
+    if ((cell = cells_claim(ep, 1, &pos)) == NULL)
         return TMX_ERR_AGAIN;
     for (int i = 0; i < iovcnt; i++) {
         piece_copy(cell->payload + off, iov[i].iov_base, iov[i].iov_len);
@@ -491,7 +519,8 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
  * unpublished state, so that if the consumer skipped it (it took us for
  * dead, ring_unblock) we neither overwrite the next lap's cell nor move
  * its sequence backwards; the packet is then lost and the peer failed. */
-tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len)
+static inline int cell_publish_quiet(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind,
+                                     uint32_t len)
 {
     uint32_t seq = shm_seq(pos);
 
@@ -503,10 +532,61 @@ tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint
         util_error("shm: peer %u skipped ring position %llu that we held: it took us for dead",
                    ep->super.peer, (unsigned long long)pos);
         ep->lost = 1; /* shm_check_peers fails it */
-        return TMX_ERR_PEER_FAILED;
+        return 0;
     }
+    return 1;
+}
+
+tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len)
+{
+    if (!cell_publish_quiet(ep, cell, pos, kind, len))
+        return TMX_ERR_PEER_FAILED;
     seg_wake_published(ep->seg);
     return TMX_OK;
+}
+
+/* A packet longer than a cell, as a span (shm_layout.h): the bytes
+ * scattered over the cells' payloads, the later cells published first. */
+static tmx_status_t span_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt, size_t total)
+{
+    uint32_t n = shm_span_cells(total);
+    shm_span_t head = {htole64(total)};
+    uint64_t pos;
+    shm_cell_t *first = cells_claim(ep, n, &pos);
+    unsigned char *dst;
+    size_t room;
+    uint32_t j = 0;
+    int ok = 1;
+
+    if (first == NULL)
+        return TMX_ERR_AGAIN;
+    memcpy(first->payload, &head, sizeof(head));
+    dst = first->payload + sizeof(head);
+    room = SHM_CELL_PAYLOAD - sizeof(head);
+    for (int i = 0; i < iovcnt; i++) {
+        const unsigned char *src = iov[i].iov_base;
+        size_t left = iov[i].iov_len;
+        while (left > 0) {
+            if (room == 0) {
+                dst = shm_cell(ep->seg, pos + ++j)->payload;
+                room = SHM_CELL_PAYLOAD;
+            }
+            size_t c = left < room ? left : room;
+            memcpy(dst, src, c);
+            dst += c;
+            src += c;
+            left -= c;
+            room -= c;
+        }
+    }
+    for (j = 1; j < n; j++) {
+        size_t len = j + 1 < n ? SHM_CELL_PAYLOAD
+                               : total + sizeof(head) - (size_t)(n - 1) * SHM_CELL_PAYLOAD;
+        ok &= cell_publish_quiet(ep, shm_cell(ep->seg, pos + j), pos + j, SHM_KIND_CONT, (uint32_t)len);
+    }
+    ok &= cell_publish_quiet(ep, first, pos, SHM_KIND_SPAN, SHM_CELL_PAYLOAD);
+    seg_wake_published(ep->seg);
+    return ok ? TMX_OK : TMX_ERR_PEER_FAILED;
 }
 
 /* Handles one published cell; a cell that does not parse is dropped. */
@@ -524,10 +604,65 @@ static void cell_deliver(shm_iface_t *si, shm_cell_t *cell)
         util_warn("shm: dropped a cell of length %u from sender slot %u", len, cell->src);
         return;
     }
-    if (shm_cell_kind(cell) == SHM_KIND_PACKET)
+    if (shm_cell_kind(cell) == SHM_KIND_PACKET) {
         si->super.recv_cb(si->super.recv_arg, src, cell->payload, len);
-    else
+    } else if (shm_cell_kind(cell) == SHM_KIND_CONT) {
+        si->dropped++;
+        util_warn("shm: dropped a cell of a span without its first, from sender slot %u", cell->src);
+    } else {
         shm_get_cell(si, cell);
+    }
+}
+
+/* Hands up the span whose first cell is at head, in pieces where they lie
+ * (or gathered, for a layer above without recv_iov_cb), and returns how
+ * many cells it took. One that does not hold together (a length out of
+ * range, a later cell unpublished, of another kind or sender, or of the
+ * wrong length) costs its first cell only: the consumer meets the others
+ * on their own, and drops them. */
+static uint32_t span_deliver(shm_iface_t *si, shm_cell_t *first)
+{
+    struct iovec iov[SHM_SPAN_CELLS];
+    uint64_t src = shm_cell_src(si->seg, first);
+    shm_span_t head;
+    uint64_t total, left;
+    uint32_t n;
+
+    memcpy(&head, first->payload, sizeof(head));
+    total = le64toh(head.len);
+    if (src == 0 || shm_cell_len(first) != SHM_CELL_PAYLOAD || total <= SHM_CELL_PAYLOAD ||
+        total > SHM_MAX_PACKET)
+        goto err_drop;
+    n = shm_span_cells(total);
+    iov[0] = (struct iovec){first->payload + sizeof(head), SHM_CELL_PAYLOAD - sizeof(head)};
+    left = total - iov[0].iov_len;
+    for (uint32_t j = 1; j < n; j++) {
+        shm_cell_t *c = shm_cell(si->seg, si->head + j);
+        uint32_t len = shm_cell_len(c);
+        if (atomic_load_explicit(&c->seq, memory_order_acquire) != shm_seq(si->head + j + 1) ||
+            shm_cell_kind(c) != SHM_KIND_CONT || c->src != first->src ||
+            len != (left < SHM_CELL_PAYLOAD ? left : SHM_CELL_PAYLOAD))
+            goto err_drop;
+        iov[j] = (struct iovec){c->payload, len};
+        left -= len;
+    }
+    if (si->super.recv_iov_cb != NULL) {
+        si->super.recv_iov_cb(si->super.recv_arg, src, iov, (int)n);
+    } else {
+        size_t off = 0;
+        for (uint32_t j = 0; j < n; j++) {
+            memcpy(si->bounce + off, iov[j].iov_base, iov[j].iov_len);
+            off += iov[j].iov_len;
+        }
+        si->super.recv_cb(si->super.recv_arg, src, si->bounce, off);
+    }
+    return n;
+
+err_drop:
+    si->dropped++;
+    util_warn("shm: dropped a span of %llu bytes from sender slot %u that does not hold together",
+              (unsigned long long)total, first->src);
+    return 1;
 }
 
 static int64_t shm_now_us(void)
@@ -548,7 +683,9 @@ static int claimants_gone(shm_iface_t *si, uint64_t pos)
     int found = 0;
 
     for (uint32_t i = 0; i < SHM_N_SENDERS; i++) {
-        if (atomic_load_explicit(&si->seg->claims[i].pos, memory_order_relaxed) != pos)
+        uint64_t first = atomic_load_explicit(&si->seg->claims[i].pos, memory_order_relaxed);
+        uint32_t n = atomic_load_explicit(&si->seg->claims[i].n, memory_order_relaxed);
+        if (first == SHM_NO_CLAIM || pos < first || pos - first >= (n > SHM_SPAN_CELLS ? 1 : n))
             continue;
         if (slot_alive(si->fd, i))
             return 0;
@@ -602,8 +739,13 @@ static int cell_leave(shm_iface_t *si, shm_cell_t *cell)
     uint32_t len = shm_cell_len(cell);
     uint64_t src;
 
-    if (!si->super.rx_full || shm_cell_kind(cell) != SHM_KIND_PACKET || len == 0 ||
-        len > SHM_CELL_PAYLOAD || (src = shm_cell_src(si->seg, cell)) == 0)
+    if (!si->super.rx_full || len == 0 || len > SHM_CELL_PAYLOAD ||
+        (src = shm_cell_src(si->seg, cell)) == 0)
+        return 0;
+    if (shm_cell_kind(cell) == SHM_KIND_SPAN && len > sizeof(shm_span_t))
+        return !si->super.admit_cb(si->super.recv_arg, src, cell->payload + sizeof(shm_span_t),
+                                   len - sizeof(shm_span_t));
+    if (shm_cell_kind(cell) != SHM_KIND_PACKET)
         return 0;
     return !si->super.admit_cb(si->super.recv_arg, src, cell->payload, len);
 }
@@ -653,6 +795,14 @@ static int shm_progress(tl_iface_t *iface)
             break;
         if ((held = cell_leave(si, cell)) != 0)
             break;
+        if (__builtin_expect(shm_cell_kind(cell) == SHM_KIND_SPAN, 0)) {
+            uint32_t n = span_deliver(si, cell);
+            for (uint32_t j = 0; j < n; j++, si->head++)
+                atomic_store_explicit(&shm_cell(si->seg, si->head)->seq, shm_seq(si->head + SHM_N_CELLS),
+                                      memory_order_release);
+            events++;
+            continue;
+        }
         cell_deliver(si, cell);
         atomic_store_explicit(&cell->seq, shm_seq(si->head + SHM_N_CELLS), memory_order_release);
         si->head++;

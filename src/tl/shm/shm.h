@@ -55,9 +55,12 @@ typedef struct shm_iface {
     uint64_t stuck_head;        /* ring_unblock: the head that stays unpublished */
     int64_t stuck_since_us;     /* since when (0: not seen stuck) */
     unsigned empty_polls;       /* progress calls that found nothing */
+    unsigned char *bounce;      /* spans gathered, for a layer above without recv_iov_cb */
 } shm_iface_t;
 
 shm_cell_t *shm_cell_claim(shm_ep_t *ep, uint64_t *pos);
+/* n consecutive cells, 1 to SHM_SPAN_CELLS (a span: shm_layout.h). */
+shm_cell_t *shm_cells_claim(shm_ep_t *ep, uint32_t n, uint64_t *pos);
 void shm_stop_help(void); /* test hook, TMX_SHM_TEST_STOP=help:N */
 tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len);
 

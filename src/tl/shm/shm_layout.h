@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x4d48534du   /* "MSHM" */
-#define SHM_VERSION 6
+#define SHM_VERSION 7
 #define SHM_CACHE_LINE 64
 #define SHM_CELL_SIZE 8192      /* bytes per cell, header included */
 #define SHM_N_CELLS 128         /* a power of two */
@@ -75,8 +75,9 @@ typedef struct shm_sender {
  * only when a cell stays unpublished) nor another producer should pay for
  * that. */
 typedef struct shm_claim {
-    _Atomic uint64_t pos;       /* the position it claims or claimed last; SHM_NO_CLAIM */
-    uint8_t pad[SHM_CACHE_LINE - 8];
+    _Atomic uint64_t pos;       /* the first position it claims or claimed last; SHM_NO_CLAIM */
+    _Atomic uint32_t n;         /* how many from there (a span: several) */
+    uint8_t pad[SHM_CACHE_LINE - 12];
 } shm_claim_t;
 
 /* Segment header; the hot words sit on their own cache lines so that
@@ -111,8 +112,26 @@ enum shm_cell_kind {
     SHM_KIND_PACKET = 0,        /* a packet for the layer above */
     SHM_KIND_GET_REQ = 1,       /* copy-mode read: shm_get_req_t */
     SHM_KIND_GET_DATA = 2,      /* copy-mode read: shm_get_data_t + bytes */
-    SHM_KIND_HELP = 3           /* shared copy: shm_help_req_t */
+    SHM_KIND_HELP = 3,          /* shared copy: shm_help_req_t */
+    SHM_KIND_SPAN = 4,          /* the first cell of a span: shm_span_t + bytes */
+    SHM_KIND_CONT = 5           /* a later cell of a span: bytes */
 };
+
+/* A span: a packet longer than a cell, in 2 to SHM_SPAN_CELLS consecutive
+ * ring positions claimed at once (one compare-and-swap of tail by their
+ * number). Each cell keeps its header and its own seq; the first holds
+ * the packet's length, then the first SHM_CELL_PAYLOAD - 8 bytes, and
+ * each later cell (kind CONT, the same sender slot) the next ones. The
+ * producer publishes the later cells first and the first cell last, so a
+ * consumer that sees the first published sees the whole span; it hands
+ * the pieces up where they lie and frees the cells in order. A CONT cell
+ * met on its own (its first was skipped, or a peer wrote nonsense) is
+ * dropped. */
+#define SHM_SPAN_CELLS 9
+
+typedef struct shm_span {
+    uint64_t len;               /* the whole packet's bytes, little endian */
+} shm_span_t;
 
 /* Copy-mode remote read, used where process_vm_readv is refused: the
  * reader asks, the owner of the memory streams it back in cells. */
@@ -160,7 +179,7 @@ typedef struct shm_cell {
     unsigned char payload[];    /* the packet, inline */
 } shm_cell_t;
 
-#define SHM_KIND_SHIFT 14
+#define SHM_KIND_SHIFT 13
 #define SHM_LEN_MASK ((1u << SHM_KIND_SHIFT) - 1)
 
 static inline uint32_t shm_cell_len(const shm_cell_t *cell)
@@ -183,6 +202,24 @@ static inline uint64_t shm_cell_src(shm_seg_hdr_t *seg, const shm_cell_t *cell)
 }
 
 #define SHM_CELL_PAYLOAD (SHM_CELL_SIZE - sizeof(shm_cell_t))
+/* The longest packet: a span of SHM_SPAN_CELLS cells. */
+#define SHM_MAX_PACKET (SHM_SPAN_CELLS * SHM_CELL_PAYLOAD - sizeof(shm_span_t))
+
+/* The longest payload the transport offers for eager messages
+ * (tl_iface_t.eager_limit): in one cell up to about 8 KiB, in a span up
+ * to 64 KiB. Eager through a span costs two copies that a rendezvous
+ * read does not, but saves the RTS, the kernel's process_vm_readv and the
+ * FIN: below 64 KiB that wins (bench/results/openmpi.md). */
+#define SHM_EAGER_LIMIT (64 * 1024)
+/* The longest that fits one cell with the protocol's headers. */
+#define SHM_CELL_EAGER (SHM_CELL_PAYLOAD - 64)
+
+/* Cells of the span that carries len bytes (len > SHM_CELL_PAYLOAD). */
+static inline uint32_t shm_span_cells(uint64_t len)
+{
+    return 1 + (uint32_t)((len + sizeof(shm_span_t) - SHM_CELL_PAYLOAD + SHM_CELL_PAYLOAD - 1) /
+                          SHM_CELL_PAYLOAD);
+}
 #define SHM_SEG_SIZE (sizeof(shm_seg_hdr_t) + (size_t)SHM_N_CELLS * SHM_CELL_SIZE)
 
 static_assert(sizeof(shm_sender_t) == 16, "a sender slot is 16 bytes");
@@ -194,7 +231,8 @@ static_assert(offsetof(shm_seg_hdr_t, tail) == SHM_CACHE_LINE, "tail on its own 
 static_assert(offsetof(shm_seg_hdr_t, sleeping) == 2 * SHM_CACHE_LINE, "wake words on their own line");
 static_assert(sizeof(shm_cell_t) == 8, "cell header is 8 bytes");
 static_assert(SHM_CELL_SIZE - sizeof(shm_cell_t) <= SHM_LEN_MASK, "a cell's length fits its field");
-static_assert(SHM_KIND_HELP <= UINT16_MAX >> SHM_KIND_SHIFT, "a cell's kind fits its field");
+static_assert(SHM_KIND_CONT <= UINT16_MAX >> SHM_KIND_SHIFT, "a cell's kind fits its field");
+static_assert(SHM_SPAN_CELLS < SHM_N_CELLS, "a span fits the ring");
 static_assert(SHM_N_SENDERS <= UINT16_MAX, "a sender slot fits its field");
 static_assert(sizeof(shm_seg_hdr_t) % SHM_CACHE_LINE == 0, "cells are line-aligned");
 static_assert(SHM_CELL_SIZE % SHM_CACHE_LINE == 0, "cells are whole cache lines");

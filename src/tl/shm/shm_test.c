@@ -32,8 +32,15 @@ typedef struct side {
     size_t packets;
     uint64_t next;              /* the counter the next packet must carry */
     int out_of_order;
+    int corrupt;                /* packets whose bytes after the counter are wrong */
     int failures;
 } side_t;
+
+/* Byte i of a packet that carries counter v, after the counter. */
+static unsigned char pattern(uint64_t v, size_t i)
+{
+    return (unsigned char)(v * 31 + i * 7);
+}
 
 static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
 {
@@ -43,6 +50,12 @@ static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
     (void)src;
     if (len >= sizeof(v))
         memcpy(&v, data, sizeof(v));
+    for (size_t i = sizeof(v); i < len; i++) {
+        if (((const unsigned char *)data)[i] != pattern(v, i)) {
+            s->corrupt++;
+            break;
+        }
+    }
     s->out_of_order += v != s->next;
     s->next = v + 1;
     s->packets++;
@@ -67,7 +80,7 @@ static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_
 static void side_open(side_t *s, uint64_t uuid)
 {
     tl_settings_t set;
-    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s};
+    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, NULL};
 
     memset(s, 0, sizeof(*s));
     s->uuid = uuid;
@@ -277,20 +290,146 @@ static void bad_sizes_refused(void **state)
 {
     side_t a, b;
     shm_ep_t *ab;
-    static unsigned char big[SHM_CELL_PAYLOAD + 1];
+    static unsigned char big[SHM_MAX_PACKET + 1];
     struct iovec iov = {big, sizeof(big)};
 
     (void)state;
+    for (size_t i = 8; i < sizeof(big); i++)
+        big[i] = pattern(0, i);
     side_open(&a, UUID_A);
     side_open(&b, UUID_B);
     ab = connect_to(&a, &b);
     assert_int_equal(tl_shm_ops.send(&ab->super, &iov, 1), TMX_ERR_INVALID);
     iov.iov_len = 0;
     assert_int_equal(tl_shm_ops.send(&ab->super, &iov, 1), TMX_ERR_INVALID);
-    iov.iov_len = SHM_CELL_PAYLOAD;
+    iov.iov_len = SHM_MAX_PACKET;
     assert_int_equal(tl_shm_ops.send(&ab->super, &iov, 1), TMX_OK);
     drain(&b, 1, 10);
     assert_int_equal(b.packets, 1);
+    assert_int_equal(b.corrupt, 0);
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
+/* Spans (packets longer than a cell) of every cell count, among one-cell
+ * packets, over many laps of the ring and so across its end: each whole,
+ * once and in order, gathered for a layer without recv_iov_cb; the ring
+ * full of them answers TMX_ERR_AGAIN and loses nothing. */
+static void spans_in_order(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab;
+    static unsigned char buf[SHM_MAX_PACKET];
+    uint64_t v = 0;
+    size_t sent = 0;
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b);
+    for (int i = 0; sent < 40 * SHM_N_CELLS; i++) {
+        size_t len = i % 3 == 0 ? 8 + (size_t)i % 100
+                                : SHM_CELL_PAYLOAD - 7 + ((size_t)i * 7919) % (SHM_MAX_PACKET - SHM_CELL_PAYLOAD + 7);
+        struct iovec iov[2] = {{buf, 8}, {buf + 8, len - 8}};
+        tmx_status_t st;
+        memcpy(buf, &v, sizeof(v));
+        for (size_t k = 8; k < len; k++)
+            buf[k] = pattern(v, k);
+        while ((st = tl_shm_ops.send(&ab->super, iov, 2)) == TMX_ERR_AGAIN)
+            tl_shm_ops.progress(b.iface);
+        assert_int_equal(st, TMX_OK);
+        sent += len > SHM_CELL_PAYLOAD ? shm_span_cells(len) : 1;
+        v++;
+    }
+    drain(&b, v, 10);
+    assert_int_equal(b.packets, v);
+    assert_int_equal(b.out_of_order, 0);
+    assert_int_equal(b.corrupt, 0);
+    assert_int_equal(((shm_iface_t *)b.iface)->dropped, 0);
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
+/* Spans that do not hold together are dropped, each cell counted once,
+ * and what follows still arrives: a later cell on its own, a first cell
+ * whose length needs no span, a later cell of the wrong length. */
+static void hostile_spans_dropped(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab;
+    shm_iface_t *sb;
+    unsigned char junk[SHM_CELL_PAYLOAD];
+    shm_span_t head = {htole64(100)};
+    uint64_t pos;
+    shm_cell_t *cell;
+
+    (void)state;
+    memset(junk, 0xee, sizeof(junk));
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b);
+    sb = (shm_iface_t *)b.iface;
+    publish_raw(ab, SHM_KIND_CONT, junk, 64);                     /* on its own */
+    memcpy(junk, &head, sizeof(head));
+    publish_raw(ab, SHM_KIND_SPAN, junk, SHM_CELL_PAYLOAD);       /* 100 bytes: no span */
+    head.len = htole64(SHM_CELL_PAYLOAD + 100);
+    memcpy(junk, &head, sizeof(head));
+    assert_non_null(cell = shm_cells_claim(ab, 2, &pos));
+    memcpy(cell->payload, junk, SHM_CELL_PAYLOAD);
+    assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos + 1), pos + 1, SHM_KIND_CONT, 99), TMX_OK);
+    assert_int_equal(shm_cell_publish(ab, cell, pos, SHM_KIND_SPAN, SHM_CELL_PAYLOAD), TMX_OK);
+    assert_null(shm_cells_claim(ab, SHM_SPAN_CELLS + 1, &pos));
+    assert_int_equal(send_counter(ab, 0), TMX_OK);
+    drain(&b, 1, 10);
+    assert_int_equal(b.packets, 1);
+    assert_int_equal(b.out_of_order, 0);
+    assert_int_equal(sb->dropped, 4); /* the lone cell, the short span, its first and its other cell */
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
+/* A sender killed in the middle of publishing a span (one later cell
+ * published, another not, the first not): the receiver skips the cells
+ * it claimed once it is gone, drops the one published, and the live
+ * sender's packets arrive. */
+static void dead_span_claimer_skipped(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab;
+    unsigned char addr[256];
+    size_t len = sizeof(addr);
+    pid_t child;
+    int status;
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b);
+    assert_int_equal(tl_shm_ops.address(b.iface, addr, &len), TMX_OK);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        side_t c;
+        tl_ep_t *cb;
+        uint64_t pos;
+        side_open(&c, UUID_C);
+        if (tl_shm_ops.ep_create(c.iface, addr, len, 1, UUID_B, &cb) != TMX_OK ||
+            shm_cells_claim((shm_ep_t *)cb, 3, &pos) == NULL ||
+            shm_cell_publish((shm_ep_t *)cb, shm_cell(((shm_ep_t *)cb)->seg, pos + 1), pos + 1,
+                             SHM_KIND_CONT, SHM_CELL_PAYLOAD) != TMX_OK)
+            _exit(1);
+        raise(SIGKILL);
+        _exit(2);
+    }
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    assert_int_equal(send_counter(ab, 0), TMX_OK);
+    assert_int_equal(send_counter(ab, 1), TMX_OK);
+    drain(&b, 2, 10);
+    assert_int_equal(b.packets, 2);
+    assert_int_equal(b.out_of_order, 0);
+    assert_int_equal(((shm_iface_t *)b.iface)->skipped, 2);
+    assert_int_equal(((shm_iface_t *)b.iface)->dropped, 1);
     side_close(&a, ab);
     side_close(&b, NULL);
 }
@@ -303,6 +442,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(unlent_request_refused),
         cmocka_unit_test(dead_claimer_skipped),
         cmocka_unit_test(bad_sizes_refused),
+        cmocka_unit_test(spans_in_order),
+        cmocka_unit_test(hostile_spans_dropped),
+        cmocka_unit_test(dead_span_claimer_skipped),
     };
     return UNIT_MAIN(argc, argv, tests);
 }

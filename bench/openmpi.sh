@@ -480,6 +480,17 @@ verdict() { # lat|ucx|bw RATIO
         echo "| bandwidth $(human "$s") (MB/s) | $(fmt mbs "$(med tmx bw "$s")") | $(fmt mbs "$(med vader bw "$s")") | $r (&ge; 1) | $(verdict bw "$r") |"
     done
     echo
+    echo "## Per-message cost by layer, before and after"
+    echo
+    echo "From \`bench/results/cost.md\` (\`bench/cost.sh -o bench/results/cost.md OLD NEW\`, run"
+    echo "separately: callgrind's counts do not depend on the rounds above)."
+    echo
+    if [ -f "$HERE/results/cost.md" ]; then
+        cat "$HERE/results/cost.md"
+    else
+        echo "Not measured yet."
+    fi
+    echo
     echo "## Latency by size, one way, mean (us; median over rounds)"
     echo
     echo "| size $(for y in "${SYSTEMS[@]}"; do printf '| %s ' "${LABEL[$y]}"; done)| tmx / vader | tmx udp / tcp |"

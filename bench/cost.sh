@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# bench/cost.sh - what one short message costs, layer by layer, through
+# Open MPI over tmx, for two tmx commits side by side (and for ob1 + vader).
+#
+# Runs bench/mpi/osu_p2p.c (latency at 8 B) under valgrind's callgrind,
+# with --cache-sim=yes, for each commit's provider under pml cm / mtl ofi,
+# and once under ob1 + vader, then divides the cost of each layer's entry
+# points by the messages: instructions (Ir) and simulated first-level data
+# misses (D1mr + D1mw) per message. Callgrind counts what a core executes
+# exactly, so the figures do not drift with the machine; its cache is a
+# model of one core's, so the misses it reports are the layer's own
+# working set, not the lines that cross between cores (which this virtual
+# machine's missing hardware counters would show: `perf stat` answers
+# "not supported" here).
+#
+# Usage: bench/cost.sh [-o FILE] COMMIT_A COMMIT_B
+#   -o FILE   the markdown table (default: standard output)
+set -euo pipefail
+OUT=""
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+while getopts "o:h" o; do
+    case $o in
+    o) OUT=$OPTARG ;;
+    *) usage ;;
+    esac
+done
+shift $((OPTIND - 1))
+[ $# -eq 2 ] || usage
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+for t in valgrind callgrind_annotate mpicc mpirun cmake python3; do
+    command -v "$t" >/dev/null || { echo "cost.sh: $t is missing" >&2; exit 1; }
+done
+TMP=$(mktemp -d)
+cleanup() {
+    for w in "$TMP"/wt-*; do
+        [ -d "$w" ] && git -C "$ROOT" worktree remove --force "$w" >/dev/null 2>&1 || true
+    done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+ROOTOPT=()
+[ "$(id -u)" = 0 ] && ROOTOPT=(--allow-run-as-root)
+
+mpicc -O2 -o "$TMP/osu_p2p" "$ROOT/bench/mpi/osu_p2p.c"
+for v in A B; do
+    c=$([ $v = A ] && echo "$1" || echo "$2")
+    git -C "$ROOT" worktree add --detach "$TMP/wt-$v" "$c" >/dev/null 2>&1
+    echo "cost.sh: building $v=$c" >&2
+    cmake -S "$TMP/wt-$v" -B "$TMP/build-$v" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build "$TMP/build-$v" -j "$(nproc)" --target tmx-fi >/dev/null
+done
+
+VG=(valgrind --tool=callgrind --cache-sim=yes)
+run_cg() { # NAME mpirun-args...
+    local name=$1; shift
+    echo "cost.sh: callgrind of $name" >&2
+    timeout 900 mpirun "${ROOTOPT[@]}" -n 2 --bind-to none "$@" \
+        "${VG[@]}" --callgrind-out-file="$TMP/cg.$name.%p" "$TMP/osu_p2p" -t lat -s 8 -d 1 \
+        >"$TMP/$name.log" 2>&1
+}
+for v in A B; do
+    run_cg "$v" --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tmx \
+        -x FI_PROVIDER_PATH="$TMP/build-$v/fabric"
+done
+run_cg vader --mca pml ob1 --mca btl self,vader
+
+python3 - "$TMP" "$1" "$2" >"$TMP/table.md" <<'EOF'
+import collections, glob, re, sys
+
+tmp, ca, cb = sys.argv[1:4]
+
+def load(path):
+    """Inclusive and self event counts and call counts per function."""
+    names, events = {}, None
+    selfc = collections.defaultdict(lambda: [0] * 8)
+    incl = collections.defaultdict(lambda: [0] * 8)
+    calls = collections.Counter()
+    fn = cfn = None
+    pending = None
+    def nm(s):
+        m = re.match(r'\((\d+)\)(?: (.*))?', s)
+        if not m:
+            return s
+        if m.group(2):
+            names[m.group(1)] = m.group(2)
+        return names.get(m.group(1), m.group(1))
+    for line in open(path):
+        line = line.rstrip('\n')
+        if line.startswith('events:'):
+            events = line.split()[1:]
+        elif line.startswith('fn='):
+            fn = nm(line[3:])
+        elif line.startswith('cfn='):
+            cfn = nm(line[4:])
+        elif line.startswith('calls='):
+            pending = int(line[6:].split()[0])
+        elif line and (line[0].isdigit() or line[0] in '+-*'):
+            parts = line.split()[1:]
+            vals = [int(x) for x in parts] + [0] * (8 - len(parts))
+            if pending is not None:
+                calls[cfn] += pending
+                for i, x in enumerate(vals[:8]):
+                    incl[fn][i] += x
+                pending = None
+            else:
+                for i, x in enumerate(vals[:8]):
+                    selfc[fn][i] += x
+                    incl[fn][i] += x
+    idx = {e: i for i, e in enumerate(events)}
+    return idx, incl, calls
+
+def per(files, names, ev):
+    """Sum over the processes of the inclusive cost of names, per message."""
+    tot = 0
+    msgs = 0
+    for f in files:
+        idx, incl, calls = load(f)
+        for n in names:
+            tot += sum(incl[n][idx[e]] for e in ev if e in idx)
+        msgs += calls.get('PMPI_Send', 0)
+    return tot / msgs if msgs else float('nan')
+
+IR = ['Ir']
+MISS = ['D1mr', 'D1mw']
+layers = [
+    ('sending: Open MPI (pml cm, mtl ofi), per MPI_Send', ['PMPI_Send'], ['t_injectdata']),
+    ('sending: the provider (fi_tinjectdata)', ['t_injectdata'], ['tmx_tsend', 'tmx_tinject']),
+    ('sending: tmx core and proto', ['tmx_tsend', 'tmx_tinject'], ['shm_send']),
+    ('sending: the shm transport', ['shm_send'], []),
+    ('receiving: the provider (fi_trecv)', ['t_recv'], ['tmx_trecv']),
+    ('receiving: tmx, posting (tmx_trecv)', ['tmx_trecv'], []),
+    ('receiving: tmx, the arrival (proto_recv_cb)', ['proto_recv_cb'], []),
+    ('receiving: the provider, the completion (cq_take)', ['cq_take'], []),
+]
+
+def row(files, inc, exc, ev):
+    return per(files, inc, ev) - per(files, exc, ev)
+
+fa = sorted(glob.glob(f'{tmp}/cg.A.*'))
+fb = sorted(glob.glob(f'{tmp}/cg.B.*'))
+fv = sorted(glob.glob(f'{tmp}/cg.vader.*'))
+print(f'| layer (per message) | instructions, A = {ca} | B = {cb} | B - A | '
+      f'D1 misses (simulated), A | B |')
+print('|---|---|---|---|---|---|')
+ta = tb = 0
+for label, inc, exc in layers:
+    a, b = row(fa, inc, exc, IR), row(fb, inc, exc, IR)
+    ma, mb = row(fa, inc, exc, MISS), row(fb, inc, exc, MISS)
+    ta += a
+    tb += b
+    print(f'| {label} | {a:.0f} | {b:.0f} | {b - a:+.0f} | {ma:.2f} | {mb:.2f} |')
+print(f'| **sum of the rows** | **{ta:.0f}** | **{tb:.0f}** | **{tb - ta:+.0f}** | | |')
+# an empty poll: what Open MPI's progress loop pays each time it finds nothing
+def poll(files):
+    tot = n = 0
+    for f in files:
+        idx, incl, calls = load(f)
+        tot += incl['cq_read'][idx['Ir']]
+        n += calls.get('cq_read', 0)
+    return tot / n if n else float('nan')
+print(f'| fi_cq_read, mean over all calls (most find nothing) | {poll(fa):.0f} | {poll(fb):.0f} | '
+      f'{poll(fb) - poll(fa):+.0f} | | |')
+print()
+vs = per(fv, ['PMPI_Send'], IR)
+vm = per(fv, ['mca_pml_ob1_recv_frag_callback_match'], IR)
+print(f'ob1 + vader in the same run, for scale: MPI_Send {vs:.0f} instructions per message (all '
+      f'of Open MPI\'s and vader\'s sending), the receiver\'s match of an arriving fragment '
+      f'(mca_pml_ob1_recv_frag_callback_match) {vm:.0f}.')
+EOF
+{
+    echo "Per-message cost by layer: callgrind (--cache-sim=yes) of \`osu_p2p -t lat -s 8 -d 1\`"
+    echo "(10 000 round trips and 1 000 of warm-up) under \`mpirun -n 2\`, \`bench/cost.sh $1 $2\`,"
+    echo "$(date -u '+%Y-%m-%d'). Each figure is the layer's inclusive cost summed over both"
+    echo "processes, divided by the messages both sent (each message is sent by one process and"
+    echo "received by the other); a layer's row leaves out the layer below it."
+    echo
+    cat "$TMP/table.md"
+} >"$TMP/report.md"
+if [ -n "$OUT" ]; then cp "$TMP/report.md" "$OUT"; else cat "$TMP/report.md"; fi

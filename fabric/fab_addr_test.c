@@ -302,7 +302,8 @@ static void ns_send_query(int fd, const struct sockaddr_in *to, uint32_t ip, uin
 
     memcpy(out, &q, sizeof(q));
     memcpy(out + sizeof(q), an, sizeof(an));
-    memcpy(out + sizeof(q) + sizeof(an), blob, blen);
+    if (blen > 0)
+        memcpy(out + sizeof(q) + sizeof(an), blob, blen);
     assert_int_equal(sendto(fd, out, sizeof(q) + sizeof(an) + blen, 0, (const struct sockaddr *)to,
                             sizeof(*to)),
                      (ssize_t)(sizeof(q) + sizeof(an) + blen));

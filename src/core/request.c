@@ -74,7 +74,15 @@ void core_req_complete(struct tmx_request *req, tmx_status_t status)
 
 int core_progress(tmx_context_h ctx)
 {
-    int events = 0, look_all = (++ctx->polls & (TL_QUIET_POLL_EVERY - 1)) == 0;
+    int events = 0, look_all = 0;
+
+    if (__builtin_expect((++ctx->polls & (TL_QUIET_POLL_EVERY - 1)) == 0, 0)) {
+        int64_t now = core_now_us();
+        if (now - ctx->quiet_look_us >= TL_QUIET_LOOK_US) {
+            ctx->quiet_look_us = now;
+            look_all = 1;
+        }
+    }
 
     for (int i = 0; i < ctx->n_ifaces; i++) {
         tl_iface_t *iface = ctx->ifaces[i];

@@ -601,7 +601,8 @@ static void tagged_arrive(proto_t *p, tmx_peer_t src, const proto_in_t *in)
     if (in->tmh.opcode == WIRE_OP_EAGER && in->n_more == 0)
         eager_deliver(p, req, in->payload);
     else if (in->tmh.opcode == WIRE_OP_EAGER) {
-        in_copy(req->buf, in, req->comp.length);
+        if (req->comp.length != 0) /* a zero-length receive may have no buffer */
+            in_copy(req->buf, in, req->comp.length);
         req_complete(p, req, recv_status(req));
     } else
         rndv_start(p, req, src, in->tmh.app_ctx, in->rvh.va, in->rvh.rkey, in->rvh.len);

@@ -58,9 +58,14 @@ static tmx_status_t muted_mem_check(void *arg, uint64_t addr, uint64_t len, uint
     return TMX_ERR_NOT_FOUND;
 }
 
+static void muted_recv_iov(void *arg, uint64_t src_uuid, const struct iovec *iov, int iovcnt)
+{
+}
+
 void tl_iface_mute(tl_iface_t *iface)
 {
     iface->recv_cb = muted_recv;
+    iface->recv_iov_cb = muted_recv_iov;
     iface->fail_cb = muted_fail;
     iface->mem_check = muted_mem_check;
 }

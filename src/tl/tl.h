@@ -147,7 +147,10 @@ struct tl_iface {
     int rx_full;
     /* Set by the transport when polling it would find nothing for a while
      * (nothing queued, pending or recently arrived); the core then polls
-     * it only once in TL_QUIET_POLL_EVERY polls, and after every sleep. A
+     * it only after every sleep and once TL_QUIET_LOOK_US have passed
+     * since it last did (looking at the clock once in TL_QUIET_POLL_EVERY
+     * polls), which keeps a quiet transport's system call out of a busy
+     * one's latency yet well inside any retransmission timer. A
      * send or read through the transport clears it. */
     int quiet;
     /* 1 when the owner's mem_check sees every remote read of its memory
@@ -165,7 +168,8 @@ struct tl_iface {
     const void *above;
 };
 
-#define TL_QUIET_POLL_EVERY 4096 /* a quiet udp costs a system call per look: rare enough to stay out of shm's 99th percentile */
+#define TL_QUIET_POLL_EVERY 64
+#define TL_QUIET_LOOK_US 50 /* and at most this often: a quiet udp costs a system call per look */
 
 /* Common head of every transport's endpoint object. */
 struct tl_ep {

@@ -81,9 +81,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (data[0] & 1) {
         tmx_peer_add(ctx, data + 1, size - 1, &peer);
     } else if ((data[0] & 4) && size > 2) {
-        /* The same bytes in three pieces, as shm hands up a span, with a
-         * receive waiting so that the payload is copied piece by piece. */
-        size_t n = size - 1, cut = n > 64 ? 64 + data[1] % (n - 63) : n / 2, half = (n - cut) / 2;
+        /* The same bytes in three pieces, as shm hands up a span (cut
+         * where the last byte says), with a receive waiting so that the
+         * payload is copied piece by piece. */
+        size_t n = size - 1, cut = n > 64 ? 64 + data[size - 1] % (n - 63) : n / 2;
+        size_t half = (n - cut) * (data[size - 1] >> 4) / 16;
         struct iovec iov[3] = {{(void *)(data + 1), cut},
                                {(void *)(data + 1 + cut), half},
                                {(void *)(data + 1 + cut + half), n - cut - half}};

@@ -1696,7 +1696,7 @@ static void case_deadclaim(void)
  * Rank 0's peak RSS may grow over the whole run by at most the bound on
  * unexpected memory (MP_FLOOD_BOUND, else TMX_UNEXPECTED_MAX) plus
  * FL_SLACK. MP_FLOOD_N sets the messages per sender. */
-#define FL_LEN 64
+#define FL_LEN_DEFAULT 64
 #define FL_N_DEFAULT 100000
 #define FL_SLACK (24 * MP_MIB)
 #define FL_QUIET_US 300000          /* no event for this long: the flood waits */
@@ -1726,6 +1726,8 @@ static size_t fl_status_bytes(const char *field)
     return kib * 1024;
 }
 
+static size_t fl_len = FL_LEN_DEFAULT; /* MP_FLOOD_LEN: above a cell, spans */
+
 static uint64_t fl_tag(uint32_t sender, uint32_t seq)
 {
     return (uint64_t)sender << 32 | seq;
@@ -1735,10 +1737,13 @@ static void fl_send_one(const unsigned char *buf, uint64_t tag)
 {
     static const tmx_op_params_t inject = {.field_mask = TMX_OP_FIELD_FLAGS,
                                            .flags = TMX_OP_FLAG_INJECT};
+    static const tmx_op_params_t eager = {.field_mask = TMX_OP_FIELD_FLAGS,
+                                          .flags = TMX_OP_FLAG_NO_CQ};
     int64_t since = 0;
 
     for (unsigned tries = 1;; tries++) {
-        tmx_status_t st = tmx_tsend(mp_ctx, 0, buf, FL_LEN, tag, &inject, NULL);
+        tmx_status_t st = tmx_tsend(mp_ctx, 0, buf, fl_len, tag,
+                                    fl_len <= TMX_INJECT_MAX ? &inject : &eager, NULL);
         if (st == TMX_OK)
             return;
         if (st != TMX_ERR_AGAIN)
@@ -1759,22 +1764,28 @@ static void fl_send_one(const unsigned char *buf, uint64_t tag)
 
 static void fl_send_all(unsigned n)
 {
-    unsigned char buf[FL_LEN];
+    unsigned char *buf = mp_buf_alloc(fl_len);
 
     for (uint32_t i = 0; i < n; i++) {
-        mp_fill(buf, FL_LEN, mp_seed(mp_rank, i, FL_LEN));
+        mp_fill(buf, fl_len, mp_seed(mp_rank, i, (unsigned)fl_len));
         fl_send_one(buf, fl_tag(mp_rank, i));
     }
+    free(buf);
 }
 
 /* Progresses without a receive posted until the flood has begun and then
- * nothing has come for FL_QUIET_US: everything taken meanwhile was
- * unexpected. */
+ * nothing has come for FL_QUIET_US (the senders are done, or wait at the
+ * bound): everything taken meanwhile was unexpected. */
 static void fl_progress_only(void)
 {
     int64_t last = mp_now_us();
+    tmx_completion_t info;
 
-    while (tmx_progress(mp_ctx) <= 0) {
+    /* the flood may have begun while we were still in the barrier, even
+     * up to the bound: then progress takes nothing more, and a probe
+     * finds what it took */
+    while (tmx_progress(mp_ctx) <= 0 &&
+           tmx_tprobe(mp_ctx, TMX_ANY_SOURCE, 0, TMX_TAG_ANY, 0, &info, NULL) != TMX_OK) {
         if (mp_now_us() - last > MP_WAIT_US)
             mp_fail("flood: nothing came for %d s", MP_WAIT_US / 1000000);
         sched_yield();
@@ -1798,10 +1809,10 @@ static void fl_recv_check(uint32_t *next, const unsigned char *buf, const tmx_co
         mp_fail("flood: message tag 0x%" PRIx64 " from peer %u: no such sender", c->tag, c->source);
     if (seq != next[s] || seq >= n)
         mp_fail("flood: from sender %u message %u came where %u was due", s, seq, next[s]);
-    if (c->length != FL_LEN)
-        mp_fail("flood: message %u of sender %u has %zu bytes, not %d", seq, s, (size_t)c->length,
-                FL_LEN);
-    mp_check_pattern("flood receive", buf, FL_LEN, mp_seed(s, seq, FL_LEN));
+    if (c->length != fl_len)
+        mp_fail("flood: message %u of sender %u has %zu bytes, not %zu", seq, s, (size_t)c->length,
+                fl_len);
+    mp_check_pattern("flood receive", buf, fl_len, mp_seed(s, seq, (unsigned)fl_len));
     next[s]++;
 }
 
@@ -1809,13 +1820,13 @@ static void fl_recv_all(unsigned n)
 {
     uint64_t total = (uint64_t)n * (mp_size - 1);
     uint32_t *next = calloc(mp_size, sizeof(*next));
-    unsigned char buf[FL_LEN + MP_GUARD];
+    unsigned char *buf = mp_buf_alloc(fl_len + MP_GUARD);
     tmx_completion_t c;
 
     if (next == NULL)
         mp_fail("out of memory");
     for (uint64_t k = 0; k < total; k++) {
-        tmx_request_h r = mp_recv(TMX_ANY_SOURCE, buf, FL_LEN, 0, TMX_TAG_ANY);
+        tmx_request_h r = mp_recv(TMX_ANY_SOURCE, buf, fl_len, 0, TMX_TAG_ANY);
         tmx_status_t st = mp_wait(r, &c, "flood receive");
         if (st != TMX_OK)
             mp_fail("flood receive %" PRIu64 ": %s", k, tmx_strerror(st));
@@ -1826,6 +1837,7 @@ static void fl_recv_all(unsigned n)
             mp_fail("flood: sender %u delivered %u of %u messages", s, next[s], n);
     }
     free(next);
+    free(buf);
 }
 
 static void case_flood(void)
@@ -1834,6 +1846,10 @@ static void case_flood(void)
     size_t bound = fl_env("MP_FLOOD_BOUND", fl_env("TMX_UNEXPECTED_MAX", FL_BOUND_DEFAULT));
     size_t base, peak_held, peak;
     int64_t t0;
+
+    fl_len = (size_t)fl_env("MP_FLOOD_LEN", FL_LEN_DEFAULT);
+    if (fl_len == 0 || fl_len > MP_EAGER)
+        mp_fail("MP_FLOOD_LEN=%zu: want 1 to %zu (eager messages)", fl_len, MP_EAGER);
 
     if (mp_rank != 0) {
         mp_barrier("before the flood");
@@ -1847,9 +1863,9 @@ static void case_flood(void)
     peak_held = fl_status_bytes("VmHWM:");
     fl_recv_all(n);
     peak = fl_status_bytes("VmHWM:");
-    printf("flood: %u senders x %u messages of %d bytes in %.2f s; receiver RSS %.1f MiB before, "
+    printf("flood: %u senders x %u messages of %zu bytes in %.2f s; receiver RSS %.1f MiB before, "
            "peak %.1f MiB while nothing was received, %.1f MiB in all (bound %.1f MiB + %d MiB)\n",
-           mp_size - 1, n, FL_LEN, (double)(mp_now_us() - t0) / 1e6, base / 1048576.0,
+           mp_size - 1, n, fl_len, (double)(mp_now_us() - t0) / 1e6, base / 1048576.0,
            peak_held / 1048576.0, peak / 1048576.0, bound / 1048576.0, (int)(FL_SLACK / MP_MIB));
     if (bound == 0 || peak > base + bound + FL_SLACK)
         mp_fail("flood: peak RSS grew by %.1f MiB, more than the bound %.1f MiB + %d MiB",

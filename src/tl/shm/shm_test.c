@@ -33,6 +33,7 @@ typedef struct side {
     uint64_t next;              /* the counter the next packet must carry */
     int out_of_order;
     int corrupt;                /* packets whose bytes after the counter are wrong */
+    int pieces;                 /* spans handed up in pieces (recv_iov_cb) */
     int failures;
 } side_t;
 
@@ -61,6 +62,20 @@ static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
     s->packets++;
 }
 
+/* A span in pieces, checked as one packet. */
+static void on_recv_iov(void *arg, uint64_t src, const struct iovec *iov, int iovcnt)
+{
+    static unsigned char all[SHM_MAX_PACKET];
+    size_t len = 0;
+
+    ((side_t *)arg)->pieces++;
+    for (int i = 0; i < iovcnt; i++) {
+        memcpy(all + len, iov[i].iov_base, iov[i].iov_len);
+        len += iov[i].iov_len;
+    }
+    on_recv(arg, src, all, len);
+}
+
 static void on_fail(void *arg, uint64_t uuid, int clean)
 {
     (void)uuid;
@@ -77,15 +92,21 @@ static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_
     return TMX_ERR_NOT_FOUND; /* nothing is lent */
 }
 
-static void side_open(side_t *s, uint64_t uuid)
+static void side_open_iov(side_t *s, uint64_t uuid, tl_recv_iov_cb_t iov_cb)
 {
     tl_settings_t set;
-    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, NULL};
+    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, iov_cb};
 
     memset(s, 0, sizeof(*s));
     s->uuid = uuid;
     assert_int_equal(unit_tl_settings(&set), TMX_OK);
     assert_int_equal(tl_shm_ops.iface_open(&p, &s->iface), TMX_OK);
+}
+
+/* A layer above without recv_iov_cb: spans come gathered. */
+static void side_open(side_t *s, uint64_t uuid)
+{
+    side_open_iov(s, uuid, NULL);
 }
 
 static shm_ep_t *connect_to(side_t *from, side_t *to)
@@ -315,7 +336,7 @@ static void bad_sizes_refused(void **state)
  * packets, over many laps of the ring and so across its end: each whole,
  * once and in order, gathered for a layer without recv_iov_cb; the ring
  * full of them answers TMX_ERR_AGAIN and loses nothing. */
-static void spans_in_order(void **state)
+static void spans_case(int pieces)
 {
     side_t a, b;
     shm_ep_t *ab;
@@ -323,9 +344,8 @@ static void spans_in_order(void **state)
     uint64_t v = 0;
     size_t sent = 0;
 
-    (void)state;
     side_open(&a, UUID_A);
-    side_open(&b, UUID_B);
+    side_open_iov(&b, UUID_B, pieces ? on_recv_iov : NULL);
     ab = connect_to(&a, &b);
     for (int i = 0; sent < 40 * SHM_N_CELLS; i++) {
         size_t len = i % 3 == 0 ? 8 + (size_t)i % 100
@@ -346,8 +366,22 @@ static void spans_in_order(void **state)
     assert_int_equal(b.out_of_order, 0);
     assert_int_equal(b.corrupt, 0);
     assert_int_equal(((shm_iface_t *)b.iface)->dropped, 0);
+    assert_true(pieces ? b.pieces > 0 : b.pieces == 0);
     side_close(&a, ab);
     side_close(&b, NULL);
+}
+
+static void spans_in_order(void **state)
+{
+    (void)state;
+    spans_case(0);
+}
+
+/* The same, handed up in pieces where they lie (recv_iov_cb). */
+static void spans_in_pieces(void **state)
+{
+    (void)state;
+    spans_case(1);
 }
 
 /* Spans that do not hold together are dropped, each cell counted once,
@@ -378,12 +412,41 @@ static void hostile_spans_dropped(void **state)
     memcpy(cell->payload, junk, SHM_CELL_PAYLOAD);
     assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos + 1), pos + 1, SHM_KIND_CONT, 99), TMX_OK);
     assert_int_equal(shm_cell_publish(ab, cell, pos, SHM_KIND_SPAN, SHM_CELL_PAYLOAD), TMX_OK);
+    /* longer than any span */
+    head.len = htole64(SHM_MAX_PACKET + 1);
+    memcpy(junk, &head, sizeof(head));
+    publish_raw(ab, SHM_KIND_SPAN, junk, SHM_CELL_PAYLOAD);
+    /* a later cell that names another sender */
+    head.len = htole64(SHM_CELL_PAYLOAD + 100);
+    memcpy(junk, &head, sizeof(head));
+    assert_non_null(cell = shm_cells_claim(ab, 2, &pos));
+    memcpy(cell->payload, junk, SHM_CELL_PAYLOAD);
+    assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos + 1), pos + 1, SHM_KIND_CONT, 108), TMX_OK);
+    shm_cell(ab->seg, pos + 1)->src = SHM_N_SENDERS - 1;
+    assert_int_equal(shm_cell_publish(ab, cell, pos, SHM_KIND_SPAN, SHM_CELL_PAYLOAD), TMX_OK);
     assert_null(shm_cells_claim(ab, SHM_SPAN_CELLS + 1, &pos));
     assert_int_equal(send_counter(ab, 0), TMX_OK);
     drain(&b, 1, 10);
     assert_int_equal(b.packets, 1);
     assert_int_equal(b.out_of_order, 0);
-    assert_int_equal(sb->dropped, 4); /* the lone cell, the short span, its first and its other cell */
+    /* the lone cell; the short span; the span with a wrong later cell, its
+     * first and that cell; the long span; the span of two senders, its
+     * first and the other's cell */
+    assert_int_equal(sb->dropped, 7);
+    /* a first cell published while a later one is not yet: dropped; the
+     * later one, published after, on its own: dropped too */
+    assert_non_null(cell = shm_cells_claim(ab, 2, &pos));
+    memcpy(cell->payload, junk, SHM_CELL_PAYLOAD);
+    assert_int_equal(shm_cell_publish(ab, cell, pos, SHM_KIND_SPAN, SHM_CELL_PAYLOAD), TMX_OK);
+    for (int i = 0; i < 100; i++)
+        tl_shm_ops.progress(b.iface);
+    assert_int_equal(sb->dropped, 8);
+    assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos + 1), pos + 1, SHM_KIND_CONT, 108), TMX_OK);
+    assert_int_equal(send_counter(ab, 1), TMX_OK);
+    drain(&b, 2, 10);
+    assert_int_equal(b.packets, 2);
+    assert_int_equal(b.out_of_order, 0);
+    assert_int_equal(sb->dropped, 9);
     side_close(&a, ab);
     side_close(&b, NULL);
 }
@@ -443,6 +506,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(dead_claimer_skipped),
         cmocka_unit_test(bad_sizes_refused),
         cmocka_unit_test(spans_in_order),
+        cmocka_unit_test(spans_in_pieces),
         cmocka_unit_test(hostile_spans_dropped),
         cmocka_unit_test(dead_span_claimer_skipped),
     };

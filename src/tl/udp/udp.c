@@ -164,7 +164,7 @@ static void udp_iface_close(tl_iface_t *iface)
 /* A receive costs a system call, and reading the clock is not free
  * either (tens of ns in a VM). While udp carries nothing (peers on this
  * host talk over shm) and has nothing pending, it tells the core it is
- * quiet, and is polled only once in TL_QUIET_POLL_EVERY polls, so that
+ * quiet, and is polled only every TL_QUIET_LOOK_US (tl.h), so that
  * udp's presence does not slow the shm fast path; once a datagram
  * arrives, every poll looks, for the next UDP_HOT_POLLS polls. */
 static int udp_idle(const udp_iface_t *ui)

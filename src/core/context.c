@@ -67,7 +67,7 @@ static tmx_status_t open_one(tmx_context_h ctx, const char *name)
     tl_iface_params_t ip = {.uuid = ctx->uuid,
                             .job_key = boot_env(&env) == TMX_OK ? env.jobid : 0,
                             .recv_cb = proto_recv_cb,
-                            .recv_iov_cb = proto_recv_iov_cb,
+                            .stream = &proto_stream_cb,
                             .recv_arg = &ctx->proto,
                             .admit_cb = proto_admit_cb,
                             .mem_check = proto_mem_check_cb,

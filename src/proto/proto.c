@@ -20,6 +20,18 @@ typedef struct proto_ctrl {
 
 /* ------------------------------------------------------------------- init */
 
+/* An eager message arriving in pieces (tl_stream_cb_t): the receive it
+ * matched on its first piece, or the unexpected message it will be once
+ * whole (it joins the matcher only then, when a receive posted meanwhile
+ * may take it at once). */
+struct proto_stream {
+    util_dlist_t link;          /* in proto_t.streams, freed by proto_fini */
+    proto_req_t *req;
+    proto_msg_t *msg;
+    unsigned char *dst;         /* where the next bytes go */
+    size_t room;                /* bytes still wanted there (the rest is cut off) */
+};
+
 tmx_status_t proto_init(proto_t *p, const proto_upcalls_t *up, const proto_spec_t *spec)
 {
     tmx_status_t st;
@@ -30,6 +42,7 @@ tmx_status_t proto_init(proto_t *p, const proto_upcalls_t *up, const proto_spec_
         p->spec = *spec;
     p->rndv_free = UINT32_MAX;
     util_dlist_init(&p->ctrl_pending);
+    util_dlist_init(&p->streams);
     if ((st = reg_keygen_init(&p->keygen)) != TMX_OK)
         return st;
     return match_init(&p->match);
@@ -58,6 +71,12 @@ void proto_fini(proto_t *p)
         free(util_container_of(pos, proto_ctrl_t, link));
     }
     util_dlist_init(&p->ctrl_pending);
+    /* packets a transport was handing up when it closed: their receives
+     * and messages are core's */
+    util_dlist_foreach_safe(pos, tmp, &p->streams) {
+        free(util_container_of(pos, proto_stream_t, link));
+    }
+    util_dlist_init(&p->streams);
     match_fini(&p->match);
     free(p->rndv);
     p->rndv = NULL;
@@ -471,30 +490,9 @@ typedef struct proto_in {
     wire_rvh_t rvh;
     uint64_t data;
     uint32_t has_data;
-    const unsigned char *payload; /* the payload's first piece */
-    size_t payload_len;           /* the whole payload */
-    size_t first_len;             /* bytes at payload */
-    const struct iovec *more;     /* the pieces after it (proto_recv_iov_cb) */
-    int n_more;
+    const unsigned char *payload;
+    size_t payload_len;
 } proto_in_t;
-
-/* Copies the first n bytes of a packet's payload, which may come in
- * pieces. */
-static void in_copy(void *dst, const proto_in_t *in, size_t n)
-{
-    unsigned char *d = dst;
-    size_t c = n < in->first_len ? n : in->first_len;
-
-    memcpy(d, in->payload, c);
-    d += c;
-    n -= c;
-    for (int i = 0; i < in->n_more && n > 0; i++) {
-        c = n < in->more[i].iov_len ? n : in->more[i].iov_len;
-        memcpy(d, in->more[i].iov_base, c);
-        d += c;
-        n -= c;
-    }
-}
 
 static int parse_fail(proto_t *p, tmx_peer_t src, const char *why, size_t len)
 {
@@ -508,9 +506,6 @@ static int parse_packet(proto_t *pr, tmx_peer_t src, const unsigned char *p, siz
 {
     size_t off = sizeof(wire_tmh_t);
 
-    in->first_len = 0;
-    in->more = NULL;
-    in->n_more = 0;
     if (len < sizeof(wire_tmh_t))
         return parse_fail(pr, src, "shorter than a TMH", len);
     memcpy(&in->tmh, p, sizeof(in->tmh));
@@ -542,7 +537,6 @@ static int parse_packet(proto_t *pr, tmx_peer_t src, const unsigned char *p, siz
     }
     in->payload = p + off;
     in->payload_len = len - off;
-    in->first_len = len - off;
     if (in->tmh.opcode == WIRE_OP_RNDV && in->payload_len != 0)
         return parse_fail(pr, src, "rendezvous request with trailing bytes", len);
     return 0;
@@ -564,7 +558,7 @@ static void unexpected_store(proto_t *p, tmx_peer_t src, const proto_in_t *in)
         if (msg->len != 0 && (msg->payload = malloc(msg->len)) == NULL)
             goto err_free;
         if (msg->len != 0)
-            in_copy(msg->payload, in, msg->len);
+            memcpy(msg->payload, in->payload, msg->len);
     } else {
         msg->kind = PROTO_MSG_RNDV;
         msg->app_ctx = in->tmh.app_ctx;
@@ -598,13 +592,9 @@ static void tagged_arrive(proto_t *p, tmx_peer_t src, const proto_in_t *in)
     match_remove_recv(&p->match, r);
     req = util_container_of(r, proto_req_t, recv);
     recv_fill(req, src, in->tmh.tag, msg_len, in->has_data, in->data);
-    if (in->tmh.opcode == WIRE_OP_EAGER && in->n_more == 0)
+    if (in->tmh.opcode == WIRE_OP_EAGER)
         eager_deliver(p, req, in->payload);
-    else if (in->tmh.opcode == WIRE_OP_EAGER) {
-        if (req->comp.length != 0) /* a zero-length receive may have no buffer */
-            in_copy(req->buf, in, req->comp.length);
-        req_complete(p, req, recv_status(req));
-    } else
+    else
         rndv_start(p, req, src, in->tmh.app_ctx, in->rvh.va, in->rvh.rkey, in->rvh.len);
 }
 
@@ -705,36 +695,114 @@ void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len)
     packet_arrive(p, src_uuid, src, &in, len);
 }
 
-/* A packet in pieces (a long eager message over shm): its headers are in
- * the first piece, and only an eager message may come so. */
-void proto_recv_iov_cb(void *arg, uint64_t src_uuid, const struct iovec *iov, int iovcnt)
+/* ----------------------------------------------- packets that stream in */
+
+
+static void stream_put(proto_stream_t *s, const void *data, size_t len)
+{
+    size_t c = len < s->room ? len : s->room;
+
+    if (c != 0)
+        memcpy(s->dst, data, c);
+    s->dst += c;
+    s->room -= c;
+}
+
+/* Where the payload goes: the first matching posted receive, or else a
+ * new message; NULL (logged) when there is no memory for one. */
+static proto_stream_t *stream_open(proto_t *p, tmx_peer_t src, const proto_in_t *in)
+{
+    proto_stream_t *s = calloc(1, sizeof(*s));
+    match_recv_t *r;
+
+    if (s == NULL)
+        goto err_nomem;
+    if ((r = match_find_recv(&p->match, src, in->tmh.tag)) != NULL) {
+        match_remove_recv(&p->match, r);
+        s->req = util_container_of(r, proto_req_t, recv);
+        recv_fill(s->req, src, in->tmh.tag, in->payload_len, in->has_data, in->data);
+        s->dst = s->req->buf;
+        s->room = s->req->comp.length;
+    } else {
+        if ((s->msg = p->up.msg_alloc(p->up.arg)) == NULL)
+            goto err_free;
+        s->msg->m.src = src;
+        s->msg->m.tag = in->tmh.tag;
+        s->msg->has_data = in->has_data;
+        s->msg->data = in->data;
+        s->msg->kind = PROTO_MSG_EAGER;
+        s->msg->len = in->payload_len;
+        if ((s->msg->payload = malloc(s->msg->len)) == NULL)
+            goto err_msg;
+        s->dst = s->msg->payload;
+        s->room = s->msg->len;
+    }
+    util_dlist_push_tail(&p->streams, &s->link);
+    return s;
+
+err_msg:
+    msg_free(p, s->msg);
+err_free:
+    free(s);
+err_nomem:
+    util_error("out of memory: message from peer %u tag 0x%llx lost", src, (unsigned long long)in->tmh.tag);
+    return NULL;
+}
+
+void *proto_stream_begin(void *arg, uint64_t src_uuid, const void *first, size_t first_len, size_t total)
 {
     proto_t *p = arg;
-    tmx_peer_t src;
-    proto_in_t in;
-    size_t len = 0;
+    tmx_peer_t src = p->up.peer_by_uuid(p->up.arg, src_uuid);
+    proto_stream_t *s;
+    proto_in_t in = {0};
 
-    if (iovcnt == 1) {
-        proto_recv_cb(arg, src_uuid, iov[0].iov_base, iov[0].iov_len);
-        return;
-    }
-    for (int i = 0; i < iovcnt; i++)
-        len += iov[i].iov_len;
-    src = p->up.peer_by_uuid(p->up.arg, src_uuid);
     if (src == TMX_PEER_NONE) {
-        parse_fail(p, src, "sender is not a peer of ours", len);
-        return;
+        parse_fail(p, src, "sender is not a peer of ours", total);
+        return NULL;
     }
-    if (iovcnt < 1 || iov[0].iov_len < sizeof(wire_tmh_t) ||
-        *(const unsigned char *)iov[0].iov_base != WIRE_OP_EAGER) {
-        parse_fail(p, src, "a packet in pieces that is not an eager message", len);
-        return;
+    if (first_len < sizeof(wire_tmh_t) || first_len > total ||
+        *(const unsigned char *)first != WIRE_OP_EAGER) { /* the opcode byte */
+        parse_fail(p, src, "a packet in pieces that is not an eager message", total);
+        return NULL;
     }
-    if (parse_packet(p, src, iov[0].iov_base, iov[0].iov_len, &in) != 0)
-        return;
-    in.payload_len = len - (iov[0].iov_len - in.first_len);
-    in.more = iov + 1;
-    in.n_more = iovcnt - 1;
-    packet_arrive(p, src_uuid, src, &in, len);
+    if (parse_packet(p, src, first, first_len, &in) != 0)
+        return NULL;
+    in.payload_len = total - (first_len - in.payload_len);
+    if ((s = stream_open(p, src, &in)) != NULL)
+        stream_put(s, in.payload, first_len - (size_t)(in.payload - (const unsigned char *)first));
+    return s;
 }
+
+void proto_stream_more(void *arg, void *sink, const void *piece, size_t len)
+{
+    stream_put(sink, piece, len);
+}
+
+void proto_stream_end(void *arg, void *sink, int ok)
+{
+    proto_t *p = arg;
+    proto_stream_t *s = sink;
+    proto_req_t *req = s->req;
+    proto_msg_t *msg = s->msg;
+    match_recv_t *r;
+
+    util_dlist_unlink(&s->link);
+    free(s);
+    if (req != NULL) {
+        req_complete(p, req, ok ? recv_status(req) : TMX_ERR_PEER_FAILED);
+    } else if (!ok) {
+        msg_free(p, msg);
+    } else if ((r = match_find_recv(&p->match, msg->m.src, msg->m.tag)) != NULL) {
+        match_remove_recv(&p->match, r);
+        proto_msg_deliver(p, msg, util_container_of(r, proto_req_t, recv));
+    } else if (match_add_msg(&p->match, &msg->m) == TMX_OK) {
+        p->up.msg_kept(p->up.arg, msg, msg->len);
+    } else {
+        util_error("out of memory: message from peer %u tag 0x%llx lost", msg->m.src,
+                   (unsigned long long)msg->m.tag);
+        msg_free(p, msg);
+    }
+}
+
+const tl_stream_cb_t proto_stream_cb = {proto_stream_begin, proto_stream_more, proto_stream_end};
 

@@ -107,6 +107,8 @@ typedef struct proto_upcalls {
     tmx_status_t (*address)(void *arg, void *buf, size_t room, size_t *used);
 } proto_upcalls_t;
 
+typedef struct proto_stream proto_stream_t;
+
 struct proto {
     proto_upcalls_t up;
     match_engine_t match;       /* posted receives and unexpected messages */
@@ -115,6 +117,7 @@ struct proto {
     uint32_t rndv_free;         /* head of the free-slot chain */
     reg_keygen_t keygen;        /* remote-access keys (src/reg) */
     util_dlist_t ctrl_pending;  /* FINs waiting for room */
+    util_dlist_t streams;       /* packets streaming in (proto_stream_t) */
     uint64_t dropped;           /* packets from the wire that did not parse */
     int unexp_full;             /* set by core at the bound on unexpected memory */
     proto_spec_t spec;          /* TMX_PROTO */
@@ -191,8 +194,12 @@ void proto_msg_clear(proto_msg_t *msg);
 
 /* The transports' callbacks; their argument is the proto_t. */
 void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len);
-/* The same for a packet in pieces (tl_recv_iov_cb_t). */
-void proto_recv_iov_cb(void *arg, uint64_t src_uuid, const struct iovec *iov, int iovcnt);
+/* The same for a packet that streams in (tl_stream_cb_t): proto_stream_cb
+ * holds the three. */
+void *proto_stream_begin(void *arg, uint64_t src_uuid, const void *first, size_t first_len, size_t total);
+void proto_stream_more(void *arg, void *sink, const void *piece, size_t len);
+void proto_stream_end(void *arg, void *sink, int ok);
+extern const tl_stream_cb_t proto_stream_cb;
 /* 0 for a packet that would be one more unexpected message while core
  * holds as many bytes as its bound allows (tl_admit_cb_t). */
 int proto_admit_cb(void *arg, uint64_t src_uuid, const void *data, size_t len);

@@ -58,14 +58,27 @@ static tmx_status_t muted_mem_check(void *arg, uint64_t addr, uint64_t len, uint
     return TMX_ERR_NOT_FOUND;
 }
 
-static void muted_recv_iov(void *arg, uint64_t src_uuid, const struct iovec *iov, int iovcnt)
+static void *muted_begin(void *arg, uint64_t src_uuid, const void *first, size_t first_len, size_t total)
+{
+    return NULL;
+}
+
+static void muted_more(void *arg, void *sink, const void *piece, size_t len)
 {
 }
+
+static void muted_end(void *arg, void *sink, int ok)
+{
+}
+
+/* A packet under way when the iface is muted ends in these too: its sink
+ * is the layer above's to free (it frees what it holds at teardown). */
+static const tl_stream_cb_t muted_stream = {muted_begin, muted_more, muted_end};
 
 void tl_iface_mute(tl_iface_t *iface)
 {
     iface->recv_cb = muted_recv;
-    iface->recv_iov_cb = muted_recv_iov;
+    iface->stream = &muted_stream;
     iface->fail_cb = muted_fail;
     iface->mem_check = muted_mem_check;
 }

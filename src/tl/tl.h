@@ -33,12 +33,24 @@ typedef struct tl_ops tl_ops_t;
  * progress() only. */
 typedef void (*tl_recv_cb_t)(void *arg, uint64_t src_uuid, const void *data, size_t len);
 
-/* The same for a packet that arrives in pieces (iov[0] at least 64 bytes;
- * the pieces valid only during the call): a transport whose packets may
- * exceed one buffer of its own (shm's spans of cells) hands them up
- * without gathering them first. A layer above that leaves it NULL gets
- * them gathered, through recv_cb. */
-typedef void (*tl_recv_iov_cb_t)(void *arg, uint64_t src_uuid, const struct iovec *iov, int iovcnt);
+/* A packet handed up in pieces while it arrives: a transport whose
+ * packets may exceed one buffer of its own (shm's spans of cells, which
+ * the sender is still filling while the receiver copies the first) hands
+ * them up as they come instead of gathering them. begin gets the first
+ * piece, which holds the packet's headers (at least 64 bytes), and the
+ * packet's whole length, and returns what the other pieces go into (NULL:
+ * the layer above took or dropped the packet whole and wants nothing
+ * more of it); more gets each next piece, in order; end says the packet
+ * is whole (ok = 1) or never will be (ok = 0: its sender died or broke
+ * it off), and the sink is not used after it. Between begin and end the
+ * transport hands up nothing else. Pieces are valid only during the call;
+ * all three are called from progress() only. A layer above that gives
+ * none gets such packets gathered, through recv_cb. */
+typedef struct tl_stream_cb {
+    void *(*begin)(void *arg, uint64_t src_uuid, const void *first, size_t first_len, size_t total);
+    void (*more)(void *arg, void *sink, const void *piece, size_t len);
+    void (*end)(void *arg, void *sink, int ok);
+} tl_stream_cb_t;
 
 /* Upward callback: the process behind a context has gone: died or stopped
  * answering (clean == 0), or exited after closing its context (clean ==
@@ -124,7 +136,7 @@ typedef struct tl_iface_params {
     int mt;                 /* threads may wait on it at once (TMX_THREAD_MULTIPLE) */
     const tl_settings_t *settings; /* never NULL; read during iface_open only */
     void *fail_arg;         /* the argument of fail_cb */
-    tl_recv_iov_cb_t recv_iov_cb; /* packets in pieces (may be NULL: see the type) */
+    const tl_stream_cb_t *stream; /* packets in pieces (may be NULL: see the type) */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */
@@ -133,7 +145,7 @@ struct tl_iface {
     size_t eager_limit;     /* largest payload sent eagerly */
     size_t max_packet;      /* largest packet send() accepts */
     tl_recv_cb_t recv_cb;
-    tl_recv_iov_cb_t recv_iov_cb; /* NULL: gather, and call recv_cb */
+    const tl_stream_cb_t *stream; /* NULL: gather, and call recv_cb */
     tl_fail_cb_t fail_cb;
     tl_mem_check_t mem_check;
     tl_admit_cb_t admit_cb;

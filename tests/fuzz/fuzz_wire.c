@@ -81,19 +81,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (data[0] & 1) {
         tmx_peer_add(ctx, data + 1, size - 1, &peer);
     } else if ((data[0] & 4) && size > 2) {
-        /* The same bytes in three pieces, as shm hands up a span (cut
-         * where the last byte says), with a receive waiting so that the
-         * payload is copied piece by piece. */
+        /* The same bytes streaming in three pieces, as shm hands up a
+         * span (cut where the last byte says; bit 3 of the first breaks
+         * it off before its end), with a receive waiting half the time,
+         * so that the payload goes piece by piece into it or into an
+         * unexpected message. */
         size_t n = size - 1, cut = n > 64 ? 64 + data[size - 1] % (n - 63) : n / 2;
         size_t half = (n - cut) * (data[size - 1] >> 4) / 16;
-        struct iovec iov[3] = {{(void *)(data + 1), cut},
-                               {(void *)(data + 1 + cut), half},
-                               {(void *)(data + 1 + cut + half), n - cut - half}};
-        tmx_trecv(ctx, TMX_ANY_SOURCE, buf, sizeof(buf), 0, TMX_TAG_ANY, NULL, &r);
-        proto_recv_iov_cb(&ctx->proto, ctx->uuid, iov, 3);
-        if (tmx_request_test(r, NULL) == TMX_INPROGRESS)
+        void *sink;
+        r = NULL;
+        if (data[0] & 16)
+            tmx_trecv(ctx, TMX_ANY_SOURCE, buf, sizeof(buf), 0, TMX_TAG_ANY, NULL, &r);
+        if ((sink = proto_stream_begin(&ctx->proto, ctx->uuid, data + 1, cut, n)) != NULL) {
+            proto_stream_more(&ctx->proto, sink, data + 1 + cut, half);
+            if (!(data[0] & 8))
+                proto_stream_more(&ctx->proto, sink, data + 1 + cut + half, n - cut - half);
+            proto_stream_end(&ctx->proto, sink, !(data[0] & 8));
+        }
+        if (r != NULL && tmx_request_test(r, NULL) == TMX_INPROGRESS)
             tmx_request_cancel(r);
-        tmx_request_free(r);
+        if (r != NULL)
+            tmx_request_free(r);
     } else if (data[0] & 2) {
         /* Half the time a receive is waiting, so the expected path runs too. */
         tmx_trecv(ctx, TMX_ANY_SOURCE, buf, sizeof(buf), 0, TMX_TAG_ANY, NULL, &r);

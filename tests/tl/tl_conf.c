@@ -40,6 +40,7 @@ typedef struct side {
     _Atomic size_t packets;     /* delivered to the layer above */
     unsigned char last[1 << 19]; /* the last packet's bytes */
     size_t last_len;
+    size_t stream_total;        /* the packet streaming in (on_begin) */
     uint64_t last_src;
     int failures, clean;        /* peers reported failed, of which closed cleanly */
     size_t packets_at_failure;  /* packets delivered when the first was reported */
@@ -59,22 +60,40 @@ static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
     atomic_fetch_add(&s->packets, 1);
 }
 
-/* A packet in pieces (shm's spans): gathered as one. */
-static void on_recv_iov(void *arg, uint64_t src, const struct iovec *iov, int iovcnt)
+/* A packet streaming in (shm's spans): gathered as one. */
+static void *on_begin(void *arg, uint64_t src, const void *first, size_t first_len, size_t total)
 {
     side_t *s = arg;
-    size_t len = 0;
 
-    assert_true(iovcnt > 1 && iov[0].iov_len >= 64);
-    for (int i = 0; i < iovcnt; i++) {
-        assert_true(len + iov[i].iov_len <= sizeof(s->last));
-        memcpy(s->last + len, iov[i].iov_base, iov[i].iov_len);
-        len += iov[i].iov_len;
-    }
-    s->last_len = len;
+    assert_true(first_len >= 64 && first_len < total && total <= sizeof(s->last));
+    memcpy(s->last, first, first_len);
+    s->last_len = first_len;
     s->last_src = src;
+    s->stream_total = total;
+    return s;
+}
+
+static void on_more(void *arg, void *sink, const void *piece, size_t len)
+{
+    side_t *s = sink;
+
+    assert_ptr_equal(sink, arg);
+    assert_true(len > 0 && s->last_len + len <= s->stream_total);
+    memcpy(s->last + s->last_len, piece, len);
+    s->last_len += len;
+}
+
+static void on_end(void *arg, void *sink, int ok)
+{
+    side_t *s = sink;
+
+    assert_ptr_equal(sink, arg);
+    assert_true(ok);
+    assert_int_equal(s->last_len, s->stream_total);
     atomic_fetch_add(&s->packets, 1);
 }
+
+static const tl_stream_cb_t on_stream = {on_begin, on_more, on_end};
 
 static void on_fail(void *arg, uint64_t uuid, int clean)
 {
@@ -112,7 +131,7 @@ typedef struct pair {
 static void side_open(side_t *s, uint64_t uuid, int mt)
 {
     config_t cfg;
-    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, mt, &cfg.tl, s, on_recv_iov};
+    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, mt, &cfg.tl, s, &on_stream};
 
     memset(s, 0, sizeof(*s));
     s->uuid = uuid;

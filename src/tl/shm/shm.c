@@ -127,7 +127,7 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     si->super.eager_limit = SHM_EAGER_LIMIT;
     si->super.max_packet = SHM_MAX_PACKET;
     si->super.recv_cb = params->recv_cb;
-    si->super.recv_iov_cb = params->recv_iov_cb;
+    si->super.stream = params->stream;
     si->super.recv_arg = params->recv_arg;
     si->super.fail_cb = params->fail_cb;
     si->super.fail_arg = params->fail_arg;
@@ -142,7 +142,7 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     util_dlist_init(&si->eps);
     util_idmap_init(&si->ep_map);
     util_dlist_init(&si->closed_eps);
-    if (si->super.recv_iov_cb == NULL && (si->bounce = malloc(SHM_MAX_PACKET)) == NULL) {
+    if (si->super.stream == NULL && (si->bounce = malloc(SHM_MAX_PACKET)) == NULL) {
         free(si);
         return TMX_ERR_NOMEM;
     }
@@ -255,10 +255,14 @@ static void eps_free(util_dlist_t *eps)
     }
 }
 
+static void span_end(shm_iface_t *si, int ok);
+
 static void shm_iface_close(tl_iface_t *iface)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
 
+    if (si->rx.on)
+        span_end(si, 0); /* lets the layer above let go of its sink */
     shm_get_fini(si); /* before the endpoints it waits on go */
     eps_free(&si->eps);
     eps_free(&si->closed_eps);
@@ -545,47 +549,54 @@ tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint
     return TMX_OK;
 }
 
-/* A packet longer than a cell, as a span (shm_layout.h): the bytes
- * scattered over the cells' payloads, the later cells published first. */
+/* Copies the next len bytes of the packet in iov into dst: *i and *off
+ * say where the last call stopped. */
+static void iov_take(unsigned char *dst, size_t len, const struct iovec *iov, int *i, size_t *off)
+{
+    while (len > 0) {
+        size_t c = iov[*i].iov_len - *off;
+        if (c > len)
+            c = len;
+        memcpy(dst, (const unsigned char *)iov[*i].iov_base + *off, c);
+        dst += c;
+        len -= c;
+        if ((*off += c) == iov[*i].iov_len) {
+            ++*i;
+            *off = 0;
+        }
+    }
+}
+
+/* A packet longer than a cell, as a span (shm_layout.h): each cell
+ * published as soon as it is filled, in order, so that the consumer
+ * copies one part out while we copy the next in. A publish that finds
+ * its cell skipped (the consumer took us for dead) does not stop the
+ * others: every cell we claimed must leave the unpublished state. */
 static tmx_status_t span_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt, size_t total)
 {
     uint32_t n = shm_span_cells(total);
     shm_span_t head = {htole64(total)};
     uint64_t pos;
-    shm_cell_t *first = cells_claim(ep, n, &pos);
-    unsigned char *dst;
-    size_t room;
-    uint32_t j = 0;
-    int ok = 1;
+    shm_cell_t *cell = cells_claim(ep, n, &pos);
+    size_t off = 0;
+    int i = 0, ok = 1;
 
-    if (first == NULL)
+    if (cell == NULL)
         return TMX_ERR_AGAIN;
-    memcpy(first->payload, &head, sizeof(head));
-    dst = first->payload + sizeof(head);
-    room = SHM_CELL_PAYLOAD - sizeof(head);
-    for (int i = 0; i < iovcnt; i++) {
-        const unsigned char *src = iov[i].iov_base;
-        size_t left = iov[i].iov_len;
-        while (left > 0) {
-            if (room == 0) {
-                dst = shm_cell(ep->seg, pos + ++j)->payload;
-                room = SHM_CELL_PAYLOAD;
-            }
-            size_t c = left < room ? left : room;
-            memcpy(dst, src, c);
-            dst += c;
-            src += c;
-            left -= c;
-            room -= c;
+    while (i < iovcnt && iov[i].iov_len == 0)
+        i++;
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t len = shm_span_part(total, n, j);
+        cell = shm_cell(ep->seg, pos + j);
+        if (j == 0) {
+            memcpy(cell->payload, &head, sizeof(head));
+            iov_take(cell->payload + sizeof(head), len - sizeof(head), iov, &i, &off);
+        } else {
+            iov_take(cell->payload, len, iov, &i, &off);
         }
+        ok &= cell_publish_quiet(ep, cell, pos + j, j == 0 ? SHM_KIND_SPAN : SHM_KIND_CONT, len);
+        seg_wake_published(ep->seg);
     }
-    for (j = 1; j < n; j++) {
-        size_t len = j + 1 < n ? SHM_CELL_PAYLOAD
-                               : total + sizeof(head) - (size_t)(n - 1) * SHM_CELL_PAYLOAD;
-        ok &= cell_publish_quiet(ep, shm_cell(ep->seg, pos + j), pos + j, SHM_KIND_CONT, (uint32_t)len);
-    }
-    ok &= cell_publish_quiet(ep, first, pos, SHM_KIND_SPAN, SHM_CELL_PAYLOAD);
-    seg_wake_published(ep->seg);
     return ok ? TMX_OK : TMX_ERR_PEER_FAILED;
 }
 
@@ -614,55 +625,80 @@ static void cell_deliver(shm_iface_t *si, shm_cell_t *cell)
     }
 }
 
-/* Hands up the span whose first cell is at head, in pieces where they lie
- * (or gathered, for a layer above without recv_iov_cb), and returns how
- * many cells it took. One that does not hold together (a length out of
- * range, a later cell unpublished, of another kind or sender, or of the
- * wrong length) costs its first cell only: the consumer meets the others
- * on their own, and drops them. */
-static uint32_t span_deliver(shm_iface_t *si, shm_cell_t *first)
+/* The first cell of a span, at head: hands up its piece and starts
+ * taking the later cells as they are published (span_more). One that
+ * does not hold together (a length out of range, or the cell's not the
+ * one its length makes) is dropped: the consumer meets the later cells
+ * on their own, and drops them too. */
+static void span_begin(shm_iface_t *si, shm_cell_t *first)
 {
-    struct iovec iov[SHM_SPAN_CELLS];
     uint64_t src = shm_cell_src(si->seg, first);
+    uint32_t len = shm_cell_len(first), n;
     shm_span_t head;
-    uint64_t total, left;
-    uint32_t n;
+    uint64_t total;
 
     memcpy(&head, first->payload, sizeof(head));
     total = le64toh(head.len);
-    if (src == 0 || shm_cell_len(first) != SHM_CELL_PAYLOAD || total <= SHM_CELL_PAYLOAD ||
-        total > SHM_MAX_PACKET)
-        goto err_drop;
-    n = shm_span_cells(total);
-    iov[0] = (struct iovec){first->payload + sizeof(head), SHM_CELL_PAYLOAD - sizeof(head)};
-    left = total - iov[0].iov_len;
-    for (uint32_t j = 1; j < n; j++) {
-        shm_cell_t *c = shm_cell(si->seg, si->head + j);
-        uint32_t len = shm_cell_len(c);
-        if (atomic_load_explicit(&c->seq, memory_order_acquire) != shm_seq(si->head + j + 1) ||
-            shm_cell_kind(c) != SHM_KIND_CONT || c->src != first->src ||
-            len != (left < SHM_CELL_PAYLOAD ? left : SHM_CELL_PAYLOAD))
-            goto err_drop;
-        iov[j] = (struct iovec){c->payload, len};
-        left -= len;
+    if (src == 0 || total <= SHM_CELL_PAYLOAD || total > SHM_MAX_PACKET ||
+        len != shm_span_part(total, (n = shm_span_cells(total)), 0)) {
+        si->dropped++;
+        util_warn("shm: dropped a span of %llu bytes from sender slot %u that does not hold together",
+                  (unsigned long long)total, first->src);
+        return;
     }
-    if (si->super.recv_iov_cb != NULL) {
-        si->super.recv_iov_cb(si->super.recv_arg, src, iov, (int)n);
+    si->rx.on = 1;
+    si->rx.slot = first->src;
+    si->rx.n = n;
+    si->rx.j = 1;
+    si->rx.total = total;
+    si->rx.src = src;
+    si->rx.sink = NULL;
+    len -= sizeof(head);
+    if (si->super.stream != NULL) {
+        si->rx.sink = si->super.stream->begin(si->super.recv_arg, src, first->payload + sizeof(head), len, total);
     } else {
-        size_t off = 0;
-        for (uint32_t j = 0; j < n; j++) {
-            memcpy(si->bounce + off, iov[j].iov_base, iov[j].iov_len);
-            off += iov[j].iov_len;
-        }
-        si->super.recv_cb(si->super.recv_arg, src, si->bounce, off);
+        memcpy(si->bounce, first->payload + sizeof(head), len);
+        si->rx.off = len;
     }
-    return n;
+}
 
-err_drop:
-    si->dropped++;
-    util_warn("shm: dropped a span of %llu bytes from sender slot %u that does not hold together",
-              (unsigned long long)total, first->src);
-    return 1;
+/* Whether cell, at head, is the next of the span under way. */
+static int span_next(const shm_iface_t *si, const shm_cell_t *cell)
+{
+    return shm_cell_kind(cell) == SHM_KIND_CONT && cell->src == si->rx.slot &&
+           shm_cell_len(cell) == shm_span_part(si->rx.total, si->rx.n, si->rx.j);
+}
+
+static void span_more(shm_iface_t *si, const shm_cell_t *cell)
+{
+    uint32_t len = shm_cell_len(cell);
+
+    if (si->super.stream != NULL) {
+        if (si->rx.sink != NULL)
+            si->super.stream->more(si->super.recv_arg, si->rx.sink, cell->payload, len);
+    } else {
+        memcpy(si->bounce + si->rx.off, cell->payload, len);
+        si->rx.off += len;
+    }
+}
+
+/* The span under way is whole (ok), or never will be: its sender died
+ * before publishing the next cell, or broke it off with another. */
+static void span_end(shm_iface_t *si, int ok)
+{
+    si->rx.on = 0;
+    if (!ok) {
+        si->dropped++;
+        util_warn("shm: a span of %llu bytes from sender slot %u ended after %u of its %u cells",
+                  (unsigned long long)si->rx.total, si->rx.slot, si->rx.j, si->rx.n);
+    }
+    if (si->super.stream != NULL) {
+        if (si->rx.sink != NULL)
+            si->super.stream->end(si->super.recv_arg, si->rx.sink, ok);
+    } else if (ok) {
+        si->super.recv_cb(si->super.recv_arg, si->rx.src, si->bounce, si->rx.off);
+    }
+    si->rx.sink = NULL;
 }
 
 static int64_t shm_now_us(void)
@@ -724,6 +760,8 @@ static void ring_unblock(shm_iface_t *si)
         return; /* published after all: progress delivers it */
     util_warn("shm: skipped ring position %llu: its sender died before publishing it",
               (unsigned long long)si->head);
+    if (si->rx.on)
+        span_end(si, 0);
     si->head++;
     si->skipped++;
     atomic_store_explicit(&si->wait_head, si->head, memory_order_relaxed);
@@ -793,17 +831,21 @@ static int shm_progress(tl_iface_t *iface)
         shm_cell_t *cell = shm_cell(si->seg, si->head);
         if (atomic_load_explicit(&cell->seq, memory_order_acquire) != shm_seq(si->head + 1))
             break;
-        if ((held = cell_leave(si, cell)) != 0)
+        if (__builtin_expect(si->rx.on, 0)) {
+            if (!span_next(si, cell)) {
+                span_end(si, 0); /* broken off: the cell is judged on its own */
+                continue;
+            }
+            span_more(si, cell);
+            if (++si->rx.j == si->rx.n)
+                span_end(si, 1);
+        } else if ((held = cell_leave(si, cell)) != 0) {
             break;
-        if (__builtin_expect(shm_cell_kind(cell) == SHM_KIND_SPAN, 0)) {
-            uint32_t n = span_deliver(si, cell);
-            for (uint32_t j = 0; j < n; j++, si->head++)
-                atomic_store_explicit(&shm_cell(si->seg, si->head)->seq, shm_seq(si->head + SHM_N_CELLS),
-                                      memory_order_release);
-            events++;
-            continue;
+        } else if (__builtin_expect(shm_cell_kind(cell) == SHM_KIND_SPAN, 0)) {
+            span_begin(si, cell);
+        } else {
+            cell_deliver(si, cell);
         }
-        cell_deliver(si, cell);
         atomic_store_explicit(&cell->seq, shm_seq(si->head + SHM_N_CELLS), memory_order_release);
         si->head++;
         events++;

@@ -55,7 +55,16 @@ typedef struct shm_iface {
     uint64_t stuck_head;        /* ring_unblock: the head that stays unpublished */
     int64_t stuck_since_us;     /* since when (0: not seen stuck) */
     unsigned empty_polls;       /* progress calls that found nothing */
-    unsigned char *bounce;      /* spans gathered, for a layer above without recv_iov_cb */
+    unsigned char *bounce;      /* spans gathered, for a layer above without stream */
+    struct {                    /* the span being handed up (span_begin) */
+        int on;
+        uint16_t slot;          /* its sender's slot */
+        uint32_t n, j;          /* its cells, and the next one due */
+        uint64_t total;         /* its packet's bytes */
+        uint64_t src;           /* its sender's uuid */
+        size_t off;             /* bytes gathered in bounce so far */
+        void *sink;             /* the layer above's (NULL: it wants no more) */
+    } rx;
 } shm_iface_t;
 
 shm_cell_t *shm_cell_claim(shm_ep_t *ep, uint64_t *pos);

@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x4d48534du   /* "MSHM" */
-#define SHM_VERSION 7
+#define SHM_VERSION 8
 #define SHM_CACHE_LINE 64
 #define SHM_CELL_SIZE 8192      /* bytes per cell, header included */
 #define SHM_N_CELLS 128         /* a power of two */
@@ -120,13 +120,15 @@ enum shm_cell_kind {
 /* A span: a packet longer than a cell, in 2 to SHM_SPAN_CELLS consecutive
  * ring positions claimed at once (one compare-and-swap of tail by their
  * number). Each cell keeps its header and its own seq; the first holds
- * the packet's length, then the first SHM_CELL_PAYLOAD - 8 bytes, and
- * each later cell (kind CONT, the same sender slot) the next ones. The
- * producer publishes the later cells first and the first cell last, so a
- * consumer that sees the first published sees the whole span; it hands
- * the pieces up where they lie and frees the cells in order. A CONT cell
- * met on its own (its first was skipped, or a peer wrote nonsense) is
- * dropped. */
+ * the packet's length and the first bytes, each later cell (kind CONT,
+ * the same sender slot) the next ones, in parts of equal size
+ * (shm_span_part). The producer publishes each cell as soon as it has
+ * filled it, in order, and the consumer hands each up and frees it as
+ * soon as it is published: the two copies overlap, so a span costs about
+ * one copy of its bytes and one part more, not two. A consumer whose next
+ * cell stays unpublished waits for it as for any cell (a dead claimant's
+ * is skipped, and ends the packet unfinished). A CONT cell met on its own
+ * (its first was skipped, or a peer wrote nonsense) is dropped. */
 #define SHM_SPAN_CELLS 9
 
 typedef struct shm_span {
@@ -219,6 +221,19 @@ static inline uint32_t shm_span_cells(uint64_t len)
 {
     return 1 + (uint32_t)((len + sizeof(shm_span_t) - SHM_CELL_PAYLOAD + SHM_CELL_PAYLOAD - 1) /
                           SHM_CELL_PAYLOAD);
+}
+/* The bytes cell j of the span of n cells that carries len bytes holds,
+ * span header included: equal parts, in whole cache lines, the last one
+ * what remains (never empty: each part is less than len / (n - 1)). */
+static inline uint32_t shm_span_part(uint64_t len, uint32_t n, uint32_t j)
+{
+    uint64_t all = len + sizeof(shm_span_t);
+    uint64_t part = (all + n - 1) / n;
+
+    part = (part + SHM_CACHE_LINE - 1) & ~(uint64_t)(SHM_CACHE_LINE - 1);
+    if (part > SHM_CELL_PAYLOAD)
+        part = SHM_CELL_PAYLOAD;
+    return (uint32_t)(j + 1 < n ? part : all - (uint64_t)(n - 1) * part);
 }
 #define SHM_SEG_SIZE (sizeof(shm_seg_hdr_t) + (size_t)SHM_N_CELLS * SHM_CELL_SIZE)
 

@@ -33,7 +33,10 @@ typedef struct side {
     uint64_t next;              /* the counter the next packet must carry */
     int out_of_order;
     int corrupt;                /* packets whose bytes after the counter are wrong */
-    int pieces;                 /* spans handed up in pieces (recv_iov_cb) */
+    int pieces;                 /* spans handed up as they came (stream) */
+    int begun, broken;          /* spans begun, and ended unfinished */
+    unsigned char *all;         /* the span streaming in */
+    size_t all_len;
     int failures;
 } side_t;
 
@@ -62,19 +65,47 @@ static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
     s->packets++;
 }
 
-/* A span in pieces, checked as one packet. */
-static void on_recv_iov(void *arg, uint64_t src, const struct iovec *iov, int iovcnt)
+/* A span streaming in, checked as one packet once whole. */
+static uint64_t stream_src;
+
+static void *on_begin(void *arg, uint64_t src, const void *first, size_t first_len, size_t total)
 {
     static unsigned char all[SHM_MAX_PACKET];
-    size_t len = 0;
+    side_t *s = arg;
 
-    ((side_t *)arg)->pieces++;
-    for (int i = 0; i < iovcnt; i++) {
-        memcpy(all + len, iov[i].iov_base, iov[i].iov_len);
-        len += iov[i].iov_len;
-    }
-    on_recv(arg, src, all, len);
+    assert_true(first_len >= 64 && first_len < total && total <= SHM_MAX_PACKET);
+    s->all = all;
+    memcpy(s->all, first, first_len);
+    s->all_len = first_len;
+    s->begun++;
+    stream_src = src;
+    return s;
 }
+
+static void on_more(void *arg, void *sink, const void *piece, size_t len)
+{
+    side_t *s = sink;
+
+    assert_ptr_equal(sink, arg);
+    assert_true(len > 0 && s->all_len + len <= SHM_MAX_PACKET);
+    memcpy(s->all + s->all_len, piece, len);
+    s->all_len += len;
+}
+
+static void on_end(void *arg, void *sink, int ok)
+{
+    side_t *s = sink;
+
+    assert_ptr_equal(sink, arg);
+    if (!ok) {
+        s->broken++;
+        return;
+    }
+    s->pieces++;
+    on_recv(arg, stream_src, s->all, s->all_len);
+}
+
+static const tl_stream_cb_t on_stream = {on_begin, on_more, on_end};
 
 static void on_fail(void *arg, uint64_t uuid, int clean)
 {
@@ -92,10 +123,10 @@ static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_
     return TMX_ERR_NOT_FOUND; /* nothing is lent */
 }
 
-static void side_open_iov(side_t *s, uint64_t uuid, tl_recv_iov_cb_t iov_cb)
+static void side_open_stream(side_t *s, uint64_t uuid, const tl_stream_cb_t *stream)
 {
     tl_settings_t set;
-    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, iov_cb};
+    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, stream};
 
     memset(s, 0, sizeof(*s));
     s->uuid = uuid;
@@ -103,10 +134,10 @@ static void side_open_iov(side_t *s, uint64_t uuid, tl_recv_iov_cb_t iov_cb)
     assert_int_equal(tl_shm_ops.iface_open(&p, &s->iface), TMX_OK);
 }
 
-/* A layer above without recv_iov_cb: spans come gathered. */
+/* A layer above without stream callbacks: spans come gathered. */
 static void side_open(side_t *s, uint64_t uuid)
 {
-    side_open_iov(s, uuid, NULL);
+    side_open_stream(s, uuid, NULL);
 }
 
 static shm_ep_t *connect_to(side_t *from, side_t *to)
@@ -334,7 +365,7 @@ static void bad_sizes_refused(void **state)
 
 /* Spans (packets longer than a cell) of every cell count, among one-cell
  * packets, over many laps of the ring and so across its end: each whole,
- * once and in order, gathered for a layer without recv_iov_cb; the ring
+ * once and in order, gathered for a layer without stream callbacks; the ring
  * full of them answers TMX_ERR_AGAIN and loses nothing. */
 static void spans_case(int pieces)
 {
@@ -345,7 +376,7 @@ static void spans_case(int pieces)
     size_t sent = 0;
 
     side_open(&a, UUID_A);
-    side_open_iov(&b, UUID_B, pieces ? on_recv_iov : NULL);
+    side_open_stream(&b, UUID_B, pieces ? &on_stream : NULL);
     ab = connect_to(&a, &b);
     for (int i = 0; sent < 40 * SHM_N_CELLS; i++) {
         size_t len = i % 3 == 0 ? 8 + (size_t)i % 100
@@ -377,25 +408,58 @@ static void spans_in_order(void **state)
     spans_case(0);
 }
 
-/* The same, handed up in pieces where they lie (recv_iov_cb). */
+/* The same, handed up cell by cell as they come (stream callbacks). */
 static void spans_in_pieces(void **state)
 {
     (void)state;
     spans_case(1);
 }
 
+/* The bytes of a packet that carries counter v (on_recv's pattern). */
+static void packet_fill(unsigned char *pkt, uint64_t total, uint64_t v)
+{
+    memcpy(pkt, &v, sizeof(v));
+    for (uint64_t i = sizeof(v); i < total; i++)
+        pkt[i] = pattern(v, i);
+}
+
+/* Writes cell j of the span at pos that carries the total bytes of pkt,
+ * as span_send does, and returns its length; publishing is the caller's. */
+static uint32_t span_cell_write(shm_ep_t *ep, uint64_t pos, uint32_t j, const unsigned char *pkt,
+                                uint64_t total)
+{
+    uint32_t n = shm_span_cells(total), len = shm_span_part(total, n, j);
+    shm_cell_t *cell = shm_cell(ep->seg, pos + j);
+    shm_span_t head = {htole64(total)};
+    uint64_t off = 0;
+
+    for (uint32_t k = 0; k < j; k++)
+        off += shm_span_part(total, n, k);
+    if (j == 0) {
+        memcpy(cell->payload, &head, sizeof(head));
+        memcpy(cell->payload + sizeof(head), pkt, len - sizeof(head));
+    } else {
+        memcpy(cell->payload, pkt + off - sizeof(head), len);
+    }
+    return len;
+}
+
 /* Spans that do not hold together are dropped, each cell counted once,
  * and what follows still arrives: a later cell on its own, a first cell
- * whose length needs no span, a later cell of the wrong length. */
+ * whose length needs no span, a span broken off by a later cell of the
+ * wrong length or of another sender (the span and that cell), a span
+ * longer than any. A first cell published before the later ones is no
+ * fault: nothing is handed up or dropped while the consumer waits, and
+ * the span arrives whole once they come. */
 static void hostile_spans_dropped(void **state)
 {
     side_t a, b;
     shm_ep_t *ab;
     shm_iface_t *sb;
-    unsigned char junk[SHM_CELL_PAYLOAD];
+    static unsigned char junk[SHM_CELL_PAYLOAD], pkt[SHM_MAX_PACKET];
+    uint64_t total = SHM_CELL_PAYLOAD + 100, pos;
     shm_span_t head = {htole64(100)};
-    uint64_t pos;
-    shm_cell_t *cell;
+    uint32_t len;
 
     (void)state;
     memset(junk, 0xee, sizeof(junk));
@@ -406,47 +470,100 @@ static void hostile_spans_dropped(void **state)
     publish_raw(ab, SHM_KIND_CONT, junk, 64);                     /* on its own */
     memcpy(junk, &head, sizeof(head));
     publish_raw(ab, SHM_KIND_SPAN, junk, SHM_CELL_PAYLOAD);       /* 100 bytes: no span */
-    head.len = htole64(SHM_CELL_PAYLOAD + 100);
-    memcpy(junk, &head, sizeof(head));
-    assert_non_null(cell = shm_cells_claim(ab, 2, &pos));
-    memcpy(cell->payload, junk, SHM_CELL_PAYLOAD);
+    packet_fill(pkt, total, 100);
+    /* a later cell of the wrong length */
+    assert_non_null(shm_cells_claim(ab, 2, &pos));
+    len = span_cell_write(ab, pos, 0, pkt, total);
+    assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos), pos, SHM_KIND_SPAN, len), TMX_OK);
     assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos + 1), pos + 1, SHM_KIND_CONT, 99), TMX_OK);
-    assert_int_equal(shm_cell_publish(ab, cell, pos, SHM_KIND_SPAN, SHM_CELL_PAYLOAD), TMX_OK);
     /* longer than any span */
     head.len = htole64(SHM_MAX_PACKET + 1);
     memcpy(junk, &head, sizeof(head));
     publish_raw(ab, SHM_KIND_SPAN, junk, SHM_CELL_PAYLOAD);
     /* a later cell that names another sender */
-    head.len = htole64(SHM_CELL_PAYLOAD + 100);
-    memcpy(junk, &head, sizeof(head));
-    assert_non_null(cell = shm_cells_claim(ab, 2, &pos));
-    memcpy(cell->payload, junk, SHM_CELL_PAYLOAD);
-    assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos + 1), pos + 1, SHM_KIND_CONT, 108), TMX_OK);
+    assert_non_null(shm_cells_claim(ab, 2, &pos));
+    len = span_cell_write(ab, pos, 0, pkt, total);
+    assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos), pos, SHM_KIND_SPAN, len), TMX_OK);
+    len = span_cell_write(ab, pos, 1, pkt, total);
+    assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos + 1), pos + 1, SHM_KIND_CONT, len), TMX_OK);
     shm_cell(ab->seg, pos + 1)->src = SHM_N_SENDERS - 1;
-    assert_int_equal(shm_cell_publish(ab, cell, pos, SHM_KIND_SPAN, SHM_CELL_PAYLOAD), TMX_OK);
     assert_null(shm_cells_claim(ab, SHM_SPAN_CELLS + 1, &pos));
     assert_int_equal(send_counter(ab, 0), TMX_OK);
     drain(&b, 1, 10);
     assert_int_equal(b.packets, 1);
     assert_int_equal(b.out_of_order, 0);
-    /* the lone cell; the short span; the span with a wrong later cell, its
-     * first and that cell; the long span; the span of two senders, its
-     * first and the other's cell */
+    /* the lone cell; the short span; the span with a wrong later cell and
+     * that cell; the long span; the span of two senders and the other's
+     * cell */
     assert_int_equal(sb->dropped, 7);
-    /* a first cell published while a later one is not yet: dropped; the
-     * later one, published after, on its own: dropped too */
-    assert_non_null(cell = shm_cells_claim(ab, 2, &pos));
-    memcpy(cell->payload, junk, SHM_CELL_PAYLOAD);
-    assert_int_equal(shm_cell_publish(ab, cell, pos, SHM_KIND_SPAN, SHM_CELL_PAYLOAD), TMX_OK);
+    /* the first cell alone, for a while; then the other */
+    packet_fill(pkt, total, 1);
+    assert_non_null(shm_cells_claim(ab, 2, &pos));
+    len = span_cell_write(ab, pos, 0, pkt, total);
+    assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos), pos, SHM_KIND_SPAN, len), TMX_OK);
     for (int i = 0; i < 100; i++)
         tl_shm_ops.progress(b.iface);
-    assert_int_equal(sb->dropped, 8);
-    assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos + 1), pos + 1, SHM_KIND_CONT, 108), TMX_OK);
+    assert_int_equal(b.packets, 1);
+    assert_int_equal(sb->dropped, 7);
+    len = span_cell_write(ab, pos, 1, pkt, total);
+    assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos + 1), pos + 1, SHM_KIND_CONT, len), TMX_OK);
+    assert_int_equal(send_counter(ab, 2), TMX_OK);
+    drain(&b, 3, 10);
+    assert_int_equal(b.packets, 3);
+    assert_int_equal(b.out_of_order, 0);
+    assert_int_equal(b.corrupt, 0);
+    assert_int_equal(sb->dropped, 7);
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
+/* A sender killed after publishing the first cell of a span: the layer
+ * above, which has that piece, is told the packet ended unfinished once
+ * the receiver skips the dead sender's next cell, and the live sender's
+ * packets arrive. */
+static void dead_span_sender_unfinished(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab;
+    unsigned char addr[256];
+    size_t len = sizeof(addr);
+    pid_t child;
+    int status;
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open_stream(&b, UUID_B, &on_stream);
+    ab = connect_to(&a, &b);
+    assert_int_equal(tl_shm_ops.address(b.iface, addr, &len), TMX_OK);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        static unsigned char pkt[SHM_MAX_PACKET];
+        uint64_t total = 2 * SHM_CELL_PAYLOAD + 100, pos;
+        side_t c;
+        tl_ep_t *cb;
+        side_open(&c, UUID_C);
+        if (tl_shm_ops.ep_create(c.iface, addr, len, 1, UUID_B, &cb) != TMX_OK ||
+            shm_cells_claim((shm_ep_t *)cb, shm_span_cells(total), &pos) == NULL)
+            _exit(1);
+        packet_fill(pkt, total, 77);
+        if (shm_cell_publish((shm_ep_t *)cb, shm_cell(((shm_ep_t *)cb)->seg, pos), pos, SHM_KIND_SPAN,
+                             span_cell_write((shm_ep_t *)cb, pos, 0, pkt, total)) != TMX_OK)
+            _exit(1);
+        raise(SIGKILL);
+        _exit(2);
+    }
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    assert_int_equal(send_counter(ab, 0), TMX_OK);
     assert_int_equal(send_counter(ab, 1), TMX_OK);
     drain(&b, 2, 10);
     assert_int_equal(b.packets, 2);
     assert_int_equal(b.out_of_order, 0);
-    assert_int_equal(sb->dropped, 9);
+    assert_int_equal(b.begun, 1);
+    assert_int_equal(b.broken, 1);
+    assert_int_equal(((shm_iface_t *)b.iface)->skipped, 2);
+    assert_int_equal(((shm_iface_t *)b.iface)->dropped, 1);
     side_close(&a, ab);
     side_close(&b, NULL);
 }
@@ -509,6 +626,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(spans_in_pieces),
         cmocka_unit_test(hostile_spans_dropped),
         cmocka_unit_test(dead_span_claimer_skipped),
+        cmocka_unit_test(dead_span_sender_unfinished),
     };
     return UNIT_MAIN(argc, argv, tests);
 }

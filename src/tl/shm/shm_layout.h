@@ -209,9 +209,10 @@ static inline uint64_t shm_cell_src(shm_seg_hdr_t *seg, const shm_cell_t *cell)
 
 /* The longest payload the transport offers for eager messages
  * (tl_iface_t.eager_limit): in one cell up to about 8 KiB, in a span up
- * to 64 KiB. Eager through a span costs two copies that a rendezvous
- * read does not, but saves the RTS, the kernel's process_vm_readv and the
- * FIN: below 64 KiB that wins (bench/results/openmpi.md). */
+ * to 64 KiB. Eager through a span costs a second copy that a rendezvous
+ * read does not (overlapped with the first: see the span above), but
+ * saves the RTS, the kernel's process_vm_readv and the FIN: below 64 KiB
+ * that wins (bench/results/openmpi.md). */
 #define SHM_EAGER_LIMIT (64 * 1024)
 /* The longest that fits one cell with the protocol's headers. */
 #define SHM_CELL_EAGER (SHM_CELL_PAYLOAD - 64)

@@ -77,6 +77,8 @@ void proto_fini(proto_t *p)
         free(util_container_of(pos, proto_stream_t, link));
     }
     util_dlist_init(&p->streams);
+    free(p->spare_stream);
+    p->spare_stream = NULL;
     match_fini(&p->match);
     free(p->rndv);
     p->rndv = NULL;
@@ -708,15 +710,27 @@ static void stream_put(proto_stream_t *s, const void *data, size_t len)
     s->room -= c;
 }
 
+/* One at a time streams in through each transport: one spare saves a
+ * malloc per message. */
+static void stream_free(proto_t *p, proto_stream_t *s)
+{
+    if (p->spare_stream == NULL)
+        p->spare_stream = s;
+    else
+        free(s);
+}
+
 /* Where the payload goes: the first matching posted receive, or else a
  * new message; NULL (logged) when there is no memory for one. */
 static proto_stream_t *stream_open(proto_t *p, tmx_peer_t src, const proto_in_t *in)
 {
-    proto_stream_t *s = calloc(1, sizeof(*s));
+    proto_stream_t *s = p->spare_stream != NULL ? p->spare_stream : malloc(sizeof(*s));
     match_recv_t *r;
 
     if (s == NULL)
         goto err_nomem;
+    p->spare_stream = NULL;
+    *s = (proto_stream_t){0};
     if ((r = match_find_recv(&p->match, src, in->tmh.tag)) != NULL) {
         match_remove_recv(&p->match, r);
         s->req = util_container_of(r, proto_req_t, recv);
@@ -743,7 +757,7 @@ static proto_stream_t *stream_open(proto_t *p, tmx_peer_t src, const proto_in_t 
 err_msg:
     msg_free(p, s->msg);
 err_free:
-    free(s);
+    stream_free(p, s);
 err_nomem:
     util_error("out of memory: message from peer %u tag 0x%llx lost", src, (unsigned long long)in->tmh.tag);
     return NULL;
@@ -787,7 +801,7 @@ void proto_stream_end(void *arg, void *sink, int ok)
     match_recv_t *r;
 
     util_dlist_unlink(&s->link);
-    free(s);
+    stream_free(p, s);
     if (req != NULL) {
         req_complete(p, req, ok ? recv_status(req) : TMX_ERR_PEER_FAILED);
     } else if (!ok) {

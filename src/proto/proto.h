@@ -118,6 +118,7 @@ struct proto {
     reg_keygen_t keygen;        /* remote-access keys (src/reg) */
     util_dlist_t ctrl_pending;  /* FINs waiting for room */
     util_dlist_t streams;       /* packets streaming in (proto_stream_t) */
+    proto_stream_t *spare_stream; /* one freed, for the next */
     uint64_t dropped;           /* packets from the wire that did not parse */
     int unexp_full;             /* set by core at the bound on unexpected memory */
     proto_spec_t spec;          /* TMX_PROTO */

@@ -1700,6 +1700,7 @@ static void case_deadclaim(void)
 #define FL_N_DEFAULT 100000
 #define FL_SLACK (24 * MP_MIB)
 #define FL_QUIET_US 300000          /* no event for this long: the flood waits */
+#define FL_HOLD_US 3000000          /* the longest the receiver holds before it receives */
 #define FL_BOUND_DEFAULT (64 * MP_MIB)
 
 static unsigned long long fl_env(const char *name, unsigned long long def)
@@ -1775,10 +1776,11 @@ static void fl_send_all(unsigned n)
 
 /* Progresses without a receive posted until the flood has begun and then
  * nothing has come for FL_QUIET_US (the senders are done, or wait at the
- * bound): everything taken meanwhile was unexpected. */
+ * bound) or FL_HOLD_US have passed: everything taken meanwhile was
+ * unexpected. */
 static void fl_progress_only(void)
 {
-    int64_t last = mp_now_us();
+    int64_t last = mp_now_us(), begun;
     tmx_completion_t info;
 
     /* the flood may have begun while we were still in the barrier, even
@@ -1790,9 +1792,12 @@ static void fl_progress_only(void)
             mp_fail("flood: nothing came for %d s", MP_WAIT_US / 1000000);
         sched_yield();
     }
-    last = mp_now_us();
+    begun = last = mp_now_us();
 
-    while (mp_now_us() - last < FL_QUIET_US) {
+    /* over udp the senders at the bound resend what we leave, and their
+     * resends are events too: quiet may never come, so hold at most
+     * FL_HOLD_US */
+    while (mp_now_us() - last < FL_QUIET_US && mp_now_us() - begun < FL_HOLD_US) {
         if (tmx_progress(mp_ctx) > 0)
             last = mp_now_us();
         else

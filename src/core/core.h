@@ -92,6 +92,7 @@ struct tmx_context {
     unsigned idle_polls;        /* fruitless tmx_cq_read/tmx_progress calls in a row */
     unsigned polls;             /* core_progress calls, for quiet transports */
     int64_t quiet_look_us;      /* when quiet transports were last polled */
+    unsigned busy_polls;        /* polls that found work since then */
     int watch_all;              /* every peer connected, so watched */
     boot_job_t job;             /* the launched job, if any */
     proto_t proto;              /* the protocols, the matcher, the rendezvous slots */

@@ -78,8 +78,9 @@ int core_progress(tmx_context_h ctx)
 
     if (__builtin_expect((++ctx->polls & (TL_QUIET_POLL_EVERY - 1)) == 0, 0)) {
         int64_t now = core_now_us();
-        if (now - ctx->quiet_look_us >= TL_QUIET_LOOK_US) {
+        if (now - ctx->quiet_look_us >= (ctx->busy_polls != 0 ? TL_QUIET_BUSY_LOOK_US : TL_QUIET_LOOK_US)) {
             ctx->quiet_look_us = now;
+            ctx->busy_polls = 0;
             look_all = 1;
         }
     }
@@ -91,6 +92,7 @@ int core_progress(tmx_context_h ctx)
     }
     if (proto_has_work(&ctx->proto))
         events += proto_progress(&ctx->proto);
+    ctx->busy_polls += events > 0;
     return events;
 }
 

@@ -5,11 +5,11 @@ set -eu
 cd "$(dirname "$0")/.."
 secs="${1:-60}"
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j "$(nproc)" --target fuzz_wire fuzz_udp
+cmake --build --preset fuzz -j "$(nproc)" --target fuzz_wire fuzz_udp fuzz_shm
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-for t in wire udp; do mkdir -p "$work/$t"; cp tests/fuzz/corpus_$t/* "$work/$t/"; done
-for t in wire udp; do
+for t in wire udp shm; do mkdir -p "$work/$t"; cp tests/fuzz/corpus_$t/* "$work/$t/"; done
+for t in wire udp shm; do
     echo "fuzz_$t: $secs s"
     if ! build/fuzz/tests/fuzz_$t -max_total_time="$secs" -max_len=2048 -rss_limit_mb=2048 \
         "$work/$t" >"$work/$t.log" 2>&1; then

@@ -18,7 +18,7 @@ typedef enum cfg_type {
     CFG_LIST,       /* free text up to the field's size; checked by its user */
     CFG_IPV4,       /* "auto" or a dotted IPv4 address */
     CFG_FAULTS,     /* name=rate[,...] with rates in [0, 1] */
-    CFG_STOP,       /* empty, or claim:N, publish:N or help:N with N > 0 */
+    CFG_STOP,       /* empty, or claim:N, publish:N, help:N or fbox:N with N > 0 */
     CFG_PROTO       /* the protocol table's rules (proto_table.h) */
 } cfg_type_t;
 
@@ -52,10 +52,13 @@ static const cfg_entry_t cfg_table[] = {
      "each applies, with k, m or g)"},
     {"TMX_SHM_CMA", CFG_ENUM, "auto", 0, 0, cma_words, CFG_FIELD(tl.shm.cma),
      "shm rendezvous reads: auto (process_vm_readv, copy if refused) or off (always copy)"},
+    {"TMX_SHM_FBOX", CFG_ENUM, "1", 0, 0, bool_words, CFG_FIELD(tl.shm.fbox),
+     "shm: 1 to send packets of up to 512 bytes through a fast box per sender and receiver (the "
+     "ring when it is full or taken), 0 always through the receiver's ring"},
     {"TMX_SHM_TEST_STOP", CFG_STOP, "", 0, 0, NULL, CFG_FIELD(tl.shm.stop_at),
      "tests only: claim:N or publish:N stops this process (SIGSTOP) right after claiming, or right "
      "before publishing, its N-th shm cell; help:N right after taking the N-th chunk it writes for "
-     "a shared copy"},
+     "a shared copy; fbox:N right before publishing its N-th fast-box entry"},
     {"TMX_UDP_ADDR", CFG_IPV4, "auto", 0, 0, NULL, CFG_FIELD(tl.udp.addr),
      "udp: IPv4 address to bind (auto: first up, non-loopback interface)"},
     {"TMX_UDP_MTU", CFG_UINT, "0", 0, 65535, NULL, CFG_FIELD(tl.udp.mtu),
@@ -153,13 +156,13 @@ static int parse_faults(const char *v, tl_udp_faults_t *f)
 
 static int parse_stop(const char *v, tl_shm_settings_t *s)
 {
-    static const char *const at[] = {"", "claim:", "publish:", "help:"};
+    static const char *const at[] = {"", "claim:", "publish:", "help:", "fbox:"};
 
     s->stop_at = TL_SHM_STOP_NONE;
     s->stop_n = 0;
     if (*v == '\0')
         return 1;
-    for (int i = TL_SHM_STOP_CLAIM; i <= TL_SHM_STOP_HELP; i++) {
+    for (int i = TL_SHM_STOP_CLAIM; i <= TL_SHM_STOP_FBOX; i++) {
         size_t n = strlen(at[i]);
         if (strncmp(v, at[i], n) == 0 && parse_u64(v + n, &s->stop_n) && s->stop_n > 0) {
             s->stop_at = i;
@@ -213,7 +216,7 @@ static const char *cfg_accepts(const cfg_entry_t *e, char *buf, size_t size)
         snprintf(buf, size, "drop|dup|reorder|corrupt=RATE[,...], RATE in [0, 1]");
         break;
     case CFG_STOP:
-        snprintf(buf, size, "empty, claim:N, publish:N or help:N with N > 0");
+        snprintf(buf, size, "empty, claim:N, publish:N, help:N or fbox:N with N > 0");
         break;
     case CFG_PROTO:
         snprintf(buf, size, "empty or TRANSPORT:PROTOCOL@SIZE[,...][;...]");

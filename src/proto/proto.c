@@ -30,6 +30,8 @@ struct proto_stream {
     proto_msg_t *msg;
     unsigned char *dst;         /* where the next bytes go */
     size_t room;                /* bytes still wanted there (the rest is cut off) */
+    size_t left;                /* bytes the message has still to bring */
+    uint64_t uuid;              /* its sender (whose peer number may change meanwhile) */
 };
 
 tmx_status_t proto_init(proto_t *p, const proto_upcalls_t *up, const proto_spec_t *spec)
@@ -704,10 +706,12 @@ static void stream_put(proto_stream_t *s, const void *data, size_t len)
 {
     size_t c = len < s->room ? len : s->room;
 
-    if (c != 0)
+    if (c != 0) {
         memcpy(s->dst, data, c);
-    s->dst += c;
-    s->room -= c;
+        s->dst += c;
+        s->room -= c;
+    }
+    s->left = len <= s->left ? s->left - len : SIZE_MAX; /* more than it said: broken */
 }
 
 /* One at a time streams in through each transport: one spare saves a
@@ -722,7 +726,7 @@ static void stream_free(proto_t *p, proto_stream_t *s)
 
 /* Where the payload goes: the first matching posted receive, or else a
  * new message; NULL (logged) when there is no memory for one. */
-static proto_stream_t *stream_open(proto_t *p, tmx_peer_t src, const proto_in_t *in)
+static proto_stream_t *stream_open(proto_t *p, uint64_t uuid, tmx_peer_t src, const proto_in_t *in)
 {
     proto_stream_t *s = p->spare_stream != NULL ? p->spare_stream : malloc(sizeof(*s));
     match_recv_t *r;
@@ -731,6 +735,8 @@ static proto_stream_t *stream_open(proto_t *p, tmx_peer_t src, const proto_in_t 
         goto err_nomem;
     p->spare_stream = NULL;
     *s = (proto_stream_t){0};
+    s->uuid = uuid;
+    s->left = in->payload_len;
     if ((r = match_find_recv(&p->match, src, in->tmh.tag)) != NULL) {
         match_remove_recv(&p->match, r);
         s->req = util_container_of(r, proto_req_t, recv);
@@ -782,7 +788,7 @@ void *proto_stream_begin(void *arg, uint64_t src_uuid, const void *first, size_t
     if (parse_packet(p, src, first, first_len, &in) != 0)
         return NULL;
     in.payload_len = total - (first_len - in.payload_len);
-    if ((s = stream_open(p, src, &in)) != NULL)
+    if ((s = stream_open(p, src_uuid, src, &in)) != NULL)
         stream_put(s, in.payload, first_len - (size_t)(in.payload - (const unsigned char *)first));
     return s;
 }
@@ -792,21 +798,42 @@ void proto_stream_more(void *arg, void *sink, const void *piece, size_t len)
     stream_put(sink, piece, len);
 }
 
-void proto_stream_end(void *arg, void *sink, int ok)
+/* The message is whole, or never will be (tl.h: enum tl_stream_end); one
+ * whose pieces did not add up to its length is broken. Its sender's peer
+ * number is looked up again: tmx_peer_add may have given the process a
+ * number of its own while the message streamed in. */
+void proto_stream_end(void *arg, void *sink, int how)
 {
     proto_t *p = arg;
     proto_stream_t *s = sink;
     proto_req_t *req = s->req;
     proto_msg_t *msg = s->msg;
+    tmx_peer_t src = p->up.peer_by_uuid(p->up.arg, s->uuid);
+    tmx_status_t st = TMX_OK;
     match_recv_t *r;
 
+    if (how == TL_STREAM_WHOLE && s->left != 0) {
+        util_warn("a message from peer %u in pieces ended %s its length", src,
+                  s->left == SIZE_MAX ? "past" : "short of");
+        how = TL_STREAM_BROKEN;
+    }
+    if (how != TL_STREAM_WHOLE)
+        st = how == TL_STREAM_GONE ? TMX_ERR_PEER_FAILED : TMX_ERR_PROTO;
     util_dlist_unlink(&s->link);
     stream_free(p, s);
     if (req != NULL) {
-        req_complete(p, req, ok ? recv_status(req) : TMX_ERR_PEER_FAILED);
-    } else if (!ok) {
+        if (src != TMX_PEER_NONE)
+            req->comp.source = src;
+        req_complete(p, req, st == TMX_OK ? recv_status(req) : st);
+        return;
+    }
+    if (st != TMX_OK) {
         msg_free(p, msg);
-    } else if ((r = match_find_recv(&p->match, msg->m.src, msg->m.tag)) != NULL) {
+        return;
+    }
+    if (src != TMX_PEER_NONE)
+        msg->m.src = src;
+    if ((r = match_find_recv(&p->match, msg->m.src, msg->m.tag)) != NULL) {
         match_remove_recv(&p->match, r);
         proto_msg_deliver(p, msg, util_container_of(r, proto_req_t, recv));
     } else if (match_add_msg(&p->match, &msg->m) == TMX_OK) {

@@ -199,7 +199,7 @@ void proto_recv_cb(void *arg, uint64_t src_uuid, const void *data, size_t len);
  * holds the three. */
 void *proto_stream_begin(void *arg, uint64_t src_uuid, const void *first, size_t first_len, size_t total);
 void proto_stream_more(void *arg, void *sink, const void *piece, size_t len);
-void proto_stream_end(void *arg, void *sink, int ok);
+void proto_stream_end(void *arg, void *sink, int how);
 extern const tl_stream_cb_t proto_stream_cb;
 /* 0 for a packet that would be one more unexpected message while core
  * holds as many bytes as its bound allows (tl_admit_cb_t). */

@@ -52,6 +52,7 @@ typedef struct world {
     int msgs_live;
     proto_msg_t *msgs[32];      /* every message allocated, until freed */
     int implicit_calls;
+    tmx_peer_t a_num;           /* UUID_A's peer number (tmx_peer_add may change one) */
 } world_t;
 
 static world_t *W; /* one world per case (each case runs in its own child) */
@@ -154,7 +155,7 @@ static tmx_status_t up_peer_ep(void *arg, tmx_peer_t peer, tl_ep_t **ep, proto_p
 static tmx_peer_t up_peer_by_uuid(void *arg, uint64_t uuid)
 {
     (void)arg;
-    return uuid == UUID_A ? 0 : uuid == UUID_B ? 1 : TMX_PEER_NONE;
+    return uuid == UUID_A ? W->a_num : uuid == UUID_B ? 1 : TMX_PEER_NONE;
 }
 
 static tmx_status_t up_peer_add_implicit(void *arg, uint64_t uuid, const void *addr, size_t len,
@@ -713,6 +714,105 @@ static void table_decides(void **state)
     assert_int_equal(proto_iface_add(&W->p, &W->iface), TMX_ERR_INVALID);
 }
 
+/* ------------------------------------------------- packets that stream in */
+
+/* An eager message of total payload bytes from uuid, in pieces: the first
+ * holds the header and 64 bytes, the rest come in pieces of 100 bytes,
+ * short by missing bytes; it ends as how says. Byte i of the payload is
+ * (unsigned char)(i * 7). */
+static void stream_in(uint64_t uuid, uint64_t tag, size_t total, size_t missing, int how,
+                      void (*between)(void))
+{
+    unsigned char b[256];
+    wire_tmh_t h;
+    void *sink;
+    size_t off = 64;
+
+    wire_tmh_pack(&h, WIRE_OP_EAGER, 0, 0, tag);
+    memcpy(b, &h, sizeof(h));
+    for (size_t i = 0; i < 64; i++)
+        b[sizeof(h) + i] = (unsigned char)(i * 7);
+    sink = proto_stream_begin(&W->p, uuid, b, sizeof(h) + 64, sizeof(h) + total);
+    assert_non_null(sink);
+    if (between != NULL)
+        between();
+    while (off < total - missing) {
+        size_t n = total - missing - off < 100 ? total - missing - off : 100;
+        for (size_t i = 0; i < n; i++)
+            b[i] = (unsigned char)((off + i) * 7);
+        proto_stream_more(&W->p, sink, b, n);
+        off += n;
+    }
+    proto_stream_end(&W->p, sink, how);
+}
+
+static void renumber_a(void)
+{
+    W->a_num = 1; /* as tmx_peer_add does for a process known implicitly */
+}
+
+/* A message streaming in while its sender gets another peer number joins
+ * the matcher under the new number, before a later message of the same
+ * sender: a receive naming the new number takes it first. */
+static void stream_sender_renumbered(void **state)
+{
+    proto_req_t r;
+    unsigned char got[1000];
+
+    (void)state;
+    stream_in(UUID_A, 7, 900, 0, TL_STREAM_WHOLE, renumber_a);
+    in_eager(UUID_A, 7, "later", 5);
+    req_recv(&r, got, sizeof(got), 1, 7);
+    assert_int_equal(proto_recv_match(&W->p, &r), TMX_OK);
+    assert_int_equal(W->done_st[0], TMX_OK);
+    assert_int_equal(r.comp.msg_length, 900);
+    assert_int_equal(r.comp.source, 1);
+    for (size_t i = 0; i < 900; i++)
+        assert_int_equal(got[i], (unsigned char)(i * 7));
+    req_recv(&r, got, sizeof(got), 1, 7);
+    assert_int_equal(proto_recv_match(&W->p, &r), TMX_OK);
+    assert_int_equal(r.comp.msg_length, 5);
+}
+
+/* Pieces that do not add up to the message's length break it: a receive
+ * it matched fails with TMX_ERR_PROTO, an unexpected one is dropped; a
+ * sender that dies fails it with TMX_ERR_PEER_FAILED. */
+static void stream_short_or_cut(void **state)
+{
+    proto_req_t r;
+    unsigned char got[1000];
+
+    (void)state;
+    req_recv(&r, got, sizeof(got), 0, 7);
+    assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+    stream_in(UUID_A, 7, 900, 10, TL_STREAM_WHOLE, NULL);
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(W->done_st[0], TMX_ERR_PROTO);
+    stream_in(UUID_A, 7, 900, 10, TL_STREAM_WHOLE, NULL);
+    assert_int_equal(W->msgs_live, 0);
+    req_recv(&r, got, sizeof(got), 0, 7);
+    assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+    stream_in(UUID_A, 7, 900, 300, TL_STREAM_GONE, NULL);
+    assert_int_equal(W->done_st[1], TMX_ERR_PEER_FAILED);
+    stream_in(UUID_A, 7, 900, 0, TL_STREAM_WHOLE, NULL);
+    assert_int_equal(W->msgs_live, 1);
+}
+
+/* A zero-length receive with no buffer takes a streamed message as
+ * truncated, touching nothing. */
+static void stream_into_empty_receive(void **state)
+{
+    proto_req_t r;
+
+    (void)state;
+    req_recv(&r, NULL, 0, 0, 7);
+    assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+    stream_in(UUID_A, 7, 900, 0, TL_STREAM_WHOLE, NULL);
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(W->done_st[0], TMX_ERR_TRUNCATED);
+    assert_int_equal(r.comp.length, 0);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -730,6 +830,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(discard_sends_fin),
         cmocka_unit_test(spec_syntax),
         cmocka_unit_test(table_decides),
+        cmocka_unit_test(stream_sender_renumbered),
+        cmocka_unit_test(stream_short_or_cut),
+        cmocka_unit_test(stream_into_empty_receive),
     };
     return unit_main(argc, argv,
                      &(const unit_group_t){"", tests, sizeof(tests) / sizeof(tests[0]), setup, teardown},

@@ -67,7 +67,7 @@ static void muted_more(void *arg, void *sink, const void *piece, size_t len)
 {
 }
 
-static void muted_end(void *arg, void *sink, int ok)
+static void muted_end(void *arg, void *sink, int how)
 {
 }
 

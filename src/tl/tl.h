@@ -41,16 +41,24 @@ typedef void (*tl_recv_cb_t)(void *arg, uint64_t src_uuid, const void *data, siz
  * packet's whole length, and returns what the other pieces go into (NULL:
  * the layer above took or dropped the packet whole and wants nothing
  * more of it); more gets each next piece, in order; end says the packet
- * is whole (ok = 1) or never will be (ok = 0: its sender died or broke
- * it off), and the sink is not used after it. Between begin and end the
+ * is whole (TL_STREAM_WHOLE) or never will be (TL_STREAM_GONE: its sender
+ * died, or the transport closed; TL_STREAM_BROKEN: its sender broke it off
+ * with something else, or the pieces did not add up), and the sink is not
+ * used after it. Between begin and end the
  * transport hands up nothing else. Pieces are valid only during the call;
  * all three are called from progress() only. A layer above that gives
  * none gets such packets gathered, through recv_cb. */
 typedef struct tl_stream_cb {
     void *(*begin)(void *arg, uint64_t src_uuid, const void *first, size_t first_len, size_t total);
     void (*more)(void *arg, void *sink, const void *piece, size_t len);
-    void (*end)(void *arg, void *sink, int ok);
+    void (*end)(void *arg, void *sink, int how);
 } tl_stream_cb_t;
+
+enum tl_stream_end {
+    TL_STREAM_BROKEN = -1,
+    TL_STREAM_GONE = 0,
+    TL_STREAM_WHOLE = 1
+};
 
 /* Upward callback: the process behind a context has gone: died or stopped
  * answering (clean == 0), or exited after closing its context (clean ==
@@ -94,11 +102,13 @@ typedef enum tl_shm_stop_at {
     TL_SHM_STOP_NONE = 0,
     TL_SHM_STOP_CLAIM,
     TL_SHM_STOP_PUBLISH,
-    TL_SHM_STOP_HELP
+    TL_SHM_STOP_HELP,
+    TL_SHM_STOP_FBOX
 } tl_shm_stop_at_t;
 
 typedef struct tl_shm_settings {
     int cma;                    /* TMX_SHM_CMA: 1 auto, 0 off */
+    int fbox;                   /* TMX_SHM_FBOX: 1 short packets through fast boxes, 0 the ring only */
     int stop_at;                /* TMX_SHM_TEST_STOP: enum tl_shm_stop_at */
     uint64_t stop_n;            /*   at the n-th cell (n > 0) */
 } tl_shm_settings_t;

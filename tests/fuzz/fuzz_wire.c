@@ -96,7 +96,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             proto_stream_more(&ctx->proto, sink, data + 1 + cut, half);
             if (!(data[0] & 8))
                 proto_stream_more(&ctx->proto, sink, data + 1 + cut + half, n - cut - half);
-            proto_stream_end(&ctx->proto, sink, !(data[0] & 8));
+            /* broken off: as the transport says it (bit 5: gone; bit 6: as
+             * if whole, which proto must find short) */
+            proto_stream_end(&ctx->proto, sink,
+                             !(data[0] & 8) || (data[0] & 64) ? TL_STREAM_WHOLE
+                             : data[0] & 32 ? TL_STREAM_GONE : TL_STREAM_BROKEN);
         }
         if (r != NULL && tmx_request_test(r, NULL) == TMX_INPROGRESS)
             tmx_request_cancel(r);

@@ -1595,7 +1595,7 @@ static void dc_victim(void)
     for (unsigned i = 0; i < DC_VICTIM_MSGS; i++)
         mp_wait_send(mp_send(0, buf, len, DC_TAG | 3u << 20 | i), 0, DC_TAG | 3u << 20 | i, len,
                      "victim's send");
-    mp_fail("never stopped: is MP_DC_STOP claim:N or publish:N with N <= %d?", DC_VICTIM_MSGS);
+    mp_fail("never stopped: is MP_DC_STOP claim:N, publish:N or fbox:N with N <= %d?", DC_VICTIM_MSGS);
 }
 
 /* Waits until rank 3 has stopped itself, then kills it. */

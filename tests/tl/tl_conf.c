@@ -83,12 +83,12 @@ static void on_more(void *arg, void *sink, const void *piece, size_t len)
     s->last_len += len;
 }
 
-static void on_end(void *arg, void *sink, int ok)
+static void on_end(void *arg, void *sink, int how)
 {
     side_t *s = sink;
 
     assert_ptr_equal(sink, arg);
-    assert_true(ok);
+    assert_int_equal(how, TL_STREAM_WHOLE);
     assert_int_equal(s->last_len, s->stream_total);
     atomic_fetch_add(&s->packets, 1);
 }

@@ -34,7 +34,8 @@ enum shm_stop_at {
     SHM_STOP_NONE = TL_SHM_STOP_NONE,
     SHM_STOP_CLAIM = TL_SHM_STOP_CLAIM,     /* right after claiming a cell */
     SHM_STOP_PUBLISH = TL_SHM_STOP_PUBLISH, /* right before publishing it */
-    SHM_STOP_HELP = TL_SHM_STOP_HELP        /* right after taking a chunk of a shared copy to write */
+    SHM_STOP_HELP = TL_SHM_STOP_HELP,       /* right after taking a chunk of a shared copy to write */
+    SHM_STOP_FBOX = TL_SHM_STOP_FBOX        /* right before publishing a fast-box entry */
 };
 
 /* Test hook (TMX_SHM_TEST_STOP): this process stops itself with SIGSTOP
@@ -85,6 +86,12 @@ static void seg_init(shm_seg_hdr_t *seg, uint64_t uuid)
     atomic_store_explicit(&seg->wake_seq, 0, memory_order_relaxed);
     for (uint64_t i = 0; i < SHM_N_CELLS; i++)
         atomic_store_explicit(&shm_cell(seg, i)->seq, shm_seq(i), memory_order_relaxed);
+    atomic_store_explicit(&seg->fbox_used, 0, memory_order_relaxed);
+    for (int i = 0; i < SHM_N_FBOX; i++) {
+        atomic_store_explicit(&seg->fbox[i].owner, 0, memory_order_relaxed);
+        atomic_store_explicit(&seg->fbox[i].read, 0, memory_order_relaxed);
+        atomic_store_explicit(shm_fbox_word(shm_fbox_data(seg, (uint32_t)i), 0), 0, memory_order_relaxed);
+    }
     for (int i = 0; i < SHM_N_SENDERS; i++) {
         atomic_store_explicit(&seg->senders[i].uuid, 0, memory_order_relaxed);
         atomic_store_explicit(&seg->claims[i].pos, SHM_NO_CLAIM, memory_order_relaxed);
@@ -137,6 +144,8 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     si->mt = params->mt;
     si->host_id = tl_host_id();
     si->cma = params->settings->shm.cma ? SHM_CMA_ON : SHM_CMA_OFF;
+    si->fbox = params->settings->shm.fbox;
+    memset(si->slot_fbox, SHM_FBOX_NONE, sizeof(si->slot_fbox));
     si->super.get_checked = si->cma == SHM_CMA_OFF;
     si->super.get_kinds = si->cma == SHM_CMA_ON ? TL_GET_DIRECT | TL_GET_SHARED | TL_GET_COPY : TL_GET_COPY;
     util_dlist_init(&si->eps);
@@ -261,8 +270,9 @@ static void shm_iface_close(tl_iface_t *iface)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
 
+    si->closing = 1;
     if (si->rx.on)
-        span_end(si, 0); /* lets the layer above let go of its sink */
+        span_end(si, TL_STREAM_GONE); /* lets the layer above let go of its sink */
     shm_get_fini(si); /* before the endpoints it waits on go */
     eps_free(&si->eps);
     eps_free(&si->closed_eps);
@@ -349,6 +359,9 @@ static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t le
     ep->pid = le32toh(a.pid);
     ep->pidfd = (int)syscall(SYS_pidfd_open, ep->pid, 0);
     ep->seg_fd = -1;
+    ep->fbox = SHM_FBOX_NONE;
+    ep->fb_use = (uint8_t)si->fbox;
+    ep->ring_last = SHM_NO_CLAIM;
     if ((st = ep_map(ep, &a, uuid)) != TMX_OK || (st = slot_take(ep, si->uuid)) != TMX_OK) {
         ep_unmap(ep);
         free(ep);
@@ -491,6 +504,84 @@ static inline void piece_copy(unsigned char *dst, const unsigned char *src, size
     }
 }
 
+#define SHM_FBOX_RETRY 4096 /* short sends between looks for a free fast box */
+
+/* Takes a free fast box in the peer's segment (shm_layout.h), or none:
+ * all are taken, and the ring serves until another look, SHM_FBOX_RETRY
+ * short sends later. We start where its last consumer stopped. */
+static int fbox_take(shm_ep_t *ep)
+{
+    shm_seg_hdr_t *seg = ep->seg;
+
+    if (ep->fbox_retry != 0) {
+        ep->fbox_retry--;
+        return 0;
+    }
+    for (uint32_t i = 0; i < SHM_N_FBOX; i++) {
+        uint32_t v = 0;
+        if (atomic_load_explicit(&seg->fbox[i].owner, memory_order_relaxed) != 0 ||
+            !atomic_compare_exchange_strong_explicit(&seg->fbox[i].owner, &v, (uint32_t)ep->slot + 1u,
+                                                     memory_order_acquire, memory_order_relaxed))
+            continue;
+        ep->fbox = (uint8_t)i;
+        ep->fb_data = shm_fbox_data(seg, i);
+        ep->fb_write = atomic_load_explicit(&seg->fbox[i].read, memory_order_acquire) & ~(uint64_t)7;
+        ep->fb_read = ep->fb_write;
+        atomic_fetch_or_explicit(&seg->fbox_used, 1ull << i, memory_order_release);
+        return 1;
+    }
+    ep->fbox_retry = SHM_FBOX_RETRY;
+    return 0;
+}
+
+/* Puts a packet of total bytes (1 to SHM_FBOX_MAX) into our fast box: 1
+ * if it went, 0 if it goes through the ring (no box, the box full, or a
+ * cell of ours still unconsumed in the ring, which it must not
+ * overtake). See shm_layout.h for the order of the writes. */
+static inline int fbox_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt, size_t total)
+{
+    uint64_t w, o, skip, at;
+    uint32_t need = shm_fbox_entry((uint32_t)total);
+    unsigned char *e;
+    size_t off = 8;
+
+    if (__builtin_expect(ep->ring_last != SHM_NO_CLAIM, 0)) {
+        if (atomic_load_explicit(&shm_cell(ep->seg, ep->ring_last)->seq, memory_order_acquire) ==
+            shm_seq(ep->ring_last + 1))
+            return 0; /* published, not yet consumed */
+        ep->ring_last = SHM_NO_CLAIM;
+    }
+    if (__builtin_expect(ep->fbox == SHM_FBOX_NONE, 0) && !fbox_take(ep))
+        return 0;
+    w = ep->fb_write;
+    o = w & (SHM_FBOX_SIZE - 1);
+    skip = o + need > SHM_FBOX_SIZE ? SHM_FBOX_SIZE - o : 0;
+    if (w + skip + need + 8 > ep->fb_read + SHM_FBOX_SIZE) {
+        ep->fb_read = atomic_load_explicit(&ep->seg->fbox[ep->fbox].read, memory_order_acquire) & ~(uint64_t)7;
+        if (w + skip + need + 8 > ep->fb_read + SHM_FBOX_SIZE)
+            return 0; /* full */
+    }
+    at = skip != 0 ? 0 : o;
+    e = ep->fb_data + at;
+    for (int i = 0; i < iovcnt; i++) {
+        piece_copy(e + off, iov[i].iov_base, iov[i].iov_len);
+        off += iov[i].iov_len;
+    }
+    atomic_store_explicit(shm_fbox_word(ep->fb_data, at + need), 0, memory_order_relaxed);
+    stop_hook(SHM_STOP_FBOX);
+    if (skip != 0) {
+        atomic_store_explicit(shm_fbox_word(ep->fb_data, 0), SHM_FBOX_VALID | SHM_FBOX_POS(w + skip) | total,
+                              memory_order_release);
+        atomic_store_explicit(shm_fbox_word(ep->fb_data, o), SHM_FBOX_SKIP | SHM_FBOX_POS(w), memory_order_seq_cst);
+    } else {
+        atomic_store_explicit(shm_fbox_word(ep->fb_data, o), SHM_FBOX_VALID | SHM_FBOX_POS(w) | total,
+                              memory_order_seq_cst);
+    }
+    ep->fb_write = w + skip + need; if (w < 4000)
+    seg_wake_published(ep->seg);
+    return 1;
+}
+
 static tmx_status_t span_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt, size_t total);
 
 static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
@@ -508,10 +599,13 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
     }
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
+    if (total <= SHM_FBOX_MAX && ep->fb_use && fbox_send(ep, iov, iovcnt, total))
+        return TMX_OK;
     if (total > SHM_CELL_PAYLOAD)
         return span_send(ep, iov, iovcnt, total);
     if ((cell = cells_claim(ep, 1, &pos)) == NULL)
         return TMX_ERR_AGAIN;
+    ep->ring_last = pos;
     for (int i = 0; i < iovcnt; i++) {
         piece_copy(cell->payload + off, iov[i].iov_base, iov[i].iov_len);
         off += iov[i].iov_len;
@@ -583,6 +677,7 @@ static tmx_status_t span_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt,
 
     if (cell == NULL)
         return TMX_ERR_AGAIN;
+    ep->ring_last = pos + n - 1;
     while (i < iovcnt && iov[i].iov_len == 0)
         i++;
     for (uint32_t j = 0; j < n; j++) {
@@ -600,26 +695,178 @@ static tmx_status_t span_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt,
     return ok ? TMX_OK : TMX_ERR_PEER_FAILED;
 }
 
-/* Handles one published cell; a cell that does not parse is dropped. */
-static void cell_deliver(shm_iface_t *si, shm_cell_t *cell)
-{
-    uint32_t len = shm_cell_len(cell);
-    uint64_t src = shm_cell_src(si->seg, cell);
+/* ------------------------------------------------- fast boxes, consumer */
 
-    if (len == 0 && src != 0 && shm_cell_kind(cell) == SHM_KIND_PACKET) {
-        atomic_store_explicit(&si->seg->senders[cell->src].uuid, 0, memory_order_release); /* goodbye */
+/* A box whose sender wrote nonsense into it is polled no more (its slot
+ * keeps it until its goodbye). */
+static void fbox_break(shm_iface_t *si, uint32_t i, uint64_t h)
+{
+    si->fb_on &= ~(1ull << i);
+    atomic_fetch_or_explicit(&si->fb_broken, 1ull << i, memory_order_relaxed);
+    si->dropped++;
+    util_warn("shm: fast box %u of sender slot %u holds a header %#llx at %llu that no sender writes: "
+              "it is read no more", i, si->fb_slot[i], (unsigned long long)h,
+              (unsigned long long)si->fb_rd[i]);
+}
+
+/* Takes in the boxes whose bits changed in fbox_used: a box a sender
+ * took is polled from now on (its slot read once, here); a bit cleared
+ * by someone else than us stops the polling. */
+static void fbox_refresh(shm_iface_t *si, uint64_t used)
+{
+    uint64_t changed = (used ^ si->fb_seen) & (SHM_N_FBOX == 64 ? ~0ull : (1ull << SHM_N_FBOX) - 1);
+
+    while (changed != 0) {
+        uint32_t i = (uint32_t)__builtin_ctzll(changed), owner, slot;
+        uint64_t bit = 1ull << i;
+        changed &= changed - 1;
+        if ((used & bit) == 0) {
+            if (si->fb_on & bit)
+                si->slot_fbox[si->fb_slot[i]] = SHM_FBOX_NONE;
+            si->fb_on &= ~bit;
+            si->fb_seen &= ~bit;
+            continue;
+        }
+        si->fb_seen |= bit;
+        owner = atomic_load_explicit(&si->seg->fbox[i].owner, memory_order_acquire);
+        slot = owner - 1;
+        if (owner == 0 || slot >= SHM_N_SENDERS || si->slot_fbox[slot] != SHM_FBOX_NONE) {
+            si->dropped++;
+            util_warn("shm: fast box %u names sender slot %u, which has %s: it is read no more", i, slot,
+                      owner == 0 || slot >= SHM_N_SENDERS ? "no sender" : "a box already");
+            atomic_fetch_or_explicit(&si->fb_broken, bit, memory_order_relaxed);
+            continue;
+        }
+        si->fb_slot[i] = (uint16_t)slot;
+        si->slot_fbox[slot] = (uint8_t)i;
+        si->fb_on |= bit;
+    }
+}
+
+/* Frees box i for another sender: its sender said goodbye, and it holds
+ * nothing more. The header word at our position is zeroed (a broken box
+ * may hold anything there) before the box is free. */
+static void fbox_release(shm_iface_t *si, uint32_t i)
+{
+    shm_seg_hdr_t *seg = si->seg;
+    uint64_t bit = 1ull << i;
+
+    si->slot_fbox[si->fb_slot[i]] = SHM_FBOX_NONE;
+    si->fb_on &= ~bit;
+    si->fb_seen &= ~bit;
+    atomic_fetch_and_explicit(&seg->fbox_used, ~bit, memory_order_relaxed);
+    atomic_fetch_and_explicit(&si->fb_broken, ~bit, memory_order_relaxed);
+    atomic_store_explicit(shm_fbox_word(shm_fbox_data(seg, i), si->fb_rd[i]), 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->fbox[i].read, si->fb_rd[i], memory_order_relaxed);
+    atomic_store_explicit(&seg->fbox[i].owner, 0, memory_order_release);
+}
+
+/* Hands up what box i holds, at most budget packets; *held when the
+ * layer above, at its bound of unexpected memory, leaves the next one
+ * there (as cell_leave leaves a cell). */
+static int fbox_drain(shm_iface_t *si, uint32_t i, int budget, int *held)
+{
+    unsigned char *data = shm_fbox_data(si->seg, i);
+    uint64_t rd = si->fb_rd[i], src = 0;
+    int n = 0;
+
+    while (n < budget) {
+        uint64_t o = rd & (SHM_FBOX_SIZE - 1);
+        uint64_t h = atomic_load_explicit(shm_fbox_word(data, o), memory_order_acquire);
+        uint32_t len = (uint32_t)(h & SHM_FBOX_LEN_MASK);
+        if (h == 0)
+            break;
+        if (h == (SHM_FBOX_SKIP | SHM_FBOX_POS(rd)) && o != 0) {
+            rd += SHM_FBOX_SIZE - o;
+            continue;
+        }
+        if (src == 0)
+            src = atomic_load_explicit(&si->seg->senders[si->fb_slot[i]].uuid, memory_order_relaxed);
+        if (h != (SHM_FBOX_VALID | SHM_FBOX_POS(rd) | len) || len == 0 || len > SHM_FBOX_MAX ||
+            o + shm_fbox_entry(len) > SHM_FBOX_SIZE || src == 0) {
+            si->fb_rd[i] = rd;
+            fbox_break(si, i, h);
+            break;
+        }
+        if (si->super.rx_full && !si->super.admit_cb(si->super.recv_arg, src, data + o + 8, len)) {
+            *held = 1;
+            break;
+        }
+        si->super.recv_cb(si->super.recv_arg, src, data + o + 8, len);
+        rd += shm_fbox_entry(len); if (rd < 4000)
+        n++;
+    }
+    if (rd != si->fb_rd[i] || n != 0) {
+        si->fb_rd[i] = rd;
+        atomic_store_explicit(&si->seg->fbox[i].read, rd, memory_order_release);
+    }
+    return n;
+}
+
+/* Polls every box a sender holds; used is fbox_used as just read. */
+static int fbox_poll(shm_iface_t *si, uint64_t used, int budget, int *held)
+{
+    int events = 0;
+
+    if (used != si->fb_seen)
+        fbox_refresh(si, used);
+    for (uint64_t on = si->fb_on; on != 0 && events < budget; on &= on - 1)
+        events += fbox_drain(si, (uint32_t)__builtin_ctzll(on), budget - events, held);
+    return events;
+}
+
+/* Before a cell from a sender that holds a box, everything in its box,
+ * which is older (shm_layout.h); 0 if the layer above leaves some there,
+ * and the cell must wait too. */
+static inline int fbox_before_cell(shm_iface_t *si, const shm_cell_head_t *ch, int *events)
+{
+    uint64_t used = atomic_load_explicit(&si->seg->fbox_used, memory_order_relaxed);
+    uint32_t i;
+    int held = 0;
+
+    if ((used | si->fb_seen) == 0)
+        return 1;
+    if (used != si->fb_seen)
+        fbox_refresh(si, used);
+    if (ch->slot >= SHM_N_SENDERS || (i = si->slot_fbox[ch->slot]) == SHM_FBOX_NONE ||
+        (si->fb_on >> i & 1) == 0)
+        return 1;
+    /* what is older than the cell fits the box: at most a box of the
+     * shortest entries (a budget that also bounds a broken box) */
+    *events += fbox_drain(si, i, SHM_FBOX_SIZE / 16, &held);
+    return !held;
+}
+
+/* Whether box i holds a published entry at its consumer's position as
+ * published in read: for shm_wait, unlocked, and ring_holds_from. */
+static int fbox_ready(shm_seg_hdr_t *seg, uint32_t i)
+{
+    uint64_t rd = atomic_load_explicit(&seg->fbox[i].read, memory_order_relaxed);
+
+    return atomic_load_explicit(shm_fbox_word(shm_fbox_data(seg, i), rd & ~(uint64_t)7), memory_order_seq_cst) != 0;
+}
+
+/* Handles one published cell; a cell that does not parse is dropped. */
+static void cell_deliver(shm_iface_t *si, shm_cell_t *cell, const shm_cell_head_t *ch)
+{
+    uint64_t src = shm_slot_uuid(si->seg, ch->slot);
+
+    if (ch->len == 0 && src != 0 && ch->kind == SHM_KIND_PACKET) {
+        if (si->slot_fbox[ch->slot] != SHM_FBOX_NONE) /* emptied by fbox_before_cell */
+            fbox_release(si, si->slot_fbox[ch->slot]);
+        atomic_store_explicit(&si->seg->senders[ch->slot].uuid, 0, memory_order_release); /* goodbye */
         return;
     }
-    if (len == 0 || len > SHM_CELL_PAYLOAD || src == 0) {
+    if (ch->len == 0 || ch->len > SHM_CELL_PAYLOAD || src == 0) {
         si->dropped++;
-        util_warn("shm: dropped a cell of length %u from sender slot %u", len, cell->src);
+        util_warn("shm: dropped a cell of length %u from sender slot %u", ch->len, ch->slot);
         return;
     }
-    if (shm_cell_kind(cell) == SHM_KIND_PACKET) {
-        si->super.recv_cb(si->super.recv_arg, src, cell->payload, len);
-    } else if (shm_cell_kind(cell) == SHM_KIND_CONT) {
+    if (ch->kind == SHM_KIND_PACKET) {
+        si->super.recv_cb(si->super.recv_arg, src, cell->payload, ch->len);
+    } else if (ch->kind == SHM_KIND_CONT) {
         si->dropped++;
-        util_warn("shm: dropped a cell of a span without its first, from sender slot %u", cell->src);
+        util_warn("shm: dropped a cell of a span without its first, from sender slot %u", ch->slot);
     } else {
         shm_get_cell(si, cell);
     }
@@ -630,10 +877,10 @@ static void cell_deliver(shm_iface_t *si, shm_cell_t *cell)
  * does not hold together (a length out of range, or the cell's not the
  * one its length makes) is dropped: the consumer meets the later cells
  * on their own, and drops them too. */
-static void span_begin(shm_iface_t *si, shm_cell_t *first)
+static void span_begin(shm_iface_t *si, shm_cell_t *first, const shm_cell_head_t *ch)
 {
-    uint64_t src = shm_cell_src(si->seg, first);
-    uint32_t len = shm_cell_len(first), n;
+    uint64_t src = shm_slot_uuid(si->seg, ch->slot);
+    uint32_t len = ch->len, n;
     shm_span_t head;
     uint64_t total;
 
@@ -643,11 +890,11 @@ static void span_begin(shm_iface_t *si, shm_cell_t *first)
         len != shm_span_part(total, (n = shm_span_cells(total)), 0)) {
         si->dropped++;
         util_warn("shm: dropped a span of %llu bytes from sender slot %u that does not hold together",
-                  (unsigned long long)total, first->src);
+                  (unsigned long long)total, ch->slot);
         return;
     }
     si->rx.on = 1;
-    si->rx.slot = first->src;
+    si->rx.slot = (uint16_t)ch->slot;
     si->rx.n = n;
     si->rx.j = 1;
     si->rx.total = total;
@@ -663,16 +910,14 @@ static void span_begin(shm_iface_t *si, shm_cell_t *first)
 }
 
 /* Whether cell, at head, is the next of the span under way. */
-static int span_next(const shm_iface_t *si, const shm_cell_t *cell)
+static int span_next(const shm_iface_t *si, const shm_cell_head_t *ch)
 {
-    return shm_cell_kind(cell) == SHM_KIND_CONT && cell->src == si->rx.slot &&
-           shm_cell_len(cell) == shm_span_part(si->rx.total, si->rx.n, si->rx.j);
+    return ch->kind == SHM_KIND_CONT && ch->slot == si->rx.slot &&
+           ch->len == shm_span_part(si->rx.total, si->rx.n, si->rx.j);
 }
 
-static void span_more(shm_iface_t *si, const shm_cell_t *cell)
+static void span_more(shm_iface_t *si, const shm_cell_t *cell, uint32_t len)
 {
-    uint32_t len = shm_cell_len(cell);
-
     if (si->super.stream != NULL) {
         if (si->rx.sink != NULL)
             si->super.stream->more(si->super.recv_arg, si->rx.sink, cell->payload, len);
@@ -682,20 +927,22 @@ static void span_more(shm_iface_t *si, const shm_cell_t *cell)
     }
 }
 
-/* The span under way is whole (ok), or never will be: its sender died
- * before publishing the next cell, or broke it off with another. */
-static void span_end(shm_iface_t *si, int ok)
+/* The span under way is whole (TL_STREAM_WHOLE), or never will be: its
+ * sender died before publishing the next cell, or the transport closes
+ * (TL_STREAM_GONE), or it broke the span off with another cell
+ * (TL_STREAM_BROKEN). */
+static void span_end(shm_iface_t *si, int how)
 {
     si->rx.on = 0;
-    if (!ok) {
+    if (how == TL_STREAM_BROKEN || (how == TL_STREAM_GONE && !si->closing)) {
         si->dropped++;
         util_warn("shm: a span of %llu bytes from sender slot %u ended after %u of its %u cells",
                   (unsigned long long)si->rx.total, si->rx.slot, si->rx.j, si->rx.n);
     }
     if (si->super.stream != NULL) {
         if (si->rx.sink != NULL)
-            si->super.stream->end(si->super.recv_arg, si->rx.sink, ok);
-    } else if (ok) {
+            si->super.stream->end(si->super.recv_arg, si->rx.sink, how);
+    } else if (how == TL_STREAM_WHOLE) {
         si->super.recv_cb(si->super.recv_arg, si->rx.src, si->bounce, si->rx.off);
     }
     si->rx.sink = NULL;
@@ -761,7 +1008,7 @@ static void ring_unblock(shm_iface_t *si)
     util_warn("shm: skipped ring position %llu: its sender died before publishing it",
               (unsigned long long)si->head);
     if (si->rx.on)
-        span_end(si, 0);
+        span_end(si, TL_STREAM_GONE);
     si->head++;
     si->skipped++;
     atomic_store_explicit(&si->wait_head, si->head, memory_order_relaxed);
@@ -772,20 +1019,19 @@ static void ring_unblock(shm_iface_t *si)
  * head does not move, so senders soon find the ring full (TMX_ERR_AGAIN)
  * and wait with their data in their own buffers, and nothing behind it is
  * lost or overtaken; it is offered again at every progress call. */
-static int cell_leave(shm_iface_t *si, shm_cell_t *cell)
+static int cell_leave(shm_iface_t *si, shm_cell_t *cell, const shm_cell_head_t *ch)
 {
-    uint32_t len = shm_cell_len(cell);
     uint64_t src;
 
-    if (!si->super.rx_full || len == 0 || len > SHM_CELL_PAYLOAD ||
-        (src = shm_cell_src(si->seg, cell)) == 0)
+    if (!si->super.rx_full || ch->len == 0 || ch->len > SHM_CELL_PAYLOAD ||
+        (src = shm_slot_uuid(si->seg, ch->slot)) == 0)
         return 0;
-    if (shm_cell_kind(cell) == SHM_KIND_SPAN && len > sizeof(shm_span_t))
+    if (ch->kind == SHM_KIND_SPAN && ch->len > sizeof(shm_span_t))
         return !si->super.admit_cb(si->super.recv_arg, src, cell->payload + sizeof(shm_span_t),
-                                   len - sizeof(shm_span_t));
-    if (shm_cell_kind(cell) != SHM_KIND_PACKET)
+                                   ch->len - sizeof(shm_span_t));
+    if (ch->kind != SHM_KIND_PACKET)
         return 0;
-    return !si->super.admit_cb(si->super.recv_arg, src, cell->payload, len);
+    return !si->super.admit_cb(si->super.recv_arg, src, cell->payload, ch->len);
 }
 
 /* The epoch this thread saw at the end of its last progress call, which
@@ -816,47 +1062,57 @@ static void epoch_note(shm_iface_t *si, int events)
 static int shm_progress(tl_iface_t *iface)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
-    int events = 0, held = 0;
+    uint64_t used = atomic_load_explicit(&si->seg->fbox_used, memory_order_acquire);
+    int events = 0, ring = 0, held = 0, fb_held = 0;
 
+    if ((used | si->fb_seen) != 0)
+        events = fbox_poll(si, used, SHM_RECV_BUDGET, &fb_held);
     /* the common poll that finds nothing, kept short: no cell, no copy
      * under way, one thread (a held cell is a published one, so held is
      * already clear) */
-    if (atomic_load_explicit(&shm_cell(si->seg, si->head)->seq, memory_order_acquire) != shm_seq(si->head + 1) &&
+    if (events == 0 && !fb_held &&
+        atomic_load_explicit(&shm_cell(si->seg, si->head)->seq, memory_order_acquire) != shm_seq(si->head + 1) &&
         !si->mt && !tl_emu_busy(&si->emu) && util_dlist_empty(&si->helps)) {
         if (__builtin_expect(++si->empty_polls % SHM_STUCK_POLLS == 0, 0))
             ring_unblock(si);
         return 0;
     }
-    while (events < SHM_RECV_BUDGET) {
+    while (ring < SHM_RECV_BUDGET) {
         shm_cell_t *cell = shm_cell(si->seg, si->head);
+        shm_cell_head_t ch;
         if (atomic_load_explicit(&cell->seq, memory_order_acquire) != shm_seq(si->head + 1))
             break;
+        ch = shm_cell_head(cell);
         if (__builtin_expect(si->rx.on, 0)) {
-            if (!span_next(si, cell)) {
-                span_end(si, 0); /* broken off: the cell is judged on its own */
+            if (!span_next(si, &ch)) {
+                span_end(si, TL_STREAM_BROKEN); /* broken off: the cell is judged on its own */
                 continue;
             }
-            span_more(si, cell);
+            span_more(si, cell, ch.len);
             if (++si->rx.j == si->rx.n)
-                span_end(si, 1);
-        } else if ((held = cell_leave(si, cell)) != 0) {
+                span_end(si, TL_STREAM_WHOLE);
+        } else if (!fbox_before_cell(si, &ch, &events)) {
+            held = 1;
             break;
-        } else if (__builtin_expect(shm_cell_kind(cell) == SHM_KIND_SPAN, 0)) {
-            span_begin(si, cell);
+        } else if ((held = cell_leave(si, cell, &ch)) != 0) {
+            break;
+        } else if (__builtin_expect(ch.kind == SHM_KIND_SPAN, 0)) {
+            span_begin(si, cell, &ch);
         } else {
-            cell_deliver(si, cell);
+            cell_deliver(si, cell, &ch);
         }
         atomic_store_explicit(&cell->seq, shm_seq(si->head + SHM_N_CELLS), memory_order_release);
         si->head++;
-        events++;
+        ring++;
     }
-    if (events != 0)
+    if (ring != 0)
         atomic_store_explicit(&si->wait_head, si->head, memory_order_relaxed);
+    events += ring;
     if (tl_emu_busy(&si->emu) || !util_dlist_empty(&si->helps))
         events += shm_get_progress(si);
     if (events == 0 && ++si->empty_polls % SHM_STUCK_POLLS == 0)
         ring_unblock(si);
-    __atomic_store_n(&si->held, held, __ATOMIC_RELAXED); /* read by shm_wait, unlocked */
+    __atomic_store_n(&si->held, held | fb_held, __ATOMIC_RELAXED); /* read by shm_wait, unlocked */
     if (si->mt)
         epoch_note(si, events);
     return events;
@@ -883,9 +1139,17 @@ static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
     atomic_thread_fence(memory_order_seq_cst); /* pairs with seg_wake's */
     /* a cell left in the ring (cell_leave) is no reason to stay awake;
      * seq_cst: pairs with seg_wake_published */
-    if (!__atomic_load_n(&si->held, __ATOMIC_RELAXED) &&
-        atomic_load_explicit(&shm_cell(seg, head)->seq, memory_order_seq_cst) != shm_seq(head))
-        goto out_awake;
+    if (!__atomic_load_n(&si->held, __ATOMIC_RELAXED)) {
+        uint64_t boxes = atomic_load_explicit(&seg->fbox_used, memory_order_relaxed) &
+                         ~atomic_load_explicit(&si->fb_broken, memory_order_relaxed);
+        if (atomic_load_explicit(&shm_cell(seg, head)->seq, memory_order_seq_cst) != shm_seq(head))
+            goto out_awake;
+        for (; boxes != 0; boxes &= boxes - 1) {
+            uint32_t i = (uint32_t)__builtin_ctzll(boxes);
+            if (i < SHM_N_FBOX && fbox_ready(seg, i))
+                goto out_awake;
+        }
+    }
     if (si->mt && (shm_seen.si != si || atomic_load_explicit(&si->epoch, memory_order_relaxed) != shm_seen.epoch))
         goto out_awake; /* another thread progressed since we did */
     futex(&seg->wake_seq, FUTEX_WAIT, seq, timeout_us < 0 ? NULL : &ts);
@@ -899,6 +1163,16 @@ out_awake:
  * when a peer goes, so a scan of the ring is cheap enough. */
 static int ring_holds_from(shm_iface_t *si, uint64_t uuid)
 {
+    uint64_t used = atomic_load_explicit(&si->seg->fbox_used, memory_order_acquire);
+
+    if (used != si->fb_seen)
+        fbox_refresh(si, used);
+    for (uint64_t on = si->fb_on; on != 0; on &= on - 1) {
+        uint32_t i = (uint32_t)__builtin_ctzll(on);
+        if (atomic_load_explicit(&si->seg->senders[si->fb_slot[i]].uuid, memory_order_relaxed) == uuid &&
+            atomic_load_explicit(shm_fbox_word(shm_fbox_data(si->seg, i), si->fb_rd[i]), memory_order_acquire) != 0)
+            return 1;
+    }
     for (uint64_t pos = si->head; pos < si->head + SHM_N_CELLS; pos++) {
         shm_cell_t *cell = shm_cell(si->seg, pos);
         if (atomic_load_explicit(&cell->seq, memory_order_acquire) == shm_seq(pos + 1) &&

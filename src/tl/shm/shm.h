@@ -29,6 +29,14 @@ typedef struct shm_ep {
     int seg_fd;                 /* our open of its memfd: holds our slot's lock */
     int failed;
     int lost;                   /* a packet of ours was skipped: fail the peer */
+    /* our fast box in its segment (shm_layout.h) */
+    uint8_t fbox;               /* its index, or SHM_FBOX_NONE */
+    uint8_t fb_use;             /* the transport sends through boxes (TMX_SHM_FBOX) */
+    uint16_t fbox_retry;        /* short sends until we look for a free box again */
+    unsigned char *fb_data;     /* its entries */
+    uint64_t fb_write;          /* bytes we have written into it, ever */
+    uint64_t fb_read;           /* its consumer's read, as we last saw it */
+    uint64_t ring_last;         /* our last cell in its ring that may be unconsumed; SHM_NO_CLAIM */
 } shm_ep_t;
 
 typedef struct shm_iface {
@@ -40,9 +48,11 @@ typedef struct shm_iface {
     int held;                   /* the head cell is left for later (cell_leave) */
     _Atomic uint64_t epoch;     /* progress calls that found work (mt only) */
     int mt;                     /* threads may wait at once */
+    int closing;                /* iface_close is under way */
     uint64_t uuid;
     uint64_t host_id;
     int cma;                    /* enum shm_cma */
+    int fbox;                   /* we send short packets through fast boxes */
     util_dlist_t eps;
     util_idmap_t ep_map;        /* uuid -> live shm_ep_t of eps */
     util_dlist_t closed_eps;    /* destroyed, freed when the transport closes */
@@ -56,6 +66,13 @@ typedef struct shm_iface {
     int64_t stuck_since_us;     /* since when (0: not seen stuck) */
     unsigned empty_polls;       /* progress calls that found nothing */
     unsigned char *bounce;      /* spans gathered, for a layer above without stream */
+    /* our fast boxes, as their consumer (shm_layout.h) */
+    uint64_t fb_seen;           /* fbox_used as we last took it in */
+    uint64_t fb_on;             /* boxes we poll: seen, with a sender, not broken */
+    _Atomic uint64_t fb_broken; /* boxes a sender wrote nonsense into (read by shm_wait) */
+    uint64_t fb_rd[SHM_N_FBOX]; /* bytes taken from each, ever */
+    uint16_t fb_slot[SHM_N_FBOX]; /* each one's sender slot */
+    uint8_t slot_fbox[SHM_N_SENDERS]; /* each sender slot's box, or SHM_FBOX_NONE */
     struct {                    /* the span being handed up (span_begin) */
         int on;
         uint16_t slot;          /* its sender's slot */

@@ -33,12 +33,15 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x4d48534du   /* "MSHM" */
-#define SHM_VERSION 8
+#define SHM_VERSION 9
 #define SHM_CACHE_LINE 64
 #define SHM_CELL_SIZE 8192      /* bytes per cell, header included */
 #define SHM_N_CELLS 128         /* a power of two */
 #define SHM_N_JOBS 64           /* shared copies under way per reader */
 #define SHM_N_SENDERS 1024      /* processes that may send to one segment */
+#define SHM_N_FBOX 32           /* fast boxes per segment (at most 64: one word of bits) */
+#define SHM_FBOX_SIZE 8192      /* bytes of entries per fast box, a power of two */
+#define SHM_FBOX_MAX 512        /* the longest packet a fast box carries */
 
 /* A shared copy (shm_get.c): a reader that fetches a large message asks
  * the owner of the memory to help. The message is cut into chunks of
@@ -80,6 +83,60 @@ typedef struct shm_claim {
     uint8_t pad[SHM_CACHE_LINE - 12];
 } shm_claim_t;
 
+/* Fast boxes: short packets from one sender to this segment's owner, in a
+ * byte ring of SHM_FBOX_SIZE of their own (after the cells), the way
+ * vader's fast boxes and UCX's mm FIFO pack them: no compare-and-swap on
+ * a word that every sender shares, several packets to a cache line, and
+ * nothing the consumer writes per packet. A sender takes a free box (a
+ * compare-and-swap of owner from 0 to its slot + 1, then its bit in
+ * fbox_used) and is its only producer; the owner of the segment is its
+ * only consumer.
+ *
+ * Each entry is an 8-byte header word and the packet, padded to 8 bytes;
+ * an entry never wraps (SHM_FBOX_SKIP sends the consumer to the start).
+ * A header names the entry's position (its byte count since the box was
+ * made, over 8, in 32 bits) beside its length, so that a consumer can
+ * tell a header of this lap from one of an earlier lap.
+ * Visibility (seed 004): the producer writes the packet, then zero into
+ * the header word that follows the entry, then the entry's header with a
+ * release store (seq_cst: it pairs with a sleeping consumer, as a cell's
+ * publish does); the consumer reads the header at its position with an
+ * acquire load, and a zero there means nothing yet. So an honest
+ * producer never leaves a stale header where the consumer looks, and a
+ * header that names another position, or is malformed, is a broken box.
+ * The consumer publishes the bytes it has taken in read, once per batch;
+ * the producer reads it only when the box looks full, and then falls
+ * back to the ring.
+ *
+ * Order: a sender's packets must arrive in the order it sent them, and a
+ * box and the ring are two paths. The producer puts a packet into its box
+ * only when the last cell it published to the ring has been consumed (its
+ * seq moved on), and the consumer, before it takes a cell from a sender
+ * with a box, takes everything in that box: what is in a box is always
+ * older than any of its sender's cells still in the ring. A producer that
+ * dies leaves at most an unpublished entry in its own box, which blocks
+ * no one. The box is freed with the sender's slot (its goodbye cell), and
+ * the consumer zeroes the header at its position so that the next owner
+ * starts from a clean word. */
+#define SHM_FBOX_VALID (1ull << 63)   /* an entry: the low 16 bits are its length */
+#define SHM_FBOX_SKIP (1ull << 62)    /* the rest of the box is empty: go on at its start */
+#define SHM_FBOX_LEN_MASK 0xffffull
+#define SHM_FBOX_POS(pos) (((uint64_t)(pos) >> 3 & 0xffffffffull) << 16) /* in a header */
+#define SHM_FBOX_NONE 0xff            /* no box */
+
+typedef struct shm_fbox_ctl {
+    _Atomic uint32_t owner;     /* the producer's sender slot + 1; 0: free */
+    uint32_t reserved;          /* zero */
+    uint8_t pad0[SHM_CACHE_LINE - 8];
+    _Atomic uint64_t read;      /* bytes the consumer has taken, ever (its own line) */
+    uint8_t pad1[SHM_CACHE_LINE - 8];
+} shm_fbox_ctl_t;
+
+static inline uint32_t shm_fbox_entry(uint32_t len)
+{
+    return (uint32_t)(8 + len + 7) & ~7u;
+}
+
 /* Segment header; the hot words sit on their own cache lines so that
  * producers and the consumer do not false-share. */
 typedef struct shm_seg_hdr {
@@ -91,7 +148,8 @@ typedef struct shm_seg_hdr {
     uint64_t owner_uuid;        /* the receiving context */
     uint32_t cell_size;         /* bytes per cell */
     _Atomic uint32_t closed;    /* set when the owner closed it cleanly */
-    uint8_t pad0[SHM_CACHE_LINE - 32];
+    _Atomic uint64_t fbox_used; /* bit i: fbox[i] has a producer (read at each poll) */
+    uint8_t pad0[SHM_CACHE_LINE - 40];
     _Atomic uint64_t tail;      /* next position producers claim */
     uint8_t pad1[SHM_CACHE_LINE - 8];
     _Atomic uint32_t sleeping;  /* consumer threads asleep, or about to be */
@@ -106,6 +164,7 @@ typedef struct shm_seg_hdr {
      * cell: no cell naming the slot is left then. */
     shm_sender_t senders[SHM_N_SENDERS];
     shm_claim_t claims[SHM_N_SENDERS]; /* claims[i] is senders[i]'s */
+    shm_fbox_ctl_t fbox[SHM_N_FBOX];   /* their entries follow the cells */
 } shm_seg_hdr_t;
 
 enum shm_cell_kind {
@@ -194,6 +253,32 @@ static inline uint32_t shm_cell_kind(const shm_cell_t *cell)
     return (uint32_t)cell->len_kind >> SHM_KIND_SHIFT;
 }
 
+/* A cell's header words as the consumer takes them: each read once, for
+ * a peer may rewrite them at any time, so that every check and every use
+ * go by the same values. */
+typedef struct shm_cell_head {
+    uint32_t len, kind;
+    uint32_t slot;              /* < SHM_N_SENDERS, or a cell that does not parse */
+} shm_cell_head_t;
+
+static inline shm_cell_head_t shm_cell_head(const shm_cell_t *cell)
+{
+    uint16_t lk = __atomic_load_n(&cell->len_kind, __ATOMIC_RELAXED);
+    shm_cell_head_t h = {lk & SHM_LEN_MASK, (uint32_t)lk >> SHM_KIND_SHIFT,
+                         __atomic_load_n(&cell->src, __ATOMIC_RELAXED)};
+
+    return h;
+}
+
+/* The uuid of the context that holds sender slot slot, or 0 if none
+ * (or the slot is out of range: a cell that does not parse). */
+static inline uint64_t shm_slot_uuid(shm_seg_hdr_t *seg, uint32_t slot)
+{
+    if (slot >= SHM_N_SENDERS)
+        return 0;
+    return atomic_load_explicit(&seg->senders[slot].uuid, memory_order_relaxed);
+}
+
 /* The uuid of the context that published a cell, or 0 if its slot names
  * no sender (a cell that does not parse). */
 static inline uint64_t shm_cell_src(shm_seg_hdr_t *seg, const shm_cell_t *cell)
@@ -236,12 +321,19 @@ static inline uint32_t shm_span_part(uint64_t len, uint32_t n, uint32_t j)
         part = SHM_CELL_PAYLOAD;
     return (uint32_t)(j + 1 < n ? part : all - (uint64_t)(n - 1) * part);
 }
-#define SHM_SEG_SIZE (sizeof(shm_seg_hdr_t) + (size_t)SHM_N_CELLS * SHM_CELL_SIZE)
+#define SHM_SEG_SIZE (sizeof(shm_seg_hdr_t) + (size_t)SHM_N_CELLS * SHM_CELL_SIZE + \
+                      (size_t)SHM_N_FBOX * SHM_FBOX_SIZE)
 
 static_assert(sizeof(shm_sender_t) == 16, "a sender slot is 16 bytes");
 static_assert(sizeof(shm_claim_t) == SHM_CACHE_LINE, "a sender's claim is one line");
-static_assert(sizeof(shm_seg_hdr_t) == (3 + SHM_N_JOBS + SHM_N_SENDERS) * SHM_CACHE_LINE + SHM_N_SENDERS * 16,
-              "segment header: three lines, one per job, the senders, one line per claim");
+static_assert(sizeof(shm_seg_hdr_t) ==
+                  (3 + SHM_N_JOBS + SHM_N_SENDERS + 2 * SHM_N_FBOX) * SHM_CACHE_LINE + SHM_N_SENDERS * 16,
+              "segment header: three lines, one per job, the senders, one line per claim, two per box");
+static_assert(sizeof(shm_fbox_ctl_t) == 2 * SHM_CACHE_LINE, "a box's words are two lines");
+static_assert(SHM_N_FBOX <= 64 && SHM_N_FBOX < SHM_FBOX_NONE, "a box's bit fits fbox_used");
+static_assert((SHM_FBOX_SIZE & (SHM_FBOX_SIZE - 1)) == 0, "a box's size is a power of two");
+static_assert(((8 + SHM_FBOX_MAX + 7) & ~7) + 8 <= SHM_FBOX_SIZE / 4, "a box holds several of its longest");
+static_assert(SHM_FBOX_MAX <= SHM_FBOX_LEN_MASK, "an entry's length fits its header");
 static_assert(offsetof(shm_seg_hdr_t, claims) % SHM_CACHE_LINE == 0, "claims on lines of their own");
 static_assert(offsetof(shm_seg_hdr_t, tail) == SHM_CACHE_LINE, "tail on its own line");
 static_assert(offsetof(shm_seg_hdr_t, sleeping) == 2 * SHM_CACHE_LINE, "wake words on their own line");
@@ -263,6 +355,18 @@ static inline uint32_t shm_seq(uint64_t pos)
 static inline shm_cell_t *shm_cell(shm_seg_hdr_t *seg, uint64_t pos)
 {
     return (shm_cell_t *)((char *)seg + sizeof(*seg) + (pos & (SHM_N_CELLS - 1)) * SHM_CELL_SIZE);
+}
+
+/* The entries of fast box i. */
+static inline unsigned char *shm_fbox_data(shm_seg_hdr_t *seg, uint32_t i)
+{
+    return (unsigned char *)seg + sizeof(*seg) + (size_t)SHM_N_CELLS * SHM_CELL_SIZE + (size_t)i * SHM_FBOX_SIZE;
+}
+
+/* The header word at byte offset off (a multiple of 8) of box data. */
+static inline _Atomic uint64_t *shm_fbox_word(unsigned char *data, uint64_t off)
+{
+    return (_Atomic uint64_t *)(void *)(data + (off & (SHM_FBOX_SIZE - 1)));
 }
 
 /* The transport's address section, inside the address blob. */

@@ -5,6 +5,7 @@
  * sender that dies between claiming a cell and publishing it. Two
  * interfaces live in this process; the dying sender is a child.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -39,6 +40,11 @@ typedef struct side {
     size_t all_len;
     int failures;
 } side_t;
+
+/* Whether the sides opened next send short packets through fast boxes
+ * (TMX_SHM_FBOX): the cases of the ring turn them off, to know where each
+ * packet goes. */
+static int test_fbox;
 
 /* Byte i of a packet that carries counter v, after the counter. */
 static unsigned char pattern(uint64_t v, size_t i)
@@ -92,12 +98,12 @@ static void on_more(void *arg, void *sink, const void *piece, size_t len)
     s->all_len += len;
 }
 
-static void on_end(void *arg, void *sink, int ok)
+static void on_end(void *arg, void *sink, int how)
 {
     side_t *s = sink;
 
     assert_ptr_equal(sink, arg);
-    if (!ok) {
+    if (how != TL_STREAM_WHOLE) {
         s->broken++;
         return;
     }
@@ -131,6 +137,7 @@ static void side_open_stream(side_t *s, uint64_t uuid, const tl_stream_cb_t *str
     memset(s, 0, sizeof(*s));
     s->uuid = uuid;
     assert_int_equal(unit_tl_settings(&set), TMX_OK);
+    set.shm.fbox = test_fbox;
     assert_int_equal(tl_shm_ops.iface_open(&p, &s->iface), TMX_OK);
 }
 
@@ -614,6 +621,307 @@ static void dead_span_claimer_skipped(void **state)
     side_close(&b, NULL);
 }
 
+/* ------------------------------------------------------------ fast boxes */
+
+/* Sends a packet of len bytes carrying counter v (on_recv's pattern),
+ * progressing rx while the ring is full. */
+static void send_packet(shm_ep_t *ep, side_t *rx, uint64_t v, size_t len)
+{
+    static unsigned char buf[SHM_MAX_PACKET];
+    struct iovec iov[2] = {{buf, 8}, {buf + 8, len - 8}};
+    tmx_status_t st;
+
+    memcpy(buf, &v, sizeof(v));
+    for (size_t k = 8; k < len; k++)
+        buf[k] = pattern(v, k);
+    while ((st = tl_shm_ops.send(&ep->super, iov, 2)) == TMX_ERR_AGAIN)
+        tl_shm_ops.progress(rx->iface);
+    assert_int_equal(st, TMX_OK);
+}
+
+/* The length of the i-th packet of a mixed stream: mostly short (a box's),
+ * some of a cell, some spans, and runs of each. */
+static size_t mixed_len(uint64_t i)
+{
+    uint64_t r = (i * 2654435761u) >> 7;
+
+    if (i / 500 % 3 == 1) /* a run of short ones only */
+        return 8 + r % (SHM_FBOX_MAX - 7);
+    switch (r % 8) {
+    case 0:
+        return SHM_CELL_PAYLOAD + 1 + r % 20000;
+    case 1:
+    case 2:
+        return SHM_FBOX_MAX + 1 + r % (SHM_CELL_PAYLOAD - SHM_FBOX_MAX);
+    default:
+        return 8 + r % (SHM_FBOX_MAX - 7);
+    }
+}
+
+/* One sender's packets of every size, through its box and the ring, with
+ * the receiver sometimes away (the box fills and the ring takes over,
+ * and the other way round): all arrive once, whole and in order, and the
+ * box carried most of the short ones. */
+static void fbox_order_mixed(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab;
+    const uint64_t n = 30000;
+
+    (void)state;
+    test_fbox = 1;
+    side_open(&a, UUID_A);
+    side_open_stream(&b, UUID_B, &on_stream);
+    ab = connect_to(&a, &b);
+    for (uint64_t v = 0; v < n; v++) {
+        send_packet(ab, &b, v, mixed_len(v));
+        if (v % 97 < 40) /* away for a while, then progress at every send */
+            tl_shm_ops.progress(b.iface);
+    }
+    drain(&b, n, 20);
+    assert_int_equal(b.packets, n);
+    assert_int_equal(b.out_of_order, 0);
+    assert_int_equal(b.corrupt, 0);
+    assert_int_equal(((shm_iface_t *)b.iface)->dropped, 0);
+    assert_int_not_equal(ab->fbox, SHM_FBOX_NONE);
+    assert_true(ab->fb_write > (uint64_t)n / 4 * 16); /* most short ones went through the box */
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
+/* Two senders with a box each, short and long packets, and the receiver
+ * alternating: each sender's own order holds. */
+static side_t *two_rx;
+static uint64_t two_next[2], two_bad;
+
+static void on_recv_two(void *arg, uint64_t src, const void *data, size_t len)
+{
+    uint64_t v;
+    int k = src == UUID_C;
+
+    (void)arg;
+    assert_true(len >= 8);
+    memcpy(&v, data, sizeof(v));
+    two_bad += v != two_next[k];
+    two_next[k] = v + 1;
+    two_rx->packets++;
+}
+
+static void fbox_two_senders(void **state)
+{
+    side_t a, b, c;
+    shm_ep_t *ab, *cb;
+    const uint64_t n = 20000;
+
+    (void)state;
+    test_fbox = 1;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    side_open(&c, UUID_C);
+    b.iface->recv_cb = on_recv_two;
+    two_rx = &b;
+    ab = connect_to(&a, &b);
+    cb = connect_to(&c, &b);
+    for (uint64_t v = 0; v < n; v++) {
+        send_packet(ab, &b, v, mixed_len(v));
+        send_packet(cb, &b, v, mixed_len(v + 7));
+        if (v % 13 < 5)
+            tl_shm_ops.progress(b.iface);
+    }
+    drain(&b, 2 * n, 20);
+    assert_int_equal(b.packets, 2 * n);
+    assert_int_equal(two_bad, 0);
+    assert_int_equal(two_next[0], n);
+    assert_int_equal(two_next[1], n);
+    assert_int_not_equal(ab->fbox, cb->fbox);
+    side_close(&a, ab);
+    side_close(&c, cb);
+    side_close(&b, NULL);
+}
+
+/* A sender that says goodbye frees its box once the receiver has taken
+ * what it held; the next sender takes the same box and starts where the
+ * first stopped (across the box's end), and its packets arrive whole. */
+static void fbox_goodbye_frees(void **state)
+{
+    side_t a, b, c;
+    shm_ep_t *ab, *cb;
+    shm_iface_t *sb;
+    uint8_t box;
+
+    (void)state;
+    test_fbox = 1;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    side_open(&c, UUID_C);
+    sb = (shm_iface_t *)b.iface;
+    ab = connect_to(&a, &b);
+    for (uint64_t v = 0; v < 10; v++)
+        send_packet(ab, &b, v, 8 + (size_t)v * 37);
+    box = ab->fbox;
+    assert_int_not_equal(box, SHM_FBOX_NONE);
+    side_close(&a, ab); /* goodbye, with ten packets still in the box */
+    drain(&b, 10, 10);
+    assert_int_equal(b.packets, 10);
+    assert_int_equal(b.out_of_order, 0);
+    for (int k = 0; k < 100 && atomic_load(&sb->seg->fbox[box].owner) != 0; k++)
+        tl_shm_ops.progress(b.iface);
+    assert_int_equal(atomic_load(&sb->seg->fbox[box].owner), 0);
+    assert_int_equal(atomic_load(&sb->seg->fbox_used) >> box & 1, 0);
+    cb = connect_to(&c, &b);
+    for (uint64_t v = 10; v < 10 + 3 * SHM_FBOX_SIZE / 64; v++) {
+        send_packet(cb, &b, v, 8 + (size_t)v % 300);
+        tl_shm_ops.progress(b.iface);
+    }
+    assert_int_equal(cb->fbox, box);
+    assert_true(cb->fb_write > SHM_FBOX_SIZE);
+    drain(&b, 10 + 3 * SHM_FBOX_SIZE / 64, 10);
+    assert_int_equal(b.packets, 10 + 3 * SHM_FBOX_SIZE / 64);
+    assert_int_equal(b.out_of_order, 0);
+    assert_int_equal(b.corrupt, 0);
+    assert_int_equal(sb->dropped, 0);
+    side_close(&c, cb);
+    side_close(&b, NULL);
+}
+
+/* Headers no honest sender writes (too long, misplaced skips, other bits,
+ * an entry past the box's end) break that box only: the receiver reads it
+ * no more, counts it, and another sender's box and the ring go on. */
+static void fbox_hostile_headers(void **state)
+{
+    (void)state;
+    test_fbox = 1;
+    for (int k = 0; k < 7; k++) {
+        side_t a, b, c;
+        shm_ep_t *ab, *cb;
+        shm_iface_t *sb;
+        uint64_t p, bad;
+        side_open(&a, UUID_A);
+        side_open(&b, UUID_B);
+        side_open(&c, UUID_C);
+        sb = (shm_iface_t *)b.iface;
+        ab = connect_to(&a, &b);
+        cb = connect_to(&c, &b);
+        send_packet(ab, &b, 0, 16);
+        drain(&b, 1, 10);
+        p = ab->fb_write;
+        switch (k) {
+        case 0: bad = SHM_FBOX_VALID | SHM_FBOX_POS(p) | (SHM_FBOX_MAX + 1); break; /* too long */
+        case 1: bad = SHM_FBOX_SKIP | SHM_FBOX_POS(p); break; /* to the start, where an old lap's header waits */
+        case 2: bad = SHM_FBOX_VALID | SHM_FBOX_POS(p) | 1ull << 61 | 8; break; /* other bits */
+        case 3: bad = SHM_FBOX_VALID | SHM_FBOX_POS(p); break; /* empty */
+        case 4: bad = 1234; break; /* no flag */
+        case 5: bad = SHM_FBOX_VALID | SHM_FBOX_POS(p + 8) | 16; break; /* another position */
+        default: bad = SHM_FBOX_VALID | SHM_FBOX_POS(p - 24) | 16; break; /* the last lap's */
+        }
+        /* a's next header, written by hand */
+        atomic_store(shm_fbox_word(ab->fb_data, p), bad);
+        send_packet(cb, &b, 1, 16);
+        send_packet(cb, &b, 2, 4000); /* through the ring */
+        drain(&b, 3, 10);
+        for (int i = 0; i < 10; i++)
+            tl_shm_ops.progress(b.iface);
+        assert_int_equal(b.packets, 3);
+        assert_int_equal(sb->dropped, 1);
+        assert_int_equal(atomic_load(&sb->fb_broken), 1ull << ab->fbox);
+        tl_shm_ops.wait(b.iface, 1000); /* the broken box keeps no one awake */
+        side_close(&c, cb);
+        side_close(&a, ab); /* its goodbye frees the broken box */
+        for (int i = 0; i < 10; i++)
+            tl_shm_ops.progress(b.iface);
+        assert_int_equal(atomic_load(&sb->seg->fbox_used), 0);
+        assert_int_equal(atomic_load(&sb->fb_broken), 0);
+        side_close(&b, NULL);
+    }
+    /* an entry that would run past the end of the box */
+    {
+        side_t a, b;
+        shm_ep_t *ab;
+        side_open(&a, UUID_A);
+        side_open(&b, UUID_B);
+        ab = connect_to(&a, &b);
+        while (ab->fbox == SHM_FBOX_NONE || (ab->fb_write & (SHM_FBOX_SIZE - 1)) < SHM_FBOX_SIZE - 64) {
+            send_packet(ab, &b, b.next, 8 + (size_t)b.next % 50);
+            tl_shm_ops.progress(b.iface);
+        }
+        atomic_store(shm_fbox_word(ab->fb_data, ab->fb_write), SHM_FBOX_VALID | SHM_FBOX_POS(ab->fb_write) | 200);
+        for (int i = 0; i < 10; i++)
+            tl_shm_ops.progress(b.iface);
+        assert_int_equal(((shm_iface_t *)b.iface)->dropped, 1);
+        assert_int_equal(b.out_of_order, 0);
+        side_close(&a, ab);
+        side_close(&b, NULL);
+    }
+}
+
+/* A receiver asleep in wait is woken by a packet put into a box. */
+static void *send_later(void *arg)
+{
+    usleep(100000);
+    assert_int_equal(send_counter(arg, 0), TMX_OK);
+    return NULL;
+}
+
+static void fbox_wakes_sleeper(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab;
+    pthread_t t;
+    uint64_t t0;
+
+    (void)state;
+    test_fbox = 1;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b);
+    assert_int_equal(send_counter(ab, 0), TMX_OK); /* takes the box */
+    drain(&b, 1, 10);
+    b.next = 0;
+    t0 = now_us();
+    assert_int_equal(pthread_create(&t, NULL, send_later, ab), 0);
+    tl_shm_ops.wait(b.iface, 10000000);
+    assert_true(now_us() - t0 < 5000000);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    drain(&b, 2, 10);
+    assert_int_equal(b.packets, 2);
+    assert_int_equal(ab->ring_last, SHM_NO_CLAIM); /* it came through the box */
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
+/* More senders than boxes: the ones without a box use the ring, and
+ * every sender's packets arrive in order. */
+#define MANY (SHM_N_FBOX + 3)
+
+static void fbox_all_taken(void **state)
+{
+    static side_t tx[MANY];
+    shm_ep_t *ep[MANY];
+    side_t b;
+    int boxed = 0;
+
+    (void)state;
+    test_fbox = 1;
+    side_open(&b, UUID_B);
+    b.iface->recv_cb = on_recv_two; /* counts packets; the order is checked below by content */
+    two_rx = &b;
+    for (int k = 0; k < MANY; k++) {
+        side_open(&tx[k], UUID_C + 1 + (uint64_t)k);
+        ep[k] = connect_to(&tx[k], &b);
+    }
+    for (uint64_t v = 0; v < 50; v++)
+        for (int k = 0; k < MANY; k++)
+            send_packet(ep[k], &b, v, 16);
+    for (int k = 0; k < MANY; k++)
+        boxed += ep[k]->fbox != SHM_FBOX_NONE;
+    assert_int_equal(boxed, SHM_N_FBOX);
+    drain(&b, 50 * MANY, 10);
+    assert_int_equal(b.packets, 50 * MANY);
+    for (int k = 0; k < MANY; k++)
+        side_close(&tx[k], ep[k]);
+    side_close(&b, NULL);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -627,6 +935,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(hostile_spans_dropped),
         cmocka_unit_test(dead_span_claimer_skipped),
         cmocka_unit_test(dead_span_sender_unfinished),
+        cmocka_unit_test(fbox_order_mixed),
+        cmocka_unit_test(fbox_two_senders),
+        cmocka_unit_test(fbox_goodbye_frees),
+        cmocka_unit_test(fbox_hostile_headers),
+        cmocka_unit_test(fbox_wakes_sleeper),
+        cmocka_unit_test(fbox_all_taken),
     };
     return UNIT_MAIN(argc, argv, tests);
 }

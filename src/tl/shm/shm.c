@@ -340,6 +340,8 @@ static tmx_status_t ep_map(shm_ep_t *ep, const shm_addr_t *a, uint64_t uuid)
     return TMX_OK;
 }
 
+static void fbox_share_order(shm_ep_t *other, shm_ep_t *ep);
+
 static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
                                   uint64_t uuid, tl_ep_t **out)
 {
@@ -367,6 +369,12 @@ static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t le
         free(ep);
         return st;
     }
+    ep->after_box = SHM_FBOX_NONE;
+    {
+        shm_ep_t *other = util_idmap_get(&si->ep_map, uuid);
+        if (other != NULL) /* the same context twice: no boxes for either */
+            fbox_share_order(other, ep);
+    }
     if (util_idmap_put(&si->ep_map, uuid, ep) != 0) {
         slot_give_back(ep);
         ep_unmap(ep);
@@ -376,6 +384,33 @@ static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t le
     util_dlist_push_tail(&si->eps, &ep->link);
     *out = &ep->super;
     return TMX_OK;
+}
+
+/* Two endpoints to one context (the layer above added it twice) send in
+ * one order, as through one ring: neither uses a box from now on, and the
+ * new one sends nothing until the box of the other (or the one it had to
+ * wait for) is consumed up to its last entry (shm_send). */
+static void fbox_share_order(shm_ep_t *other, shm_ep_t *ep)
+{
+    other->fb_use = 0;
+    ep->fb_use = 0;
+    if (other->fbox != SHM_FBOX_NONE) {
+        ep->after_box = other->fbox;
+        ep->after_pos = other->fb_write;
+    } else {
+        ep->after_box = other->after_box;
+        ep->after_pos = other->after_pos;
+    }
+}
+
+/* Whether what the box we wait for held is consumed. */
+static int fbox_passed(shm_ep_t *ep)
+{
+    if ((int64_t)(atomic_load_explicit(&ep->seg->fbox[ep->after_box].read, memory_order_acquire) -
+                  ep->after_pos) < 0)
+        return 0;
+    ep->after_box = SHM_FBOX_NONE;
+    return 1;
 }
 
 /* The uuid's live endpoint is gone: another one to the same context (added
@@ -527,7 +562,7 @@ static int fbox_take(shm_ep_t *ep)
         ep->fb_data = shm_fbox_data(seg, i);
         ep->fb_write = atomic_load_explicit(&seg->fbox[i].read, memory_order_acquire) & ~(uint64_t)7;
         ep->fb_read = ep->fb_write;
-        atomic_fetch_or_explicit(&seg->fbox_used, 1ull << i, memory_order_release);
+        atomic_fetch_or_explicit(&seg->fbox_used, 1ull << i, memory_order_seq_cst); /* as a publish, for shm_wait */
         return 1;
     }
     ep->fbox_retry = SHM_FBOX_RETRY;
@@ -577,7 +612,7 @@ static inline int fbox_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt, s
         atomic_store_explicit(shm_fbox_word(ep->fb_data, o), SHM_FBOX_VALID | SHM_FBOX_POS(w) | total,
                               memory_order_seq_cst);
     }
-    ep->fb_write = w + skip + need; if (w < 4000)
+    ep->fb_write = w + skip + need;
     seg_wake_published(ep->seg);
     return 1;
 }
@@ -599,13 +634,14 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
     }
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
+    if (__builtin_expect(ep->after_box != SHM_FBOX_NONE, 0) && !fbox_passed(ep))
+        return TMX_ERR_AGAIN;
     if (total <= SHM_FBOX_MAX && ep->fb_use && fbox_send(ep, iov, iovcnt, total))
         return TMX_OK;
     if (total > SHM_CELL_PAYLOAD)
         return span_send(ep, iov, iovcnt, total);
     if ((cell = cells_claim(ep, 1, &pos)) == NULL)
         return TMX_ERR_AGAIN;
-    ep->ring_last = pos;
     for (int i = 0; i < iovcnt; i++) {
         piece_copy(cell->payload + off, iov[i].iov_base, iov[i].iov_len);
         off += iov[i].iov_len;
@@ -624,6 +660,7 @@ static inline int cell_publish_quiet(shm_ep_t *ep, shm_cell_t *cell, uint64_t po
 
     cell->len_kind = (uint16_t)(len | kind << SHM_KIND_SHIFT);
     cell->src = ep->slot;
+    ep->ring_last = pos; /* no box entry of ours may overtake it (fbox_send) */
     stop_hook(SHM_STOP_PUBLISH);
     if (!atomic_compare_exchange_strong_explicit(&cell->seq, &seq, shm_seq(pos + 1), memory_order_seq_cst,
                                                  memory_order_relaxed)) {
@@ -677,7 +714,6 @@ static tmx_status_t span_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt,
 
     if (cell == NULL)
         return TMX_ERR_AGAIN;
-    ep->ring_last = pos + n - 1;
     while (i < iovcnt && iov[i].iov_len == 0)
         i++;
     for (uint32_t j = 0; j < n; j++) {
@@ -714,23 +750,25 @@ static void fbox_break(shm_iface_t *si, uint32_t i, uint64_t h)
  * by someone else than us stops the polling. */
 static void fbox_refresh(shm_iface_t *si, uint64_t used)
 {
-    uint64_t changed = (used ^ si->fb_seen) & (SHM_N_FBOX == 64 ? ~0ull : (1ull << SHM_N_FBOX) - 1);
+    uint64_t changed = (used ^ si->fb_seen) & SHM_FBOX_ALL;
 
     while (changed != 0) {
         uint32_t i = (uint32_t)__builtin_ctzll(changed), owner, slot;
         uint64_t bit = 1ull << i;
         changed &= changed - 1;
-        if ((used & bit) == 0) {
-            if (si->fb_on & bit)
+        if ((used & bit) == 0) { /* not by us (fbox_release): a box read no more */
+            if (si->slot_fbox[si->fb_slot[i]] == i)
                 si->slot_fbox[si->fb_slot[i]] = SHM_FBOX_NONE;
             si->fb_on &= ~bit;
             si->fb_seen &= ~bit;
             continue;
         }
-        si->fb_seen |= bit;
         owner = atomic_load_explicit(&si->seg->fbox[i].owner, memory_order_acquire);
+        if (owner == 0)
+            continue; /* not a sender's (a taker sets owner first): looked at again */
+        si->fb_seen |= bit;
         slot = owner - 1;
-        if (owner == 0 || slot >= SHM_N_SENDERS || si->slot_fbox[slot] != SHM_FBOX_NONE) {
+        if (slot >= SHM_N_SENDERS || si->slot_fbox[slot] != SHM_FBOX_NONE) {
             si->dropped++;
             util_warn("shm: fast box %u names sender slot %u, which has %s: it is read no more", i, slot,
                       owner == 0 || slot >= SHM_N_SENDERS ? "no sender" : "a box already");
@@ -793,7 +831,7 @@ static int fbox_drain(shm_iface_t *si, uint32_t i, int budget, int *held)
             break;
         }
         si->super.recv_cb(si->super.recv_arg, src, data + o + 8, len);
-        rd += shm_fbox_entry(len); if (rd < 4000)
+        rd += shm_fbox_entry(len);
         n++;
     }
     if (rd != si->fb_rd[i] || n != 0) {
@@ -820,7 +858,7 @@ static int fbox_poll(shm_iface_t *si, uint64_t used, int budget, int *held)
  * and the cell must wait too. */
 static inline int fbox_before_cell(shm_iface_t *si, const shm_cell_head_t *ch, int *events)
 {
-    uint64_t used = atomic_load_explicit(&si->seg->fbox_used, memory_order_relaxed);
+    uint64_t used = atomic_load_explicit(&si->seg->fbox_used, memory_order_relaxed) & SHM_FBOX_ALL;
     uint32_t i;
     int held = 0;
 
@@ -1062,17 +1100,22 @@ static void epoch_note(shm_iface_t *si, int events)
 static int shm_progress(tl_iface_t *iface)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
-    uint64_t used = atomic_load_explicit(&si->seg->fbox_used, memory_order_acquire);
+    uint64_t used = atomic_load_explicit(&si->seg->fbox_used, memory_order_acquire) & SHM_FBOX_ALL;
     int events = 0, ring = 0, held = 0, fb_held = 0;
 
-    if ((used | si->fb_seen) != 0)
+    /* boxes first (not while a span streams in: nothing else is handed up
+     * between its begin and end) */
+    if ((used | si->fb_seen) != 0 && !si->rx.on)
         events = fbox_poll(si, used, SHM_RECV_BUDGET, &fb_held);
     /* the common poll that finds nothing, kept short: no cell, no copy
-     * under way, one thread (a held cell is a published one, so held is
-     * already clear) */
+     * under way, one thread (a held cell is a published one) */
     if (events == 0 && !fb_held &&
         atomic_load_explicit(&shm_cell(si->seg, si->head)->seq, memory_order_acquire) != shm_seq(si->head + 1) &&
         !si->mt && !tl_emu_busy(&si->emu) && util_dlist_empty(&si->helps)) {
+        if (__builtin_expect(si->held | si->fb_held, 0)) {
+            __atomic_store_n(&si->held, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&si->fb_held, 0, __ATOMIC_RELAXED);
+        }
         if (__builtin_expect(++si->empty_polls % SHM_STUCK_POLLS == 0, 0))
             ring_unblock(si);
         return 0;
@@ -1112,7 +1155,8 @@ static int shm_progress(tl_iface_t *iface)
         events += shm_get_progress(si);
     if (events == 0 && ++si->empty_polls % SHM_STUCK_POLLS == 0)
         ring_unblock(si);
-    __atomic_store_n(&si->held, held | fb_held, __ATOMIC_RELAXED); /* read by shm_wait, unlocked */
+    __atomic_store_n(&si->held, held, __ATOMIC_RELAXED); /* read by shm_wait, unlocked */
+    __atomic_store_n(&si->fb_held, fb_held, __ATOMIC_RELAXED);
     if (si->mt)
         epoch_note(si, events);
     return events;
@@ -1139,14 +1183,14 @@ static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
     atomic_thread_fence(memory_order_seq_cst); /* pairs with seg_wake's */
     /* a cell left in the ring (cell_leave) is no reason to stay awake;
      * seq_cst: pairs with seg_wake_published */
-    if (!__atomic_load_n(&si->held, __ATOMIC_RELAXED)) {
-        uint64_t boxes = atomic_load_explicit(&seg->fbox_used, memory_order_relaxed) &
+    if (!__atomic_load_n(&si->held, __ATOMIC_RELAXED) &&
+        atomic_load_explicit(&shm_cell(seg, head)->seq, memory_order_seq_cst) != shm_seq(head))
+        goto out_awake;
+    if (!__atomic_load_n(&si->fb_held, __ATOMIC_RELAXED)) {
+        uint64_t boxes = atomic_load_explicit(&seg->fbox_used, memory_order_seq_cst) & SHM_FBOX_ALL &
                          ~atomic_load_explicit(&si->fb_broken, memory_order_relaxed);
-        if (atomic_load_explicit(&shm_cell(seg, head)->seq, memory_order_seq_cst) != shm_seq(head))
-            goto out_awake;
         for (; boxes != 0; boxes &= boxes - 1) {
-            uint32_t i = (uint32_t)__builtin_ctzll(boxes);
-            if (i < SHM_N_FBOX && fbox_ready(seg, i))
+            if (fbox_ready(seg, (uint32_t)__builtin_ctzll(boxes)))
                 goto out_awake;
         }
     }
@@ -1163,7 +1207,7 @@ out_awake:
  * when a peer goes, so a scan of the ring is cheap enough. */
 static int ring_holds_from(shm_iface_t *si, uint64_t uuid)
 {
-    uint64_t used = atomic_load_explicit(&si->seg->fbox_used, memory_order_acquire);
+    uint64_t used = atomic_load_explicit(&si->seg->fbox_used, memory_order_acquire) & SHM_FBOX_ALL;
 
     if (used != si->fb_seen)
         fbox_refresh(si, used);
@@ -1182,6 +1226,21 @@ static int ring_holds_from(shm_iface_t *si, uint64_t uuid)
     return 0;
 }
 
+/* A box whose sender is gone without a goodbye (killed, or its ring was
+ * full when it closed: its slot's lock is free) is freed for another
+ * sender once it holds nothing published. */
+static void fbox_reclaim(shm_iface_t *si)
+{
+    for (uint64_t on = si->fb_on; on != 0; on &= on - 1) {
+        uint32_t i = (uint32_t)__builtin_ctzll(on);
+        if (atomic_load_explicit(shm_fbox_word(shm_fbox_data(si->seg, i), si->fb_rd[i]), memory_order_acquire) != 0 ||
+            slot_alive(si->fd, si->fb_slot[i]))
+            continue;
+        util_debug("shm: fast box %u of sender slot %u, whose sender is gone, is free again", i, si->fb_slot[i]);
+        fbox_release(si, i);
+    }
+}
+
 /* Reports peers whose process has exited or whose context has closed
  * (seed: every operation on a dead peer fails instead of hanging). Cheap:
  * a load and one poll per peer. */
@@ -1191,6 +1250,7 @@ static void shm_check_peers(tl_iface_t *iface)
     util_dlist_t *pos;
 
     ring_unblock(si);
+    fbox_reclaim(si);
     util_dlist_foreach(pos, &si->eps) {
         shm_ep_t *ep = util_container_of(pos, shm_ep_t, link);
         /* a context that closed is gone as surely as a process that died:

@@ -37,6 +37,10 @@ typedef struct shm_ep {
     uint64_t fb_write;          /* bytes we have written into it, ever */
     uint64_t fb_read;           /* its consumer's read, as we last saw it */
     uint64_t ring_last;         /* our last cell in its ring that may be unconsumed; SHM_NO_CLAIM */
+    /* another endpoint of ours to the same context had a box (added twice
+     * by the layer above): nothing of ours may go before what it put there */
+    uint8_t after_box;          /* its box, or SHM_FBOX_NONE */
+    uint64_t after_pos;         /* the box's bytes up to its last entry */
 } shm_ep_t;
 
 typedef struct shm_iface {
@@ -46,6 +50,7 @@ typedef struct shm_iface {
     uint64_t head;              /* next position we consume */
     _Atomic uint64_t wait_head; /* head, for shm_wait, which runs unlocked */
     int held;                   /* the head cell is left for later (cell_leave) */
+    int fb_held;                /* a box's next entry is left for later */
     _Atomic uint64_t epoch;     /* progress calls that found work (mt only) */
     int mt;                     /* threads may wait at once */
     int closing;                /* iface_close is under way */

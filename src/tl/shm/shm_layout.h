@@ -123,6 +123,7 @@ typedef struct shm_claim {
 #define SHM_FBOX_LEN_MASK 0xffffull
 #define SHM_FBOX_POS(pos) (((uint64_t)(pos) >> 3 & 0xffffffffull) << 16) /* in a header */
 #define SHM_FBOX_NONE 0xff            /* no box */
+#define SHM_FBOX_ALL (SHM_N_FBOX == 64 ? ~0ull : (1ull << SHM_N_FBOX) - 1) /* fbox_used's bits */
 
 typedef struct shm_fbox_ctl {
     _Atomic uint32_t owner;     /* the producer's sender slot + 1; 0: free */
@@ -283,9 +284,7 @@ static inline uint64_t shm_slot_uuid(shm_seg_hdr_t *seg, uint32_t slot)
  * no sender (a cell that does not parse). */
 static inline uint64_t shm_cell_src(shm_seg_hdr_t *seg, const shm_cell_t *cell)
 {
-    if (cell->src >= SHM_N_SENDERS)
-        return 0;
-    return atomic_load_explicit(&seg->senders[cell->src].uuid, memory_order_relaxed);
+    return shm_slot_uuid(seg, __atomic_load_n(&cell->src, __ATOMIC_RELAXED));
 }
 
 #define SHM_CELL_PAYLOAD (SHM_CELL_SIZE - sizeof(shm_cell_t))

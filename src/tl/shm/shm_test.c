@@ -874,17 +874,106 @@ static void fbox_wakes_sleeper(void **state)
     side_open(&a, UUID_A);
     side_open(&b, UUID_B);
     ab = connect_to(&a, &b);
-    assert_int_equal(send_counter(ab, 0), TMX_OK); /* takes the box */
-    drain(&b, 1, 10);
-    b.next = 0;
-    t0 = now_us();
-    assert_int_equal(pthread_create(&t, NULL, send_later, ab), 0);
-    tl_shm_ops.wait(b.iface, 10000000);
-    assert_true(now_us() - t0 < 5000000);
-    assert_int_equal(pthread_join(t, NULL), 0);
-    drain(&b, 2, 10);
-    assert_int_equal(b.packets, 2);
-    assert_int_equal(ab->ring_last, SHM_NO_CLAIM); /* it came through the box */
+    /* laps of the box first, each packet counted by progress */
+    for (uint64_t v = 0; v < 3 * SHM_FBOX_SIZE / 16; v++) {
+        assert_int_equal(send_counter(ab, v), TMX_OK);
+        assert_int_equal(tl_shm_ops.progress(b.iface), 1);
+    }
+    assert_true(ab->fb_write > 2 * SHM_FBOX_SIZE);
+    for (int k = 0; k < 3; k++) {
+        b.next = 0;
+        t0 = now_us();
+        assert_int_equal(pthread_create(&t, NULL, send_later, ab), 0);
+        tl_shm_ops.wait(b.iface, 10000000);
+        assert_true(now_us() - t0 < 5000000);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        assert_int_equal(tl_shm_ops.progress(b.iface), 1);
+    }
+    assert_int_equal(ab->ring_last, SHM_NO_CLAIM); /* all came through the box */
+    assert_int_equal(b.packets, 3 * SHM_FBOX_SIZE / 16 + 3);
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
+/* The same context added twice (two endpoints): what one put into its
+ * box is not overtaken by the other's packets, and neither boxes again. */
+static void fbox_two_endpoints_one_order(void **state)
+{
+    side_t a, b;
+    shm_ep_t *e1, *e2;
+    uint64_t v = 0;
+    tmx_status_t st;
+
+    (void)state;
+    test_fbox = 1;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    e1 = connect_to(&a, &b);
+    for (; v < 20; v++)
+        assert_int_equal(send_counter(e1, v), TMX_OK); /* into e1's box, not taken yet */
+    e2 = connect_to(&a, &b);
+    assert_int_equal(send_counter(e2, v), TMX_ERR_AGAIN); /* e1's box first */
+    tl_shm_ops.progress(b.iface);
+    for (int i = 0; i < 200; i++) {
+        shm_ep_t *e = i % 3 == 0 ? e1 : e2;
+        while ((st = send_counter(e, v)) == TMX_ERR_AGAIN)
+            tl_shm_ops.progress(b.iface);
+        assert_int_equal(st, TMX_OK);
+        v++;
+    }
+    drain(&b, v, 10);
+    assert_int_equal(b.packets, v);
+    assert_int_equal(b.out_of_order, 0);
+    assert_int_not_equal(e1->ring_last, SHM_NO_CLAIM); /* boxes no more */
+    tl_shm_ops.ep_destroy(&e2->super);
+    side_close(&a, e1);
+    side_close(&b, NULL);
+}
+
+/* The box of a sender killed without a goodbye is freed once what it
+ * published is taken, and another sender gets it. */
+static void fbox_dead_sender_freed(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab;
+    shm_iface_t *sb;
+    unsigned char addr[256];
+    size_t len = sizeof(addr);
+    pid_t child;
+    int status;
+
+    (void)state;
+    test_fbox = 1;
+    side_open(&b, UUID_B);
+    sb = (shm_iface_t *)b.iface;
+    assert_int_equal(tl_shm_ops.address(b.iface, addr, &len), TMX_OK);
+    for (int round = 0; round < SHM_N_FBOX + 2; round++) {
+        child = fork();
+        assert_true(child >= 0);
+        if (child == 0) {
+            side_t c;
+            tl_ep_t *cb;
+            side_open(&c, UUID_C);
+            if (tl_shm_ops.ep_create(c.iface, addr, len, 1, UUID_B, &cb) != TMX_OK ||
+                send_counter((shm_ep_t *)cb, (uint64_t)round) != TMX_OK || ((shm_ep_t *)cb)->fbox == SHM_FBOX_NONE)
+                _exit(1);
+            raise(SIGKILL);
+            _exit(2);
+        }
+        assert_int_equal(waitpid(child, &status, 0), child);
+        assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        drain(&b, (size_t)round + 1, 10);
+        tl_shm_ops.check_peers(b.iface);
+        assert_int_equal(atomic_load(&sb->seg->fbox_used), 0);
+    }
+    assert_int_equal(b.packets, SHM_N_FBOX + 2);
+    assert_int_equal(b.out_of_order, 0);
+    side_open(&a, UUID_A);
+    ab = connect_to(&a, &b);
+    assert_int_equal(send_counter(ab, b.next), TMX_OK);
+    assert_int_not_equal(ab->fbox, SHM_FBOX_NONE);
+    drain(&b, SHM_N_FBOX + 3, 10);
+    assert_int_equal(b.packets, SHM_N_FBOX + 3);
     side_close(&a, ab);
     side_close(&b, NULL);
 }
@@ -941,6 +1030,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(fbox_hostile_headers),
         cmocka_unit_test(fbox_wakes_sleeper),
         cmocka_unit_test(fbox_all_taken),
+        cmocka_unit_test(fbox_two_endpoints_one_order),
+        cmocka_unit_test(fbox_dead_sender_freed),
     };
     return UNIT_MAIN(argc, argv, tests);
 }

@@ -2,13 +2,16 @@
  * Joining a job: a context created inside a process started by tmxrun
  * publishes its address through the launcher's key-value service, waits
  * for every rank at a fence, and adds the ranks in order, so that peer i
- * is rank i. Endpoints are still created on first use only.
+ * is rank i. Endpoints are still created on first use only. A process
+ * started by a PMIx launcher does the same through PMIx (pmix.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "boot/boot.h"
 #include "boot/job.h"
+#include "core/config.h"
 #include "util/log.h"
 
 static tmx_status_t publish(tmx_context_h ctx, boot_kvs_t *kvs, uint32_t rank)
@@ -51,10 +54,13 @@ tmx_status_t boot_job_join(tmx_context_h ctx, boot_job_t *job)
     boot_env_t env;
     tmx_status_t st = boot_env(&env);
 
+    if (st == TMX_ERR_NOT_FOUND && boot_pmix_env())
+        return boot_pmix_join(ctx, job);
     if (st != TMX_OK)
         return st;
     if ((st = boot_kvs_connect(env.kvs_addr, &job->kvs)) != TMX_OK)
         return st;
+    job->kind = BOOT_JOB_KVS;
     job->rank = env.rank;
     job->size = env.size;
     job->jobid = env.jobid;
@@ -71,11 +77,49 @@ err_close:
     util_error("boot: rank %u could not join the job: %s", env.rank, tmx_strerror(st));
     boot_kvs_close(job->kvs);
     job->kvs = NULL;
+    job->kind = BOOT_JOB_NONE;
+    return st;
+}
+
+tmx_status_t boot_job_barrier(boot_job_t *job, void (*idle)(void *arg), void *arg)
+{
+    tmx_status_t st;
+
+    if (job->kind == BOOT_JOB_PMIX)
+        return boot_pmix_barrier(job, idle, arg);
+    boot_kvs_set_idle(job->kvs, idle, arg);
+    st = boot_kvs_fence(job->kvs);
+    boot_kvs_set_idle(job->kvs, NULL, NULL);
     return st;
 }
 
 void boot_job_leave(boot_job_t *job)
 {
+    if (job->kind == BOOT_JOB_PMIX)
+        boot_pmix_leave(job);
     boot_kvs_close(job->kvs);
     job->kvs = NULL;
+    job->kind = BOOT_JOB_NONE;
+}
+
+/* FNV-1a, 64 bits. */
+static uint64_t hash64(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (; *s != '\0'; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+uint64_t boot_job_key(int join)
+{
+    boot_env_t env;
+    const char *ns;
+
+    if (boot_env(&env) == TMX_OK)
+        return env.jobid;
+    if (join && boot_pmix_env() && (ns = config_launcher("PMIX_NAMESPACE")) != NULL)
+        return hash64(ns) | 1;
+    return 0;
 }

@@ -94,6 +94,9 @@ static const struct {
     {"TMX_RANK", "this process's rank, 0 to TMX_SIZE - 1"},
     {"TMX_SIZE", "the number of ranks of the job"},
     {"TMX_JOBID", "the job's identity, 16 hex digits (also the key of its udp datagrams)"},
+    {"PMIX_NAMESPACE", "set by a PMIx launcher (Open MPI's mpirun, Slurm's srun --mpi=pmix): "
+                       "without TMX_KVS, a context joins that job through PMIx"},
+    {"PMIX_RANK", "set by a PMIx launcher: this process's rank in PMIX_NAMESPACE"},
 };
 
 #define LAUNCHER_N (sizeof(launcher_table) / sizeof(launcher_table[0]))

@@ -63,9 +63,8 @@ static tmx_status_t params_check(const tmx_context_params_t *p)
 static tmx_status_t open_one(tmx_context_h ctx, const char *name)
 {
     const tl_ops_t *ops = tl_find(name);
-    boot_env_t env;
     tl_iface_params_t ip = {.uuid = ctx->uuid,
-                            .job_key = boot_env(&env) == TMX_OK ? env.jobid : 0,
+                            .job_key = boot_job_key(ctx->boot_join),
                             .recv_cb = proto_recv_cb,
                             .stream = &proto_stream_cb,
                             .recv_arg = &ctx->proto,
@@ -222,7 +221,7 @@ static unsigned spin_budget(tmx_context_h ctx)
 
     if (sched_getaffinity(0, sizeof(set), &set) == 0)
         ncpu = CPU_COUNT(&set);
-    if (ctx->job.kvs != NULL && ncpu > 0 && ctx->job.size > (uint32_t)ncpu) {
+    if (boot_job_in(&ctx->job) && ncpu > 0 && ctx->job.size > (uint32_t)ncpu) {
         util_debug("%u ranks on %d cores: yielding when idle", ctx->job.size, ncpu);
         return CORE_SPIN_POLLS_SHARED;
     }
@@ -264,6 +263,7 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     util_pool_init(&ctx->req_pool, sizeof(struct tmx_request), CORE_POOL_CHUNK);
     util_pool_init(&ctx->msg_pool, sizeof(struct tmx_message), CORE_POOL_CHUNK);
     up.arg = ctx;
+    ctx->boot_join = !(params && (params->field_mask & TMX_CONTEXT_FIELD_BOOT) && params->boot == TMX_BOOT_NONE);
     if ((st = proto_init(&ctx->proto, &up, &ctx->cfg.proto)) != TMX_OK)
         goto err_free;
     if ((st = core_cq_init(&ctx->cq)) != TMX_OK)
@@ -272,7 +272,7 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
                                                                        : ctx->cfg.transports;
     if ((st = open_transports(ctx, tls, tls != ctx->cfg.transports || ctx->cfg.transports_set)) != TMX_OK)
         goto err_free;
-    if (!(params && (params->field_mask & TMX_CONTEXT_FIELD_BOOT) && params->boot == TMX_BOOT_NONE)) {
+    if (ctx->boot_join) {
         st = boot_job_join(ctx, &ctx->job);
         if (st != TMX_OK && st != TMX_ERR_NOT_FOUND)
             goto err_free;
@@ -344,7 +344,7 @@ TMX_API tmx_status_t tmx_job_info(tmx_context_h ctx, uint32_t *rank, uint32_t *s
         util_error("tmx_job_info: NULL argument");
         return TMX_ERR_INVALID;
     }
-    if (ctx->job.kvs == NULL)
+    if (!boot_job_in(&ctx->job))
         return TMX_ERR_NOT_FOUND;
     *rank = ctx->job.rank;
     *size = ctx->job.size;
@@ -365,14 +365,12 @@ TMX_API tmx_status_t tmx_job_barrier(tmx_context_h ctx)
         util_error("tmx_job_barrier: NULL context");
         return TMX_ERR_INVALID;
     }
-    if (ctx->job.kvs == NULL) {
+    if (!boot_job_in(&ctx->job)) {
         util_error("tmx_job_barrier: this context is not part of a launched job");
         return TMX_ERR_NOT_FOUND;
     }
     core_lock(ctx);
-    boot_kvs_set_idle(ctx->job.kvs, barrier_idle, ctx);
-    st = boot_kvs_fence(ctx->job.kvs);
-    boot_kvs_set_idle(ctx->job.kvs, NULL, NULL);
+    st = boot_job_barrier(&ctx->job, barrier_idle, ctx);
     core_unlock(ctx);
     return st;
 }

@@ -95,6 +95,7 @@ struct tmx_context {
     unsigned busy_polls;        /* polls that found work since then */
     int watch_all;              /* every peer connected, so watched */
     boot_job_t job;             /* the launched job, if any */
+    int boot_join;              /* the context joins a launched job (TMX_BOOT_AUTO) */
     proto_t proto;              /* the protocols, the matcher, the rendezvous slots */
     util_pool_t req_pool;
     util_pool_t msg_pool;

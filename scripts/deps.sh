@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs what tmx needs to build and test on Debian 12.
 set -eu
-PKGS="build-essential cmake pkg-config libcmocka-dev clang libclang-rt-14-dev valgrind procps iproute2 nftables libfabric-dev libfabric-bin openmpi-bin libopenmpi-dev libpmix-dev autoconf automake libtool"
+PKGS="build-essential cmake pkg-config libcmocka-dev clang libclang-rt-14-dev valgrind procps iproute2 nftables slurmd slurmctld munge libfabric-dev libfabric-bin openmpi-bin libopenmpi-dev libpmix-dev autoconf automake libtool"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=""

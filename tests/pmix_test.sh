@@ -24,13 +24,88 @@ mpirun)
     }
     ;;
 srun)
-    if ! command -v srun >/dev/null || ! srun --mpi=list 2>/dev/null | grep -q pmix; then
-        echo "pmix_test: SKIPPED: no srun with PMIx here: Debian 12's slurm-wlm is not installed by" \
-             ".ci/run, and a Slurm controller, node daemon and munge key would have to be set up" \
-             "as root for this one test; the PMIx path srun would take is the one mpirun takes"
-        exit 77
+    for t in srun slurmctld slurmd munged sinfo; do
+        command -v "$t" >/dev/null || {
+            echo "pmix_test: SKIPPED: no $t (Debian's slurmd, slurmctld and munge; .ci/run installs them)"
+            exit 77
+        }
+    done
+    [ "$(id -u)" -eq 0 ] || { echo "pmix_test: SKIPPED: a local Slurm needs root"; exit 77; }
+    # A Slurm of our own on this host: munged with a fresh key, slurmctld
+    # and slurmd with a configuration in a scratch folder, on ports of
+    # their own; all of it stopped and removed on exit, whatever happens.
+    dir="$(mktemp -d /tmp/tmx-slurm.XXXXXX)"
+    # the daemons run in the foreground as our children, so that we reap them
+    pids=()
+    stop_slurm() {
+        [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null
+        for _ in $(seq 20); do
+            kill -0 "${pids[@]}" 2>/dev/null || break
+            sleep 0.1
+        done
+        [ ${#pids[@]} -gt 0 ] && kill -9 "${pids[@]}" 2>/dev/null
+        wait 2>/dev/null
+        rm -rf "$dir"
+    }
+    trap stop_slurm EXIT
+    mkdir -p "$dir/state" "$dir/spool"
+    head -c 1024 /dev/urandom >"$dir/munge.key"
+    chmod 400 "$dir/munge.key"
+    munged -F -f --key-file="$dir/munge.key" -S "$dir/munge.sock" --log-file="$dir/munged.log" \
+        --pid-file="$dir/munged.pid" --seed-file="$dir/munge.seed" &
+    pids+=($!)
+    for _ in $(seq 50); do
+        [ -S "$dir/munge.sock" ] && break
+        sleep 0.1
+    done
+    [ -S "$dir/munge.sock" ] || { echo "pmix_test: FAIL: munged did not start"; exit 1; }
+    host="$(hostname -s)"
+    port=$((20000 + $$ % 20000))
+    cat >"$dir/slurm.conf" <<CONF
+ClusterName=tmxtest
+SlurmctldHost=$host
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge.sock
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+NodeName=$host CPUs=$(nproc) State=UNKNOWN
+PartitionName=tmxtest Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+CONF
+    export SLURM_CONF="$dir/slurm.conf"
+    slurmctld -D -i >/dev/null 2>&1 &
+    pids+=($!)
+    slurmd -D >/dev/null 2>&1 &
+    pids+=($!)
+    for _ in $(seq 100); do
+        sinfo -h -o %t 2>/dev/null | grep -q idle && break
+        sleep 0.2
+    done
+    if ! sinfo -h -o %t 2>/dev/null | grep -q idle; then
+        echo "pmix_test: FAIL: the local Slurm node never came up:"
+        tail -n 20 "$dir/slurmctld.log" "$dir/slurmd.log"
+        exit 1
     fi
-    run() { timeout 150 srun --mpi=pmix -n "$1" "$mp_test" "$2"; }
+    srun --mpi=list 2>&1 | grep -q pmix || { echo "pmix_test: SKIPPED: this Slurm has no PMIx plugin"; exit 77; }
+    run() { timeout 150 srun --mpi=pmix --overcommit -n "$1" "$mp_test" "$2"; }
     ;;
 *)
     echo "usage: pmix_test.sh mpirun|srun MP_TEST" >&2

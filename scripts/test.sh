@@ -6,7 +6,7 @@
 # libFuzzer run on the wire parsers.
 set -eu
 cd "$(dirname "$0")/.."
-sh scripts/deps.sh
+sh scripts/deps.sh test
 sh scripts/fabtests_build.sh
 jobs="$(nproc)"
 # Every test runs in both builds, the fault tests too (two minutes of

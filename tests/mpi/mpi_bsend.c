@@ -97,6 +97,7 @@ int main(int argc, char **argv)
     bs_slow_receiver();
     MC_CALL(MPI_Barrier(MPI_COMM_WORLD));
     bs_all_to_all();
+    mc_intercomm_phase(MC_INTER_BSEND); /* the same over an intercommunicator */
     mc_finish();
     return 0;
 }

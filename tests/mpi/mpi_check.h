@@ -140,4 +140,93 @@ static inline void mc_status(const char *what, const MPI_Status *st, int src, in
                 st->MPI_TAG, count, src, tag, len);
 }
 
+enum mc_inter_kind {
+    MC_INTER_BSEND,     /* MPI_Bsend, then MPI_Recv */
+    MC_INTER_PROBE,     /* MPI_Isend; after a barrier, MPI_Probe (any source) of the unexpected */
+    MC_INTER_MPROBE,    /* MPI_Isend, then MPI_Mprobe (any source) and MPI_Mrecv */
+    MC_INTER_SENDFIRST  /* MPI_Isend to every remote rank before any MPI_Recv */
+};
+
+/* The program's kind of traffic once more over an intercommunicator
+ * between the lower and the upper half of MPI_COMM_WORLD, as MPICH's test
+ * harness runs each of its point-to-point tests over intercommunicators
+ * too: every rank sends an eager and a rendezvous message to every rank
+ * of the remote group, and takes the remote group's messages as kind
+ * says, checking status and payload. */
+static inline void mc_intercomm_phase(int kind)
+{
+    static const size_t sizes[] = {8, 70000};
+    MPI_Comm half, inter;
+    int low = mc_rank < mc_size / 2, remote, lrank, n;
+    MPI_Request *q;
+    unsigned char **out;
+    void *bbuf = NULL;
+    int bsize = 0;
+
+    if (mc_size < 2)
+        return;
+    MC_CALL(MPI_Comm_split(MPI_COMM_WORLD, low, mc_rank, &half));
+    MC_CALL(MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, low ? mc_size / 2 : 0, 4242, &inter));
+    MC_CALL(MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN));
+    MC_CALL(MPI_Comm_remote_size(inter, &remote));
+    MC_CALL(MPI_Comm_rank(inter, &lrank));
+    n = 2 * remote;
+    q = mc_alloc(sizeof(*q) * (size_t)n);
+    out = mc_alloc(sizeof(*out) * (size_t)n);
+    if (kind == MC_INTER_BSEND) {
+        bsize = n * (int)(sizes[1] + MPI_BSEND_OVERHEAD);
+        bbuf = mc_alloc((size_t)bsize);
+        MC_CALL(MPI_Buffer_attach(bbuf, bsize));
+    }
+    for (int i = 0; i < n; i++) {
+        int d = i / 2, tag = i % 2;
+        out[i] = mc_alloc(sizes[tag]);
+        mc_fill(out[i], sizes[tag], mc_mix((uint64_t)low << 50 ^ (uint64_t)lrank << 30 ^ (uint64_t)d << 10 ^ (uint64_t)tag));
+        q[i] = MPI_REQUEST_NULL;
+        if (kind == MC_INTER_BSEND)
+            MC_CALL(MPI_Bsend(out[i], (int)sizes[tag], MPI_BYTE, d, tag, inter));
+        else
+            MC_CALL(MPI_Isend(out[i], (int)sizes[tag], MPI_BYTE, d, tag, inter, &q[i]));
+    }
+    if (kind == MC_INTER_PROBE)
+        MC_CALL(MPI_Barrier(inter)); /* they arrive before any receive */
+    for (int k = 0; k < n; k++) {
+        MPI_Status st;
+        MPI_Message m = MPI_MESSAGE_NULL;
+        int src = k / 2, tag = k % 2;
+        unsigned char *in;
+        if (kind == MC_INTER_PROBE) {
+            MC_CALL(MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, inter, &st));
+            src = st.MPI_SOURCE;
+            tag = st.MPI_TAG;
+        } else if (kind == MC_INTER_MPROBE) {
+            MC_CALL(MPI_Mprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, inter, &m, &st));
+            src = st.MPI_SOURCE;
+            tag = st.MPI_TAG;
+        }
+        if (src < 0 || src >= remote || tag < 0 || tag > 1)
+            mc_fail("intercommunicator: a probe found source %d tag %d (remote group of %d)", src, tag, remote);
+        in = mc_alloc(sizes[tag]);
+        if (kind == MC_INTER_MPROBE)
+            MC_CALL(MPI_Mrecv(in, (int)sizes[tag], MPI_BYTE, &m, &st));
+        else
+            MC_CALL(MPI_Recv(in, (int)sizes[tag], MPI_BYTE, src, tag, inter, &st));
+        mc_status("intercommunicator receive", &st, src, tag, sizes[tag]);
+        mc_check("intercommunicator payload", in, sizes[tag],
+                 mc_mix((uint64_t)!low << 50 ^ (uint64_t)src << 30 ^ (uint64_t)lrank << 10 ^ (uint64_t)tag));
+        free(in);
+    }
+    MC_CALL(MPI_Waitall(n, q, MPI_STATUSES_IGNORE));
+    if (kind == MC_INTER_BSEND) {
+        MC_CALL(MPI_Buffer_detach(&bbuf, &bsize));
+        free(bbuf);
+    }
+    for (int i = 0; i < n; i++)
+        free(out[i]);
+    free(out);
+    free(q);
+    MC_CALL(MPI_Comm_free(&inter));
+    MC_CALL(MPI_Comm_free(&half));
+}
+
 #endif

@@ -109,6 +109,7 @@ int main(int argc, char **argv)
         for (int round = 0; round < 4; round++)
             MC_CALL(MPI_Barrier(MPI_COMM_WORLD));
     }
+    mc_intercomm_phase(MC_INTER_MPROBE); /* the same over an intercommunicator */
     mc_finish();
     return 0;
 }

@@ -92,6 +92,7 @@ int main(int argc, char **argv)
         free(b[i]);
     free(b);
     free(q);
+    mc_intercomm_phase(MC_INTER_PROBE); /* the same over an intercommunicator */
     mc_finish();
     return 0;
 }

@@ -119,6 +119,7 @@ int main(int argc, char **argv)
     }
     for (int k = 3; k < SF_NTYPES; k++)
         MC_CALL(MPI_Type_free(&sf_types[k].t));
+    mc_intercomm_phase(MC_INTER_SENDFIRST); /* the same over an intercommunicator */
     mc_finish();
     return 0;
 }

@@ -1,8 +1,10 @@
 #!/bin/bash
 # Multi-process cases run by a launcher that speaks PMIx instead of tmxrun:
-# Open MPI's mpirun (mpirun), or Slurm's srun --mpi=pmix (srun). The
-# native program joins its job through libpmix (src/boot/pmix.c).
-#   usage: pmix_test.sh mpirun|srun MP_TEST
+# Open MPI's mpirun on this host (mpirun) or across two test hosts made of
+# network namespaces (mpirun-hosts, root only: udp between them), or
+# Slurm's srun --mpi=pmix (srun). The native program joins its job
+# through libpmix (src/boot/pmix.c).
+#   usage: pmix_test.sh mpirun|mpirun-hosts|srun MP_TEST
 # Exits 77, saying why, when the launcher is missing or tmx was built
 # without libpmix.
 set -u
@@ -21,6 +23,29 @@ mpirun)
     run() { # ranks case
         timeout 150 mpirun --allow-run-as-root --oversubscribe --bind-to none -x LSAN_OPTIONS -n "$1" \
             "$mp_test" "$2"
+    }
+    ;;
+mpirun-hosts)
+    command -v mpirun >/dev/null || { echo "pmix_test: SKIPPED: no mpirun (openmpi-bin)"; exit 77; }
+    if [ "$(id -u)" -ne 0 ] || ! ip netns list >/dev/null 2>&1 || ! command -v unshare >/dev/null; then
+        echo "pmix_test: SKIPPED: test hosts need root, network namespaces and unshare"
+        exit 77
+    fi
+    # shellcheck disable=SC2034 # read by hosts.sh
+    FAULT_PREFIX="tmxp$$"
+    # shellcheck source=tests/fault/hosts.sh
+    . "$here/fault/hosts.sh" || exit 1
+    hostfile="$(mktemp /tmp/tmx-pmix-hosts.XXXXXX)"
+    trap 'rm -f "$hostfile"; [ -n "${FAULT_BR:-}" ] && fault_hosts_down' EXIT
+    fault_hosts_up 2 || { echo "pmix_test: FAIL: cannot make test hosts"; exit 1; }
+    IFS=, read -r -a hosts <<<"$FAULT_HOSTS"
+    for h in "${hosts[@]}"; do echo "$h slots=8"; done >"$hostfile"
+    for h in "${hosts[@]}"; do fault_nft_drop "$h" 0; done # counts what each sends
+    run() {
+        timeout 150 mpirun --allow-run-as-root --oversubscribe --bind-to none --hostfile "$hostfile" \
+            --map-by node --mca plm_rsh_agent "$here/mpi/netns_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
+            --mca oob_tcp_if_include "$FAULT_NET.0/24" -x LSAN_OPTIONS -x TMX_HOST=test-host -n "$1" \
+            "$mp_test" "$2" # TMX_HOST: mp_test expects no shm between the ranks, as under tmxrun --hosts
     }
     ;;
 srun)
@@ -108,7 +133,7 @@ CONF
     run() { timeout 150 srun --mpi=pmix --overcommit -n "$1" "$mp_test" "$2"; }
     ;;
 *)
-    echo "usage: pmix_test.sh mpirun|srun MP_TEST" >&2
+    echo "usage: pmix_test.sh mpirun|mpirun-hosts|srun MP_TEST" >&2
     exit 2
     ;;
 esac
@@ -125,4 +150,19 @@ for c in "2 pingpong" "2 order" "2 truncate" "2 probe" "8 anysource" "4 alltoall
         grep "mp_test $2: ok" <<<"$out"
     fi
 done
+if [ "$launcher" = mpirun-hosts ]; then
+    for h in "${hosts[@]}"; do
+        sent=$(fault_nft_counts "$h" | cut -d' ' -f1)
+        if [ "${sent:-0}" -lt 100 ]; then
+            echo "pmix_test: FAIL: host $h sent ${sent:-0} UDP datagrams: the ranks did not talk over udp"
+            rc=1
+        else
+            echo "pmix_test: host $h sent $sent UDP datagrams"
+        fi
+        if [ -n "$(ip netns pids "$h" 2>/dev/null)" ]; then
+            echo "pmix_test: FAIL: processes left in $h"
+            rc=1
+        fi
+    done
+fi
 exit $rc

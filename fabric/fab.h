@@ -45,6 +45,7 @@
 #define FAB_MAX_EP_PER_OBJ 64       /* endpoints bound to one AV or CQ */
 #define FAB_DRAIN_BATCH 32          /* tmx completions taken per tmx_cq_read */
 #define FAB_NS_TIMEOUT_MS 10000     /* fi_av_insert of an IPv4 name waits this long */
+#define FAB_NS_REFUSED_MS 2000      /* or this long once its port is refused */
 
 /* With FI_MSG and FI_TAGGED together, tag bit 63 marks untagged messages, so
  * tagged traffic has 63 bits. Without FI_MSG, all 64 bits are the app's. */
@@ -262,11 +263,20 @@ void fab_ns_close(fab_ep_t *ep);
 int fab_ns_getname(fab_ep_t *ep, void *addr, size_t *addrlen);
 /* Stops the thread that answers name queries (at provider cleanup). */
 void fab_ns_fini(void);
-/* The tmx address behind the IPv4 name *to: as its owner announced it
- * when it queried us, or asked of its name socket (announcing the named
- * endpoints among eps), waiting up to FAB_NS_TIMEOUT_MS. */
-int fab_ns_resolve(const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps, void *blob,
-                   size_t *len);
+/* One IPv4 name to resolve, and the result: ret 0 with the tmx address
+ * in blob, or a negative FI_E* code. */
+typedef struct fab_ns_name {
+    struct sockaddr_in to;
+    int ret;
+    size_t len;
+    unsigned char blob[TMX_ADDRESS_MAX];
+} fab_ns_name_t;
+/* The tmx addresses behind n IPv4 names, resolved at once: as each
+ * name's owner announced it when it queried us, or asked of its name
+ * socket (announcing the named endpoints among eps). A name waits up to
+ * FAB_NS_TIMEOUT_MS for an answer, or FAB_NS_REFUSED_MS once its port is
+ * refused. */
+void fab_ns_resolve(fab_ns_name_t *names, size_t n, fab_ep_t *const *eps, int n_eps);
 
 /* fab_poll.c */
 int fab_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr, struct fid_poll **ps);

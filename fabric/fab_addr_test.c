@@ -383,6 +383,43 @@ static void test_announced_during_insert(void **state)
     side_close(&b);
 }
 
+/* One fi_av_insert of three IPv4 names, the middle ones naming ports
+ * nobody listens on: the live name is inserted and usable, the others
+ * fail each with its own error (FI_SYNC_ERR) and FI_ADDR_NOTAVAIL, and
+ * the call waits for the refused ports once, not once per name, and not
+ * the whole answer limit (10 s each before). */
+static void test_insert_refused_names(void **state)
+{
+    side_t srv, b;
+    struct sockaddr_in names[4];
+    size_t len = sizeof(names[0]);
+    fi_addr_t out[4];
+    int errs[4] = {0};
+    char port[16];
+    int64_t t0;
+
+    side_open(&srv, NULL, free_port(port), FI_SOURCE, hints_new(0, 0), FI_WAIT_NONE);
+    side_open(&b, NULL, free_port(port), FI_SOURCE, hints_new(0, 0), FI_WAIT_NONE);
+    assert_int_equal(fi_getname(&b.ep->fid, &names[0], &len), 0);
+    for (int i = 1; i < 3; i++) {
+        names[i] = names[0];
+        names[i].sin_port = htons((uint16_t)atoi(free_port(port)));
+    }
+    names[3] = names[0];
+    t0 = now_ms();
+    assert_int_equal(fi_av_insert(srv.av, names, 4, out, FI_SYNC_ERR, errs), 2);
+    assert_true(now_ms() - t0 < 2 * 2000);
+    assert_int_equal(errs[0], 0);
+    assert_int_equal(errs[1], FI_ECONNREFUSED);
+    assert_int_equal(errs[2], FI_ECONNREFUSED);
+    assert_int_equal(errs[3], 0);
+    assert_true(out[1] == FI_ADDR_NOTAVAIL && out[2] == FI_ADDR_NOTAVAIL);
+    assert_true(out[0] == out[3]);
+    send_to(&srv, out[0], &b, 5);
+    side_close(&srv);
+    side_close(&b);
+}
+
 typedef struct delayed_send {
     side_t *from;
     fi_addr_t to;
@@ -558,6 +595,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_addr_str),
         cmocka_unit_test(test_announced_peer_gone),
         cmocka_unit_test(test_announced_during_insert),
+        cmocka_unit_test(test_insert_refused_names),
         cmocka_unit_test(test_wait_fd),
         cmocka_unit_test(test_wait_fd_thread_domain),
         cmocka_unit_test(test_eq_write),

@@ -130,24 +130,19 @@ static size_t av_find(const fab_av_t *av, const unsigned char *name)
 }
 
 /* Fills e from one inserted address of the AV's format; *used gets its
- * size. An IPv4 name is resolved to its endpoint's tmx name here. */
-static int entry_from_sa(const fab_av_t *av, fab_av_entry_t *e, const struct sockaddr_in *sa)
+ * size. An IPv4 name only takes e->sa here: 1 says it is still to be
+ * resolved to its endpoint's tmx name (fab_ns_resolve). */
+static int entry_from_sa(fab_av_entry_t *e, const struct sockaddr_in *sa)
 {
-    unsigned char blob[TMX_ADDRESS_MAX];
-    size_t len = 0;
-    int ret;
-
     if (sa->sin_family != AF_INET || sa->sin_port == 0) {
         FAB_WARN(FI_LOG_AV, "fi_av_insert: not an IPv4 address with a port\n");
         return -FI_EINVAL;
     }
     e->sa = *sa;
-    if ((ret = fab_ns_resolve(sa, av->eps, av->n_eps, blob, &len)) != 0)
-        return ret;
-    return fab_name_encode(blob, len, e->name);
+    return 1;
 }
 
-static int entry_from_str(const fab_av_t *av, fab_av_entry_t *e, const char *s)
+static int entry_from_str(fab_av_entry_t *e, const char *s)
 {
     struct sockaddr_in sa;
     size_t n = strnlen(s, 2 * FAB_ADDR_LEN + 8);
@@ -166,7 +161,7 @@ static int entry_from_str(const fab_av_t *av, fab_av_entry_t *e, const char *s)
         FAB_WARN(FI_LOG_AV, "fi_av_insert: \"%.64s\" is neither tmx:// nor fi_sockaddr_in://\n", s);
         return -FI_EINVAL;
     }
-    return entry_from_sa(av, e, &sa);
+    return entry_from_sa(e, &sa);
 }
 
 static int entry_parse(const fab_av_t *av, const unsigned char *p, fab_av_entry_t *e, size_t *used)
@@ -177,11 +172,11 @@ static int entry_parse(const fab_av_t *av, const unsigned char *p, fab_av_entry_
         struct sockaddr_in sa;
         memcpy(&sa, p, sizeof(sa));
         *used = sizeof(sa);
-        return entry_from_sa(av, e, &sa);
+        return entry_from_sa(e, &sa);
     }
     case FI_ADDR_STR:
         *used = strlen((const char *)p) + 1;
-        return entry_from_str(av, e, (const char *)p);
+        return entry_from_str(e, (const char *)p);
     default:
         *used = FAB_ADDR_LEN;
         memcpy(e->name, p, FAB_ADDR_LEN);
@@ -189,23 +184,22 @@ static int entry_parse(const fab_av_t *av, const unsigned char *p, fab_av_entry_
     }
 }
 
-static int av_insert_one(fab_av_t *av, const unsigned char *p, size_t *used, fi_addr_t *out)
+/* Adds the parsed entry e, or finds it already there. */
+static int av_insert_one(fab_av_t *av, const fab_av_entry_t *e, fi_addr_t *out)
 {
-    size_t i = av->n;
-    int ret;
+    size_t i;
 
-    if ((ret = entry_parse(av, p, &av->ent[i], used)) != 0)
-        return ret;
-    if (!name_ok(av->ent[i].name)) {
-        FAB_WARN(FI_LOG_AV, "fi_av_insert: address %zu is not a tmx address\n", i);
+    if (!name_ok(e->name)) {
+        FAB_WARN(FI_LOG_AV, "fi_av_insert: address %zu is not a tmx address\n", av->n);
         return -FI_EINVAL;
     }
-    if ((i = av_find(av, av->ent[av->n].name)) < av->n) {
+    if ((i = av_find(av, e->name)) < av->n) {
         av->ent[i].valid++;
         *out = i;
         return 0;
     }
     i = av->n;
+    av->ent[i] = *e;
     av->ent[i].valid = 1;
     av->n++;
     for (int k = 0; k < av->n_eps; k++) {
@@ -218,11 +212,51 @@ static int av_insert_one(fab_av_t *av, const unsigned char *p, size_t *used, fi_
     return 0;
 }
 
+/* Parses count addresses into e[] (ret[i] 1 for an IPv4 name still to
+ * resolve), then resolves all IPv4 names together: inserting many names
+ * of endpoints that are gone waits once, not once per name. */
+static void av_parse_all(fab_av_t *av, const unsigned char *p, size_t count, fab_av_entry_t *e,
+                         int *ret)
+{
+    fab_ns_name_t *names = NULL;
+    size_t nn = 0, k = 0;
+
+    for (size_t i = 0; i < count; i++) {
+        size_t used = 0;
+        ret[i] = entry_parse(av, p, &e[i], &used);
+        p += used;
+        nn += ret[i] == 1;
+    }
+    if (nn == 0)
+        return;
+    if ((names = calloc(nn, sizeof(*names))) == NULL) {
+        for (size_t i = 0; i < count; i++)
+            ret[i] = ret[i] == 1 ? -FI_ENOMEM : ret[i];
+        return;
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (ret[i] == 1)
+            names[k++].to = e[i].sa;
+    }
+    fab_ns_resolve(names, nn, av->eps, av->n_eps);
+    k = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (ret[i] != 1)
+            continue;
+        ret[i] = names[k].ret;
+        if (ret[i] == 0)
+            ret[i] = fab_name_encode(names[k].blob, names[k].len, e[i].name);
+        k++;
+    }
+    free(names);
+}
+
 static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr_t *fi_addr,
                      uint64_t flags, void *context)
 {
     fab_av_t *av = (fab_av_t *)fid;
-    const unsigned char *p = addr;
+    fab_av_entry_t *e = NULL;
+    int *rets = NULL;
     int done = 0, ret;
 
     if (flags & ~(uint64_t)(FI_MORE | FI_SYNC_ERR)) {
@@ -231,23 +265,30 @@ static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr
     }
     if (count > 0 && addr == NULL)
         return -FI_EINVAL;
+    if (count > 0 && ((e = calloc(count, sizeof(*e))) == NULL ||
+                      (rets = calloc(count, sizeof(*rets))) == NULL)) {
+        free(e);
+        return -FI_ENOMEM;
+    }
     fab_lock(av->dom);
     if ((ret = av_reserve(av, count)) != 0)
         goto out_unlock;
+    av_parse_all(av, addr, count, e, rets);
     for (size_t i = 0; i < count; i++) {
         fi_addr_t a = FI_ADDR_NOTAVAIL;
-        size_t used = 0;
-        ret = av_insert_one(av, p, &used, &a);
-        p += used;
-        done += ret == 0;
+        if (rets[i] == 0)
+            rets[i] = av_insert_one(av, &e[i], &a);
+        done += rets[i] == 0;
         if (fi_addr)
             fi_addr[i] = a;
         if ((flags & FI_SYNC_ERR) && context)
-            ((int *)context)[i] = -ret;
+            ((int *)context)[i] = -rets[i];
     }
     ret = done;
 out_unlock:
     fab_unlock(av->dom);
+    free(e);
+    free(rets);
     return ret;
 }
 

@@ -42,6 +42,7 @@
 #define NS_RETRY_MS 50       /* a query lost or not yet answered is sent again */
 #define NS_ANNOUNCED_WAIT_MS 500 /* an announced name's owner gets this long to answer */
 #define NS_SLICE_MS 10       /* a resolution's sleeps between looks at the clock */
+#define NS_BATCH 64          /* names one fi_av_insert resolves at once */
 
 /* The name socket's datagrams, little endian. */
 typedef struct ns_hdr {
@@ -518,87 +519,148 @@ static int ns_take_answer(const unsigned char *buf, ssize_t n, uint64_t nonce, v
     return 1;
 }
 
-/* What the owner of a name announced, if anything: ns_known holds it when
- * ns_lookup finds it, and the wait below gives the owner only
- * NS_ANNOUNCED_WAIT_MS more to answer from then on. */
-typedef struct ns_fallback {
-    int have;
-    size_t len;
-    unsigned char blob[TMX_ADDRESS_MAX];
-} ns_fallback_t;
+/* One name being resolved: its socket, connected to the name so that an
+ * ICMP port unreachable comes back as ECONNREFUSED, and what its owner
+ * announced, if anything (ns_known, looked for again at each query: it may
+ * arrive while we wait, from an owner that asked us, got its answer and
+ * exited before it answered us). */
+typedef struct ns_res {
+    fab_ns_name_t *name;
+    int fd;
+    uint64_t nonce;
+    int64_t end;             /* when it gives up */
+    int64_t refused_at;      /* first refusal, 0 while none came */
+    int fb_have;             /* an announcement stands in */
+    size_t fb_len;
+    unsigned char fb_blob[TMX_ADDRESS_MAX];
+} ns_res_t;
 
-/* Queries until the answer or the time limit. What the owner announced
- * stands in when the kernel reports that nothing listens there any more
- * (the socket is connected, so an ICMP port unreachable comes back as
- * ECONNREFUSED) or when it is slow to answer. The announcement is looked
- * for again at each query: it may arrive while we wait, from an owner
- * that asked us, got its answer and exited before it answered us. */
-static int ns_wait_answer(int fd, const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps,
-                          ns_fallback_t *fb, void *blob, size_t *len)
+/* The answer, or what the owner announced, or why neither: the owner of a
+ * name is asked first, since an announcement may be stale (an endpoint
+ * closed and another bound its port); what it announced stands in when it
+ * cannot answer: nothing listens there any more, or no answer came within
+ * NS_ANNOUNCED_WAIT_MS of our knowing the announcement. */
+static void ns_res_end(ns_res_t *r, int ret)
 {
-    unsigned char buf[sizeof(ns_hdr_t) + TMX_ADDRESS_MAX + 1];
-    uint64_t nonce = (uint64_t)fab_now_us() ^ ((uint64_t)getpid() << 40) ^ (uintptr_t)buf;
-    int64_t start = fab_now_us(), end = start + (int64_t)FAB_NS_TIMEOUT_MS * 1000, next = 0;
-    struct pollfd pfd = {fd, POLLIN, 0};
+    fab_ns_name_t *nm = r->name;
 
-    while (fab_now_us() < end) {
-        if (fab_now_us() >= next) {
-            if (!fb->have && (fb->have = ns_lookup(to, fb->blob, &fb->len)) &&
-                end > fab_now_us() + NS_ANNOUNCED_WAIT_MS * 1000)
-                end = fab_now_us() + NS_ANNOUNCED_WAIT_MS * 1000;
-            ns_query_all(fd, to, nonce, eps, n_eps);
-            next = fab_now_us() + NS_RETRY_MS * 1000;
-        }
-        if (poll(&pfd, 1, NS_SLICE_MS) <= 0)
-            continue;
-        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (n < 0 && errno == ECONNREFUSED) {
-            if (!fb->have)
-                fb->have = ns_lookup(to, fb->blob, &fb->len);
-            if (fb->have)
-                return -FI_ECONNREFUSED;
-            continue; /* perhaps not bound yet: its owner may be starting */
-        }
-        if (ns_take_answer(buf, n, nonce, blob, len))
-            return 0;
-    }
-    return -FI_ETIMEDOUT;
-}
-
-/* The owner of a name is asked first, since an announcement may be stale
- * (an endpoint closed and another bound its port); what the owner
- * announced stands in when it cannot answer: nothing listens there any
- * more, or no answer came within NS_ANNOUNCED_WAIT_MS of our knowing the
- * announcement. */
-int fab_ns_resolve(const struct sockaddr_in *to, fab_ep_t *const *eps, int n_eps, void *blob,
-                   size_t *len)
-{
-    ns_fallback_t fb = {0};
-    int fd, ret;
-
-    if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
-        connect(fd, (const struct sockaddr *)to, sizeof(*to)) != 0) {
-        FAB_WARN(FI_LOG_AV, "name resolution: no socket to %s:%u: %s\n", inet_ntoa(to->sin_addr),
-                 ntohs(to->sin_port), strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return -FI_EOTHER;
-    }
-    ret = ns_wait_answer(fd, to, eps, n_eps, &fb, blob, len);
-    close(fd);
-    if (ret == 0) {
-        pthread_mutex_lock(&ns_lock);
-        ns_learn(to, blob, *len);
-        pthread_mutex_unlock(&ns_lock);
-    } else if (fb.have || (fb.have = ns_lookup(to, fb.blob, &fb.len))) {
-        memcpy(blob, fb.blob, fb.len);
-        *len = fb.len;
+    if (ret != 0 && (r->fb_have || (r->fb_have = ns_lookup(&nm->to, r->fb_blob, &r->fb_len)))) {
+        memcpy(nm->blob, r->fb_blob, r->fb_len);
+        nm->len = r->fb_len;
         ret = 0;
+    } else if (ret == 0) {
+        pthread_mutex_lock(&ns_lock);
+        ns_learn(&nm->to, nm->blob, nm->len);
+        pthread_mutex_unlock(&ns_lock);
+    } else if (ret == -FI_ECONNREFUSED) {
+        FAB_WARN(FI_LOG_AV, "no tmx endpoint at %s:%u: its port is refused\n",
+                 inet_ntoa(nm->to.sin_addr), ntohs(nm->to.sin_port));
     } else {
         FAB_WARN(FI_LOG_AV, "no tmx endpoint answered at %s:%u within %d ms\n",
-                 inet_ntoa(to->sin_addr), ntohs(to->sin_port), FAB_NS_TIMEOUT_MS);
+                 inet_ntoa(nm->to.sin_addr), ntohs(nm->to.sin_port), FAB_NS_TIMEOUT_MS);
     }
-    return ret;
+    nm->ret = ret;
+    close(r->fd);
+    r->fd = -1;
+}
+
+/* What came on r's socket: the answer, a refusal, or nothing of ours. */
+static void ns_res_read(ns_res_t *r, int64_t now)
+{
+    unsigned char buf[sizeof(ns_hdr_t) + TMX_ADDRESS_MAX + 1];
+
+    for (int i = 0; i < 8 && r->fd >= 0; i++) {
+        ssize_t n = recv(r->fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n < 0 && errno == ECONNREFUSED) {
+            /* perhaps not bound yet, its owner starting: it gets
+             * FAB_NS_REFUSED_MS from the first refusal */
+            if (!r->fb_have)
+                r->fb_have = ns_lookup(&r->name->to, r->fb_blob, &r->fb_len);
+            if (r->refused_at == 0)
+                r->refused_at = now;
+            if (r->fb_have || now - r->refused_at >= (int64_t)FAB_NS_REFUSED_MS * 1000)
+                ns_res_end(r, -FI_ECONNREFUSED);
+            continue;
+        }
+        if (n < 0)
+            return;
+        if (ns_take_answer(buf, n, r->nonce, r->name->blob, &r->name->len))
+            ns_res_end(r, 0);
+    }
+}
+
+/* Resolves n names (at most NS_BATCH) at once, their waits overlapping. */
+static void ns_resolve_batch(fab_ns_name_t *names, size_t n, fab_ep_t *const *eps, int n_eps)
+{
+    ns_res_t res[NS_BATCH];
+    struct pollfd pfd[NS_BATCH];
+    int64_t next = 0;
+    size_t live = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        ns_res_t *r = &res[i];
+        memset(r, 0, sizeof(*r));
+        r->name = &names[i];
+        r->nonce = (uint64_t)fab_now_us() ^ ((uint64_t)getpid() << 40) ^ (uintptr_t)r ^ i;
+        r->end = fab_now_us() + (int64_t)FAB_NS_TIMEOUT_MS * 1000;
+        if ((r->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
+            connect(r->fd, (const struct sockaddr *)&names[i].to, sizeof(names[i].to)) != 0) {
+            FAB_WARN(FI_LOG_AV, "name resolution: no socket to %s:%u: %s\n",
+                     inet_ntoa(names[i].to.sin_addr), ntohs(names[i].to.sin_port),
+                     strerror(errno));
+            if (r->fd >= 0)
+                close(r->fd);
+            r->fd = -1;
+            names[i].ret = -FI_EOTHER;
+            continue;
+        }
+        live++;
+    }
+    while (live > 0) {
+        int64_t now = fab_now_us();
+        int query = now >= next;
+        nfds_t np = 0;
+
+        if (query)
+            next = now + NS_RETRY_MS * 1000;
+        for (size_t i = 0; i < n; i++) {
+            ns_res_t *r = &res[i];
+            if (r->fd < 0)
+                continue;
+            if (now >= r->end) {
+                ns_res_end(r, -FI_ETIMEDOUT);
+                continue;
+            }
+            if (query) {
+                if (!r->fb_have && (r->fb_have = ns_lookup(&r->name->to, r->fb_blob, &r->fb_len)) &&
+                    r->end > now + NS_ANNOUNCED_WAIT_MS * 1000)
+                    r->end = now + NS_ANNOUNCED_WAIT_MS * 1000;
+                ns_query_all(r->fd, &r->name->to, r->nonce, eps, n_eps);
+            }
+            pfd[np].fd = r->fd;
+            pfd[np].events = POLLIN;
+            pfd[np].revents = 0;
+            np++;
+        }
+        if (np == 0)
+            break;
+        if (poll(pfd, np, NS_SLICE_MS) <= 0)
+            continue;
+        now = fab_now_us();
+        for (size_t i = 0; i < n; i++) {
+            if (res[i].fd >= 0)
+                ns_res_read(&res[i], now);
+        }
+        live = 0;
+        for (size_t i = 0; i < n; i++)
+            live += res[i].fd >= 0;
+    }
+}
+
+void fab_ns_resolve(fab_ns_name_t *names, size_t n, fab_ep_t *const *eps, int n_eps)
+{
+    for (size_t i = 0; i < n; i += NS_BATCH)
+        ns_resolve_batch(names + i, n - i < NS_BATCH ? n - i : NS_BATCH, eps, n_eps);
 }
 
 int fab_ns_getname(fab_ep_t *ep, void *addr, size_t *addrlen)

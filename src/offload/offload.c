@@ -1,0 +1,485 @@
+/*
+ * The TM-SRQ of seed 000 in software (offload.h). Tagged buffers live in a
+ * table of max_num_tags slots, linked in the order their ADDs were
+ * processed; a handle is a slot and the slot's generation, so a DEL of a
+ * buffer consumed meanwhile (its slot perhaps listed again for another
+ * ADD) fails with TM_ERR instead of deleting the wrong buffer.
+ *
+ * The matchable tags are always a prefix of the list (offload.h, "The
+ * synchronisation rule"): a tag is added unmatchable only at the tail, and
+ * all become matchable together at a sync. An arrival therefore scans the
+ * list from its head and stops at the first unmatchable tag: at most
+ * max_num_tags looks, as a device's matching list is bounded.
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "offload/offload.h"
+#include "util/log.h"
+
+#define NIL UINT32_MAX
+
+enum tb_state {
+    TB_FREE = 0,
+    TB_QUEUED,   /* its ADD is posted, not yet processed */
+    TB_LISTED,   /* in the matching list */
+    TB_READING   /* matched by a rendezvous request, its read in flight */
+};
+
+typedef struct off_tagbuf {
+    uint16_t gen;
+    uint8_t state;
+    uint8_t matchable;
+    uint32_t prev, next;     /* the list, while TB_LISTED */
+    uint32_t next_free;
+    uint64_t recv_wr_id;
+    void *buf;
+    size_t len;
+    uint32_t src;
+    uint64_t tag, ignore;
+    off_msg_t msg;           /* TB_READING: the request (no data) */
+} off_tagbuf_t;
+
+struct off_engine {
+    pthread_mutex_t lock;
+    off_caps_t caps;
+    off_dev_ops_t dev;
+    void *dev_arg;
+
+    off_tagbuf_t *tb;
+    uint32_t free_head;
+    uint32_t head, tail;     /* the matching list, ADD order */
+    uint32_t n_unmatchable;  /* listed and not matchable: the list's tail */
+
+    off_op_t *opq;           /* a ring of caps.max_ops */
+    size_t opq_head, opq_n;
+
+    off_cqe_t *cq;           /* a ring that grows */
+    size_t cq_head, cq_n, cq_cap;
+
+    uint32_t hw_unexp;       /* messages passed to the host */
+    uint32_t sw_reported;    /* what the host's last operation said */
+    off_stats_t stats;
+};
+
+static void cqe_free_data(off_cqe_t *c)
+{
+    free((void *)c->msg.data);
+    c->msg.data = NULL;
+}
+
+/* A completion at the ring's end; NULL (logged) only without memory. */
+static off_cqe_t *cq_push(off_engine_t *e)
+{
+    off_cqe_t *c;
+
+    if (e->cq_n == e->cq_cap) {
+        size_t cap = e->cq_cap ? 2 * e->cq_cap : 64;
+        off_cqe_t *n = malloc(cap * sizeof(*n));
+        if (n == NULL) {
+            util_error("offload: no memory for %zu completions", cap);
+            return NULL;
+        }
+        for (size_t i = 0; i < e->cq_n; i++)
+            n[i] = e->cq[(e->cq_head + i) & (e->cq_cap - 1)];
+        free(e->cq);
+        e->cq = n;
+        e->cq_cap = cap;
+        e->cq_head = 0;
+    }
+    c = &e->cq[(e->cq_head + e->cq_n++) & (e->cq_cap - 1)];
+    memset(c, 0, sizeof(*c));
+    if (e->hw_unexp != e->sw_reported)
+        c->flags = OFF_WC_TM_SYNC_REQ;
+    return c;
+}
+
+static uint32_t handle_of(const off_engine_t *e, uint32_t i)
+{
+    return i | (uint32_t)e->tb[i].gen << 16;
+}
+
+/* The slot a handle names while it is still that buffer, or NIL. */
+static uint32_t slot_of(const off_engine_t *e, uint32_t handle)
+{
+    uint32_t i = handle & 0xffffu;
+
+    if (i >= e->caps.max_num_tags || e->tb[i].gen != (uint16_t)(handle >> 16) ||
+        e->tb[i].state == TB_FREE)
+        return NIL;
+    return i;
+}
+
+static void slot_free(off_engine_t *e, uint32_t i)
+{
+    off_tagbuf_t *t = &e->tb[i];
+
+    t->state = TB_FREE;
+    t->gen++;
+    t->next_free = e->free_head;
+    e->free_head = i;
+}
+
+static void list_unlink(off_engine_t *e, uint32_t i)
+{
+    off_tagbuf_t *t = &e->tb[i];
+
+    if (t->prev != NIL)
+        e->tb[t->prev].next = t->next;
+    else
+        e->head = t->next;
+    if (t->next != NIL)
+        e->tb[t->next].prev = t->prev;
+    else
+        e->tail = t->prev;
+    if (!t->matchable)
+        e->n_unmatchable--;
+    e->stats.listed--;
+}
+
+/* ------------------------------------------------------------ open, close */
+
+tmx_status_t off_engine_open(const off_caps_t *caps, const off_dev_ops_t *dev, void *dev_arg,
+                             off_engine_t **out)
+{
+    off_caps_t c = {OFF_DEF_MAX_NUM_TAGS, OFF_DEF_MAX_OPS, OFF_DEF_MAX_RNDV_HDR_SIZE};
+    off_engine_t *e;
+
+    if (caps != NULL) {
+        c.max_num_tags = caps->max_num_tags ? caps->max_num_tags : c.max_num_tags;
+        c.max_ops = caps->max_ops ? caps->max_ops : c.max_ops;
+        c.max_rndv_hdr_size = caps->max_rndv_hdr_size ? caps->max_rndv_hdr_size
+                                                      : c.max_rndv_hdr_size;
+    }
+    if (c.max_num_tags > OFF_MAX_NUM_TAGS || c.max_ops > (1u << 20) || dev == NULL ||
+        dev->read == NULL || dev->fin == NULL) {
+        util_error("offload: max_num_tags %u (at most %u), max_ops %u (at most %u), or no "
+                      "device operations",
+                      c.max_num_tags, OFF_MAX_NUM_TAGS, c.max_ops, 1u << 20);
+        return TMX_ERR_INVALID;
+    }
+    if ((e = calloc(1, sizeof(*e))) == NULL ||
+        (e->tb = calloc(c.max_num_tags, sizeof(*e->tb))) == NULL ||
+        (e->opq = calloc(c.max_ops, sizeof(*e->opq))) == NULL) {
+        if (e != NULL)
+            free(e->tb);
+        free(e);
+        return TMX_ERR_NOMEM;
+    }
+    pthread_mutex_init(&e->lock, NULL);
+    e->caps = c;
+    e->dev = *dev;
+    e->dev_arg = dev_arg;
+    e->head = e->tail = NIL;
+    e->free_head = NIL;
+    for (uint32_t i = c.max_num_tags; i-- > 0;) {
+        e->tb[i].next_free = e->free_head;
+        e->free_head = i;
+    }
+    *out = e;
+    return TMX_OK;
+}
+
+void off_engine_close(off_engine_t *e)
+{
+    if (e == NULL)
+        return;
+    for (size_t i = 0; i < e->cq_n; i++)
+        cqe_free_data(&e->cq[(e->cq_head + i) & (e->cq_cap - 1)]);
+    pthread_mutex_destroy(&e->lock);
+    free(e->cq);
+    free(e->opq);
+    free(e->tb);
+    free(e);
+}
+
+void off_engine_caps(const off_engine_t *e, off_caps_t *caps)
+{
+    *caps = e->caps;
+}
+
+void off_engine_stats(off_engine_t *e, off_stats_t *s)
+{
+    pthread_mutex_lock(&e->lock);
+    *s = e->stats;
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* ----------------------------------------------------------- operations */
+
+tmx_status_t off_post_ops(off_engine_t *e, off_op_t *ops, size_t n, off_op_t **bad)
+{
+    tmx_status_t st = TMX_OK;
+    size_t k;
+
+    pthread_mutex_lock(&e->lock);
+    for (k = 0; k < n; k++) {
+        off_op_t *op = &ops[k];
+        if (op->opcode < OFF_WR_TAG_ADD || op->opcode > OFF_WR_TAG_SYNC ||
+            (op->flags & ~OFF_OPS_SIGNALED) ||
+            (op->opcode == OFF_WR_TAG_ADD && op->add.buf == NULL && op->add.len > 0)) {
+            util_error("offload: bad operation (opcode %u, flags 0x%x)", op->opcode,
+                          op->flags);
+            st = TMX_ERR_INVALID;
+            break;
+        }
+        if (e->opq_n == e->caps.max_ops ||
+            (op->opcode == OFF_WR_TAG_ADD && e->free_head == NIL)) {
+            st = TMX_ERR_AGAIN;
+            break;
+        }
+        if (op->opcode == OFF_WR_TAG_ADD) {
+            uint32_t i = e->free_head;
+            off_tagbuf_t *t = &e->tb[i];
+            e->free_head = t->next_free;
+            t->state = TB_QUEUED;
+            op->handle = handle_of(e, i);
+        }
+        e->opq[(e->opq_head + e->opq_n++) % e->caps.max_ops] = *op;
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (bad != NULL)
+        *bad = k < n ? &ops[k] : NULL;
+    return st;
+}
+
+static void op_complete(off_engine_t *e, const off_op_t *op, enum off_wc_status status)
+{
+    static const uint8_t wc[] = {0, OFF_WC_TM_ADD, OFF_WC_TM_DEL, OFF_WC_TM_SYNC};
+    off_cqe_t *c;
+
+    if (status == OFF_WC_SUCCESS && !(op->flags & OFF_OPS_SIGNALED))
+        return;
+    if ((c = cq_push(e)) == NULL)
+        return;
+    c->opcode = wc[op->opcode];
+    c->status = (uint8_t)status;
+    c->wr_id = op->wr_id;
+}
+
+static void op_process(off_engine_t *e, const off_op_t *op)
+{
+    enum off_wc_status status = OFF_WC_SUCCESS;
+
+    if (op->opcode == OFF_WR_TAG_ADD) {
+        uint32_t i = op->handle & 0xffffu;
+        off_tagbuf_t *t = &e->tb[i];
+        t->state = TB_LISTED;
+        t->recv_wr_id = op->add.recv_wr_id;
+        t->buf = op->add.buf;
+        t->len = op->add.len;
+        t->src = op->add.src;
+        t->tag = op->add.tag;
+        t->ignore = op->add.ignore;
+        t->matchable = op->unexpected_cnt == e->hw_unexp;
+        t->next = NIL;
+        t->prev = e->tail;
+        if (e->tail != NIL)
+            e->tb[e->tail].next = i;
+        else
+            e->head = i;
+        e->tail = i;
+        e->stats.listed++;
+        if (!t->matchable) {
+            e->n_unmatchable++;
+            e->stats.added_unsynced++;
+        }
+    } else if (op->opcode == OFF_WR_TAG_DEL) {
+        uint32_t i = slot_of(e, op->handle);
+        if (i == NIL || e->tb[i].state != TB_LISTED) {
+            status = OFF_WC_TM_ERR; /* consumed meanwhile, or never ours */
+        } else {
+            list_unlink(e, i);
+            slot_free(e, i);
+        }
+    }
+    /* Every operation reports the host's count; the host has now handled
+     * every message passed on against its whole list, so every tag may
+     * match. */
+    e->sw_reported = op->unexpected_cnt;
+    if (e->sw_reported == e->hw_unexp && e->n_unmatchable > 0) {
+        for (uint32_t i = e->head; i != NIL; i = e->tb[i].next)
+            e->tb[i].matchable = 1;
+        e->n_unmatchable = 0;
+    }
+    op_complete(e, op, status);
+}
+
+size_t off_engine_run(off_engine_t *e, size_t max)
+{
+    size_t done = 0;
+
+    pthread_mutex_lock(&e->lock);
+    while (done < max && e->opq_n > 0) {
+        off_op_t op = e->opq[e->opq_head];
+        e->opq_head = (e->opq_head + 1) % e->caps.max_ops;
+        e->opq_n--;
+        op_process(e, &op);
+        done++;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return done;
+}
+
+/* ------------------------------------------------------------- arrivals */
+
+/* A completion that hands m whole to the host, data copied. */
+static void to_host(off_engine_t *e, const off_msg_t *m, uint8_t opcode, off_cqe_t *c)
+{
+    if (c == NULL && (c = cq_push(e)) == NULL)
+        return;
+    c->opcode = opcode;
+    c->src = m->src;
+    c->priv = m->app_ctx;
+    c->tag = m->tag;
+    c->msg = *m;
+    c->msg.data = NULL;
+    if (m->len > 0) {
+        void *d = malloc(m->len);
+        if (d == NULL) {
+            util_error("offload: no memory for a %zu-byte message from %u", m->len, m->src);
+            c->dev_status = TMX_ERR_NOMEM;
+            c->msg.len = 0;
+        } else {
+            memcpy(d, m->data, m->len);
+            c->msg.data = d;
+        }
+    }
+}
+
+/* The first matchable tag m matches, or NIL. */
+static uint32_t list_match(const off_engine_t *e, const off_msg_t *m)
+{
+    for (uint32_t i = e->head; i != NIL && e->tb[i].matchable; i = e->tb[i].next) {
+        const off_tagbuf_t *t = &e->tb[i];
+        if ((t->src == OFF_ANY_SOURCE || t->src == m->src) && ((t->tag ^ m->tag) & ~t->ignore) == 0)
+            return i;
+    }
+    return NIL;
+}
+
+void off_arrive(off_engine_t *e, const off_msg_t *m)
+{
+    off_msg_t req;
+    void *buf = NULL;
+    uint64_t token = 0;
+    off_cqe_t *c;
+    uint32_t i;
+    int read = 0;
+
+    pthread_mutex_lock(&e->lock);
+    if (m->op != OFF_TM_EAGER && m->op != OFF_TM_RNDV) {
+        to_host(e, m, OFF_WC_TM_NO_TAG, NULL);
+        goto out;
+    }
+    /* A request larger than the engine parses is the host's, as is one
+     * that no matchable tag takes. */
+    i = m->op == OFF_TM_RNDV && m->len + 32 > e->caps.max_rndv_hdr_size ? NIL : list_match(e, m);
+    if (i == NIL) {
+        e->hw_unexp++;
+        e->stats.unexpected++;
+        to_host(e, m, OFF_WC_RECV, NULL);
+        goto out;
+    }
+    e->stats.matched++;
+    off_tagbuf_t *t = &e->tb[i];
+    list_unlink(e, i);
+    if ((c = cq_push(e)) == NULL) {
+        slot_free(e, i);
+        goto out;
+    }
+    c->opcode = OFF_WC_TM_RECV;
+    c->flags |= OFF_WC_TM_MATCH;
+    c->wr_id = t->recv_wr_id;
+    c->src = m->src;
+    c->priv = m->app_ctx;
+    c->tag = m->tag;
+    if (m->op == OFF_TM_EAGER) {
+        size_t n = m->len < t->len ? m->len : t->len;
+        if (n > 0)
+            memcpy(t->buf, m->data, n);
+        c->flags |= OFF_WC_TM_DATA_VALID;
+        c->byte_len = n;
+        c->msg.len = m->len;
+        c->status = n < m->len ? OFF_WC_TRUNCATED : OFF_WC_SUCCESS;
+        slot_free(e, i);
+    } else if (m->rlen > t->len) {
+        /* The headers go to the host, which finishes the message. */
+        c->status = OFF_WC_TM_RNDV_INCOMPLETE;
+        to_host(e, m, OFF_WC_TM_RECV, c);
+        c->wr_id = t->recv_wr_id;
+        c->flags |= OFF_WC_TM_MATCH;
+        slot_free(e, i);
+    } else {
+        t->state = TB_READING;
+        t->msg = *m;
+        t->msg.data = NULL;
+        t->msg.len = 0;
+        c->msg.rlen = m->rlen;
+        req = t->msg;
+        buf = t->buf;
+        token = handle_of(e, i);
+        read = 1;
+    }
+out:
+    pthread_mutex_unlock(&e->lock);
+    if (read)
+        e->dev.read(e->dev_arg, &req, buf, token);
+}
+
+void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status)
+{
+    off_msg_t req;
+    off_cqe_t *c;
+    uint32_t i;
+
+    pthread_mutex_lock(&e->lock);
+    i = token <= UINT32_MAX ? slot_of(e, (uint32_t)token) : NIL;
+    if (i == NIL || e->tb[i].state != TB_READING) {
+        pthread_mutex_unlock(&e->lock);
+        util_error("offload: a read completed for no read in flight (token 0x%llx)",
+                      (unsigned long long)token);
+        return;
+    }
+    req = e->tb[i].msg;
+    if ((c = cq_push(e)) != NULL) {
+        c->opcode = OFF_WC_TM_RECV;
+        c->flags |= OFF_WC_TM_DATA_VALID;
+        c->wr_id = e->tb[i].recv_wr_id;
+        c->src = req.src;
+        c->priv = req.app_ctx;
+        c->tag = req.tag;
+        c->byte_len = status == TMX_OK ? req.rlen : 0;
+        c->msg.rlen = req.rlen;
+        c->status = status == TMX_OK ? OFF_WC_SUCCESS : OFF_WC_REM_ERR;
+        c->dev_status = status;
+    }
+    slot_free(e, i);
+    pthread_mutex_unlock(&e->lock);
+    /* The sender's buffer is released by FIN, whatever the read gave: a
+     * failed read is reported here and not retried. */
+    e->dev.fin(e->dev_arg, &req);
+}
+
+/* ---------------------------------------------------------- completions */
+
+size_t off_poll_cq(off_engine_t *e, off_cqe_t *out, size_t n)
+{
+    size_t k = 0;
+
+    pthread_mutex_lock(&e->lock);
+    while (k < n && e->cq_n > 0) {
+        out[k++] = e->cq[e->cq_head];
+        e->cq_head = (e->cq_head + 1) & (e->cq_cap - 1);
+        e->cq_n--;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return k;
+}
+
+void off_cqe_release(off_cqe_t *c)
+{
+    cqe_free_data(c);
+}

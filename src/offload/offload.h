@@ -1,0 +1,209 @@
+/*
+ * The tag-matching offload interface (seed 000, "Tag Matching Verbs"): a
+ * TM-SRQ as a device would offer it, with the seed's vocabulary, and its
+ * implementation in software (offload.c). Software above it (the host)
+ * keeps the complete matcher; the engine holds a bounded list of tagged
+ * buffers and completes the expected messages that match them on its own.
+ *
+ * The parts:
+ * - capabilities: max_num_tags (tagged buffers in the list), max_ops
+ *   (operations posted and not yet processed), max_rndv_hdr_size (the
+ *   largest rendezvous request the engine parses);
+ * - an operation queue (off_post_ops): ADD a tagged buffer (returns a
+ *   handle at once), DEL one by handle, SYNC; each carries the number of
+ *   unexpected messages the host has handled. Operations are processed in
+ *   the order posted, when the engine runs (off_engine_run);
+ * - arrivals (off_arrive): messages from the wire with their TMH (and RVH
+ *   for a rendezvous request), handed in per-source send order;
+ * - completions (off_poll_cq), in the order the engine made them.
+ *
+ * The synchronisation rule. Every message the engine deems unexpected (no
+ * matchable tag in its list) goes to the host and adds one to the engine's
+ * unexpected count. From then on, a tag added while the host's reported
+ * count is below the engine's is not matchable: only when an operation
+ * reports the engine's count (the host has handled, against its whole
+ * list, every message the engine passed on) do such tags become matchable
+ * again. So every matchable tag is older than every tag that is not, and a
+ * message can never take a newer tag while an older message that also
+ * matches it is on its way to the host (the m1/m2/b1 race of the seed).
+ *
+ * A receive here names a source (or OFF_ANY_SOURCE) besides tag and
+ * ignore mask; a device that matches tags only would carry the source in
+ * tag bits, as MPI libraries do over hardware tag matching.
+ *
+ * Threads: every call may come from any thread; the engine serialises
+ * them under its own lock. Callbacks (off_dev_ops_t) run without that
+ * lock, from off_engine_run or off_arrive.
+ */
+#ifndef TMX_OFFLOAD_H
+#define TMX_OFFLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tmx.h"
+
+#define OFF_ANY_SOURCE UINT32_MAX
+
+/* Defaults and limits of the software engine. */
+#define OFF_DEF_MAX_NUM_TAGS 64
+#define OFF_DEF_MAX_OPS 256
+#define OFF_DEF_MAX_RNDV_HDR_SIZE 64
+#define OFF_MAX_NUM_TAGS 65535 /* a handle holds a 16-bit index */
+
+typedef struct off_caps {
+    uint32_t max_num_tags;
+    uint32_t max_ops;
+    uint32_t max_rndv_hdr_size;
+} off_caps_t;
+
+/* ------------------------------------------------------------ messages */
+
+/* TMH opcodes (seed 000, "Sending TM messages"). */
+enum off_tm_op {
+    OFF_TM_NO_TAG = 0, /* never matched: straight to the host, not counted */
+    OFF_TM_EAGER = 1,  /* TMH | payload */
+    OFF_TM_RNDV = 2,   /* TMH | RVH | optional meta-data */
+    OFF_TM_FIN = 3     /* a rendezvous is done: for the sender's host */
+};
+
+/* One arriving message: TMH, RVH, payload. For a rendezvous request,
+ * data/len are its meta-data and va/rkey/rlen the sender's buffer. */
+typedef struct off_msg {
+    uint8_t op;          /* enum off_tm_op */
+    uint32_t src;        /* the sending peer (never OFF_ANY_SOURCE) */
+    uint32_t app_ctx;    /* TMH user data */
+    uint64_t tag;
+    const void *data;
+    size_t len;
+    uint64_t va;         /* RVH */
+    uint64_t rkey;
+    uint64_t rlen;
+    uint64_t cookie;     /* the transport's, handed back with the message */
+} off_msg_t;
+
+/* ---------------------------------------------------------- operations */
+
+enum off_opcode {
+    OFF_WR_TAG_ADD = 1,
+    OFF_WR_TAG_DEL = 2,
+    OFF_WR_TAG_SYNC = 3
+};
+
+#define OFF_OPS_SIGNALED 1u /* a completion also when the operation succeeds */
+
+typedef struct off_op {
+    uint64_t wr_id;              /* names the operation in its completion */
+    uint8_t opcode;              /* enum off_opcode */
+    uint8_t flags;               /* OFF_OPS_SIGNALED */
+    uint32_t unexpected_cnt;     /* unexpected messages the host has handled */
+    uint32_t handle;             /* DEL: in; ADD: out */
+    struct {
+        uint64_t recv_wr_id;     /* names the tagged buffer in completions */
+        void *buf;
+        size_t len;
+        uint32_t src;            /* a peer or OFF_ANY_SOURCE */
+        uint64_t tag;
+        uint64_t ignore;         /* bits of tag that do not matter */
+    } add;
+} off_op_t;
+
+/* --------------------------------------------------------- completions */
+
+enum off_wc_opcode {
+    OFF_WC_TM_ADD = 1,   /* an operation's completion */
+    OFF_WC_TM_DEL,
+    OFF_WC_TM_SYNC,
+    OFF_WC_RECV,         /* an unexpected message, whole, for the host */
+    OFF_WC_TM_NO_TAG,    /* a NO_TAG or FIN message, for the host */
+    OFF_WC_TM_RECV       /* a tagged buffer matched, or its data landed */
+};
+
+/* Flags of completions. */
+#define OFF_WC_TM_MATCH 1u       /* a match was made (TM_RECV) */
+#define OFF_WC_TM_DATA_VALID 2u  /* all the data is in the buffer (TM_RECV) */
+#define OFF_WC_TM_SYNC_REQ 4u    /* the engine is ahead: the host should SYNC */
+
+enum off_wc_status {
+    OFF_WC_SUCCESS = 0,
+    OFF_WC_TM_ERR,             /* DEL of a tag already consumed (or unknown) */
+    OFF_WC_TM_RNDV_INCOMPLETE, /* the buffer cannot take the rendezvous: the
+                                  message (msg) goes on in the host */
+    OFF_WC_TRUNCATED,          /* an eager message longer than its buffer:
+                                  byte_len bytes delivered, msg.len sent */
+    OFF_WC_REM_ERR             /* the rendezvous read failed (dev status) */
+};
+
+typedef struct off_cqe {
+    uint8_t opcode;      /* enum off_wc_opcode */
+    uint8_t flags;       /* OFF_WC_TM_* */
+    uint8_t status;      /* enum off_wc_status */
+    uint64_t wr_id;      /* the operation's, or the tagged buffer's recv_wr_id */
+    uint32_t src;        /* TM_RECV and messages: the sender */
+    uint32_t priv;       /* TM_RECV: the TMH's app_ctx */
+    uint64_t tag;
+    size_t byte_len;     /* TM_RECV: bytes placed in the buffer */
+    /* RECV, TM_NO_TAG, RNDV_INCOMPLETE: the message, headers included;
+     * its data is a copy the host owns (off_cqe_release). */
+    off_msg_t msg;
+    tmx_status_t dev_status; /* REM_ERR: what the device's read said */
+} off_cqe_t;
+
+/* ----------------------------------------------------------- the engine */
+
+typedef struct off_engine off_engine_t;
+
+/* What the engine needs from the transports below it. */
+typedef struct off_dev_ops {
+    /* Starts the rendezvous read of m's rlen bytes into buf; the device
+     * calls off_read_done(e, token, status) when the data is in place
+     * (from inside this call or later, from any thread). */
+    void (*read)(void *arg, const off_msg_t *m, void *buf, uint64_t token);
+    /* Sends FIN for m to its sender. */
+    void (*fin)(void *arg, const off_msg_t *m);
+} off_dev_ops_t;
+
+/* Opens an engine with caps (NULL: defaults); caps values of 0 take the
+ * default. TMX_ERR_INVALID, logged, for a capability beyond the limits. */
+tmx_status_t off_engine_open(const off_caps_t *caps, const off_dev_ops_t *dev, void *dev_arg,
+                             off_engine_t **out);
+
+/* Frees the engine: tagged buffers still listed are forgotten, reads in
+ * flight must have been completed or abandoned by the device first. */
+void off_engine_close(off_engine_t *e);
+
+void off_engine_caps(const off_engine_t *e, off_caps_t *caps);
+
+/* Queues n operations in order. An ADD gets its handle here. Stops at the
+ * first that cannot be queued (*bad points at it) with TMX_ERR_AGAIN
+ * (max_ops queued, or max_num_tags listed and queued) or TMX_ERR_INVALID
+ * (bad opcode or arguments; logged); the ones before it stay queued. */
+tmx_status_t off_post_ops(off_engine_t *e, off_op_t *ops, size_t n, off_op_t **bad);
+
+/* Processes up to max queued operations (SIZE_MAX: all); returns how many. */
+size_t off_engine_run(off_engine_t *e, size_t max);
+
+/* Matches an arriving message: it is copied into its tagged buffer (eager)
+ * or its read started (rendezvous), or passed to the host whole. */
+void off_arrive(off_engine_t *e, const off_msg_t *m);
+
+/* The device's answer to dev->read. */
+void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status);
+
+/* Takes up to n completions, oldest first. */
+size_t off_poll_cq(off_engine_t *e, off_cqe_t *out, size_t n);
+
+/* Frees what a completion owns (a message's data copy). */
+void off_cqe_release(off_cqe_t *c);
+
+/* Counters, for tools and tests. */
+typedef struct off_stats {
+    uint64_t matched;        /* messages the engine matched itself */
+    uint64_t unexpected;     /* messages passed to the host (its count) */
+    uint64_t added_unsynced; /* ADDs that found the engine ahead of the host */
+    uint32_t listed;         /* tagged buffers in the list now */
+} off_stats_t;
+
+void off_engine_stats(off_engine_t *e, off_stats_t *s);
+
+#endif

@@ -1,0 +1,911 @@
+/*
+ * The software TM-SRQ (offload.h): its operations, completions and limits,
+ * the m1/m2/b1 race of seed 000 scripted at every position, DEL racing a
+ * consuming message, RNDV_INCOMPLETE, and a differential test: a host that
+ * keeps the complete matcher (src/match) and hands tags to the engine, as
+ * tmx's core is to, against the software matcher alone, over random
+ * operations and schedules, single-threaded and with the engine on a
+ * thread of its own (run under ThreadSanitizer in CI).
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "unit.h"
+
+#include "match/match.h"
+#include "offload/offload.h"
+
+/* ------------------------------------------------------------ a device */
+
+/* Reads copy at once from the sender's buffer (va is a pointer here), or
+ * are held until dev_complete_reads when defer is set. */
+typedef struct tdev {
+    off_engine_t *e;
+    int defer;
+    tmx_status_t status;
+    struct {
+        off_msg_t m;
+        void *buf;
+        uint64_t token;
+    } held[4096];
+    size_t n_held;
+    size_t fins;
+    pthread_mutex_t lock;
+} tdev_t;
+
+static void dev_read(void *arg, const off_msg_t *m, void *buf, uint64_t token)
+{
+    tdev_t *d = arg;
+
+    pthread_mutex_lock(&d->lock);
+    if (d->defer) {
+        assert_true(d->n_held < 4096);
+        d->held[d->n_held].m = *m;
+        d->held[d->n_held].buf = buf;
+        d->held[d->n_held].token = token;
+        d->n_held++;
+        pthread_mutex_unlock(&d->lock);
+        return;
+    }
+    pthread_mutex_unlock(&d->lock);
+    memcpy(buf, (const void *)(uintptr_t)m->va, m->rlen);
+    off_read_done(d->e, token, d->status);
+}
+
+static void dev_fin(void *arg, const off_msg_t *m)
+{
+    tdev_t *d = arg;
+
+    (void)m;
+    pthread_mutex_lock(&d->lock);
+    d->fins++;
+    pthread_mutex_unlock(&d->lock);
+}
+
+static const off_dev_ops_t dev_ops = {dev_read, dev_fin};
+
+/* Completes held reads, the n-th first when pick says so. */
+static void dev_complete_reads(tdev_t *d, unsigned pick)
+{
+    while (d->n_held > 0) {
+        size_t k = pick % d->n_held;
+        off_msg_t m = d->held[k].m;
+        void *buf = d->held[k].buf;
+        uint64_t token = d->held[k].token;
+        d->held[k] = d->held[--d->n_held];
+        memcpy(buf, (const void *)(uintptr_t)m.va, m.rlen);
+        off_read_done(d->e, token, TMX_OK);
+        pick = pick * 1103515245u + 12345u;
+    }
+}
+
+static void dev_open(tdev_t *d, const off_caps_t *caps)
+{
+    memset(d, 0, sizeof(*d));
+    pthread_mutex_init(&d->lock, NULL);
+    d->status = TMX_OK;
+    assert_int_equal(off_engine_open(caps, &dev_ops, d, &d->e), TMX_OK);
+}
+
+static void dev_close(tdev_t *d)
+{
+    off_engine_close(d->e);
+    pthread_mutex_destroy(&d->lock);
+}
+
+static off_op_t op_add(uint64_t id, void *buf, size_t len, uint32_t src, uint64_t tag,
+                       uint64_t ignore, uint32_t cnt)
+{
+    off_op_t op = {.wr_id = id, .opcode = OFF_WR_TAG_ADD, .unexpected_cnt = cnt};
+
+    op.add.recv_wr_id = id;
+    op.add.buf = buf;
+    op.add.len = len;
+    op.add.src = src;
+    op.add.tag = tag;
+    op.add.ignore = ignore;
+    return op;
+}
+
+static off_msg_t msg_eager(uint32_t src, uint64_t tag, const void *data, size_t len)
+{
+    off_msg_t m = {.op = OFF_TM_EAGER, .src = src, .tag = tag, .data = data, .len = len};
+    return m;
+}
+
+static size_t poll_all(off_engine_t *e, off_cqe_t *out, size_t n)
+{
+    return off_poll_cq(e, out, n);
+}
+
+/* ----------------------------------------------------- single behaviours */
+
+static void test_eager_match_and_unexpected(void **state)
+{
+    tdev_t d;
+    char buf[8] = {0};
+    off_op_t op = op_add(7, buf, sizeof(buf), 1, 0x10, 0, 0);
+    off_cqe_t c[4];
+    off_msg_t m;
+
+    (void)state;
+    dev_open(&d, NULL);
+    assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
+    assert_int_equal(off_engine_run(d.e, SIZE_MAX), 1);
+    m = msg_eager(2, 0x10, "other", 6); /* another source: unexpected */
+    off_arrive(d.e, &m);
+    m = msg_eager(1, 0x10, "hello", 6);
+    off_arrive(d.e, &m);
+    assert_int_equal(poll_all(d.e, c, 4), 2);
+    assert_int_equal(c[0].opcode, OFF_WC_RECV);
+    assert_int_equal(c[0].src, 2);
+    assert_true(c[0].flags & OFF_WC_TM_SYNC_REQ);
+    assert_int_equal(c[0].msg.len, 6);
+    assert_string_equal(c[0].msg.data, "other");
+    off_cqe_release(&c[0]);
+    assert_int_equal(c[1].opcode, OFF_WC_TM_RECV);
+    assert_int_equal(c[1].flags & (OFF_WC_TM_MATCH | OFF_WC_TM_DATA_VALID),
+                     OFF_WC_TM_MATCH | OFF_WC_TM_DATA_VALID);
+    assert_int_equal(c[1].wr_id, 7);
+    assert_int_equal(c[1].byte_len, 6);
+    assert_string_equal(buf, "hello");
+    dev_close(&d);
+}
+
+static void test_eager_truncated(void **state)
+{
+    tdev_t d;
+    char buf[4] = {0};
+    off_op_t op = op_add(1, buf, 3, OFF_ANY_SOURCE, 0, ~0ull, 0);
+    off_msg_t m = msg_eager(0, 99, "abcdef", 6);
+    off_cqe_t c;
+
+    (void)state;
+    dev_open(&d, NULL);
+    assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    off_arrive(d.e, &m);
+    assert_int_equal(poll_all(d.e, &c, 1), 1);
+    assert_int_equal(c.status, OFF_WC_TRUNCATED);
+    assert_int_equal(c.byte_len, 3);
+    assert_int_equal(c.msg.len, 6);
+    assert_memory_equal(buf, "abc\0", 4);
+    dev_close(&d);
+}
+
+/* A rendezvous request matched by the engine: MATCH at once, DATA_VALID
+ * when the read lands, then FIN; a failed read still sends FIN. */
+static void test_rndv_two_completions(void **state)
+{
+    tdev_t d;
+    char src[32] = "the rendezvous payload", buf[32] = {0};
+    off_op_t ops[2] = {op_add(1, buf, sizeof(buf), 3, 5, 0, 0), op_add(2, buf, sizeof(buf), 3, 6, 0, 0)};
+    off_msg_t m = {.op = OFF_TM_RNDV, .src = 3, .tag = 5, .va = (uintptr_t)src, .rkey = 9,
+                   .rlen = sizeof(src)};
+    off_cqe_t c[2];
+
+    (void)state;
+    dev_open(&d, NULL);
+    d.defer = 1;
+    assert_int_equal(off_post_ops(d.e, ops, 2, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    off_arrive(d.e, &m);
+    assert_int_equal(poll_all(d.e, c, 2), 1);
+    assert_int_equal(c[0].flags & (OFF_WC_TM_MATCH | OFF_WC_TM_DATA_VALID), OFF_WC_TM_MATCH);
+    assert_int_equal(d.fins, 0);
+    dev_complete_reads(&d, 0);
+    assert_int_equal(poll_all(d.e, c, 2), 1);
+    assert_int_equal(c[0].flags & (OFF_WC_TM_MATCH | OFF_WC_TM_DATA_VALID), OFF_WC_TM_DATA_VALID);
+    assert_int_equal(c[0].wr_id, 1);
+    assert_int_equal(c[0].byte_len, sizeof(src));
+    assert_string_equal(buf, src);
+    assert_int_equal(d.fins, 1);
+    /* a read that fails */
+    d.defer = 0;
+    d.status = TMX_ERR_PEER_FAILED;
+    m.tag = 6;
+    off_arrive(d.e, &m);
+    assert_int_equal(poll_all(d.e, c, 2), 2);
+    assert_int_equal(c[1].status, OFF_WC_REM_ERR);
+    assert_int_equal(c[1].dev_status, TMX_ERR_PEER_FAILED);
+    assert_int_equal(d.fins, 2);
+    /* a completion for no read in flight is refused */
+    off_read_done(d.e, 12345, TMX_OK);
+    assert_int_equal(poll_all(d.e, c, 2), 0);
+    dev_close(&d);
+}
+
+static void test_rndv_incomplete(void **state)
+{
+    tdev_t d;
+    char buf[4];
+    uint64_t meta = 0x1122334455667788ull;
+    off_op_t op = op_add(4, buf, sizeof(buf), 0, 1, 0, 0);
+    off_msg_t m = {.op = OFF_TM_RNDV, .src = 0, .tag = 1, .app_ctx = 77, .data = &meta,
+                   .len = sizeof(meta), .va = 0x1000, .rkey = 0xabc, .rlen = 100};
+    off_cqe_t c;
+
+    (void)state;
+    dev_open(&d, NULL);
+    assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    off_arrive(d.e, &m);
+    assert_int_equal(poll_all(d.e, &c, 1), 1);
+    assert_int_equal(c.opcode, OFF_WC_TM_RECV);
+    assert_int_equal(c.status, OFF_WC_TM_RNDV_INCOMPLETE);
+    assert_true(c.flags & OFF_WC_TM_MATCH);
+    assert_int_equal(c.wr_id, 4);
+    assert_int_equal(c.priv, 77);
+    assert_int_equal(c.msg.va, 0x1000);
+    assert_int_equal(c.msg.rkey, 0xabc);
+    assert_int_equal(c.msg.rlen, 100);
+    assert_int_equal(c.msg.len, sizeof(meta));
+    assert_memory_equal(c.msg.data, &meta, sizeof(meta));
+    off_cqe_release(&c);
+    assert_int_equal(d.fins, 0); /* the host finishes it */
+    dev_close(&d);
+}
+
+/* A request bigger than max_rndv_hdr_size is the host's, and counted. */
+static void test_rndv_header_too_big(void **state)
+{
+    tdev_t d;
+    char buf[64], meta[64] = {0};
+    off_caps_t caps = {.max_rndv_hdr_size = 48};
+    off_op_t op = op_add(1, buf, sizeof(buf), 0, 1, 0, 0);
+    off_msg_t m = {.op = OFF_TM_RNDV, .src = 0, .tag = 1, .data = meta, .len = 17, .rlen = 8};
+    off_cqe_t c;
+    off_stats_t s;
+
+    (void)state;
+    dev_open(&d, &caps);
+    assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    off_arrive(d.e, &m);
+    assert_int_equal(poll_all(d.e, &c, 1), 1);
+    assert_int_equal(c.opcode, OFF_WC_RECV);
+    off_cqe_release(&c);
+    off_engine_stats(d.e, &s);
+    assert_int_equal(s.unexpected, 1);
+    assert_int_equal(s.listed, 1);
+    dev_close(&d);
+}
+
+static void test_no_tag_and_fin_go_to_host(void **state)
+{
+    tdev_t d;
+    char buf[8];
+    off_op_t op = op_add(1, buf, sizeof(buf), OFF_ANY_SOURCE, 0, ~0ull, 0);
+    off_msg_t m = {.op = OFF_TM_NO_TAG, .src = 1, .data = "x", .len = 1};
+    off_cqe_t c[2];
+    off_stats_t s;
+
+    (void)state;
+    dev_open(&d, NULL);
+    assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    off_arrive(d.e, &m);
+    m.op = OFF_TM_FIN;
+    off_arrive(d.e, &m);
+    assert_int_equal(poll_all(d.e, c, 2), 2);
+    assert_int_equal(c[0].opcode, OFF_WC_TM_NO_TAG);
+    assert_int_equal(c[1].opcode, OFF_WC_TM_NO_TAG);
+    assert_int_equal(c[1].msg.op, OFF_TM_FIN);
+    assert_false(c[0].flags & OFF_WC_TM_SYNC_REQ); /* not counted */
+    off_cqe_release(&c[0]);
+    off_cqe_release(&c[1]);
+    off_engine_stats(d.e, &s);
+    assert_int_equal(s.unexpected, 0);
+    assert_int_equal(s.listed, 1);
+    dev_close(&d);
+}
+
+/* max_num_tags, max_ops, bad operations and capabilities. */
+static void test_limits(void **state)
+{
+    tdev_t d;
+    char buf[4];
+    off_caps_t caps = {.max_num_tags = 2, .max_ops = 3}, got;
+    off_op_t ops[4], *bad;
+    off_engine_t *e;
+    off_cqe_t c;
+
+    (void)state;
+    dev_open(&d, &caps);
+    off_engine_caps(d.e, &got);
+    assert_int_equal(got.max_num_tags, 2);
+    assert_int_equal(got.max_ops, 3);
+    assert_int_equal(got.max_rndv_hdr_size, OFF_DEF_MAX_RNDV_HDR_SIZE);
+    for (int i = 0; i < 3; i++)
+        ops[i] = op_add((uint64_t)i, buf, 4, 0, (uint64_t)i, 0, 0);
+    /* the third ADD finds no tag free, although max_ops would take it */
+    assert_int_equal(off_post_ops(d.e, ops, 3, &bad), TMX_ERR_AGAIN);
+    assert_ptr_equal(bad, &ops[2]);
+    ops[2] = (off_op_t){.opcode = OFF_WR_TAG_SYNC};
+    assert_int_equal(off_post_ops(d.e, &ops[2], 1, NULL), TMX_OK);
+    /* max_ops queued */
+    assert_int_equal(off_post_ops(d.e, &ops[2], 1, NULL), TMX_ERR_AGAIN);
+    assert_int_equal(off_engine_run(d.e, 2), 2);
+    assert_int_equal(off_engine_run(d.e, SIZE_MAX), 1);
+    /* bad operations */
+    ops[0] = (off_op_t){.opcode = 9};
+    assert_int_equal(off_post_ops(d.e, ops, 1, &bad), TMX_ERR_INVALID);
+    ops[0] = (off_op_t){.opcode = OFF_WR_TAG_SYNC, .flags = 0x80};
+    assert_int_equal(off_post_ops(d.e, ops, 1, NULL), TMX_ERR_INVALID);
+    ops[0] = op_add(1, NULL, 4, 0, 0, 0, 0);
+    assert_int_equal(off_post_ops(d.e, ops, 1, NULL), TMX_ERR_INVALID);
+    /* a DEL of a handle never given, of a stale one: TM_ERR, completed
+     * although unsignaled */
+    ops[0] = (off_op_t){.opcode = OFF_WR_TAG_DEL, .handle = 0xffffffffu, .wr_id = 5};
+    ops[1] = (off_op_t){.opcode = OFF_WR_TAG_DEL, .handle = 1u << 16, .wr_id = 6};
+    assert_int_equal(off_post_ops(d.e, ops, 2, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    assert_int_equal(poll_all(d.e, &c, 1), 1);
+    assert_int_equal(c.opcode, OFF_WC_TM_DEL);
+    assert_int_equal(c.status, OFF_WC_TM_ERR);
+    assert_int_equal(c.wr_id, 5);
+    assert_int_equal(poll_all(d.e, &c, 1), 1);
+    assert_int_equal(c.wr_id, 6);
+    assert_int_equal(c.status, OFF_WC_TM_ERR);
+    dev_close(&d);
+    caps.max_num_tags = OFF_MAX_NUM_TAGS + 1;
+    assert_int_equal(off_engine_open(&caps, &dev_ops, NULL, &e), TMX_ERR_INVALID);
+}
+
+/* DEL racing a message that consumes its tag: processed after the
+ * message, the DEL fails and the host sees the match first; processed
+ * before, it succeeds and the message is unexpected. */
+static void test_del_racing_consume(void **state)
+{
+    for (int del_first = 0; del_first < 2; del_first++) {
+        tdev_t d;
+        char buf[8] = {0};
+        off_op_t op = op_add(1, buf, sizeof(buf), 0, 3, 0, 0), del;
+        off_msg_t m = msg_eager(0, 3, "m1", 3);
+        off_cqe_t c[3];
+
+        dev_open(&d, NULL);
+        assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
+        off_engine_run(d.e, SIZE_MAX);
+        del = (off_op_t){.opcode = OFF_WR_TAG_DEL, .flags = OFF_OPS_SIGNALED, .handle = op.handle,
+                         .wr_id = 100};
+        assert_int_equal(off_post_ops(d.e, &del, 1, NULL), TMX_OK);
+        if (del_first)
+            off_engine_run(d.e, SIZE_MAX);
+        off_arrive(d.e, &m);
+        off_engine_run(d.e, SIZE_MAX);
+        assert_int_equal(poll_all(d.e, c, 3), 2);
+        if (del_first) {
+            assert_int_equal(c[0].opcode, OFF_WC_TM_DEL);
+            assert_int_equal(c[0].status, OFF_WC_SUCCESS);
+            assert_int_equal(c[1].opcode, OFF_WC_RECV);
+            off_cqe_release(&c[1]);
+        } else {
+            assert_int_equal(c[0].opcode, OFF_WC_TM_RECV);
+            assert_string_equal(buf, "m1");
+            assert_int_equal(c[1].opcode, OFF_WC_TM_DEL);
+            assert_int_equal(c[1].status, OFF_WC_TM_ERR);
+        }
+        dev_close(&d);
+    }
+}
+
+/* ----------------------------------------------------------- the host */
+
+/* The host side of the interface, as the core keeps it: every posted
+ * receive is in its matcher (hm) in post order, whether the engine holds
+ * it too or not; the engine gets a receive only while no receive is the
+ * host's alone (so every tag it holds is older than every receive it does
+ * not); an unexpected message is matched against hm, and a tag the host
+ * takes for it is deleted from the engine. */
+#define H_RECVS 2048
+#define H_MSGS 2048
+
+typedef struct h_recv {
+    match_recv_t mr;
+    int id;
+    int in_engine;
+    uint32_t handle;
+    uint64_t buf[2];
+} h_recv_t;
+
+typedef struct h_msg {
+    match_msg_t mm;
+    int id;
+} h_msg_t;
+
+typedef struct host {
+    tdev_t d;
+    match_engine_t hm;
+    h_recv_t *recv;
+    h_msg_t *msg;
+    int n_recv;
+    uint32_t handled, reported;
+    int n_host_only;
+    int sync_req;
+    int *pair;          /* recv id -> msg id, -1 */
+    int threaded;       /* an engine thread runs operations */
+} host_t;
+
+typedef struct ref {
+    match_engine_t m;
+    match_recv_t *r;
+    match_msg_t *msg;
+    int *pair;
+} ref_t;
+
+static ref_t *ref_open(int n)
+{
+    ref_t *f = calloc(1, sizeof(*f));
+
+    assert_non_null(f);
+    f->r = calloc((size_t)n, sizeof(*f->r));
+    f->msg = calloc((size_t)n, sizeof(*f->msg));
+    f->pair = malloc((size_t)n * sizeof(int));
+    assert_true(f->r && f->msg && f->pair);
+    assert_int_equal(match_init(&f->m), TMX_OK);
+    for (int i = 0; i < n; i++)
+        f->pair[i] = -1;
+    return f;
+}
+
+static void ref_close(ref_t *f)
+{
+    match_fini(&f->m);
+    free(f->r);
+    free(f->msg);
+    free(f->pair);
+    free(f);
+}
+
+/* A host for n receives and n messages. */
+static void host_open(host_t *h, const off_caps_t *caps, int n)
+{
+    memset(h, 0, sizeof(*h));
+    dev_open(&h->d, caps);
+    assert_int_equal(match_init(&h->hm), TMX_OK);
+    h->recv = calloc((size_t)n, sizeof(*h->recv));
+    h->msg = calloc((size_t)n, sizeof(*h->msg));
+    h->pair = malloc((size_t)n * sizeof(int));
+    assert_non_null(h->recv);
+    assert_non_null(h->msg);
+    for (int i = 0; i < n; i++)
+        h->pair[i] = -1;
+}
+
+static void host_close(host_t *h)
+{
+    match_fini(&h->hm);
+    dev_close(&h->d);
+    free(h->recv);
+    free(h->msg);
+    free(h->pair);
+}
+
+/* Posts op, making room: the engine thread runs the queue, or we do. */
+static void host_op(host_t *h, off_op_t *op)
+{
+    tmx_status_t st;
+
+    op->unexpected_cnt = h->handled;
+    while ((st = off_post_ops(h->d.e, op, 1, NULL)) == TMX_ERR_AGAIN) {
+        if (h->threaded)
+            sched_yield();
+        else
+            off_engine_run(h->d.e, SIZE_MAX);
+    }
+    assert_int_equal(st, TMX_OK);
+    h->reported = h->handled;
+}
+
+static void host_pair(host_t *h, int r, int m)
+{
+    assert_int_equal(h->pair[r], -1);
+    h->pair[r] = m;
+}
+
+static void host_post(host_t *h, int id, uint32_t src, uint64_t tag, uint64_t ignore)
+{
+    h_recv_t *r = &h->recv[id];
+    match_msg_t *mm;
+
+    r->id = id;
+    r->mr.src = src;
+    r->mr.tag = tag;
+    r->mr.ignore = ignore;
+    if ((mm = match_find_msg(&h->hm, src, tag, ignore)) != NULL) {
+        match_remove_msg(&h->hm, mm);
+        host_pair(h, id, ((h_msg_t *)mm)->id);
+        return;
+    }
+    if (h->n_host_only == 0) {
+        off_op_t op = op_add((uint64_t)id, r->buf, sizeof(r->buf),
+                             src == TMX_ANY_SOURCE ? OFF_ANY_SOURCE : src, tag, ignore, 0);
+        op.unexpected_cnt = h->handled;
+        tmx_status_t st = off_post_ops(h->d.e, &op, 1, NULL);
+        if (st == TMX_OK) {
+            r->in_engine = 1;
+            r->handle = op.handle;
+            h->reported = h->handled;
+        } else {
+            assert_int_equal(st, TMX_ERR_AGAIN); /* full: the host keeps it */
+        }
+    }
+    if (!r->in_engine)
+        h->n_host_only++;
+    assert_int_equal(match_post(&h->hm, &r->mr), TMX_OK);
+}
+
+/* The message id a completion carries (eager data, rendezvous meta-data
+ * or the buffer the read filled). */
+static int cqe_msg_id(const off_cqe_t *c, const h_recv_t *r)
+{
+    uint64_t v;
+
+    if (c->opcode == OFF_WC_TM_RECV && c->status != OFF_WC_TM_RNDV_INCOMPLETE)
+        v = r->buf[0];
+    else
+        memcpy(&v, c->msg.data, sizeof(v));
+    return (int)v;
+}
+
+static void host_unexpected(host_t *h, off_cqe_t *c)
+{
+    int id = cqe_msg_id(c, NULL);
+    match_recv_t *mr;
+
+    h->handled++;
+    if ((mr = match_find_recv(&h->hm, c->src, c->tag)) != NULL) {
+        h_recv_t *r = (h_recv_t *)mr;
+        match_remove_recv(&h->hm, mr);
+        if (r->in_engine) {
+            off_op_t del = {.opcode = OFF_WR_TAG_DEL, .flags = OFF_OPS_SIGNALED,
+                            .handle = r->handle, .wr_id = (uint64_t)r->id};
+            host_op(h, &del);
+        } else {
+            h->n_host_only--;
+        }
+        host_pair(h, r->id, id);
+    } else {
+        h_msg_t *m = &h->msg[id];
+        m->id = id;
+        m->mm.src = c->src;
+        m->mm.tag = c->tag;
+        assert_int_equal(match_add_msg(&h->hm, &m->mm), TMX_OK);
+    }
+}
+
+static size_t host_poll(host_t *h)
+{
+    off_cqe_t c[16];
+    size_t n, total = 0;
+
+    while ((n = off_poll_cq(h->d.e, c, 16)) > 0) {
+        total += n;
+        for (size_t i = 0; i < n; i++) {
+            h_recv_t *r = c[i].opcode == OFF_WC_TM_RECV ? &h->recv[c[i].wr_id] : NULL;
+            h->sync_req |= (c[i].flags & OFF_WC_TM_SYNC_REQ) != 0;
+            switch (c[i].opcode) {
+            case OFF_WC_RECV:
+                host_unexpected(h, &c[i]);
+                break;
+            case OFF_WC_TM_RECV:
+                if (c[i].flags & OFF_WC_TM_MATCH)
+                    match_remove_recv(&h->hm, &r->mr);
+                if ((c[i].flags & OFF_WC_TM_DATA_VALID) ||
+                    c[i].status == OFF_WC_TM_RNDV_INCOMPLETE)
+                    host_pair(h, r->id, cqe_msg_id(&c[i], r));
+                break;
+            case OFF_WC_TM_DEL:
+                assert_int_equal(c[i].status, OFF_WC_SUCCESS); /* never consumed meanwhile */
+                break;
+            default:
+                fail_msg("unexpected completion %u", c[i].opcode);
+            }
+            off_cqe_release(&c[i]);
+        }
+    }
+    if (h->sync_req && h->reported != h->handled) {
+        off_op_t sync = {.opcode = OFF_WR_TAG_SYNC};
+        host_op(h, &sync);
+    }
+    h->sync_req = 0;
+    return total;
+}
+
+static void ref_post(ref_t *f, int id, uint32_t src, uint64_t tag, uint64_t ignore)
+{
+    match_msg_t *mm;
+
+    f->r[id].src = src;
+    f->r[id].tag = tag;
+    f->r[id].ignore = ignore;
+    if ((mm = match_find_msg(&f->m, src, tag, ignore)) != NULL) {
+        match_remove_msg(&f->m, mm);
+        f->pair[id] = (int)(mm - f->msg);
+        return;
+    }
+    assert_int_equal(match_post(&f->m, &f->r[id]), TMX_OK);
+}
+
+static void ref_arrive(ref_t *f, int id, uint32_t src, uint64_t tag)
+{
+    match_recv_t *r;
+
+    if ((r = match_find_recv(&f->m, src, tag)) != NULL) {
+        match_remove_recv(&f->m, r);
+        f->pair[r - f->r] = id;
+        return;
+    }
+    f->msg[id].src = src;
+    f->msg[id].tag = tag;
+    assert_int_equal(match_add_msg(&f->m, &f->msg[id]), TMX_OK);
+}
+
+/* A message of the scripts: eager, a rendezvous that fits, or one that
+ * does not (RNDV_INCOMPLETE); its id is its payload. */
+static uint64_t msg_ids[H_MSGS];
+
+static off_msg_t make_msg(int id, uint32_t src, uint64_t tag, int kind)
+{
+    off_msg_t m = {.src = src, .tag = tag};
+
+    msg_ids[id] = (uint64_t)id;
+    if (kind == 0) {
+        m.op = OFF_TM_EAGER;
+        m.data = &msg_ids[id];
+        m.len = sizeof(uint64_t);
+    } else {
+        m.op = OFF_TM_RNDV;
+        m.data = &msg_ids[id];
+        m.len = sizeof(uint64_t);
+        m.va = (uintptr_t)&msg_ids[id];
+        m.rkey = 1;
+        m.rlen = kind == 1 ? sizeof(uint64_t) : 64;
+    }
+    return m;
+}
+
+/* Runs the engine and the host until nothing moves. */
+static void drain(host_t *h)
+{
+    do {
+        off_engine_run(h->d.e, SIZE_MAX);
+        dev_complete_reads(&h->d, 0);
+    } while (host_poll(h) > 0 || off_engine_run(h->d.e, SIZE_MAX) > 0);
+}
+
+static void compare(const host_t *h, const ref_t *f, int n_recv)
+{
+    for (int i = 0; i < n_recv; i++) {
+        if (h->pair[i] != f->pair[i])
+            fail_msg("receive %d: engine and host gave message %d, the matcher alone %d", i,
+                     h->pair[i], f->pair[i]);
+    }
+}
+
+/* The seed's race: messages m1, m2 and receives b1, b2 that all match,
+ * with the engine's processing (R) and the host's polling (H) at every
+ * position: b1 must get m1 and b2 m2, whatever the schedule. Also with
+ * b1 from any source and with a rendezvous m1. */
+static void test_race_every_position(void **state)
+{
+    static const char *letters = "APRH";
+    int scripts = 0;
+
+    (void)state;
+    for (int variant = 0; variant < 3; variant++) {
+        /* words of length 8: two A (arrivals), two P (posts), R and H elsewhere */
+        for (unsigned w = 0; w < 65536; w++) {
+            char s[9];
+            int na = 0, np = 0;
+            for (int i = 0; i < 8; i++) {
+                s[i] = letters[(w >> (2 * i)) & 3];
+                na += s[i] == 'A';
+                np += s[i] == 'P';
+            }
+            s[8] = 0;
+            if (na != 2 || np != 2)
+                continue;
+            host_t *h = malloc(sizeof(*h));
+            ref_t *f = ref_open(2);
+            int a = 0, p = 0;
+            host_open(h, NULL, 2);
+            h->d.defer = 1;
+            for (int i = 0; i < 8; i++) {
+                if (s[i] == 'A') {
+                    off_msg_t m = make_msg(a, 0, 5, variant == 2 && a == 0 ? 1 : 0);
+                    off_arrive(h->d.e, &m);
+                    ref_arrive(f, a, 0, 5);
+                    a++;
+                } else if (s[i] == 'P') {
+                    uint32_t src = variant == 1 && p == 0 ? TMX_ANY_SOURCE : 0;
+                    host_post(h, p, src, 5, 0);
+                    ref_post(f, p, src, 5, 0);
+                    p++;
+                } else if (s[i] == 'R') {
+                    off_engine_run(h->d.e, SIZE_MAX);
+                } else {
+                    host_poll(h);
+                }
+            }
+            drain(h);
+            if (h->pair[0] != 0 || h->pair[1] != 1)
+                fail_msg("script %s (variant %d): b1 got m%d, b2 got m%d", s, variant,
+                         h->pair[0] + 1, h->pair[1] + 1);
+            compare(h, f, 2);
+            ref_close(f);
+            host_close(h);
+            free(h);
+            scripts++;
+        }
+    }
+    assert_int_equal(scripts, 3 * 420 * 16);
+}
+
+/* Random operations and schedules, engine and host against the matcher
+ * alone: the same pairs of receive and message, every one. */
+static void diff_run(unsigned seed, int n_ops, int threaded);
+
+static void test_differential(void **state)
+{
+    const char *env = getenv("OFFLOAD_DIFF_OPS");
+    int total = env ? atoi(env) : 1000000;
+
+    (void)state;
+    for (unsigned seed = 1; total > 0; seed++) {
+        int n = total < 4000 ? total : 4000;
+        diff_run(seed, n, 0);
+        total -= n;
+    }
+}
+
+/* The wire, for the threaded run: arrivals queued by the test thread and
+ * handed to the engine by the engine's thread, with the operations. */
+typedef struct wire {
+    pthread_mutex_t lock;
+    off_msg_t q[H_MSGS];
+    size_t head, n;
+    int stop;
+    off_engine_t *e;
+} wire_t;
+
+static void *engine_thread(void *arg)
+{
+    wire_t *w = arg;
+
+    for (;;) {
+        off_msg_t m;
+        int have = 0, stop;
+        pthread_mutex_lock(&w->lock);
+        if (w->n > 0) {
+            m = w->q[w->head++ % H_MSGS];
+            w->n--;
+            have = 1;
+        }
+        stop = w->stop && w->n == 0;
+        pthread_mutex_unlock(&w->lock);
+        size_t ran = off_engine_run(w->e, 4);
+        if (have)
+            off_arrive(w->e, &m);
+        if (stop)
+            return NULL;
+        if (!have && ran == 0)
+            sched_yield();
+    }
+}
+
+static void diff_run(unsigned seed, int n_ops, int threaded)
+{
+    host_t *h = malloc(sizeof(*h));
+    ref_t *f = ref_open(H_RECVS);
+    off_caps_t caps = {.max_num_tags = 1 + seed % 16, .max_ops = 2 + seed % 8};
+    wire_t *w = NULL;
+    pthread_t t;
+    int n_recv = 0, n_msg = 0;
+    unsigned x = seed * 2654435761u + 1;
+
+#define RND() (x = x * 1103515245u + 12345u, (x >> 8))
+    host_open(h, &caps, H_RECVS);
+    h->d.defer = !threaded;
+    h->threaded = threaded;
+    if (threaded) {
+        w = calloc(1, sizeof(*w));
+        pthread_mutex_init(&w->lock, NULL);
+        w->e = h->d.e;
+        assert_int_equal(pthread_create(&t, NULL, engine_thread, w), 0);
+    }
+    for (int op = 0; op < n_ops; op++) {
+        unsigned k = RND() % 16;
+        if (k < 5 && n_recv < H_RECVS) {
+            uint32_t src = RND() % 4 == 0 ? TMX_ANY_SOURCE : RND() % 3;
+            uint64_t tag = RND() % 4, ignore = RND() % 5 == 0 ? 1 : 0;
+            if (RND() % 16 == 0)
+                ignore = ~0ull;
+            host_post(h, n_recv, src, tag, ignore);
+            ref_post(f, n_recv, src, tag, ignore);
+            n_recv++;
+        } else if (k < 10 && n_msg < H_MSGS) {
+            uint32_t src = RND() % 3;
+            uint64_t tag = RND() % 4;
+            off_msg_t m = make_msg(n_msg, src, tag, RND() % 4 == 0 ? 1 + RND() % 2 : 0);
+            ref_arrive(f, n_msg, src, tag);
+            if (threaded) {
+                for (;;) {
+                    pthread_mutex_lock(&w->lock);
+                    if (w->n < H_MSGS) {
+                        w->q[(w->head + w->n++) % H_MSGS] = m;
+                        pthread_mutex_unlock(&w->lock);
+                        break;
+                    }
+                    pthread_mutex_unlock(&w->lock);
+                    sched_yield();
+                }
+            } else {
+                off_arrive(h->d.e, &m);
+            }
+            n_msg++;
+        } else if (k < 12 && !threaded) {
+            off_engine_run(h->d.e, RND() % 4);
+        } else if (k < 13 && !threaded) {
+            dev_complete_reads(&h->d, RND());
+        } else {
+            host_poll(h);
+        }
+    }
+    if (threaded) {
+        pthread_mutex_lock(&w->lock);
+        w->stop = 1;
+        pthread_mutex_unlock(&w->lock);
+        pthread_join(t, NULL);
+        pthread_mutex_destroy(&w->lock);
+        free(w);
+    }
+    drain(h);
+    compare(h, f, n_recv);
+    ref_close(f);
+    host_close(h);
+    free(h);
+#undef RND
+}
+
+static void test_differential_threaded(void **state)
+{
+    const char *env = getenv("OFFLOAD_DIFF_THREADED_OPS");
+    int total = env ? atoi(env) : 1000000;
+
+    (void)state;
+    for (unsigned seed = 1; total > 0; seed++) {
+        int n = total < 4000 ? total : 4000;
+        diff_run(seed, n, 1);
+        total -= n;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_eager_match_and_unexpected),
+        cmocka_unit_test(test_eager_truncated),
+        cmocka_unit_test(test_rndv_two_completions),
+        cmocka_unit_test(test_rndv_incomplete),
+        cmocka_unit_test(test_rndv_header_too_big),
+        cmocka_unit_test(test_no_tag_and_fin_go_to_host),
+        cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_del_racing_consume),
+        cmocka_unit_test(test_race_every_position),
+        cmocka_unit_test(test_differential),
+        cmocka_unit_test(test_differential_threaded),
+    };
+
+    return UNIT_MAIN(argc, argv, tests);
+}

@@ -91,7 +91,8 @@ enum tmx_context_field {
     TMX_CONTEXT_FIELD_TRANSPORTS = 1u << 1,
     TMX_CONTEXT_FIELD_NAME = 1u << 2,
     TMX_CONTEXT_FIELD_BOOT = 1u << 3,
-    TMX_CONTEXT_FIELD_SETTINGS = 1u << 4
+    TMX_CONTEXT_FIELD_SETTINGS = 1u << 4,
+    TMX_CONTEXT_FIELD_OFFLOAD = 1u << 5
 };
 
 typedef enum tmx_boot_mode {
@@ -116,6 +117,14 @@ typedef struct tmx_context_params {
                                       or a value out of range, fails
                                       tmx_context_create with
                                       TMX_ERR_INVALID */
+    int offload;                   /* 1: run the offload engine, a thread
+                                      of the context's own that advances
+                                      its traffic while the application
+                                      computes, so that tmx_progress is
+                                      optional; 0: never; default the
+                                      TMX_OFFLOAD setting. The context
+                                      then locks as in
+                                      TMX_THREAD_MULTIPLE. */
 } tmx_context_params_t;
 
 /* Creates a context. params may be NULL for all defaults. On success

@@ -24,7 +24,7 @@ cmake --build --preset tsan -j "$jobs" --target api_test match_test udp_mt_test 
 ctest --preset tsan -R '^(api_test|match_test|udp_mt_test|tl_conf_.*|shm_test|offload_test)$'
 echo "== ThreadSanitizer (shm across processes, multi-threaded contexts)"
 cmake --build --preset tsan -j "$jobs" --target mp_test tmxrun
-ctest --preset tsan -R '^mp_(threads|[a-z]+_mt)$'
+ctest --preset tsan -R '^mp_(threads|[a-z]+_mt|(pingpong|order|probe|lonely|threads)_offload|pingpong_udp_offload)$'
 echo "== valgrind"
 valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
     build/release/tests/api_test >/dev/null

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -1047,6 +1048,113 @@ static void test_destroy_busy(void **state)
     assert_int_equal(tmx_tsend(f->ctx, f->self, big, 100, 203, NULL, NULL), TMX_OK);
 }
 
+/* The offload engine (TMX_OFFLOAD): two contexts, each the other's peer,
+ * exchange messages of every protocol (eager, streamed, rendezvous) while
+ * the application never progresses them: it only looks at its requests
+ * with tmx_request_test, which does not progress. With the engine on
+ * they complete, data intact; with it off they never do. */
+static int offload_exchange(const char *transports, int offload)
+{
+    static const size_t sizes[] = {8, 40000, 1u << 20, 4u << 20};
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT |
+                                            TMX_CONTEXT_FIELD_OFFLOAD,
+                              .transports = transports,
+                              .boot = TMX_BOOT_NONE,
+                              .offload = offload};
+    tmx_context_h a, b;
+    unsigned char addr[TMX_ADDRESS_MAX];
+    size_t len = sizeof(addr);
+    tmx_peer_t to_b, to_a;
+    int done_all = 1;
+
+    assert_int_equal(tmx_context_create(&p, &a), TMX_OK);
+    assert_int_equal(tmx_context_create(&p, &b), TMX_OK);
+    assert_int_equal(tmx_address(b, addr, &len), TMX_OK);
+    assert_int_equal(tmx_peer_add(a, addr, len, &to_b), TMX_OK);
+    len = sizeof(addr);
+    assert_int_equal(tmx_address(a, addr, &len), TMX_OK);
+    assert_int_equal(tmx_peer_add(b, addr, len, &to_a), TMX_OK);
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k];
+        unsigned char *src = malloc(n), *dst = calloc(1, n);
+        tmx_request_h rr, sr;
+        tmx_status_t rs = TMX_INPROGRESS, ss = TMX_INPROGRESS;
+        assert_true(src && dst);
+        fill(src, n, (unsigned)k);
+        assert_int_equal(tmx_trecv(b, to_a, dst, n, 77 + k, 0, NULL, &rr), TMX_OK);
+        assert_int_equal(tmx_tsend(a, to_b, src, n, 77 + k, NULL, &sr), TMX_OK);
+        for (int i = 0; i < (offload ? 500 : 20) && (rs == TMX_INPROGRESS || ss == TMX_INPROGRESS); i++) {
+            usleep(10000); /* computing: no progress from the application */
+            rs = tmx_request_test(rr, NULL);
+            ss = tmx_request_test(sr, NULL);
+        }
+        if (offload) {
+            if (rs != TMX_OK || ss != TMX_OK)
+                fail_msg("%s, %zu bytes: receive %s, send %s", transports, n, tmx_strerror(rs),
+                         tmx_strerror(ss));
+            check(dst, n, (unsigned)k);
+        }
+        done_all &= rs == TMX_OK && ss == TMX_OK;
+        /* finish both, so that the buffers can go */
+        while (tmx_request_test(rr, NULL) == TMX_INPROGRESS ||
+               tmx_request_test(sr, NULL) == TMX_INPROGRESS)
+            tmx_progress(a), tmx_progress(b);
+        assert_int_equal(tmx_request_test(rr, NULL), TMX_OK);
+        tmx_request_free(rr);
+        tmx_request_free(sr);
+        free(src);
+        free(dst);
+    }
+    assert_int_equal(tmx_context_destroy(a), TMX_OK);
+    assert_int_equal(tmx_context_destroy(b), TMX_OK);
+    return done_all;
+}
+
+static void test_offload_shm(void **state)
+{
+    (void)state;
+    assert_true(offload_exchange("self,shm", 1));
+    assert_false(offload_exchange("self,shm", 0));
+}
+
+static void test_offload_udp(void **state)
+{
+    (void)state;
+    assert_true(offload_exchange("udp", 1));
+    assert_false(offload_exchange("udp", 0));
+}
+
+/* A context with the engine on is used as usual, from one thread, with
+ * progress: the engine keeps out of its way but must not get in it. */
+static void test_offload_with_progress(void **state)
+{
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_OFFLOAD | TMX_CONTEXT_FIELD_BOOT,
+                              .offload = 1,
+                              .boot = TMX_BOOT_NONE};
+    tmx_context_params_t bad = {.field_mask = TMX_CONTEXT_FIELD_OFFLOAD, .offload = 2};
+    tmx_context_h c;
+    unsigned char addr[TMX_ADDRESS_MAX], buf[64];
+    size_t len = sizeof(addr);
+    tmx_peer_t self;
+
+    (void)state;
+    assert_int_equal(tmx_context_create(&bad, &c), TMX_ERR_INVALID);
+    assert_int_equal(tmx_context_create(&p, &c), TMX_OK);
+    assert_int_equal(tmx_address(c, addr, &len), TMX_OK);
+    assert_int_equal(tmx_peer_add(c, addr, len, &self), TMX_OK);
+    for (unsigned i = 0; i < 20000; i++) {
+        tmx_request_h r;
+        unsigned char out[64];
+        fill(out, sizeof(out), i);
+        assert_int_equal(tmx_trecv(c, self, buf, sizeof(buf), i, 0, NULL, &r), TMX_OK);
+        assert_int_equal(tmx_tsend(c, self, out, sizeof(out), i, NULL, NULL), TMX_OK);
+        assert_int_equal(tmx_request_wait(r, 5000000, NULL), TMX_OK);
+        tmx_request_free(r);
+        check(buf, sizeof(buf), i);
+    }
+    assert_int_equal(tmx_context_destroy(c), TMX_OK);
+}
+
 /* Two contexts over udp alone, each the other's peer. */
 static tmx_context_h ctx_udp(void)
 {
@@ -1138,6 +1246,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_threads, setup_mt, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_busy, setup, teardown),
         cmocka_unit_test(test_destroy_udp_rndv_waiting_for_fin),
+        cmocka_unit_test(test_offload_shm),
+        cmocka_unit_test(test_offload_udp),
+        cmocka_unit_test(test_offload_with_progress),
         cmocka_unit_test(test_keys_independent_of_uuid),
     };
 

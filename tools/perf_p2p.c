@@ -19,7 +19,7 @@
 #define P2P_TAG_DATA 1
 #define P2P_TAG_ACK 2
 
-typedef enum p2p_test { P2P_LAT, P2P_BW, P2P_BIBW, P2P_RATE } p2p_test_t;
+typedef enum p2p_test { P2P_LAT, P2P_BW, P2P_BIBW, P2P_RATE, P2P_OVERLAP } p2p_test_t;
 
 typedef struct p2p_opts {
     p2p_test_t test;
@@ -43,8 +43,8 @@ typedef struct p2p {
     double *rtt;         /* lat on rank 0: each round trip, seconds */
 } p2p_t;
 
-static const char *const test_names[] = {"lat", "bw", "bibw", "rate"};
-static const char *const test_units[] = {"us", "MB/s", "MB/s", "msg/s"};
+static const char *const test_names[] = {"lat", "bw", "bibw", "rate", "overlap"};
+static const char *const test_units[] = {"us", "MB/s", "MB/s", "msg/s", "%"};
 
 static double now_s(void)
 {
@@ -56,9 +56,12 @@ static double now_s(void)
 
 static void p2p_usage(FILE *f)
 {
-    fprintf(f, "usage: tmxrun -n 2 tmx-perf [-t lat|bw|bibw|rate] [-s SIZE[,SIZE...]] [-n ITER]\n"
+    fprintf(f, "usage: tmxrun -n 2 tmx-perf [-t lat|bw|bibw|rate|overlap] [-s SIZE[,SIZE...]] [-n ITER]\n"
                "                [-w WINDOW] [-x TRANSPORT] [-c] [--csv]\n"
-               "  -t  test (default lat)\n"
+               "  -t  test (default lat); overlap: both ranks post a receive and a send, rank 0\n"
+               "      computes for as long as the exchange alone takes, without calling tmx,\n"
+               "      then both wait; overlap = 1 - (total - compute) / exchange, in percent\n"
+               "      (TMX_OFFLOAD=1 runs the offload engine)\n"
                "  -s  message sizes, suffixes k and m (default 1 to 16m, powers of two)\n"
                "  -n  iterations per size (default: chosen per size)\n"
                "  -w  sends in flight for bw, bibw and rate (default %d)\n"
@@ -105,7 +108,7 @@ static int parse_sizes(const char *arg, p2p_opts_t *o)
 
 static int parse_test(const char *s, p2p_test_t *t)
 {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         if (strcmp(s, test_names[i]) == 0) {
             *t = (p2p_test_t)i;
             return 0;
@@ -329,6 +332,77 @@ static double run_windows(p2p_t *p, size_t size, long n)
     return (double)size * (double)(windows * w) * (p->o.test == P2P_BIBW ? 2.0 : 1.0) / dt / 1e6;
 }
 
+/* Busy for us microseconds without calling tmx: the application's
+ * computation. */
+static void compute_for(double us)
+{
+    double end = now_s() + us * 1e-6;
+
+    while (now_s() < end)
+        ;
+}
+
+/* Both ranks start an iteration together: an empty exchange. */
+static void sync_pair(p2p_t *p)
+{
+    tmx_request_h r, s;
+
+    post_recv(p, NULL, 0, P2P_TAG_ACK, &r);
+    post_send(p, NULL, 0, P2P_TAG_ACK, &s);
+    wait_free(s);
+    wait_free(r);
+}
+
+/* One exchange: a receive and a send posted, compute_us of computation
+ * (rank 0 only), then both waited for; its duration in microseconds. */
+static double exchange(p2p_t *p, size_t size, double compute_us)
+{
+    tmx_request_h r, s;
+    double t0;
+
+    sync_pair(p);
+    t0 = now_s();
+    post_recv(p, p->rbuf, size, P2P_TAG_DATA, &r);
+    post_send(p, p->sbuf, size, P2P_TAG_DATA, &s);
+    if (compute_us > 0 && p->rank == 0)
+        compute_for(compute_us);
+    wait_free(s);
+    wait_free(r);
+    return (now_s() - t0) * 1e6;
+}
+
+static double median(double *v, long n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return quantile(v, n, 0.5);
+}
+
+/* Overlap of communication with computation: both ranks exchange a
+ * message each way; alone, that takes x on rank 0 (median). Then rank 0
+ * computes for x between posting and waiting, while rank 1 waits as
+ * usual, and the exchange takes t on rank 0: overlap is 1 - (t - x) / x,
+ * 100 % when the transfer happened entirely while rank 0 computed, 0 when
+ * it waited for rank 0's wait. One rank computes so that, on a machine of
+ * two cores, a core is left for the copies (a device would make them). */
+static double run_overlap(p2p_t *p, size_t size, long n, double *x_us, double *t_us)
+{
+    double *v = malloc((size_t)n * sizeof(double));
+
+    if (v == NULL)
+        die("buffers", TMX_ERR_NOMEM);
+    for (long i = -(n / 10 + 1); i < n; i++) {
+        double d = exchange(p, size, 0);
+        if (i >= 0)
+            v[i] = d;
+    }
+    *x_us = median(v, n);
+    for (long i = 0; i < n; i++)
+        v[i] = exchange(p, size, *x_us);
+    *t_us = median(v, n);
+    free(v);
+    return 100.0 * (1.0 - (*t_us - *x_us) / *x_us);
+}
+
 static void report_row(const p2p_t *p, const char *name, const char *unit, size_t size, long n,
                        double v)
 {
@@ -419,6 +493,19 @@ int perf_p2p_main(int argc, char **argv)
         if (p.rank == 0 && !p.o.csv && size >= (1u << 20))
             fprintf(stderr, "tmx-perf: %s %zu bytes...\n", test_names[p.o.test], size);
         tmx_job_barrier(p.ctx);
+        if (p.o.test == P2P_OVERLAP) {
+            double x, t;
+            if (n > 200)
+                n = 200;
+            v = run_overlap(&p, size, n, &x, &t);
+            report(&p, size, n, v);
+            if (p.rank == 0) {
+                report_row(&p, "xfer", "us", size, n, x);
+                report_row(&p, "total", "us", size, n, t);
+                fflush(stdout);
+            }
+            continue;
+        }
         v = p.o.test == P2P_LAT ? run_lat(&p, size, n) : run_windows(&p, size, n);
         report(&p, size, n, v);
     }

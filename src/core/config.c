@@ -46,6 +46,13 @@ static const cfg_entry_t cfg_table[] = {
     {"TMX_UNEXPECTED_MAX", CFG_UINT, "67108864", 0, 1ull << 48, NULL, CFG_FIELD(unexpected_max),
      "bytes that unexpected messages (received before their receive was posted) may hold; at the "
      "bound shm and udp senders wait until receives take some (0: no bound)"},
+    {"TMX_OFFLOAD", CFG_ENUM, "0", 0, 0, bool_words, CFG_FIELD(offload),
+     "1 runs the offload engine: a thread of the context's own that advances its traffic (eager "
+     "deliveries, rendezvous reads and FIN, acknowledgements) while the application computes "
+     "without calling tmx; contexts then lock as in TMX_THREAD_MULTIPLE (docs/offload.md)"},
+    {"TMX_OFFLOAD_POLL_US", CFG_UINT, "10", 1, 100000, NULL, CFG_FIELD(offload_poll_us),
+     "offload engine: how often, in microseconds, it looks whether the application has stopped "
+     "calling tmx (it leaves the traffic to the application while that calls)"},
     {"TMX_PROTO", CFG_PROTO, "", 0, 0, NULL, CFG_FIELD(proto),
      "replaces the protocol table of the transports it names (tmx-info prints the tables); e.g. "
      "shm:eager@0,get@4k,coop@1m;udp:copy@0 (protocols: eager, get, coop, copy; sizes from which "

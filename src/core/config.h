@@ -23,6 +23,8 @@ typedef struct config {
     char transports[128];       /* TMX_TRANSPORTS */
     int transports_set;         /*   given (not the default): each must open */
     uint64_t unexpected_max;    /* TMX_UNEXPECTED_MAX (0: no bound) */
+    int offload;                /* TMX_OFFLOAD: run the engine's thread */
+    uint64_t offload_poll_us;   /* TMX_OFFLOAD_POLL_US */
     proto_spec_t proto;         /* TMX_PROTO */
     tl_settings_t tl;           /* the transports' settings */
 } config_t;

@@ -20,7 +20,8 @@
 #define CORE_UNEXP_INDEX_COST 96
 
 static const uint64_t ctx_field_mask = TMX_CONTEXT_FIELD_THREAD_MODE | TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_SETTINGS |
-                                       TMX_CONTEXT_FIELD_NAME | TMX_CONTEXT_FIELD_BOOT;
+                                       TMX_CONTEXT_FIELD_NAME | TMX_CONTEXT_FIELD_BOOT |
+                                       TMX_CONTEXT_FIELD_OFFLOAD;
 
 static uint64_t make_uuid(void)
 {
@@ -51,6 +52,10 @@ static tmx_status_t params_check(const tmx_context_params_t *p)
     }
     if ((p->field_mask & TMX_CONTEXT_FIELD_BOOT) && p->boot != TMX_BOOT_AUTO && p->boot != TMX_BOOT_NONE) {
         util_error("tmx_context_create: unknown boot mode %d", (int)p->boot);
+        return TMX_ERR_INVALID;
+    }
+    if ((p->field_mask & TMX_CONTEXT_FIELD_OFFLOAD) && p->offload != 0 && p->offload != 1) {
+        util_error("tmx_context_create: offload must be 0 or 1, not %d", p->offload);
         return TMX_ERR_INVALID;
     }
     if ((p->field_mask & TMX_CONTEXT_FIELD_TRANSPORTS) && p->transports == NULL) {
@@ -177,6 +182,7 @@ static void context_free(tmx_context_h ctx)
 {
     util_dlist_t *pos, *tmp;
 
+    core_offload_stop(ctx);
     boot_job_leave(&ctx->job);
     /* Teardown runs in three steps (DESIGN.md): upcalls stop, transports
      * close, then the state above them goes. A transport may progress
@@ -205,6 +211,10 @@ static void context_apply(tmx_context_h ctx, const tmx_context_params_t *p)
 
     if (p != NULL && (p->field_mask & TMX_CONTEXT_FIELD_THREAD_MODE))
         ctx->mt = p->thread_mode == TMX_THREAD_MULTIPLE;
+    ctx->off_on = p != NULL && (p->field_mask & TMX_CONTEXT_FIELD_OFFLOAD) ? p->offload
+                                                                          : ctx->cfg.offload;
+    if (ctx->off_on)
+        ctx->mt = 1; /* the engine's thread and the application's share it */
     if (p != NULL && (p->field_mask & TMX_CONTEXT_FIELD_NAME) && p->name != NULL)
         name = p->name;
     snprintf(ctx->name, sizeof(ctx->name), "%s", name);
@@ -279,6 +289,8 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     }
     ctx->spin_polls = spin_budget(ctx);
     ctx->unexp_max = (size_t)ctx->cfg.unexpected_max;
+    if (ctx->off_on && (st = core_offload_start(ctx)) != TMX_OK)
+        goto err_free;
     *out = ctx;
     return TMX_OK;
 

@@ -6,6 +6,7 @@
 #define TMX_CORE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "boot/job.h"
@@ -46,6 +47,7 @@ struct tmx_request {
     uint8_t state;              /* enum core_req_state */
     uint8_t handle_held;        /* the caller holds a handle */
     uint8_t freed;              /* debug guard against double release */
+    uint8_t big;                /* counted in ctx->off_big */
     proto_req_t p;
 };
 
@@ -105,12 +107,31 @@ struct tmx_context {
     size_t unexp_max;           /* TMX_UNEXPECTED_MAX; 0: no bound */
     config_t cfg;               /* the settings, parsed at creation */
     core_cq_t cq;
+    /* The offload engine's thread (engine.c), when TMX_OFFLOAD is on. */
+    int off_on;
+    pthread_t off_thread;
+    atomic_int off_stop;
+    _Atomic uint64_t app_calls; /* the application's entries into the context */
+    atomic_uint off_big;        /* live requests of CORE_OFF_BIG bytes or more */
+    atomic_int off_word;        /* the engine's futex word: 1 when woken */
+    atomic_int off_sleeping;    /* the engine waits on off_word */
 };
+
+/* Requests from this size on (rendezvous and long streams) are what the
+ * offload engine's thread watches for while the application computes;
+ * with none live it sleeps (engine.c). */
+#define CORE_OFF_BIG 65536
 
 static inline void core_lock(tmx_context_h ctx)
 {
-    if (ctx->mt)
+    if (ctx->mt) {
         pthread_mutex_lock(&ctx->lock);
+        /* Under the lock, so a plain increment: the engine only samples it. */
+        if (ctx->off_on)
+            atomic_store_explicit(&ctx->app_calls,
+                                  atomic_load_explicit(&ctx->app_calls, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
+    }
 }
 
 static inline void core_unlock(tmx_context_h ctx)
@@ -159,6 +180,23 @@ void core_idle(tmx_context_h ctx, unsigned *spins, int64_t deadline_us);
  * fruitless calls in a row it yields the core as core_idle does. The
  * caller holds the context lock. */
 void core_poll_idle(tmx_context_h ctx, int events);
+
+/* Looks for dead peers, every CORE_PEER_CHECK_US at most. Locked. */
+void core_check_peers(tmx_context_h ctx, int64_t now);
+/* Sleeps in the transports, unlocked, up to timeout_us. */
+void core_idle_sleep(tmx_context_h ctx, int64_t timeout_us);
+
+/* engine.c: the offload engine's thread. */
+tmx_status_t core_offload_start(tmx_context_h ctx);
+/* Counts a request the engine should advance, waking it if it sleeps. */
+void core_offload_big(tmx_context_h ctx, struct tmx_request *req);
+static inline void core_offload_watch(tmx_context_h ctx, struct tmx_request *req)
+{
+    if (ctx->off_on && req->p.len >= CORE_OFF_BIG)
+        core_offload_big(ctx, req);
+}
+/* Stops and joins it; the caller does not hold the lock. */
+void core_offload_stop(tmx_context_h ctx);
 
 /* fail.c */
 void core_peer_failed_cb(void *arg, uint64_t uuid, int clean);

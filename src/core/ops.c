@@ -28,6 +28,8 @@ static tmx_status_t send_check(tmx_context_h ctx, tmx_peer_t peer, const void *b
 static tmx_status_t submit_end(struct tmx_request *req, tmx_status_t st, tmx_request_h *out)
 {
     if (st != TMX_OK) {
+        if (req->big)
+            atomic_fetch_sub_explicit(&req->ctx->off_big, 1, memory_order_relaxed);
         core_req_release(req);
         return st;
     }
@@ -107,6 +109,7 @@ TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *b
     req->p.comp.msg_length = len;
     req->p.buf = (void *)buf;
     req->p.len = len;
+    core_offload_watch(ctx, req);
     if ((st = core_peer_ready(ctx, peer, &ep, &pp)) == TMX_OK)
         st = proto_send_ep(&ctx->proto, &req->p, peer, ep, pp, tag);
     st = submit_end(req, st, out);
@@ -173,6 +176,7 @@ TMX_API tmx_status_t tmx_trecv(tmx_context_h ctx, tmx_peer_t peer, void *buf, si
     req->p.recv.ignore = ignore;
     req->p.comp.source = peer; /* until a message matches */
     req->p.comp.tag = tag;
+    core_offload_watch(ctx, req);
     st = recv_start(ctx, req);
     st = submit_end(req, st, out);
     core_unlock(ctx);
@@ -281,6 +285,7 @@ TMX_API tmx_status_t tmx_mrecv(tmx_context_h ctx, tmx_message_h msg, void *buf, 
     req->p.len = len;
     if (out != NULL)
         *out = req;
+    core_offload_watch(ctx, req);
     proto_msg_deliver(&ctx->proto, &msg->p, &req->p);
 out_unlock:
     if (ctx != NULL)

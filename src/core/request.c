@@ -61,6 +61,10 @@ void core_req_release(struct tmx_request *req)
 
 void core_req_complete(struct tmx_request *req, tmx_status_t status)
 {
+    if (req->big) {
+        req->big = 0;
+        atomic_fetch_sub_explicit(&req->ctx->off_big, 1, memory_order_relaxed);
+    }
     req->state = CORE_REQ_DONE;
     req->p.comp.status = status;
     if (!(req->p.flags & TMX_OP_FLAG_NO_CQ) &&
@@ -122,7 +126,7 @@ int64_t core_now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static void check_peers(tmx_context_h ctx, int64_t now)
+void core_check_peers(tmx_context_h ctx, int64_t now)
 {
     if (now < ctx->next_peer_check_us)
         return;
@@ -134,7 +138,7 @@ static void check_peers(tmx_context_h ctx, int64_t now)
 
 /* Sleeps in the transports. Only one transport can hold the thread, so
  * with several that can sleep each gets a short slice in turn. */
-static void idle_sleep(tmx_context_h ctx, int64_t timeout_us)
+void core_idle_sleep(tmx_context_h ctx, int64_t timeout_us)
 {
     int sleepers = 0;
 
@@ -181,11 +185,11 @@ void core_idle(tmx_context_h ctx, unsigned *spins, int64_t deadline_us)
         return;
     }
     now = core_now_us();
-    check_peers(ctx, now);
+    core_check_peers(ctx, now);
     if (now >= deadline_us)
         return;
     core_unlock(ctx);
-    idle_sleep(ctx, deadline_us - now < CORE_PEER_CHECK_US ? deadline_us - now : CORE_PEER_CHECK_US);
+    core_idle_sleep(ctx, deadline_us - now < CORE_PEER_CHECK_US ? deadline_us - now : CORE_PEER_CHECK_US);
     core_lock(ctx);
     for (int i = 0; i < ctx->n_ifaces; i++)
         ctx->ifaces[i]->quiet = 0; /* what woke us may be anywhere */

@@ -25,7 +25,8 @@ enum tb_state {
     TB_FREE = 0,
     TB_QUEUED,   /* its ADD is posted, not yet processed */
     TB_LISTED,   /* in the matching list */
-    TB_READING   /* matched by a rendezvous request, its read in flight */
+    TB_READING,  /* matched by a rendezvous request, its read in flight */
+    TB_DONE      /* consumed; its last completion not yet taken */
 };
 
 typedef struct off_tagbuf {
@@ -44,6 +45,7 @@ typedef struct off_tagbuf {
 
 struct off_engine {
     pthread_mutex_t lock;
+    int locking;             /* 0: the caller serialises every call */
     off_caps_t caps;
     off_dev_ops_t dev;
     void *dev_arg;
@@ -64,23 +66,33 @@ struct off_engine {
     off_stats_t stats;
 };
 
+static void lock(off_engine_t *e)
+{
+    if (e->locking)
+        pthread_mutex_lock(&e->lock);
+}
+
+static void unlock(off_engine_t *e)
+{
+    if (e->locking)
+        pthread_mutex_unlock(&e->lock);
+}
+
 static void cqe_free_data(off_cqe_t *c)
 {
     free((void *)c->msg.data);
     c->msg.data = NULL;
 }
 
-/* A completion at the ring's end; NULL (logged) only without memory. */
-static off_cqe_t *cq_push(off_engine_t *e)
+/* Room for one more completion: 0, or -1 (logged) without memory. */
+static int cq_reserve(off_engine_t *e)
 {
-    off_cqe_t *c;
-
     if (e->cq_n == e->cq_cap) {
         size_t cap = e->cq_cap ? 2 * e->cq_cap : 64;
         off_cqe_t *n = malloc(cap * sizeof(*n));
         if (n == NULL) {
             util_error("offload: no memory for %zu completions", cap);
-            return NULL;
+            return -1;
         }
         for (size_t i = 0; i < e->cq_n; i++)
             n[i] = e->cq[(e->cq_head + i) & (e->cq_cap - 1)];
@@ -89,6 +101,16 @@ static off_cqe_t *cq_push(off_engine_t *e)
         e->cq_cap = cap;
         e->cq_head = 0;
     }
+    return 0;
+}
+
+/* A completion at the ring's end; NULL (logged) only without memory. */
+static off_cqe_t *cq_push(off_engine_t *e)
+{
+    off_cqe_t *c;
+
+    if (cq_reserve(e) != 0)
+        return NULL;
     c = &e->cq[(e->cq_head + e->cq_n++) & (e->cq_cap - 1)];
     memset(c, 0, sizeof(*c));
     if (e->hw_unexp != e->sw_reported)
@@ -153,11 +175,13 @@ tmx_status_t off_engine_open(const off_caps_t *caps, const off_dev_ops_t *dev, v
         c.max_rndv_hdr_size = caps->max_rndv_hdr_size ? caps->max_rndv_hdr_size
                                                       : c.max_rndv_hdr_size;
     }
-    if (c.max_num_tags > OFF_MAX_NUM_TAGS || c.max_ops > (1u << 20) || dev == NULL ||
+    if (c.max_num_tags > OFF_MAX_NUM_TAGS || c.max_ops > (1u << 20) ||
+        c.max_rndv_hdr_size < OFF_RNDV_HDR_FIXED || dev == NULL ||
         dev->read == NULL || dev->fin == NULL) {
-        util_error("offload: max_num_tags %u (at most %u), max_ops %u (at most %u), or no "
-                      "device operations",
-                      c.max_num_tags, OFF_MAX_NUM_TAGS, c.max_ops, 1u << 20);
+        util_error("offload: max_num_tags %u (at most %u), max_ops %u (at most %u), "
+                   "max_rndv_hdr_size %u (at least %u), or no device operations",
+                   c.max_num_tags, OFF_MAX_NUM_TAGS, c.max_ops, 1u << 20, c.max_rndv_hdr_size,
+                   OFF_RNDV_HDR_FIXED);
         return TMX_ERR_INVALID;
     }
     if ((e = calloc(1, sizeof(*e))) == NULL ||
@@ -169,6 +193,7 @@ tmx_status_t off_engine_open(const off_caps_t *caps, const off_dev_ops_t *dev, v
         return TMX_ERR_NOMEM;
     }
     pthread_mutex_init(&e->lock, NULL);
+    e->locking = 1;
     e->caps = c;
     e->dev = *dev;
     e->dev_arg = dev_arg;
@@ -195,6 +220,11 @@ void off_engine_close(off_engine_t *e)
     free(e);
 }
 
+void off_engine_set_serialised(off_engine_t *e)
+{
+    e->locking = 0;
+}
+
 void off_engine_caps(const off_engine_t *e, off_caps_t *caps)
 {
     *caps = e->caps;
@@ -202,9 +232,9 @@ void off_engine_caps(const off_engine_t *e, off_caps_t *caps)
 
 void off_engine_stats(off_engine_t *e, off_stats_t *s)
 {
-    pthread_mutex_lock(&e->lock);
+    lock(e);
     *s = e->stats;
-    pthread_mutex_unlock(&e->lock);
+    unlock(e);
 }
 
 /* ----------------------------------------------------------- operations */
@@ -214,7 +244,7 @@ tmx_status_t off_post_ops(off_engine_t *e, off_op_t *ops, size_t n, off_op_t **b
     tmx_status_t st = TMX_OK;
     size_t k;
 
-    pthread_mutex_lock(&e->lock);
+    lock(e);
     for (k = 0; k < n; k++) {
         off_op_t *op = &ops[k];
         if (op->opcode < OFF_WR_TAG_ADD || op->opcode > OFF_WR_TAG_SYNC ||
@@ -239,7 +269,7 @@ tmx_status_t off_post_ops(off_engine_t *e, off_op_t *ops, size_t n, off_op_t **b
         }
         e->opq[(e->opq_head + e->opq_n++) % e->caps.max_ops] = *op;
     }
-    pthread_mutex_unlock(&e->lock);
+    unlock(e);
     if (bad != NULL)
         *bad = k < n ? &ops[k] : NULL;
     return st;
@@ -311,7 +341,7 @@ size_t off_engine_run(off_engine_t *e, size_t max)
 {
     size_t done = 0;
 
-    pthread_mutex_lock(&e->lock);
+    lock(e);
     while (done < max && e->opq_n > 0) {
         off_op_t op = e->opq[e->opq_head];
         e->opq_head = (e->opq_head + 1) % e->caps.max_ops;
@@ -319,7 +349,7 @@ size_t off_engine_run(off_engine_t *e, size_t max)
         op_process(e, &op);
         done++;
     }
-    pthread_mutex_unlock(&e->lock);
+    unlock(e);
     return done;
 }
 
@@ -339,7 +369,8 @@ static void to_host(off_engine_t *e, const off_msg_t *m, uint8_t opcode, off_cqe
     if (m->len > 0) {
         void *d = malloc(m->len);
         if (d == NULL) {
-            util_error("offload: no memory for a %zu-byte message from %u", m->len, m->src);
+            util_error("offload: no memory for a %zu-byte message from %u: lost", m->len, m->src);
+            c->status = OFF_WC_LOC_ERR;
             c->dev_status = TMX_ERR_NOMEM;
             c->msg.len = 0;
         } else {
@@ -364,20 +395,25 @@ void off_arrive(off_engine_t *e, const off_msg_t *m)
 {
     off_msg_t req;
     void *buf = NULL;
-    uint64_t token = 0;
+    uint64_t token = 0, recv_wr_id = 0;
     off_cqe_t *c;
     uint32_t i;
     int read = 0;
 
-    pthread_mutex_lock(&e->lock);
+    if (m->len > 0 && m->data == NULL) {
+        util_error("offload: a %zu-byte message from %u without its data: dropped", m->len, m->src);
+        return;
+    }
+    lock(e);
+    if (cq_reserve(e) != 0) {
+        util_error("offload: no room for a completion: a message from %u lost", m->src);
+        goto out;
+    }
     if (m->op != OFF_TM_EAGER && m->op != OFF_TM_RNDV) {
         to_host(e, m, OFF_WC_TM_NO_TAG, NULL);
         goto out;
     }
-    /* A request larger than the engine parses is the host's, as is one
-     * that no matchable tag takes. */
-    i = m->op == OFF_TM_RNDV && m->len + 32 > e->caps.max_rndv_hdr_size ? NIL : list_match(e, m);
-    if (i == NIL) {
+    if ((i = list_match(e, m)) == NIL) {
         e->hw_unexp++;
         e->stats.unexpected++;
         to_host(e, m, OFF_WC_RECV, NULL);
@@ -386,16 +422,17 @@ void off_arrive(off_engine_t *e, const off_msg_t *m)
     e->stats.matched++;
     off_tagbuf_t *t = &e->tb[i];
     list_unlink(e, i);
-    if ((c = cq_push(e)) == NULL) {
-        slot_free(e, i);
-        goto out;
-    }
+    t->state = TB_DONE;
+    c = cq_push(e); /* reserved above */
     c->opcode = OFF_WC_TM_RECV;
     c->flags |= OFF_WC_TM_MATCH;
     c->wr_id = t->recv_wr_id;
+    c->handle = handle_of(e, i);
     c->src = m->src;
     c->priv = m->app_ctx;
     c->tag = m->tag;
+    c->msg.imm = m->imm;
+    c->msg.has_imm = m->has_imm;
     if (m->op == OFF_TM_EAGER) {
         size_t n = m->len < t->len ? m->len : t->len;
         if (n > 0)
@@ -404,14 +441,14 @@ void off_arrive(off_engine_t *e, const off_msg_t *m)
         c->byte_len = n;
         c->msg.len = m->len;
         c->status = n < m->len ? OFF_WC_TRUNCATED : OFF_WC_SUCCESS;
-        slot_free(e, i);
-    } else if (m->rlen > t->len) {
-        /* The headers go to the host, which finishes the message. */
+    } else if (m->rlen > t->len || m->len > e->caps.max_rndv_hdr_size - OFF_RNDV_HDR_FIXED) {
+        /* The buffer is too small, or the request larger than the engine
+         * parses: the tag is consumed all the same (an older message may
+         * not overtake it), and the headers go to the host, which
+         * finishes the message. */
         c->status = OFF_WC_TM_RNDV_INCOMPLETE;
         to_host(e, m, OFF_WC_TM_RECV, c);
-        c->wr_id = t->recv_wr_id;
         c->flags |= OFF_WC_TM_MATCH;
-        slot_free(e, i);
     } else {
         t->state = TB_READING;
         t->msg = *m;
@@ -420,13 +457,14 @@ void off_arrive(off_engine_t *e, const off_msg_t *m)
         c->msg.rlen = m->rlen;
         req = t->msg;
         buf = t->buf;
-        token = handle_of(e, i);
+        token = c->handle;
+        recv_wr_id = t->recv_wr_id;
         read = 1;
     }
 out:
-    pthread_mutex_unlock(&e->lock);
+    unlock(e);
     if (read)
-        e->dev.read(e->dev_arg, &req, buf, token);
+        e->dev.read(e->dev_arg, &req, buf, recv_wr_id, token);
 }
 
 void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status)
@@ -435,10 +473,10 @@ void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status)
     off_cqe_t *c;
     uint32_t i;
 
-    pthread_mutex_lock(&e->lock);
+    lock(e);
     i = token <= UINT32_MAX ? slot_of(e, (uint32_t)token) : NIL;
     if (i == NIL || e->tb[i].state != TB_READING) {
-        pthread_mutex_unlock(&e->lock);
+        unlock(e);
         util_error("offload: a read completed for no read in flight (token 0x%llx)",
                       (unsigned long long)token);
         return;
@@ -448,19 +486,20 @@ void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status)
         c->opcode = OFF_WC_TM_RECV;
         c->flags |= OFF_WC_TM_DATA_VALID;
         c->wr_id = e->tb[i].recv_wr_id;
+        c->handle = handle_of(e, i);
         c->src = req.src;
         c->priv = req.app_ctx;
         c->tag = req.tag;
         c->byte_len = status == TMX_OK ? req.rlen : 0;
-        c->msg.rlen = req.rlen;
+        c->msg = req; /* headers only: its data stayed with the request */
         c->status = status == TMX_OK ? OFF_WC_SUCCESS : OFF_WC_REM_ERR;
         c->dev_status = status;
+        e->tb[i].state = TB_DONE;
     }
-    slot_free(e, i);
-    pthread_mutex_unlock(&e->lock);
+    unlock(e);
     /* The sender's buffer is released by FIN, whatever the read gave: a
      * failed read is reported here and not retried. */
-    e->dev.fin(e->dev_arg, &req);
+    e->dev.fin(e->dev_arg, &req, status);
 }
 
 /* ---------------------------------------------------------- completions */
@@ -469,13 +508,19 @@ size_t off_poll_cq(off_engine_t *e, off_cqe_t *out, size_t n)
 {
     size_t k = 0;
 
-    pthread_mutex_lock(&e->lock);
+    lock(e);
     while (k < n && e->cq_n > 0) {
-        out[k++] = e->cq[e->cq_head];
+        off_cqe_t *c = &out[k++];
+        *c = e->cq[e->cq_head];
         e->cq_head = (e->cq_head + 1) & (e->cq_cap - 1);
         e->cq_n--;
+        /* every TM_RECV completion is a buffer's last but the MATCH of a
+         * rendezvous the engine reads itself */
+        if (c->opcode == OFF_WC_TM_RECV &&
+            !(c->status == OFF_WC_SUCCESS && !(c->flags & OFF_WC_TM_DATA_VALID)))
+            slot_free(e, c->handle & 0xffffu);
     }
-    pthread_mutex_unlock(&e->lock);
+    unlock(e);
     return k;
 }
 

@@ -32,8 +32,9 @@
  * tag bits, as MPI libraries do over hardware tag matching.
  *
  * Threads: every call may come from any thread; the engine serialises
- * them under its own lock. Callbacks (off_dev_ops_t) run without that
- * lock, from off_engine_run or off_arrive.
+ * them under its own lock (unless off_engine_set_serialised). Callbacks
+ * (off_dev_ops_t) run without that lock, from off_arrive and
+ * off_read_done.
  */
 #ifndef TMX_OFFLOAD_H
 #define TMX_OFFLOAD_H
@@ -50,6 +51,7 @@
 #define OFF_DEF_MAX_OPS 256
 #define OFF_DEF_MAX_RNDV_HDR_SIZE 64
 #define OFF_MAX_NUM_TAGS 65535 /* a handle holds a 16-bit index */
+#define OFF_RNDV_HDR_FIXED 32  /* TMH and RVH: max_rndv_hdr_size is at least this */
 
 typedef struct off_caps {
     uint32_t max_num_tags;
@@ -79,7 +81,8 @@ typedef struct off_msg {
     uint64_t va;         /* RVH */
     uint64_t rkey;
     uint64_t rlen;
-    uint64_t cookie;     /* the transport's, handed back with the message */
+    uint64_t imm;        /* immediate data the sender attached (tmx's remote */
+    uint8_t has_imm;     /* CQ data), handed back in completions */
 } off_msg_t;
 
 /* ---------------------------------------------------------- operations */
@@ -131,7 +134,9 @@ enum off_wc_status {
                                   message (msg) goes on in the host */
     OFF_WC_TRUNCATED,          /* an eager message longer than its buffer:
                                   byte_len bytes delivered, msg.len sent */
-    OFF_WC_REM_ERR             /* the rendezvous read failed (dev status) */
+    OFF_WC_REM_ERR,            /* the rendezvous read failed (dev status) */
+    OFF_WC_LOC_ERR             /* RECV: no memory for the message's data,
+                                  which is lost (counted all the same) */
 };
 
 typedef struct off_cqe {
@@ -139,6 +144,7 @@ typedef struct off_cqe {
     uint8_t flags;       /* OFF_WC_TM_* */
     uint8_t status;      /* enum off_wc_status */
     uint64_t wr_id;      /* the operation's, or the tagged buffer's recv_wr_id */
+    uint32_t handle;     /* TM_RECV: the tagged buffer's handle */
     uint32_t src;        /* TM_RECV and messages: the sender */
     uint32_t priv;       /* TM_RECV: the TMH's app_ctx */
     uint64_t tag;
@@ -155,12 +161,13 @@ typedef struct off_engine off_engine_t;
 
 /* What the engine needs from the transports below it. */
 typedef struct off_dev_ops {
-    /* Starts the rendezvous read of m's rlen bytes into buf; the device
-     * calls off_read_done(e, token, status) when the data is in place
-     * (from inside this call or later, from any thread). */
-    void (*read)(void *arg, const off_msg_t *m, void *buf, uint64_t token);
-    /* Sends FIN for m to its sender. */
-    void (*fin)(void *arg, const off_msg_t *m);
+    /* Starts the rendezvous read of m's rlen bytes into buf, the tagged
+     * buffer recv_wr_id; the device calls off_read_done(e, token, status)
+     * when the data is in place (from inside this call or later, from any
+     * thread). */
+    void (*read)(void *arg, const off_msg_t *m, void *buf, uint64_t recv_wr_id, uint64_t token);
+    /* Sends FIN for m to its sender; status is the read's. */
+    void (*fin)(void *arg, const off_msg_t *m, tmx_status_t status);
 } off_dev_ops_t;
 
 /* Opens an engine with caps (NULL: defaults); caps values of 0 take the
@@ -171,6 +178,11 @@ tmx_status_t off_engine_open(const off_caps_t *caps, const off_dev_ops_t *dev, v
 /* Frees the engine: tagged buffers still listed are forgotten, reads in
  * flight must have been completed or abandoned by the device first. */
 void off_engine_close(off_engine_t *e);
+
+/* Declares that one caller serialises every call into e, callbacks
+ * included (tmx's core does, under its context lock): the engine then
+ * takes no lock of its own. Before any other call. */
+void off_engine_set_serialised(off_engine_t *e);
 
 void off_engine_caps(const off_engine_t *e, off_caps_t *caps);
 
@@ -184,13 +196,20 @@ tmx_status_t off_post_ops(off_engine_t *e, off_op_t *ops, size_t n, off_op_t **b
 size_t off_engine_run(off_engine_t *e, size_t max);
 
 /* Matches an arriving message: it is copied into its tagged buffer (eager)
- * or its read started (rendezvous), or passed to the host whole. */
+ * or its read started (rendezvous), or passed to the host whole. A
+ * message with data NULL and len > 0 is refused (logged), as is one that
+ * finds no memory for its completion: it is then lost, and the engine's
+ * state is unchanged. The completions waiting to be taken are bounded by
+ * what the host leaves there: tmx's host takes them after every arrival. */
 void off_arrive(off_engine_t *e, const off_msg_t *m);
 
 /* The device's answer to dev->read. */
 void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status);
 
-/* Takes up to n completions, oldest first. */
+/* Takes up to n completions, oldest first. A tagged buffer's slot is
+ * free again once its last completion (DATA_VALID, or RNDV_INCOMPLETE)
+ * has been taken: until then a DEL of its handle fails with TM_ERR, so a
+ * stale handle can never name a buffer added later. */
 size_t off_poll_cq(off_engine_t *e, off_cqe_t *out, size_t n);
 
 /* Frees what a completion owns (a message's data copy). */
@@ -205,5 +224,15 @@ typedef struct off_stats {
 } off_stats_t;
 
 void off_engine_stats(off_engine_t *e, off_stats_t *s);
+
+/* Whether two receives (source or OFF_ANY_SOURCE, tag, ignore mask) can
+ * both match some message. The host gives the engine a receive only when
+ * it overlaps none of the receives the host holds alone: the engine then
+ * never takes a message that an older receive of the host's matches. */
+static inline int off_recvs_overlap(uint32_t s1, uint64_t t1, uint64_t i1, uint32_t s2, uint64_t t2,
+                                    uint64_t i2)
+{
+    return (s1 == OFF_ANY_SOURCE || s2 == OFF_ANY_SOURCE || s1 == s2) && ((t1 ^ t2) & ~i1 & ~i2) == 0;
+}
 
 #endif

@@ -1105,6 +1105,13 @@ static int offload_exchange(const char *transports, int offload)
         free(src);
         free(dst);
     }
+    if (offload) { /* the receives went through the engine's list */
+        off_stats_t st;
+        off_engine_stats(b->proto.off, &st);
+        assert_true(st.matched >= 1);
+    } else {
+        assert_null(b->proto.off);
+    }
     assert_int_equal(tmx_context_destroy(a), TMX_OK);
     assert_int_equal(tmx_context_destroy(b), TMX_OK);
     return done_all;

@@ -53,6 +53,14 @@ static const cfg_entry_t cfg_table[] = {
     {"TMX_OFFLOAD_POLL_US", CFG_UINT, "10", 1, 100000, NULL, CFG_FIELD(offload_poll_us),
      "offload engine: how often, in microseconds, it looks whether the application has stopped "
      "calling tmx (it leaves the traffic to the application while that calls)"},
+    {"TMX_OFFLOAD_TAGS", CFG_UINT, "64", 1, 65535, NULL, CFG_FIELD(offload_tags),
+     "offload engine: receives its matching list holds (max_num_tags); the rest are matched by "
+     "software"},
+    {"TMX_OFFLOAD_MIN", CFG_UINT, "65536", 0, 1ull << 40, NULL, CFG_FIELD(offload_min),
+     "offload engine: receives of this many bytes or more go to its matching list (0: all); "
+     "smaller ones complete within the eager path and stay with software"},
+    {"TMX_OFFLOAD_OPS", CFG_UINT, "256", 1, 1u << 20, NULL, CFG_FIELD(offload_ops),
+     "offload engine: operations on its list (add, delete, sync) queued at most (max_ops)"},
     {"TMX_PROTO", CFG_PROTO, "", 0, 0, NULL, CFG_FIELD(proto),
      "replaces the protocol table of the transports it names (tmx-info prints the tables); e.g. "
      "shm:eager@0,get@4k,coop@1m;udp:copy@0 (protocols: eager, get, coop, copy; sizes from which "

@@ -25,6 +25,9 @@ typedef struct config {
     uint64_t unexpected_max;    /* TMX_UNEXPECTED_MAX (0: no bound) */
     int offload;                /* TMX_OFFLOAD: run the engine's thread */
     uint64_t offload_poll_us;   /* TMX_OFFLOAD_POLL_US */
+    uint64_t offload_tags;      /* TMX_OFFLOAD_TAGS: max_num_tags */
+    uint64_t offload_ops;       /* TMX_OFFLOAD_OPS: max_ops */
+    uint64_t offload_min;       /* TMX_OFFLOAD_MIN */
     proto_spec_t proto;         /* TMX_PROTO */
     tl_settings_t tl;           /* the transports' settings */
 } config_t;

@@ -276,6 +276,12 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     ctx->boot_join = !(params && (params->field_mask & TMX_CONTEXT_FIELD_BOOT) && params->boot == TMX_BOOT_NONE);
     if ((st = proto_init(&ctx->proto, &up, &ctx->cfg.proto)) != TMX_OK)
         goto err_free;
+    if (ctx->off_on) {
+        off_caps_t caps = {.max_num_tags = (uint32_t)ctx->cfg.offload_tags,
+                           .max_ops = (uint32_t)ctx->cfg.offload_ops};
+        if ((st = proto_offload_open(&ctx->proto, &caps, (size_t)ctx->cfg.offload_min)) != TMX_OK)
+            goto err_free;
+    }
     if ((st = core_cq_init(&ctx->cq)) != TMX_OK)
         goto err_free;
     tls = params && (params->field_mask & TMX_CONTEXT_FIELD_TRANSPORTS) ? params->transports

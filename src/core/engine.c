@@ -16,7 +16,8 @@
  *   application is not inside the context, so that small messages and
  *   udp's housekeeping still move within milliseconds;
  * - looking, while such requests are live and the application calls
- *   into the context: every TMX_OFFLOAD_POLL_US it checks whether the
+ *   into the context: every TMX_OFFLOAD_POLL_US (backing off to 16 times
+ *   that while the application stays busy) it checks whether the
  *   application holds the lock or has entered the context since its last
  *   look (core_lock counts the entries), and leaves the traffic to it;
  * - working, once a whole period passed without the application: it takes
@@ -37,6 +38,7 @@
 #define ENGINE_PASSES 64          /* progress passes per turn while work keeps coming */
 #define ENGINE_SLEEP_BUSY_US 1000 /* a sleep in the transports while big requests are live */
 #define ENGINE_SLEEP_IDLE_US 5000 /* a look this often while none is */
+#define ENGINE_BACKOFF_MAX 4      /* looks at most 2^4 periods apart */
 
 static void sleep_us(uint64_t us)
 {
@@ -81,6 +83,7 @@ static void *engine_main(void *arg)
 {
     tmx_context_h ctx = arg;
     uint64_t seen = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed);
+    unsigned backoff = 0; /* looks in a row that found the application busy */
 
     /* Its short sleeps must be short: the default slack is 50 us. */
     prctl(PR_SET_TIMERSLACK, 1000UL);
@@ -104,10 +107,15 @@ static void *engine_main(void *arg)
         }
         calls = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed);
         if (calls != seen || pthread_mutex_trylock(&ctx->lock) != 0) {
-            seen = calls; /* the application advances its traffic itself */
-            sleep_us(ctx->cfg.offload_poll_us);
+            /* The application advances its traffic itself. The longer it
+             * does, the rarer the looks (up to 16 periods apart), so that
+             * on a core shared with it they cost little. */
+            seen = calls;
+            sleep_us(ctx->cfg.offload_poll_us << (backoff < ENGINE_BACKOFF_MAX ? backoff : ENGINE_BACKOFF_MAX));
+            backoff++;
             continue;
         }
+        backoff = 0;
         events = engine_work(ctx);
         pthread_mutex_unlock(&ctx->lock);
         if (events > 0 || atomic_load_explicit(&ctx->off_big, memory_order_acquire) == 0)

@@ -391,18 +391,18 @@ static uint32_t list_match(const off_engine_t *e, const off_msg_t *m)
     return NIL;
 }
 
-void off_arrive(off_engine_t *e, const off_msg_t *m)
+static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host)
 {
     off_msg_t req;
     void *buf = NULL;
     uint64_t token = 0, recv_wr_id = 0;
     off_cqe_t *c;
     uint32_t i;
-    int read = 0;
+    int read = 0, taken = 1;
 
     if (m->len > 0 && m->data == NULL) {
         util_error("offload: a %zu-byte message from %u without its data: dropped", m->len, m->src);
-        return;
+        return 1;
     }
     lock(e);
     if (cq_reserve(e) != 0) {
@@ -416,7 +416,10 @@ void off_arrive(off_engine_t *e, const off_msg_t *m)
     if ((i = list_match(e, m)) == NIL) {
         e->hw_unexp++;
         e->stats.unexpected++;
-        to_host(e, m, OFF_WC_RECV, NULL);
+        if (inline_host)
+            taken = 0;
+        else
+            to_host(e, m, OFF_WC_RECV, NULL);
         goto out;
     }
     e->stats.matched++;
@@ -465,6 +468,17 @@ out:
     unlock(e);
     if (read)
         e->dev.read(e->dev_arg, &req, buf, recv_wr_id, token);
+    return taken;
+}
+
+void off_arrive(off_engine_t *e, const off_msg_t *m)
+{
+    arrive(e, m, 0);
+}
+
+int off_arrive_inline(off_engine_t *e, const off_msg_t *m)
+{
+    return arrive(e, m, 1);
 }
 
 void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status)

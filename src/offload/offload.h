@@ -203,6 +203,14 @@ size_t off_engine_run(off_engine_t *e, size_t max);
  * what the host leaves there: tmx's host takes them after every arrival. */
 void off_arrive(off_engine_t *e, const off_msg_t *m);
 
+/* The same for a host that serialises every call (off_engine_set_serialised)
+ * and handles a message the moment the engine hands it back: 0 when no
+ * matchable tag takes m, which then counts as unexpected (the host's count
+ * must take it into account as for an OFF_WC_RECV completion) but makes no
+ * completion and no copy: the host has it in hand. 1 when the engine took
+ * it (or refused it, logged), as off_arrive. */
+int off_arrive_inline(off_engine_t *e, const off_msg_t *m);
+
 /* The device's answer to dev->read. */
 void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status);
 

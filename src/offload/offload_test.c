@@ -564,6 +564,39 @@ static void test_del_racing_consume(void **state)
     }
 }
 
+/* A serialised host takes what the engine does not match at once
+ * (off_arrive_inline): no completion, no copy, but counted, so that a tag
+ * the host adds with a stale count is not matchable. */
+static void test_arrive_inline(void **state)
+{
+    tdev_t d;
+    char b1[8] = {0};
+    off_op_t op = op_add(1, b1, sizeof(b1), 0, 7, 0, 0);
+    off_msg_t m1 = msg_eager(0, 7, "m1", 3), m2 = msg_eager(0, 7, "m2", 3);
+    off_cqe_t c[2];
+    off_stats_t s;
+
+    (void)state;
+    dev_open(&d, NULL);
+    off_engine_set_serialised(d.e);
+    assert_int_equal(off_arrive_inline(d.e, &m1), 0); /* no tag: the host's, in hand */
+    assert_int_equal(poll_all(d.e, c, 2), 0);
+    assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK); /* count 0: one behind */
+    off_engine_run(d.e, SIZE_MAX);
+    assert_int_equal(off_arrive_inline(d.e, &m2), 0); /* b1 not matchable yet */
+    op = (off_op_t){.opcode = OFF_WR_TAG_SYNC, .unexpected_cnt = 2};
+    assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    assert_int_equal(off_arrive_inline(d.e, &m1), 1);
+    assert_int_equal(poll_all(d.e, c, 2), 1);
+    assert_int_equal(c[0].opcode, OFF_WC_TM_RECV);
+    assert_string_equal(b1, "m1");
+    off_engine_stats(d.e, &s);
+    assert_int_equal(s.unexpected, 2);
+    assert_int_equal(s.matched, 1);
+    dev_close(&d);
+}
+
 /* ----------------------------------------------------------- the host */
 
 /* The host side of the interface, as the core keeps it: every posted
@@ -1121,6 +1154,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stale_handle),
         cmocka_unit_test(test_del_while_reading),
         cmocka_unit_test(test_sync_by_any_operation),
+        cmocka_unit_test(test_arrive_inline),
         cmocka_unit_test(test_no_tag_and_fin_go_to_host),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_del_racing_consume),

@@ -18,6 +18,16 @@ typedef struct proto_ctrl {
     wire_rvh_t rvh;
 } proto_ctrl_t;
 
+/* What a tagged packet carries once parsed and checked. */
+typedef struct proto_in {
+    wire_tmh_t tmh;
+    wire_rvh_t rvh;
+    uint64_t data;
+    uint32_t has_data;
+    const unsigned char *payload;
+    size_t payload_len;
+} proto_in_t;
+
 /* ------------------------------------------------------------------- init */
 
 /* An eager message arriving in pieces (tl_stream_cb_t): the receive it
@@ -81,6 +91,16 @@ void proto_fini(proto_t *p)
     util_dlist_init(&p->streams);
     free(p->spare_stream);
     p->spare_stream = NULL;
+    if (p->off != NULL) {
+        off_stats_t st;
+        off_engine_stats(p->off, &st);
+        util_debug("offload engine: matched %llu messages itself, passed %llu to software, %llu "
+                   "receives added while it was ahead",
+                   (unsigned long long)st.matched, (unsigned long long)st.unexpected,
+                   (unsigned long long)st.added_unsynced);
+        off_engine_close(p->off);
+        p->off = NULL;
+    }
     match_fini(&p->match);
     free(p->rndv);
     p->rndv = NULL;
@@ -415,6 +435,216 @@ static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t ap
     rndv_finish(p, req, st);
 }
 
+/* --------------------------------------------- the offload engine's host */
+
+/* Posts one operation to the engine with the host's count, and has the
+ * engine process it now: proto is the engine's only caller, under core's
+ * lock, so operations need not wait for a thread. */
+static void off_op(proto_t *p, off_op_t *op)
+{
+    tmx_status_t st;
+
+    op->unexpected_cnt = p->off_handled;
+    if ((st = off_post_ops(p->off, op, 1, NULL)) != TMX_OK) {
+        util_error("offload: operation %u refused: %s", op->opcode, tmx_strerror(st));
+        return;
+    }
+    p->off_reported = p->off_handled;
+    off_engine_run(p->off, SIZE_MAX);
+}
+
+/* A posted receive leaves the matcher: taken by a message the host
+ * matched, cancelled or aborted. The engine gives up its copy. */
+static void recv_take(proto_t *p, proto_req_t *req)
+{
+    match_remove_recv(&p->match, &req->recv);
+    if (req->off_in) {
+        off_op_t del = {.opcode = OFF_WR_TAG_DEL, .handle = req->off_handle};
+        req->off_in = 0;
+        off_op(p, &del);
+    } else if (req->off_host) {
+        req->off_host = 0;
+        util_dlist_unlink(&req->off_link);
+        p->n_host_only--;
+    }
+}
+
+/* A receive goes to the engine unless it could match a message that a
+ * receive the host holds alone (older) also matches: the engine would
+ * take that message first. Beyond this many such receives, none goes. */
+#define OFF_HOST_SCAN_MAX 64
+
+static int off_may_hold(const proto_t *p, const match_recv_t *r)
+{
+    util_dlist_t *pos;
+
+    if (p->n_host_only > OFF_HOST_SCAN_MAX)
+        return 0;
+    util_dlist_foreach(pos, &p->off_host_only) {
+        const proto_req_t *o = util_container_of(pos, proto_req_t, off_link);
+        if (off_recvs_overlap(r->src, r->tag, r->ignore, o->recv.src, o->recv.tag, o->recv.ignore))
+            return 0;
+    }
+    return 1;
+}
+
+static void off_post(proto_t *p, proto_req_t *req)
+{
+    const match_recv_t *r = &req->recv;
+
+    if (req->len >= p->off_min && off_may_hold(p, r)) {
+        off_op_t add = {.opcode = OFF_WR_TAG_ADD};
+        add.add.recv_wr_id = (uintptr_t)req;
+        add.add.buf = req->buf;
+        add.add.len = req->len;
+        add.add.src = r->src;
+        add.add.tag = r->tag;
+        add.add.ignore = r->ignore;
+        add.unexpected_cnt = p->off_handled;
+        if (off_post_ops(p->off, &add, 1, NULL) == TMX_OK) {
+            p->off_reported = p->off_handled;
+            off_engine_run(p->off, SIZE_MAX);
+            req->off_in = 1;
+            req->off_handle = add.handle;
+            return;
+        }
+    }
+    req->off_host = 1; /* the engine is full, or the receive overlaps */
+    util_dlist_push_tail(&p->off_host_only, &req->off_link);
+    p->n_host_only++;
+}
+
+static void off_get_done(tl_get_op_t *op, tmx_status_t st);
+static void off_drain(proto_t *p);
+
+/* The engine matched a rendezvous request: the transport reads. */
+static void off_dev_read(void *arg, const off_msg_t *m, void *buf, uint64_t recv_wr_id,
+                         uint64_t token)
+{
+    proto_t *p = arg;
+    proto_req_t *req = (proto_req_t *)(uintptr_t)recv_wr_id;
+    tl_ep_t *ep;
+    proto_peer_t *pp;
+    tmx_status_t st;
+
+    req->off_token = token;
+    req->owner = p;
+    req->get.done = off_get_done;
+    st = p->up.peer_ep(p->up.arg, m->src, &ep, &pp);
+    if (st == TMX_OK)
+        st = ep->iface->ops->get(ep, buf, m->rlen, m->va, m->rkey, read_kind(ep->iface, m->rlen),
+                                 &req->get);
+    if (st == TMX_INPROGRESS)
+        return;
+    if (st != TMX_OK)
+        util_error("rendezvous read of %llu bytes from peer %u failed: %s",
+                   (unsigned long long)m->rlen, m->src, tmx_strerror(st));
+    off_read_done(p->off, token, st);
+}
+
+static void off_get_done(tl_get_op_t *op, tmx_status_t st)
+{
+    proto_req_t *req = util_container_of(op, proto_req_t, get);
+    proto_t *p = req->owner;
+
+    off_read_done(p->off, req->off_token, st);
+    off_drain(p);
+}
+
+static void off_dev_fin(void *arg, const off_msg_t *m, tmx_status_t status)
+{
+    fin_send(arg, m->src, m->app_ctx, m->tag, m->va, m->rkey, m->rlen, status != TMX_OK);
+}
+
+static const off_dev_ops_t off_dev_ops = {off_dev_read, off_dev_fin};
+
+tmx_status_t proto_offload_open(proto_t *p, const off_caps_t *caps, size_t min)
+{
+    tmx_status_t st = off_engine_open(caps, &off_dev_ops, p, &p->off);
+
+    if (st != TMX_OK)
+        return st;
+    off_engine_set_serialised(p->off);
+    util_dlist_init(&p->off_host_only);
+    p->off_min = min;
+    return TMX_OK;
+}
+
+static void tagged_match(proto_t *p, tmx_peer_t src, const proto_in_t *in);
+
+/* The host's side of one completion of the engine. */
+static void off_completion(proto_t *p, off_cqe_t *c)
+{
+    proto_req_t *req = (proto_req_t *)(uintptr_t)c->wr_id;
+
+    switch (c->opcode) {
+    case OFF_WC_TM_RECV:
+        if (c->flags & OFF_WC_TM_MATCH) {
+            size_t len = c->msg.op == OFF_TM_EAGER || (c->flags & OFF_WC_TM_DATA_VALID) ? c->msg.len
+                                                                                        : c->msg.rlen;
+            match_remove_recv(&p->match, &req->recv);
+            req->off_in = 0;
+            recv_fill(req, c->src, c->tag, len, c->msg.has_imm, c->msg.imm);
+        }
+        if (c->status == OFF_WC_TM_RNDV_INCOMPLETE) {
+            rndv_start(p, req, c->src, c->priv, c->msg.va, c->msg.rkey, c->msg.rlen);
+        } else if (c->status == OFF_WC_LOC_ERR) {
+            fin_send(p, c->src, c->priv, c->tag, c->msg.va, c->msg.rkey, c->msg.rlen, 1);
+            req_complete(p, req, TMX_ERR_NOMEM);
+        } else if (c->status == OFF_WC_REM_ERR) {
+            req_complete(p, req, c->dev_status);
+        } else if (c->flags & OFF_WC_TM_DATA_VALID) {
+            req_complete(p, req, recv_status(req));
+        }
+        break;
+    case OFF_WC_RECV: {
+        proto_in_t in = {0};
+        p->off_handled++;
+        if (c->status == OFF_WC_LOC_ERR)
+            break; /* lost, and logged, by the engine */
+        in.tmh.opcode = c->msg.op == OFF_TM_EAGER ? WIRE_OP_EAGER : WIRE_OP_RNDV;
+        in.tmh.app_ctx = c->priv;
+        in.tmh.tag = c->tag;
+        in.rvh.va = c->msg.va;
+        in.rvh.rkey = c->msg.rkey;
+        in.rvh.len = c->msg.rlen;
+        in.has_data = c->msg.has_imm;
+        in.data = c->msg.imm;
+        in.payload = c->msg.data;
+        in.payload_len = c->msg.len;
+        tagged_match(p, c->src, &in);
+        break;
+    }
+    case OFF_WC_TM_DEL:
+    case OFF_WC_TM_ADD:
+    case OFF_WC_TM_SYNC:
+        util_error("offload: operation 0x%llx failed (%u)", (unsigned long long)c->wr_id, c->status);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Handles every completion the engine has made. */
+static void off_drain(proto_t *p)
+{
+    off_cqe_t c[16];
+    size_t n;
+    int sync = 0;
+
+    while ((n = off_poll_cq(p->off, c, 16)) > 0) {
+        for (size_t i = 0; i < n; i++) {
+            sync |= (c[i].flags & OFF_WC_TM_SYNC_REQ) != 0;
+            off_completion(p, &c[i]);
+            off_cqe_release(&c[i]);
+        }
+    }
+    if (sync && p->off_reported != p->off_handled) {
+        off_op_t op = {.opcode = OFF_WR_TAG_SYNC};
+        off_op(p, &op);
+    }
+}
+
 void proto_msg_clear(proto_msg_t *msg)
 {
     free(msg->payload);
@@ -458,6 +688,8 @@ tmx_status_t proto_recv_match(proto_t *p, proto_req_t *req)
 
 tmx_status_t proto_recv_post(proto_t *p, proto_req_t *req)
 {
+    if (p->off != NULL)
+        off_post(p, req);
     return match_post(&p->match, &req->recv);
 }
 
@@ -465,7 +697,7 @@ tmx_status_t proto_recv_cancel(proto_t *p, proto_req_t *req)
 {
     if (!match_recv_is_posted(&req->recv))
         return TMX_ERR_BUSY;
-    match_remove_recv(&p->match, &req->recv);
+    recv_take(p, req);
     return TMX_OK;
 }
 
@@ -482,21 +714,12 @@ void proto_req_abort(proto_t *p, proto_req_t *req)
         if (req->fin_wait)
             rndv_slot_put(p, req);
     } else if (match_recv_is_posted(&req->recv)) {
-        match_remove_recv(&p->match, &req->recv);
+        recv_take(p, req);
     }
 }
 
 /* ------------------------------------------------------------ from wire */
 
-/* What a tagged packet carries once parsed and checked. */
-typedef struct proto_in {
-    wire_tmh_t tmh;
-    wire_rvh_t rvh;
-    uint64_t data;
-    uint32_t has_data;
-    const unsigned char *payload;
-    size_t payload_len;
-} proto_in_t;
 
 static int parse_fail(proto_t *p, tmx_peer_t src, const char *why, size_t len)
 {
@@ -583,7 +806,9 @@ err_nomem:
                (unsigned long long)in->tmh.tag);
 }
 
-static void tagged_arrive(proto_t *p, tmx_peer_t src, const proto_in_t *in)
+/* A tagged message the host matches itself: against every posted
+ * receive, in post order. */
+static void tagged_match(proto_t *p, tmx_peer_t src, const proto_in_t *in)
 {
     match_recv_t *r = match_find_recv(&p->match, src, in->tmh.tag);
     proto_req_t *req;
@@ -593,13 +818,43 @@ static void tagged_arrive(proto_t *p, tmx_peer_t src, const proto_in_t *in)
         unexpected_store(p, src, in);
         return;
     }
-    match_remove_recv(&p->match, r);
     req = util_container_of(r, proto_req_t, recv);
+    recv_take(p, req);
     recv_fill(req, src, in->tmh.tag, msg_len, in->has_data, in->data);
     if (in->tmh.opcode == WIRE_OP_EAGER)
         eager_deliver(p, req, in->payload);
     else
         rndv_start(p, req, src, in->tmh.app_ctx, in->rvh.va, in->rvh.rkey, in->rvh.len);
+}
+
+/* A tagged message goes through the offload engine when it is on: the
+ * engine completes a receive it holds, or hands the message back. */
+static void tagged_arrive(proto_t *p, tmx_peer_t src, const proto_in_t *in)
+{
+    off_msg_t m;
+
+    if (p->off == NULL) {
+        tagged_match(p, src, in);
+        return;
+    }
+    m = (off_msg_t){.op = in->tmh.opcode == WIRE_OP_EAGER ? OFF_TM_EAGER : OFF_TM_RNDV,
+                    .src = src,
+                    .app_ctx = in->tmh.app_ctx,
+                    .tag = in->tmh.tag,
+                    .va = in->rvh.va,
+                    .rkey = in->rvh.rkey,
+                    .rlen = in->tmh.opcode == WIRE_OP_EAGER ? 0 : in->rvh.len,
+                    .imm = in->data,
+                    .has_imm = (uint8_t)in->has_data};
+    if (in->tmh.opcode == WIRE_OP_EAGER) {
+        m.data = in->payload;
+        m.len = in->payload_len;
+    }
+    if (off_arrive_inline(p->off, &m) == 0) {
+        p->off_handled++; /* the engine's, handed back at once */
+        tagged_match(p, src, in);
+    }
+    off_drain(p);
 }
 
 /* A FIN must name a rendezvous send of ours to its sender, with its
@@ -738,8 +993,8 @@ static proto_stream_t *stream_open(proto_t *p, uint64_t uuid, tmx_peer_t src, co
     s->uuid = uuid;
     s->left = in->payload_len;
     if ((r = match_find_recv(&p->match, src, in->tmh.tag)) != NULL) {
-        match_remove_recv(&p->match, r);
         s->req = util_container_of(r, proto_req_t, recv);
+        recv_take(p, s->req);
         recv_fill(s->req, src, in->tmh.tag, in->payload_len, in->has_data, in->data);
         s->dst = s->req->buf;
         s->room = s->req->comp.length;
@@ -834,7 +1089,7 @@ void proto_stream_end(void *arg, void *sink, int how)
     if (src != TMX_PEER_NONE)
         msg->m.src = src;
     if ((r = match_find_recv(&p->match, msg->m.src, msg->m.tag)) != NULL) {
-        match_remove_recv(&p->match, r);
+        recv_take(p, util_container_of(r, proto_req_t, recv));
         proto_msg_deliver(p, msg, util_container_of(r, proto_req_t, recv));
     } else if (match_add_msg(&p->match, &msg->m) == TMX_OK) {
         p->up.msg_kept(p->up.arg, msg, msg->len);

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "match/match.h"
+#include "offload/offload.h"
 #include "proto/proto_table.h"
 #include "reg/reg.h"
 #include "tl/tl.h"
@@ -48,6 +49,12 @@ typedef struct proto_req {
     uint32_t fin_wait;          /* rendezvous sends: the slot is held */
     uint64_t rkey;              /* rendezvous sends: key the FIN must echo */
     uint64_t dest_uuid;         /* rendezvous sends: who may send the FIN */
+    /* receives, with the offload engine on: */
+    uint8_t off_in;             /* the engine holds it (handle off_handle) */
+    uint8_t off_host;           /* the host holds it alone (in off_host_only) */
+    uint32_t off_handle;
+    uint64_t off_token;         /* the engine's read in flight */
+    util_dlist_t off_link;
     void *buf;
     size_t len;
     tmx_completion_t comp;
@@ -124,7 +131,20 @@ struct proto {
     proto_spec_t spec;          /* TMX_PROTO */
     proto_tl_t tls[PROTO_MAX_TLS]; /* each open transport's table (its iface->above) */
     int n_tls;
+    /* The offload engine (src/offload), when on: proto is its host. */
+    off_engine_t *off;
+    uint32_t off_handled;       /* unexpected messages the host has handled */
+    uint32_t off_reported;      /* the count the engine last heard */
+    util_dlist_t off_host_only; /* posted receives the engine does not hold */
+    uint32_t n_host_only;
+    size_t off_min;             /* receives from this size on go to the engine */
 };
+
+/* Puts the offload engine (src/offload) in front of the matcher: posted
+ * receives of min bytes or more go to its list where they can
+ * (docs/offload.md, "How the host uses it") and tagged packets go through
+ * it. Before any traffic. */
+tmx_status_t proto_offload_open(proto_t *p, const off_caps_t *caps, size_t min);
 
 /* spec: TMX_PROTO as parsed (NULL: the defaults everywhere). */
 tmx_status_t proto_init(proto_t *p, const proto_upcalls_t *up, const proto_spec_t *spec);

@@ -68,6 +68,17 @@ for profile in drop=0.01 drop=0.05 drop=0.2 dup=0.01 reorder=0.05 corrupt=0.001 
     run "anysource, 6 ranks on 3 hosts" 6 "$ALL" anysource "$UDP" "$F"
 done
 
+echo "== the offload engine on (every receive through its list), clean and under faults"
+OFF=(TMX_OFFLOAD=1 TMX_OFFLOAD_MIN=0 TMX_OFFLOAD_TAGS=8)
+run "pingpong, engine" 2 "$TWO" pingpong "$UDP" "${OFF[@]}"
+run "anysource, 8 ranks on 3 hosts, engine" 8 "$ALL" anysource "$UDP" "${OFF[@]}"
+F=TMX_UDP_FAULTS=drop=0.05,dup=0.01,reorder=0.05,corrupt=0.001
+run "pingpong up to 16 MiB, engine, faults" 2 "$TWO" pingpong "$UDP" "$F" MP_MAX_BYTES=16777216 "${OFF[@]}"
+run "order, engine, faults" 2 "$TWO" order "$UDP" "$F" "${OFF[@]}"
+run "truncate, engine, faults" 2 "$TWO" truncate "$UDP" "$F" "${OFF[@]}"
+run "probe, engine, faults" 2 "$TWO" probe "$UDP" "$F" "${OFF[@]}"
+run "anysource, 6 ranks on 3 hosts, engine, faults" 6 "$ALL" anysource "$UDP" "$F" "${OFF[@]}"
+
 echo "== kernel drops (nft, 5 % of UDP datagrams each way)"
 for h in "${HOSTS[@]}"; do fault_nft_drop "$h" 5; done
 run "pingpong up to 64 MiB" 2 "$TWO" pingpong "$UDP"

@@ -213,8 +213,10 @@ static void context_apply(tmx_context_h ctx, const tmx_context_params_t *p)
         ctx->mt = p->thread_mode == TMX_THREAD_MULTIPLE;
     ctx->off_on = p != NULL && (p->field_mask & TMX_CONTEXT_FIELD_OFFLOAD) ? p->offload
                                                                           : ctx->cfg.offload;
-    if (ctx->off_on)
+    if (ctx->off_on) {
+        core_offload_lock_mode(ctx, ctx->mt ? 2 : 1);
         ctx->mt = 1; /* the engine's thread and the application's share it */
+    }
     if (p != NULL && (p->field_mask & TMX_CONTEXT_FIELD_NAME) && p->name != NULL)
         name = p->name;
     snprintf(ctx->name, sizeof(ctx->name), "%s", name);

@@ -111,10 +111,16 @@ struct tmx_context {
     int off_on;
     pthread_t off_thread;
     atomic_int off_stop;
-    _Atomic uint64_t app_calls; /* the application's entries into the context */
+    _Atomic uint64_t app_calls; /* core_progress calls (by the application, mostly) */
     atomic_uint off_big;        /* live requests of CORE_OFF_BIG bytes or more */
     atomic_int off_word;        /* the engine's futex word: 1 when woken */
     atomic_int off_sleeping;    /* the engine waits on off_word */
+    /* A context of one application thread with the engine: the lock is
+     * asymmetric (engine.c): two plain stores for the application, a
+     * membarrier() for the engine's thread. */
+    int asym;
+    atomic_int app_in;          /* the application is inside */
+    atomic_int eng_in;          /* the engine's thread is inside */
 };
 
 /* Requests from this size on (rendezvous and long streams) are what the
@@ -122,21 +128,29 @@ struct tmx_context {
  * with none live it sleeps (engine.c). */
 #define CORE_OFF_BIG 65536
 
+/* The application's way in while the engine's thread holds the context. */
+void core_asym_wait(tmx_context_h ctx);
+
 static inline void core_lock(tmx_context_h ctx)
 {
-    if (ctx->mt) {
+    if (ctx->asym) {
+        /* The engine's thread stores eng_in, runs membarrier() (a full
+         * barrier on every thread of ours) and then reads app_in: so a
+         * compiler barrier suffices here (the asymmetric Dekker pattern). */
+        atomic_store_explicit(&ctx->app_in, 1, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);
+        if (__builtin_expect(atomic_load_explicit(&ctx->eng_in, memory_order_acquire), 0))
+            core_asym_wait(ctx);
+    } else if (ctx->mt) {
         pthread_mutex_lock(&ctx->lock);
-        /* Under the lock, so a plain increment: the engine only samples it. */
-        if (ctx->off_on)
-            atomic_store_explicit(&ctx->app_calls,
-                                  atomic_load_explicit(&ctx->app_calls, memory_order_relaxed) + 1,
-                                  memory_order_relaxed);
     }
 }
 
 static inline void core_unlock(tmx_context_h ctx)
 {
-    if (ctx->mt)
+    if (ctx->asym)
+        atomic_store_explicit(&ctx->app_in, 0, memory_order_release);
+    else if (ctx->mt)
         pthread_mutex_unlock(&ctx->lock);
 }
 
@@ -188,6 +202,9 @@ void core_idle_sleep(tmx_context_h ctx, int64_t timeout_us);
 
 /* engine.c: the offload engine's thread. */
 tmx_status_t core_offload_start(tmx_context_h ctx);
+/* Chooses the asymmetric lock for a context of one application thread,
+ * where the kernel offers membarrier(); otherwise the mutex stays. */
+void core_offload_lock_mode(tmx_context_h ctx, int app_threads);
 /* Counts a request the engine should advance, waking it if it sleeps. */
 void core_offload_big(tmx_context_h ctx, struct tmx_request *req);
 static inline void core_offload_watch(tmx_context_h ctx, struct tmx_request *req)

@@ -26,6 +26,8 @@
  */
 #include <errno.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -39,6 +41,7 @@
 #define ENGINE_SLEEP_BUSY_US 1000 /* a sleep in the transports while big requests are live */
 #define ENGINE_SLEEP_IDLE_US 5000 /* a look this often while none is */
 #define ENGINE_BACKOFF_MAX 4      /* looks at most 2^4 periods apart */
+#define ENGINE_TRIES 64           /* tries to get in while asleep, at each look */
 
 static void sleep_us(uint64_t us)
 {
@@ -57,11 +60,85 @@ static void futex_wait_us(atomic_int *word, int val, uint64_t us)
 void core_offload_big(tmx_context_h ctx, struct tmx_request *req)
 {
     req->big = 1;
-    if (atomic_fetch_add_explicit(&ctx->off_big, 1, memory_order_acq_rel) == 0 &&
-        atomic_load_explicit(&ctx->off_sleeping, memory_order_acquire)) {
+    /* seq_cst on both sides (here and where the thread goes to sleep): each
+     * writes one word and then reads the other, and at least one must see
+     * the other's write, or the wake-up is lost (for up to
+     * ENGINE_SLEEP_IDLE_US). */
+    if (atomic_fetch_add(&ctx->off_big, 1) == 0 && atomic_load(&ctx->off_sleeping)) {
         atomic_store_explicit(&ctx->off_word, 1, memory_order_release);
         syscall(SYS_futex, &ctx->off_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     }
+}
+
+/* ------------------------------------------------------------- the lock */
+
+/* With one application thread (TMX_THREAD_SINGLE), the context's lock is
+ * asymmetric: the application, which enters on every call, marks itself
+ * inside with a plain store and checks the engine's mark after a compiler
+ * barrier (core_lock); the engine's thread, which enters rarely, marks
+ * itself, runs membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) so that every
+ * thread of the process passes a full barrier, and then checks the
+ * application's mark. Either sees the other and the engine backs off; the
+ * application waits only while the engine works. ThreadSanitizer cannot
+ * see membarrier's ordering, so sanitized builds keep the mutex. */
+#if defined(__SANITIZE_THREAD__)
+#define ENGINE_ASYM_OK 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ENGINE_ASYM_OK 0
+#endif
+#endif
+#ifndef ENGINE_ASYM_OK
+#define ENGINE_ASYM_OK 1
+#endif
+
+void core_offload_lock_mode(tmx_context_h ctx, int app_threads)
+{
+    ctx->asym = 0;
+    if (!ENGINE_ASYM_OK || app_threads > 1)
+        return;
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0) {
+        util_debug("%s: no membarrier (%s): the engine shares a mutex", ctx->name, strerror(errno));
+        return;
+    }
+    ctx->asym = 1;
+}
+
+void core_asym_wait(tmx_context_h ctx)
+{
+    for (;;) {
+        atomic_store_explicit(&ctx->app_in, 0, memory_order_release);
+        while (atomic_load_explicit(&ctx->eng_in, memory_order_acquire))
+            sched_yield(); /* the engine works a bounded turn */
+        atomic_store_explicit(&ctx->app_in, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (!atomic_load_explicit(&ctx->eng_in, memory_order_acquire))
+            return;
+    }
+}
+
+static int engine_trylock(tmx_context_h ctx)
+{
+    if (!ctx->asym)
+        return pthread_mutex_trylock(&ctx->lock) == 0;
+    if (atomic_load_explicit(&ctx->app_in, memory_order_relaxed))
+        return 0;
+    atomic_store_explicit(&ctx->eng_in, 1, memory_order_relaxed);
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+        atomic_thread_fence(memory_order_seq_cst); /* registered, so not expected */
+    if (atomic_load_explicit(&ctx->app_in, memory_order_acquire)) {
+        atomic_store_explicit(&ctx->eng_in, 0, memory_order_release);
+        return 0;
+    }
+    return 1;
+}
+
+static void engine_unlock(tmx_context_h ctx)
+{
+    if (ctx->asym)
+        atomic_store_explicit(&ctx->eng_in, 0, memory_order_release);
+    else
+        pthread_mutex_unlock(&ctx->lock);
 }
 
 /* Progresses until nothing moves; the caller holds the lock. */
@@ -84,6 +161,7 @@ static void *engine_main(void *arg)
     tmx_context_h ctx = arg;
     uint64_t seen = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed);
     unsigned backoff = 0; /* looks in a row that found the application busy */
+    int woke = 0;         /* slept in the transports since the last turn */
 
     /* Its short sleeps must be short: the default slack is 50 us. */
     prctl(PR_SET_TIMERSLACK, 1000UL);
@@ -92,21 +170,29 @@ static void *engine_main(void *arg)
         int events;
 
         if (atomic_load_explicit(&ctx->off_big, memory_order_acquire) == 0) {
-            atomic_store_explicit(&ctx->off_sleeping, 1, memory_order_release);
-            if (atomic_load_explicit(&ctx->off_big, memory_order_acquire) == 0)
+            atomic_store(&ctx->off_sleeping, 1); /* seq_cst: see core_offload_big */
+            if (atomic_load(&ctx->off_big) == 0)
                 futex_wait_us(&ctx->off_word, 0, ENGINE_SLEEP_IDLE_US);
             atomic_store_explicit(&ctx->off_sleeping, 0, memory_order_release);
             atomic_store_explicit(&ctx->off_word, 0, memory_order_relaxed);
             calls = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed);
-            if (calls == seen && pthread_mutex_trylock(&ctx->lock) == 0) {
-                engine_work(ctx); /* housekeeping while the application is away */
-                pthread_mutex_unlock(&ctx->lock);
+            /* The application made no progress since the last look: it is
+             * away, or only tests its requests, which does not progress
+             * (and enters the context briefly, so a few tries get in). */
+            for (int i = 0; i < ENGINE_TRIES && calls == seen; i++) {
+                if (engine_trylock(ctx)) {
+                    engine_work(ctx); /* housekeeping while the application is away */
+                    calls = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed);
+                    engine_unlock(ctx);
+                    break;
+                }
+                sched_yield();
             }
-            seen = calls;
+            seen = calls; /* not counting our own progress */
             continue;
         }
         calls = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed);
-        if (calls != seen || pthread_mutex_trylock(&ctx->lock) != 0) {
+        if (calls != seen || !engine_trylock(ctx)) {
             /* The application advances its traffic itself. The longer it
              * does, the rarer the looks (up to 16 periods apart), so that
              * on a core shared with it they cost little. */
@@ -116,15 +202,18 @@ static void *engine_main(void *arg)
             continue;
         }
         backoff = 0;
+        if (woke) {
+            for (int i = 0; i < ctx->n_ifaces; i++)
+                ctx->ifaces[i]->quiet = 0; /* what woke us may be anywhere */
+            woke = 0;
+        }
         events = engine_work(ctx);
-        pthread_mutex_unlock(&ctx->lock);
+        seen = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed); /* not counting ours */
+        engine_unlock(ctx);
         if (events > 0 || atomic_load_explicit(&ctx->off_big, memory_order_acquire) == 0)
             continue;
         core_idle_sleep(ctx, ENGINE_SLEEP_BUSY_US);
-        pthread_mutex_lock(&ctx->lock);
-        for (int i = 0; i < ctx->n_ifaces; i++)
-            ctx->ifaces[i]->quiet = 0; /* what woke us may be anywhere */
-        pthread_mutex_unlock(&ctx->lock);
+        woke = 1;
         /* seen stays: an entry while we slept sends us back to looking */
     }
     return NULL;
@@ -135,11 +224,12 @@ tmx_status_t core_offload_start(tmx_context_h ctx)
     int err;
 
     atomic_store(&ctx->off_stop, 0);
+    ctx->off_on = 2; /* the thread runs: stop it before teardown (set before it starts) */
     if ((err = pthread_create(&ctx->off_thread, NULL, engine_main, ctx)) != 0) {
+        ctx->off_on = 1;
         util_error("offload engine: cannot start its thread: %s", strerror(err));
         return TMX_ERR_NOMEM;
     }
-    ctx->off_on = 2; /* the thread runs: stop it before teardown */
     util_debug("%s: offload engine started (looks every %llu us)", ctx->name,
                (unsigned long long)ctx->cfg.offload_poll_us);
     return TMX_OK;

@@ -80,6 +80,13 @@ int core_progress(tmx_context_h ctx)
 {
     int events = 0, look_all = 0;
 
+    /* Whoever progresses holds the context, so a plain increment: the
+     * offload engine only samples it, to see the application progress. */
+    if (ctx->off_on)
+        atomic_store_explicit(&ctx->app_calls,
+                              atomic_load_explicit(&ctx->app_calls, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+
     if (__builtin_expect((++ctx->polls & (TL_QUIET_POLL_EVERY - 1)) == 0, 0)) {
         int64_t now = core_now_us();
         if (now - ctx->quiet_look_us >= (ctx->busy_polls != 0 ? TL_QUIET_BUSY_LOOK_US : TL_QUIET_LOOK_US)) {

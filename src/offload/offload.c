@@ -400,8 +400,9 @@ static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host)
     uint32_t i;
     int read = 0, taken = 1;
 
-    if (m->len > 0 && m->data == NULL) {
-        util_error("offload: a %zu-byte message from %u without its data: dropped", m->len, m->src);
+    if ((m->len > 0 && m->data == NULL) || m->len > OFF_MSG_MAX) {
+        util_error("offload: a %zu-byte message from %u %s: dropped", m->len, m->src,
+                   m->data == NULL ? "without its data" : "longer than any a transport delivers");
         return 1;
     }
     lock(e);
@@ -434,6 +435,7 @@ static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host)
     c->src = m->src;
     c->priv = m->app_ctx;
     c->tag = m->tag;
+    c->msg.op = m->op;
     c->msg.imm = m->imm;
     c->msg.has_imm = m->has_imm;
     if (m->op == OFF_TM_EAGER) {

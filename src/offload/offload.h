@@ -52,6 +52,7 @@
 #define OFF_DEF_MAX_RNDV_HDR_SIZE 64
 #define OFF_MAX_NUM_TAGS 65535 /* a handle holds a 16-bit index */
 #define OFF_RNDV_HDR_FIXED 32  /* TMH and RVH: max_rndv_hdr_size is at least this */
+#define OFF_MSG_MAX ((size_t)1 << 40) /* a message's data longer than this is refused */
 
 typedef struct off_caps {
     uint32_t max_num_tags;
@@ -197,7 +198,8 @@ size_t off_engine_run(off_engine_t *e, size_t max);
 
 /* Matches an arriving message: it is copied into its tagged buffer (eager)
  * or its read started (rendezvous), or passed to the host whole. A
- * message with data NULL and len > 0 is refused (logged), as is one that
+ * message with data NULL and len > 0, or len above OFF_MSG_MAX, is
+ * refused (logged), as is one that
  * finds no memory for its completion: it is then lost, and the engine's
  * state is unchanged. The completions waiting to be taken are bounded by
  * what the host leaves there: tmx's host takes them after every arrival. */

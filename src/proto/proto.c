@@ -445,7 +445,12 @@ static void off_op(proto_t *p, off_op_t *op)
     tmx_status_t st;
 
     op->unexpected_cnt = p->off_handled;
-    if ((st = off_post_ops(p->off, op, 1, NULL)) != TMX_OK) {
+    /* The queue is run empty after every operation, so it has room; were
+     * it full, running it makes room (a DEL must not be lost: the engine
+     * would keep a tag naming a request that completes elsewhere). */
+    while ((st = off_post_ops(p->off, op, 1, NULL)) == TMX_ERR_AGAIN)
+        off_engine_run(p->off, SIZE_MAX);
+    if (st != TMX_OK) {
         util_error("offload: operation %u refused: %s", op->opcode, tmx_strerror(st));
         return;
     }
@@ -580,8 +585,7 @@ static void off_completion(proto_t *p, off_cqe_t *c)
     switch (c->opcode) {
     case OFF_WC_TM_RECV:
         if (c->flags & OFF_WC_TM_MATCH) {
-            size_t len = c->msg.op == OFF_TM_EAGER || (c->flags & OFF_WC_TM_DATA_VALID) ? c->msg.len
-                                                                                        : c->msg.rlen;
+            size_t len = c->msg.op == OFF_TM_EAGER ? c->msg.len : c->msg.rlen;
             match_remove_recv(&p->match, &req->recv);
             req->off_in = 0;
             recv_fill(req, c->src, c->tag, len, c->msg.has_imm, c->msg.imm);

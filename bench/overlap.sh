@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# bench/overlap.sh - overlap of communication with computation, and what
+# the offload engine (TMX_OFFLOAD, docs/offload.md) costs small messages.
+#
+# Overlap: two ranks on cores 0 and 1 exchange a message each way; alone
+# that takes x on rank 0 (median); then rank 0 computes for x between
+# posting and waiting, without calling the library, and the exchange takes
+# t; overlap = 1 - (t - x) / x (100 %: the transfer hid entirely behind the
+# computation). Sizes 64 KiB to 16 MiB, in interleaved rounds, over
+#   tmx            tmx-perf -t overlap, shm, TMX_OFFLOAD=0
+#   tmx+engine     the same with TMX_OFFLOAD=1
+#   ompi+tmx       bench/mpi/overlap.c, Open MPI over the provider, TMX_OFFLOAD=1
+#   vader          bench/mpi/overlap.c, pml ob1 + btl self,vader
+#   ucx            bench/mpi/overlap.c, pml ucx (when ompi_info lists it)
+# Cost: tmx-perf 8-byte latency and message rate, TMX_OFFLOAD=0 against 1,
+# interleaved.
+# Writes results/overlap.md and results/raw/overlap/. Usage: bench/overlap.sh [-r ROUNDS] [--quick]
+set -euo pipefail
+
+usage() {
+    cat <<'EOF'
+usage: bench/overlap.sh [-r ROUNDS] [--quick] [--no-install] [--no-build] [-o DIR]
+  -r ROUNDS     interleaved rounds (default 3)
+  --quick       1 round, fewer iterations (writes results/quick/ unless -o)
+  --no-install  do not apt-get install missing tools
+  --no-build    use build/release as it is
+  -o DIR        output folder (default bench/results)
+EOF
+}
+
+BENCH=overlap
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=bench/lib.sh
+. "$HERE/lib.sh"
+bench_args "$@"
+bench_init
+bench_need "mpirun mpicc ompi_info taskset" openmpi-bin libopenmpi-dev util-linux
+bench_build
+bench_staging
+
+SIZES="65536,262144,1048576,4194304,16777216"
+ITERS=50
+LAT_N=200000
+RATE_N=2000000
+if [ "$QUICK" = 1 ]; then ITERS=10 LAT_N=20000 RATE_N=200000; fi
+mpicc -O2 -Wall -Wextra -o "$TMP/overlap" "$HERE/mpi/overlap.c"
+PROV=$ROOT/build/release/fabric
+TMX_GIT="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo "?")"
+SYSTEMS="tmx tmx+engine ompi+tmx vader"
+ompi_info 2>/dev/null | grep -q "MCA pml: ucx" && SYSTEMS="$SYSTEMS ucx"
+MPI=(taskset -c 0,1 mpirun --allow-run-as-root --bind-to none -n 2)
+
+one() { # SYSTEM
+    local s=$1 f="$RAWNEW/r${ROUND}_${1}.txt" cmd
+    case $s in
+    tmx) cmd="env TMX_OFFLOAD=0 taskset -c 0,1 $TMXRUN -n 2 $PERF -t overlap -s $SIZES -n $ITERS --csv" ;;
+    tmx+engine) cmd="env TMX_OFFLOAD=1 taskset -c 0,1 $TMXRUN -n 2 $PERF -t overlap -s $SIZES -n $ITERS --csv" ;;
+    ompi+tmx) cmd="${MPI[*]} --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tmx -x FI_PROVIDER_PATH=$PROV -x TMX_OFFLOAD=1 $TMP/overlap -s $SIZES -n $ITERS" ;;
+    vader) cmd="${MPI[*]} --mca pml ob1 --mca btl self,vader $TMP/overlap -s $SIZES -n $ITERS" ;;
+    ucx) cmd="${MPI[*]} --mca pml ucx $TMP/overlap -s $SIZES -n $ITERS" ;;
+    esac
+    printf 'r%s  %s\n' "$ROUND" "$cmd" >>"$RAWNEW/commands.txt"
+    # shellcheck disable=SC2086
+    if ! timeout "$TO" $cmd >"$f" 2>&1; then
+        echo "r$ROUND $s: failed (raw/overlap/$(basename "$f"))" >>"$TMP/failures.txt"
+        return 0
+    fi
+    case $s in
+    tmx | tmx+engine) # test,transport,size,iterations,value,unit rows
+        awk -F, -v s="$s" -v r="$ROUND" '$1 == "overlap" { printf "%s\t%s\toverlap\t%s\t%s\n", r, s, $3, $5 }
+            $1 == "xfer" { printf "%s\t%s\txfer\t%s\t%s\n", r, s, $3, $5 }' "$f" >>"$DATA" ;;
+    *) # overlap,SIZE,ITERS,OVERLAP,X,T
+        awk -F, -v s="$s" -v r="$ROUND" '$1 == "overlap" { printf "%s\t%s\toverlap\t%s\t%s\n", r, s, $2, $4
+            printf "%s\t%s\txfer\t%s\t%s\n", r, s, $2, $5 }' "$f" >>"$DATA" ;;
+    esac
+    log "r$ROUND $s done"
+}
+
+cost() { # OFFLOAD
+    local f="$RAWNEW/r${ROUND}_cost_$1.txt"
+    {
+        env TMX_OFFLOAD="$1" taskset -c 0,1 "$TMXRUN" -n 2 "$PERF" -t lat -s 8 -n "$LAT_N" --csv
+        env TMX_OFFLOAD="$1" taskset -c 0,1 "$TMXRUN" -n 2 "$PERF" -t rate -s 8 -n "$RATE_N" --csv
+    } >"$f" 2>&1 || { echo "r$ROUND cost $1: failed" >>"$TMP/failures.txt"; return 0; }
+    awk -F, -v o="$1" -v r="$ROUND" '$1 ~ /^(lat|lat_p50|lat_p99|rate)$/ { printf "%s\toffload=%s\t%s\t8\t%s\n", r, o, $1, $5 }' "$f" >>"$DATA"
+}
+
+T_START=$(date +%s)
+START_DATE=$(date -u '+%F %H:%M UTC')
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+for ROUND in $(seq 1 "$ROUNDS"); do
+    read -r -a sys <<<"$SYSTEMS"
+    k=$(((ROUND - 1) % ${#sys[@]}))
+    for s in "${sys[@]:k}" "${sys[@]:0:k}"; do one "$s"; done
+    if [ $((ROUND % 2)) = 1 ]; then cost 0; cost 1; else cost 1; cost 0; fi
+done
+ELAPSED=$(($(date +%s) - T_START))
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+cp "$DATA" "$RAWNEW/data.tsv"
+
+med() { # SYSTEM METRIC SIZE -> median over rounds
+    awk -F'\t' -v s="$1" -v m="$2" -v z="$3" '$2 == s && $3 == m && $4 == z { v[c++] = $5 }
+        END { if (c == 0) { print ""; exit }
+              for (i = 0; i < c; i++) for (j = i + 1; j < c; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+              printf "%.1f", c % 2 ? v[(c - 1) / 2] : (v[c / 2 - 1] + v[c / 2]) / 2 }' "$DATA"
+}
+lst() { # SYSTEM METRIC SIZE -> every round's value
+    awk -F'\t' -v s="$1" -v m="$2" -v z="$3" '$2 == s && $3 == m && $4 == z { l = l (l == "" ? "" : "/") $5 } END { print l }' "$DATA"
+}
+human() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%d MiB", b / 1048576; else printf "%d KiB", b / 1024 }'; }
+
+MD=$TMP/overlap.md
+{
+    echo "# Overlap of communication with computation"
+    echo
+    echo "$START_DATE, $ROUNDS interleaved round(s), ${ELAPSED} s in all; tmx at $TMX_GIT."
+    echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), both ranks on cores 0 and 1;"
+    echo "load average $LOAD_START at the start, $LOAD_END at the end. Open MPI $(ompi_info 2>/dev/null | awk '/Open MPI:/ {print $3; exit}')."
+    echo
+    echo "Both ranks exchange a message each way; rank 0 computes, between posting and waiting, for as"
+    echo "long as the exchange alone takes (x), while rank 1 waits as usual. Overlap = 1 - (t - x) / x,"
+    echo "t the exchange with the computation; median over rounds, in percent [every round]."
+    echo "Only rank 0 computes: on two cores a copy needs a core that is not computing."
+    echo
+    printf '| size |'; for s in $SYSTEMS; do printf ' %s |' "$s"; done; echo
+    printf '|---|'; for s in $SYSTEMS; do printf '%s' '---|'; done; echo
+    for z in ${SIZES//,/ }; do
+        printf '| %s |' "$(human "$z")"
+        for s in $SYSTEMS; do printf ' %s %% [%s] |' "$(med "$s" overlap "$z")" "$(lst "$s" overlap "$z")"; done
+        echo
+    done
+    echo
+    echo "The exchange alone (x), microseconds, median:"
+    echo
+    printf '| size |'; for s in $SYSTEMS; do printf ' %s |' "$s"; done; echo
+    printf '|---|'; for s in $SYSTEMS; do printf '%s' '---|'; done; echo
+    for z in ${SIZES//,/ }; do
+        printf '| %s |' "$(human "$z")"
+        for s in $SYSTEMS; do printf ' %s |' "$(med "$s" xfer "$z")"; done
+        echo
+    done
+    echo
+    echo "## What the engine costs small messages (tmx-perf, 8 B, shm)"
+    echo
+    echo "| measure | TMX_OFFLOAD=0 | TMX_OFFLOAD=1 | 1 / 0 | every round (0; 1) |"
+    echo "|---|---|---|---|---|"
+    for m in lat lat_p50 lat_p99 rate; do
+        a=$(med offload=0 "$m" 8) b=$(med offload=1 "$m" 8)
+        r=$([ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", b / a }' || echo n/a)
+        echo "| $m ($( [ "$m" = rate ] && echo msg/s || echo us )) | $a | $b | $r | $(lst offload=0 "$m" 8); $(lst offload=1 "$m" 8) |"
+    done
+    echo
+    problems_section
+    echo
+    echo "Commands: raw/overlap/commands.txt; every output beside it."
+} >"$MD"
+bench_publish

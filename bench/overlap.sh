@@ -39,7 +39,7 @@ bench_build
 bench_staging
 
 SIZES="65536,262144,1048576,4194304,16777216"
-ITERS=50
+ITERS=100
 LAT_N=200000
 RATE_N=2000000
 if [ "$QUICK" = 1 ]; then ITERS=10 LAT_N=20000 RATE_N=200000; fi
@@ -57,7 +57,7 @@ one() { # SYSTEM
     tmx+engine) cmd="env TMX_OFFLOAD=1 taskset -c 0,1 $TMXRUN -n 2 $PERF -t overlap -s $SIZES -n $ITERS --csv" ;;
     ompi+tmx) cmd="${MPI[*]} --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tmx -x FI_PROVIDER_PATH=$PROV -x TMX_OFFLOAD=1 $TMP/overlap -s $SIZES -n $ITERS" ;;
     vader) cmd="${MPI[*]} --mca pml ob1 --mca btl self,vader $TMP/overlap -s $SIZES -n $ITERS" ;;
-    ucx) cmd="${MPI[*]} --mca pml ucx $TMP/overlap -s $SIZES -n $ITERS" ;;
+    ucx) cmd="${MPI[*]} --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any $TMP/overlap -s $SIZES -n $ITERS" ;;
     esac
     printf 'r%s  %s\n' "$ROUND" "$cmd" >>"$RAWNEW/commands.txt"
     # shellcheck disable=SC2086
@@ -102,7 +102,8 @@ med() { # SYSTEM METRIC SIZE -> median over rounds
     awk -F'\t' -v s="$1" -v m="$2" -v z="$3" '$2 == s && $3 == m && $4 == z { v[c++] = $5 }
         END { if (c == 0) { print ""; exit }
               for (i = 0; i < c; i++) for (j = i + 1; j < c; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
-              printf "%.1f", c % 2 ? v[(c - 1) / 2] : (v[c / 2 - 1] + v[c / 2]) / 2 }' "$DATA"
+              m = c % 2 ? v[(c - 1) / 2] : (v[c / 2 - 1] + v[c / 2]) / 2
+              if (m >= 1000 || m <= -1000) printf "%.0f", m; else printf "%.4g", m }' "$DATA"
 }
 lst() { # SYSTEM METRIC SIZE -> every round's value
     awk -F'\t' -v s="$1" -v m="$2" -v z="$3" '$2 == s && $3 == m && $4 == z { l = l (l == "" ? "" : "/") $5 } END { print l }' "$DATA"

@@ -278,6 +278,9 @@ typedef struct fab_ns_name {
  * refused. */
 void fab_ns_resolve(fab_ns_name_t *names, size_t n, fab_ep_t *const *eps, int n_eps);
 
+/* fab_info.c: 1 when tmx's offload engine runs (TMX_OFFLOAD=1). */
+int fab_offload_on(void);
+
 /* fab_poll.c */
 int fab_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr, struct fid_poll **ps);
 

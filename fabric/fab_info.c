@@ -54,9 +54,19 @@ static int check_fabric(const struct fi_fabric_attr *fa)
     return 0;
 }
 
-static int check_progress(enum fi_progress p)
+/* With tmx's offload engine on (TMX_OFFLOAD=1), a thread of each context
+ * advances its data transfers: data progress is automatic. */
+int fab_offload_on(void)
 {
-    return p == FI_PROGRESS_UNSPEC || p == FI_PROGRESS_MANUAL;
+    char v[8];
+
+    return tmx_config_get("TMX_OFFLOAD", v, sizeof(v)) == TMX_OK && strcmp(v, "1") == 0;
+}
+
+static int check_progress(enum fi_progress p, int data)
+{
+    return p == FI_PROGRESS_UNSPEC || p == FI_PROGRESS_MANUAL ||
+           (data && p == FI_PROGRESS_AUTO && fab_offload_on());
 }
 
 static int check_domain(const struct fi_domain_attr *da)
@@ -65,8 +75,8 @@ static int check_domain(const struct fi_domain_attr *da)
         return 0;
     if (da->name && strcmp(da->name, FAB_DOMAIN_NAME) != 0)
         return refuse("domain name is not tmx");
-    if (!check_progress(da->control_progress) || !check_progress(da->data_progress))
-        return refuse("only manual progress (tmx has no progress thread)");
+    if (!check_progress(da->control_progress, 0) || !check_progress(da->data_progress, 1))
+        return refuse("manual progress only (automatic data progress with TMX_OFFLOAD=1)");
     if (da->caps & ~(uint64_t)COMM_CAPS)
         return refuse("domain capabilities beyond local and remote communication (FI_SHARED_AV?)");
     if (da->cq_data_size > FAB_CQ_DATA_SIZE)
@@ -182,7 +192,7 @@ static void fill_attrs(struct fi_info *fi, const struct fi_info *h)
     da->threading = h && h->domain_attr && h->domain_attr->threading ? h->domain_attr->threading
                                                                      : FI_THREAD_SAFE;
     da->control_progress = FI_PROGRESS_MANUAL;
-    da->data_progress = FI_PROGRESS_MANUAL;
+    da->data_progress = fab_offload_on() ? FI_PROGRESS_AUTO : FI_PROGRESS_MANUAL;
     da->resource_mgmt = FI_RM_ENABLED;
     da->av_type = h && h->domain_attr ? h->domain_attr->av_type : FI_AV_UNSPEC;
     da->mr_mode = 0;

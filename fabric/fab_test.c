@@ -730,6 +730,30 @@ static void test_hints_refused(void **state)
     h = hints_new(), h->addr_format = FI_SOCKADDR_IN6, expect_refused(h);
 }
 
+/* With tmx's offload engine (TMX_OFFLOAD=1) data progress is automatic:
+ * asked for, it is granted, and reported without being asked; control
+ * progress stays manual. */
+static void test_progress_auto_with_engine(void **state)
+{
+    struct fi_info *h, *out = NULL;
+
+    setenv("TMX_OFFLOAD", "1", 1);
+    h = hints_new();
+    h->domain_attr->data_progress = FI_PROGRESS_AUTO;
+    assert_int_equal(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &out), 0);
+    assert_int_equal(out->domain_attr->data_progress, FI_PROGRESS_AUTO);
+    assert_int_equal(out->domain_attr->control_progress, FI_PROGRESS_MANUAL);
+    fi_freeinfo(out);
+    fi_freeinfo(h);
+    h = hints_new(), h->domain_attr->control_progress = FI_PROGRESS_AUTO, expect_refused(h);
+    unsetenv("TMX_OFFLOAD");
+    h = hints_new();
+    assert_int_equal(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &out), 0);
+    assert_int_equal(out->domain_attr->data_progress, FI_PROGRESS_MANUAL);
+    fi_freeinfo(out);
+    fi_freeinfo(h);
+}
+
 static void test_tag_formats(void **state)
 {
     struct fi_info *h = hints_new(), *out = NULL;
@@ -870,6 +894,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tag_formats),
         cmocka_unit_test(test_hints_refused),
+        cmocka_unit_test(test_progress_auto_with_engine),
         cmocka_unit_test(test_tsend_trecv),
         cmocka_unit_test(test_directed_vs_any),
         cmocka_unit_test(test_tag_ignore),

@@ -328,6 +328,14 @@ tmx_status_t tmx_request_free(tmx_request_h req);
  * (a FILE *). */
 void tmx_config_print(void *stream);
 
+/* The value a context created now would take for the setting name (from
+ * the environment, else its default), as a string in value (len bytes,
+ * the terminating NUL included): TMX_OK; TMX_ERR_NOT_FOUND for a name that
+ * is no setting; TMX_ERR_INVALID for a value it does not accept (logged);
+ * TMX_ERR_TRUNCATED when len is too small. Overrides given to
+ * tmx_context_create are not seen. */
+tmx_status_t tmx_config_get(const char *name, char *value, size_t len);
+
 /* Writes what tmx-info shows: the version, each transport with its
  * capabilities and the protocol it uses at each message size, then the
  * settings as tmx_config_print() does, to a stdio stream (a FILE *). */

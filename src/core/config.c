@@ -385,3 +385,33 @@ TMX_API void tmx_config_print(void *stream)
 {
     config_print(stream);
 }
+
+TMX_API tmx_status_t tmx_config_get(const char *name, char *value, size_t len)
+{
+    char accepts[160];
+
+    if (name == NULL || value == NULL || len == 0) {
+        util_error("tmx_config_get: NULL name or no room for the value");
+        return TMX_ERR_INVALID;
+    }
+    for (size_t i = 0; i < CFG_N; i++) {
+        const cfg_entry_t *e = &cfg_table[i];
+        const char *v;
+        config_t c;
+        if (strcmp(e->name, name) != 0)
+            continue;
+        if ((v = getenv(e->name)) == NULL)
+            v = e->def;
+        memset(&c, 0, sizeof(c));
+        if (!cfg_parse(e, v, &c)) {
+            util_error("%s='%s': expected %s", e->name, v, cfg_accepts(e, accepts, sizeof(accepts)));
+            return TMX_ERR_INVALID;
+        }
+        if (strlen(v) >= len)
+            return TMX_ERR_TRUNCATED;
+        strcpy(value, v);
+        return TMX_OK;
+    }
+    util_error("tmx_config_get: %s is no setting (tmx-info lists them)", name);
+    return TMX_ERR_NOT_FOUND;
+}

@@ -113,6 +113,7 @@ struct tmx_context {
     atomic_int off_stop;
     _Atomic uint64_t app_calls; /* core_progress calls (by the application, mostly) */
     atomic_uint off_big;        /* live requests of CORE_OFF_BIG bytes or more */
+    atomic_uint off_posts;      /* such requests started so far */
     atomic_int off_word;        /* the engine's futex word: 1 when woken */
     atomic_int off_sleeping;    /* the engine waits on off_word */
     /* A context of one application thread with the engine: the lock is

@@ -60,6 +60,7 @@ static void futex_wait_us(atomic_int *word, int val, uint64_t us)
 void core_offload_big(tmx_context_h ctx, struct tmx_request *req)
 {
     req->big = 1;
+    atomic_fetch_add_explicit(&ctx->off_posts, 1, memory_order_relaxed);
     /* seq_cst on both sides (here and where the thread goes to sleep): each
      * writes one word and then reads the other, and at least one must see
      * the other's write, or the wake-up is lost (for up to
@@ -161,6 +162,7 @@ static void *engine_main(void *arg)
     tmx_context_h ctx = arg;
     uint64_t seen = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed);
     unsigned backoff = 0; /* looks in a row that found the application busy */
+    unsigned posts = 0;   /* off_posts at the last look */
     int woke = 0;         /* slept in the transports since the last turn */
 
     /* Its short sleeps must be short: the default slack is 50 us. */
@@ -192,6 +194,11 @@ static void *engine_main(void *arg)
             continue;
         }
         calls = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed);
+        if (atomic_load_explicit(&ctx->off_posts, memory_order_relaxed) != posts) {
+            /* a new transfer: the application may turn to computing now */
+            posts = atomic_load_explicit(&ctx->off_posts, memory_order_relaxed);
+            backoff = 0;
+        }
         if (calls != seen || !engine_trylock(ctx)) {
             /* The application advances its traffic itself. The longer it
              * does, the rarer the looks (up to 16 periods apart), so that

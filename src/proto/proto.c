@@ -463,6 +463,8 @@ static void off_op(proto_t *p, off_op_t *op)
 static void recv_take(proto_t *p, proto_req_t *req)
 {
     match_remove_recv(&p->match, &req->recv);
+    if (p->off == NULL)
+        return;
     if (req->off_in) {
         off_op_t del = {.opcode = OFF_WR_TAG_DEL, .handle = req->off_handle};
         req->off_in = 0;
@@ -496,6 +498,9 @@ static int off_may_hold(const proto_t *p, const match_recv_t *r)
 static void off_post(proto_t *p, proto_req_t *req)
 {
     const match_recv_t *r = &req->recv;
+
+    req->off_in = 0;
+    req->off_host = 0;
 
     if (req->len >= p->off_min && off_may_hold(p, r)) {
         off_op_t add = {.opcode = OFF_WR_TAG_ADD};
@@ -575,7 +580,7 @@ tmx_status_t proto_offload_open(proto_t *p, const off_caps_t *caps, size_t min)
     return TMX_OK;
 }
 
-static void tagged_match(proto_t *p, tmx_peer_t src, const proto_in_t *in);
+static inline void tagged_match(proto_t *p, tmx_peer_t src, const proto_in_t *in);
 
 /* The host's side of one completion of the engine. */
 static void off_completion(proto_t *p, off_cqe_t *c)
@@ -812,7 +817,7 @@ err_nomem:
 
 /* A tagged message the host matches itself: against every posted
  * receive, in post order. */
-static void tagged_match(proto_t *p, tmx_peer_t src, const proto_in_t *in)
+static inline void tagged_match(proto_t *p, tmx_peer_t src, const proto_in_t *in)
 {
     match_recv_t *r = match_find_recv(&p->match, src, in->tmh.tag);
     proto_req_t *req;
@@ -831,16 +836,13 @@ static void tagged_match(proto_t *p, tmx_peer_t src, const proto_in_t *in)
         rndv_start(p, req, src, in->tmh.app_ctx, in->rvh.va, in->rvh.rkey, in->rvh.len);
 }
 
-/* A tagged message goes through the offload engine when it is on: the
- * engine completes a receive it holds, or hands the message back. */
-static void tagged_arrive(proto_t *p, tmx_peer_t src, const proto_in_t *in)
+/* A tagged message through the offload engine: the engine completes a
+ * receive it holds, or hands the message back. */
+static __attribute__((noinline)) void off_tagged_arrive(proto_t *p, tmx_peer_t src,
+                                                        const proto_in_t *in)
 {
     off_msg_t m;
 
-    if (p->off == NULL) {
-        tagged_match(p, src, in);
-        return;
-    }
     m = (off_msg_t){.op = in->tmh.opcode == WIRE_OP_EAGER ? OFF_TM_EAGER : OFF_TM_RNDV,
                     .src = src,
                     .app_ctx = in->tmh.app_ctx,
@@ -859,6 +861,14 @@ static void tagged_arrive(proto_t *p, tmx_peer_t src, const proto_in_t *in)
         tagged_match(p, src, in);
     }
     off_drain(p);
+}
+
+static inline void tagged_arrive(proto_t *p, tmx_peer_t src, const proto_in_t *in)
+{
+    if (__builtin_expect(p->off != NULL, 0))
+        off_tagged_arrive(p, src, in);
+    else
+        tagged_match(p, src, in);
 }
 
 /* A FIN must name a rendezvous send of ours to its sender, with its

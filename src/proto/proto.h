@@ -49,16 +49,17 @@ typedef struct proto_req {
     uint32_t fin_wait;          /* rendezvous sends: the slot is held */
     uint64_t rkey;              /* rendezvous sends: key the FIN must echo */
     uint64_t dest_uuid;         /* rendezvous sends: who may send the FIN */
-    /* receives, with the offload engine on: */
+    void *buf;
+    size_t len;
+    tmx_completion_t comp;
+    match_recv_t recv;          /* receives: the posted entry */
+    /* receives, with the offload engine on (set by off_post, when posted;
+     * not cleared by proto_req_init, which the fast path pays): */
     uint8_t off_in;             /* the engine holds it (handle off_handle) */
     uint8_t off_host;           /* the host holds it alone (in off_host_only) */
     uint32_t off_handle;
     uint64_t off_token;         /* the engine's read in flight */
     util_dlist_t off_link;
-    void *buf;
-    size_t len;
-    tmx_completion_t comp;
-    match_recv_t recv;          /* receives: the posted entry */
     tl_get_op_t get;            /* rendezvous receives: the read */
     struct proto *owner;        /* rendezvous receives: for get.done */
     tmx_peer_t rndv_src;        /* rendezvous receives: where FIN goes */

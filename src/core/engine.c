@@ -13,13 +13,16 @@
  * - asleep, while no request of CORE_OFF_BIG bytes or more is live: it
  *   waits on its futex word for such a request (core_offload_big wakes
  *   it), and every ENGINE_SLEEP_IDLE_US looks once, progressing if the
- *   application is not inside the context, so that small messages and
- *   udp's housekeeping still move within milliseconds;
- * - looking, while such requests are live and the application calls
- *   into the context: every TMX_OFFLOAD_POLL_US (backing off to 16 times
- *   that while the application stays busy) it checks whether the
- *   application holds the lock or has entered the context since its last
- *   look (core_lock counts the entries), and leaves the traffic to it;
+ *   application neither is inside the context nor made a progress pass
+ *   since the last look (an application that only tests its requests does
+ *   not progress), so that small messages and udp's housekeeping still
+ *   move within milliseconds;
+ * - looking, while such requests are live and the application progresses
+ *   the context: every TMX_OFFLOAD_POLL_US (backing off to 16 times that
+ *   while the application stays busy, and back to the start when a new
+ *   large request starts) it checks whether the application is inside or
+ *   made a progress pass since its last look (core_progress counts them),
+ *   and leaves the traffic to it;
  * - working, once a whole period passed without the application: it takes
  *   the lock, progresses until nothing moves, and sleeps in the
  *   transports, where a sender wakes it.

@@ -10,7 +10,7 @@ static int peer_gone(tmx_context_h ctx, tmx_peer_t peer)
 }
 
 /* Operations that can no longer finish: sends waiting for a FIN from the
- * peer, receives naming it, and, when it died rather than closed,
+ * peer, receives naming it or waiting for its write, and, when it died rather than closed,
  * receives from any source (they may have been waiting for it: failing
  * them is how MPI's fault tolerance reports a pending wildcard). */
 static int req_doomed(tmx_context_h ctx, struct tmx_request *req, int clean)
@@ -21,6 +21,8 @@ static int req_doomed(tmx_context_h ctx, struct tmx_request *req, int clean)
         return 0;
     if (req->p.comp.op == TMX_OP_TSEND)
         return peer_gone(ctx, req->p.comp.source);
+    if (proto_req_writer(&req->p) != TMX_PEER_NONE) /* matched: its sender writes */
+        return peer_gone(ctx, proto_req_writer(&req->p));
     if (req->p.recv.src == TMX_ANY_SOURCE)
         return !clean;
     return peer_gone(ctx, req->p.recv.src);

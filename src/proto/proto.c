@@ -10,23 +10,28 @@
 /* Set in a FIN's flags when the receiver could not read the data. */
 #define PROTO_FIN_FAILED (1u << 15)
 
-/* A FIN that found the transport full, kept until there is room. */
+/* A control packet (FIN, CTS, WDONE) that found the transport full, kept
+ * until there is room. */
+#define PROTO_CTRL_MAX (sizeof(wire_tmh_t) + sizeof(wire_ctsh_t))
 typedef struct proto_ctrl {
     util_dlist_t link;
     tmx_peer_t peer;
-    wire_tmh_t tmh;
-    wire_rvh_t rvh;
+    size_t len;
+    unsigned char pkt[PROTO_CTRL_MAX];
 } proto_ctrl_t;
 
 /* What a tagged packet carries once parsed and checked. */
 typedef struct proto_in {
     wire_tmh_t tmh;
     wire_rvh_t rvh;
+    wire_ctsh_t cts;
     uint64_t data;
     uint32_t has_data;
     const unsigned char *payload;
     size_t payload_len;
 } proto_in_t;
+
+static int parse_fail(proto_t *p, tmx_peer_t src, const char *why, size_t len);
 
 /* ------------------------------------------------------------------- init */
 
@@ -165,14 +170,15 @@ static void rndv_slot_put(proto_t *p, proto_req_t *req)
     req->fin_wait = 0;
 }
 
-/* An rkey names the rendezvous send's slot. */
+/* An rkey names the rendezvous send's slot. A receive's slot (a buffer
+ * lent for a write) is not read. */
 tmx_status_t proto_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t rkey)
 {
     proto_t *p = arg;
     proto_req_t *req = rndv_lookup(p, reg_key_slot(rkey));
     reg_region_t r;
 
-    if (req == NULL)
+    if (req == NULL || req->comp.op != TMX_OP_TSEND)
         return reg_access_check(NULL, addr, len, rkey);
     r = (reg_region_t){(uintptr_t)req->buf, req->len, req->rkey};
     return reg_access_check(&r, addr, len, rkey);
@@ -214,6 +220,7 @@ static tmx_status_t send_rndv(proto_t *p, tl_ep_t *ep, const proto_peer_t *pp, p
     if (st != TMX_OK)
         return st;
     req->dest_uuid = pp->uuid;
+    req->wr_started = 0;
     wire_tmh_pack(&tmh, WIRE_OP_RNDV, req->comp.has_data ? WIRE_FLAG_DATA : 0, req->id, tag);
     wire_rvh_pack(&rvh, (uintptr_t)req->buf, req->rkey, req->len);
     iov[n++] = (struct iovec){&tmh, sizeof(tmh)};
@@ -298,44 +305,62 @@ tmx_status_t proto_inject(proto_t *p, tl_ep_t *ep, proto_peer_t *pp, const void 
 
 /* -------------------------------------------------------------------- FIN */
 
-static tmx_status_t fin_send_now(proto_t *p, tmx_peer_t peer, const wire_tmh_t *tmh,
-                                 const wire_rvh_t *rvh)
+static tmx_status_t ctrl_send_now(proto_t *p, tmx_peer_t peer, const void *pkt, size_t len)
 {
-    struct iovec iov[2] = {{(void *)tmh, sizeof(*tmh)}, {(void *)rvh, sizeof(*rvh)}};
+    struct iovec iov = {(void *)pkt, len};
     tl_ep_t *ep;
     proto_peer_t *pp;
     tmx_status_t st = proto_ep(p, peer, &ep, &pp);
 
     if (st != TMX_OK)
         return st;
-    return ep->iface->ops->send(ep, iov, 2);
+    return ep->iface->ops->send(ep, &iov, 1);
 }
 
-/* Sends FIN for a rendezvous request, queueing it if the transport is
- * full: a sender must never wait forever for its FIN. */
-static void fin_send(proto_t *p, tmx_peer_t peer, uint32_t app_ctx, uint64_t tag, uint64_t va,
-                     uint64_t rkey, uint64_t len, int failed)
+static const char *ctrl_name(const proto_ctrl_t *c)
+{
+    return c->pkt[0] == WIRE_OP_FIN ? "FIN" : c->pkt[0] == WIRE_OP_CTS ? "CTS" : "WDONE";
+}
+
+/* Sends a control packet (TMH, then rest), queueing it if the transport
+ * is full: a peer must never wait forever for its FIN, CTS or WDONE. (No
+ * order among them matters: each names its own request.) */
+static void ctrl_send(proto_t *p, tmx_peer_t peer, const wire_tmh_t *tmh, const void *rest,
+                      size_t rest_len)
 {
     proto_ctrl_t c;
     proto_ctrl_t *q;
     tmx_status_t st;
 
-    wire_tmh_pack(&c.tmh, WIRE_OP_FIN, failed ? PROTO_FIN_FAILED : 0, app_ctx, tag);
-    wire_rvh_pack(&c.rvh, va, rkey, len);
-    st = fin_send_now(p, peer, &c.tmh, &c.rvh);
+    c.len = sizeof(*tmh) + rest_len;
+    memcpy(c.pkt, tmh, sizeof(*tmh));
+    memcpy(c.pkt + sizeof(*tmh), rest, rest_len);
+    st = ctrl_send_now(p, peer, c.pkt, c.len);
     if (st != TMX_ERR_AGAIN) {
         if (st != TMX_OK)
-            util_error("FIN to peer %u lost: %s", peer, tmx_strerror(st));
+            util_error("%s to peer %u lost: %s", ctrl_name(&c), peer, tmx_strerror(st));
         return;
     }
     q = malloc(sizeof(*q));
     if (q == NULL) {
-        util_error("FIN to peer %u lost: out of memory", peer);
+        util_error("%s to peer %u lost: out of memory", ctrl_name(&c), peer);
         return;
     }
     *q = c;
     q->peer = peer;
     util_dlist_push_tail(&p->ctrl_pending, &q->link);
+}
+
+/* Sends FIN for a rendezvous request: the sender may release its buffer. */
+static void fin_send(proto_t *p, tmx_peer_t peer, uint32_t app_ctx, uint64_t tag, uint64_t va,
+                     uint64_t rkey, uint64_t len, int failed)
+{
+    wire_tmh_t tmh;
+    wire_rvh_t rvh;
+
+    wire_tmh_pack(&tmh, WIRE_OP_FIN, failed ? PROTO_FIN_FAILED : 0, app_ctx, tag);
+    wire_rvh_pack(&rvh, va, rkey, len);
+    ctrl_send(p, peer, &tmh, &rvh, sizeof(rvh));
 }
 
 int proto_progress(proto_t *p)
@@ -345,8 +370,11 @@ int proto_progress(proto_t *p)
 
     util_dlist_foreach_safe(pos, tmp, &p->ctrl_pending) {
         proto_ctrl_t *q = util_container_of(pos, proto_ctrl_t, link);
-        if (fin_send_now(p, q->peer, &q->tmh, &q->rvh) == TMX_ERR_AGAIN)
+        tmx_status_t st = ctrl_send_now(p, q->peer, q->pkt, q->len);
+        if (st == TMX_ERR_AGAIN)
             break;
+        if (st != TMX_OK)
+            util_error("%s to peer %u lost: %s", ctrl_name(q), q->peer, tmx_strerror(st));
         util_dlist_unlink(&q->link);
         free(q);
         events++;
@@ -400,6 +428,8 @@ static unsigned read_kind(const tl_iface_t *iface, uint64_t len)
 {
     unsigned kind = proto_tl_kind(iface->above, len);
 
+    if (kind == PROTO_WRITE) /* the sender could not write: the first read */
+        kind = TL_GET_DIRECT;
     if (iface->get_kinds & kind)
         return kind;
     if (iface->get_kinds & TL_GET_COPY)
@@ -407,14 +437,55 @@ static unsigned read_kind(const tl_iface_t *iface, uint64_t len)
     return iface->get_kinds & -iface->get_kinds;
 }
 
-/* The receive has matched a rendezvous request: read straight into the
- * user buffer, then FIN. The completion follows the read (seed 004). */
+/* Reads the sender's buffer (req's rndv_ fields) into the receive's,
+ * then FIN. The completion follows the read (seed 004). */
+static void rndv_read(proto_t *p, proto_req_t *req)
+{
+    tl_ep_t *ep;
+    proto_peer_t *pp;
+    tmx_status_t st = p->up.peer_ep(p->up.arg, req->rndv_src, &ep, &pp);
+
+    if (st == TMX_OK)
+        st = ep->iface->ops->get(ep, req->buf, req->comp.length, req->rndv_va, req->rndv_rkey,
+                                 read_kind(ep->iface, req->comp.length), &req->get);
+    if (st == TMX_INPROGRESS)
+        return;
+    if (st != TMX_OK)
+        util_error("rendezvous read of %zu bytes from peer %u failed: %s", req->comp.length,
+                   req->rndv_src, tmx_strerror(st));
+    rndv_finish(p, req, st);
+}
+
+/* Rendezvous by write (seed 003), the receiver's side: lends the receive's
+ * buffer under a key of its own (a slot of the rendezvous table, as a
+ * send's) and asks the sender to write into it (CTS). The receive then
+ * waits for WDONE (wdone_arrive); TMX_OK, or an error and nothing was
+ * sent (the caller reads instead). */
+static tmx_status_t write_ask(proto_t *p, proto_req_t *req, const proto_peer_t *pp)
+{
+    wire_tmh_t tmh;
+    wire_ctsh_t cts;
+    tmx_status_t st = rndv_slot_get(p, req);
+
+    if (st != TMX_OK)
+        return st;
+    req->fin_wait = 0;
+    req->wr_wait = 1;
+    req->wr_uuid = pp->uuid;
+    req->wr_placed = 0;
+    wire_tmh_pack(&tmh, WIRE_OP_CTS, 0, req->rndv_app_ctx, req->comp.tag);
+    wire_ctsh_pack(&cts, (uintptr_t)req->buf, req->rkey, req->comp.length, req->rndv_rkey);
+    ctrl_send(p, req->rndv_src, &tmh, &cts, sizeof(cts));
+    return TMX_OK;
+}
+
+/* The receive has matched a rendezvous request: per the protocol table,
+ * read straight into the user buffer, or have the sender write into it. */
 static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t app_ctx,
                        uint64_t va, uint64_t rkey, uint64_t len)
 {
     tl_ep_t *ep;
     proto_peer_t *pp;
-    tmx_status_t st;
 
     req->rndv_src = src;
     req->rndv_app_ctx = app_ctx;
@@ -423,16 +494,133 @@ static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t ap
     req->rndv_len = len;
     req->owner = p;
     req->get.done = rndv_get_done;
-    st = p->up.peer_ep(p->up.arg, src, &ep, &pp);
-    if (st == TMX_OK)
-        st = ep->iface->ops->get(ep, req->buf, req->comp.length, va, rkey,
-                                 read_kind(ep->iface, req->comp.length), &req->get);
-    if (st == TMX_INPROGRESS)
+    if (req->comp.length != 0 && p->up.peer_ep(p->up.arg, src, &ep, &pp) == TMX_OK &&
+        proto_tl_kind(ep->iface->above, req->comp.length) == PROTO_WRITE &&
+        write_ask(p, req, pp) == TMX_OK)
         return;
+    rndv_read(p, req);
+}
+
+/* ------------------------------------------------ rendezvous by write */
+
+/* The sender's write ended (st): WDONE tells the receiver, whose buffer
+ * then holds the data (WIRE_WDONE_ACK when it came as packets: the
+ * receiver answers FIN once all of it is in place), or that it must read
+ * instead (WIRE_WDONE_NOWRITE: the FIN follows the read). A write done in
+ * place (TMX_OK from put, not async) completes the send now. */
+static void write_end(proto_t *p, proto_req_t *req, tmx_status_t st, int async)
+{
+    wire_tmh_t tmh;
+    wire_rvh_t rvh;
+    uint16_t flags = st != TMX_OK ? WIRE_WDONE_NOWRITE : async ? WIRE_WDONE_ACK : 0;
+
+    if (st == TMX_ERR_PEER_FAILED)
+        return; /* the send fails with its peer (core's failure path) */
     if (st != TMX_OK)
-        util_error("rendezvous read of %zu bytes from peer %u failed: %s", req->comp.length, src,
-                   tmx_strerror(st));
-    rndv_finish(p, req, st);
+        util_warn("rendezvous write of %llu bytes to peer %u failed (%s): the receiver reads instead",
+                  (unsigned long long)req->rndv_len, req->rndv_src, tmx_strerror(st));
+    wire_tmh_pack(&tmh, WIRE_OP_WDONE, flags, reg_key_slot(req->rndv_rkey), 0);
+    wire_rvh_pack(&rvh, req->rndv_va, req->rndv_rkey, req->rndv_len);
+    ctrl_send(p, req->rndv_src, &tmh, &rvh, sizeof(rvh));
+    if (flags == 0) {
+        rndv_slot_put(p, req);
+        req_complete(p, req, TMX_OK);
+    }
+}
+
+/* A CTS must name a rendezvous send of ours to its sender, with our key,
+ * once; the sender then writes (the send's rndv_ fields keep where). */
+static void cts_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const proto_in_t *in,
+                       size_t len)
+{
+    proto_req_t *req = rndv_lookup(p, in->tmh.app_ctx);
+    tl_ep_t *ep;
+    proto_peer_t *pp;
+    unsigned kind;
+    tmx_status_t st;
+
+    if (req == NULL || req->comp.op != TMX_OP_TSEND || req->rkey != in->cts.skey ||
+        req->dest_uuid != src_uuid || req->wr_started || in->cts.len == 0 || in->cts.len > req->len) {
+        parse_fail(p, src, "CTS names no rendezvous send of ours", len);
+        return;
+    }
+    req->wr_started = 1;
+    req->rndv_src = src;
+    req->rndv_va = in->cts.va;
+    req->rndv_rkey = in->cts.rkey;
+    req->rndv_len = in->cts.len;
+    st = p->up.peer_ep(p->up.arg, src, &ep, &pp);
+    if (st == TMX_OK) {
+        kind = ep->iface->put_kinds & -ep->iface->put_kinds;
+        st = kind == 0 ? TMX_ERR_UNSUPPORTED
+                       : ep->iface->ops->put(ep, req->buf, in->cts.len, in->cts.va, in->cts.rkey, req->rkey, kind);
+    }
+    if (st != TMX_INPROGRESS)
+        write_end(p, req, st, 0);
+}
+
+/* A write accepted with TMX_INPROGRESS has every byte on its way (or
+ * failed): lkey names the send, which may have ended meanwhile. */
+void proto_put_done_cb(void *arg, uint64_t lkey, tmx_status_t status)
+{
+    proto_t *p = arg;
+    proto_req_t *req = rndv_lookup(p, reg_key_slot(lkey));
+
+    if (req == NULL || req->comp.op != TMX_OP_TSEND || req->rkey != lkey || !req->wr_started) {
+        util_debug("the end of a write whose send has ended: ignored");
+        return;
+    }
+    write_end(p, req, status, 1);
+}
+
+/* Written bytes that came as packets: only into a receive that lent its
+ * buffer to that very sender, under its key, inside the buffer. */
+tmx_status_t proto_put_data_cb(void *arg, uint64_t src_uuid, uint64_t addr, uint64_t rkey,
+                               const void *data, size_t len)
+{
+    proto_t *p = arg;
+    proto_req_t *req = rndv_lookup(p, reg_key_slot(rkey));
+    reg_region_t r;
+    tmx_status_t st;
+
+    if (req == NULL || req->comp.op != TMX_OP_TRECV || !req->wr_wait || req->wr_uuid != src_uuid)
+        return reg_access_check(NULL, addr, len, rkey);
+    r = (reg_region_t){(uintptr_t)req->buf, req->comp.length, req->rkey};
+    if ((st = reg_access_check(&r, addr, len, rkey)) != TMX_OK)
+        return st;
+    memcpy((void *)(uintptr_t)addr, data, len);
+    req->wr_placed += len;
+    return TMX_OK;
+}
+
+/* WDONE must name a receive of ours that lent its buffer to this sender,
+ * with the buffer's address, key and length. */
+static void wdone_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const proto_in_t *in,
+                         size_t len)
+{
+    proto_req_t *req = rndv_lookup(p, in->tmh.app_ctx);
+    tmx_status_t st = TMX_OK;
+
+    if (req == NULL || req->comp.op != TMX_OP_TRECV || !req->wr_wait || req->rkey != in->rvh.rkey ||
+        (uintptr_t)req->buf != in->rvh.va || req->wr_uuid != src_uuid || in->rvh.len != req->comp.length) {
+        parse_fail(p, src, "WDONE names no receive of ours", len);
+        return;
+    }
+    rndv_slot_put(p, req);
+    req->wr_wait = 0;
+    if (in->tmh.flags & WIRE_WDONE_NOWRITE) {
+        rndv_read(p, req);
+        return;
+    }
+    if ((in->tmh.flags & WIRE_WDONE_ACK) && req->wr_placed != req->comp.length) {
+        util_error("peer %u wrote %llu of %zu bytes of a rendezvous message", src,
+                   (unsigned long long)req->wr_placed, req->comp.length);
+        st = TMX_ERR_PROTO;
+    }
+    if (in->tmh.flags & WIRE_WDONE_ACK)
+        fin_send(p, req->rndv_src, req->rndv_app_ctx, req->comp.tag, req->rndv_va, req->rndv_rkey,
+                 req->rndv_len, st != TMX_OK);
+    req_complete(p, req, st == TMX_OK ? recv_status(req) : st);
 }
 
 /* --------------------------------------------- the offload engine's host */
@@ -714,7 +902,7 @@ int proto_req_waiting(const proto_req_t *req)
 {
     if (req->comp.op == TMX_OP_TSEND)
         return req->fin_wait;
-    return match_recv_is_posted(&req->recv);
+    return req->wr_wait || match_recv_is_posted(&req->recv);
 }
 
 void proto_req_abort(proto_t *p, proto_req_t *req)
@@ -722,6 +910,9 @@ void proto_req_abort(proto_t *p, proto_req_t *req)
     if (req->comp.op == TMX_OP_TSEND) {
         if (req->fin_wait)
             rndv_slot_put(p, req);
+    } else if (req->wr_wait) {
+        rndv_slot_put(p, req); /* late writes and WDONE find no slot */
+        req->wr_wait = 0;
     } else if (match_recv_is_posted(&req->recv)) {
         recv_take(p, req);
     }
@@ -748,12 +939,27 @@ static int parse_packet(proto_t *pr, tmx_peer_t src, const unsigned char *p, siz
     wire_tmh_unpack(&in->tmh);
     if (in->tmh.version != WIRE_VERSION)
         return parse_fail(pr, src, "unknown wire version", len);
-    if (in->tmh.opcode == WIRE_OP_RNDV || in->tmh.opcode == WIRE_OP_FIN) {
+    if (in->tmh.opcode == WIRE_OP_RNDV || in->tmh.opcode == WIRE_OP_FIN ||
+        in->tmh.opcode == WIRE_OP_WDONE) {
         if (len < off + sizeof(wire_rvh_t))
             return parse_fail(pr, src, "rendezvous packet without RVH", len);
         memcpy(&in->rvh, p + off, sizeof(in->rvh));
         wire_rvh_unpack(&in->rvh);
         off += sizeof(wire_rvh_t);
+    }
+    if (in->tmh.opcode == WIRE_OP_CTS) {
+        if (len != off + sizeof(wire_ctsh_t))
+            return parse_fail(pr, src, "CTS of the wrong length", len);
+        memcpy(&in->cts, p + off, sizeof(in->cts));
+        wire_ctsh_unpack(&in->cts);
+        return in->tmh.flags != 0 ? parse_fail(pr, src, "bad CTS flags", len) : 0;
+    }
+    if (in->tmh.opcode == WIRE_OP_WDONE) {
+        if (len != off)
+            return parse_fail(pr, src, "WDONE with trailing bytes", len);
+        if ((in->tmh.flags & ~WIRE_WDONE_MASK) || in->tmh.flags == WIRE_WDONE_MASK)
+            return parse_fail(pr, src, "bad WDONE flags", len);
+        return 0;
     }
     if (in->tmh.opcode == WIRE_OP_FIN) {
         if (len != off)
@@ -878,8 +1084,8 @@ static void fin_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
 {
     proto_req_t *req = rndv_lookup(p, in->tmh.app_ctx);
 
-    if (req == NULL || req->rkey != in->rvh.rkey || (uintptr_t)req->buf != in->rvh.va ||
-        req->dest_uuid != src_uuid) {
+    if (req == NULL || req->comp.op != TMX_OP_TSEND || req->rkey != in->rvh.rkey ||
+        (uintptr_t)req->buf != in->rvh.va || req->dest_uuid != src_uuid) {
         parse_fail(p, src, "FIN names no rendezvous send of ours", len);
         return;
     }
@@ -943,6 +1149,12 @@ static inline __attribute__((always_inline)) void packet_arrive(proto_t *p, uint
         break;
     case WIRE_OP_FIN:
         fin_arrive(p, src_uuid, src, in, len);
+        break;
+    case WIRE_OP_CTS:
+        cts_arrive(p, src_uuid, src, in, len);
+        break;
+    case WIRE_OP_WDONE:
+        wdone_arrive(p, src_uuid, src, in, len);
         break;
     default:
         parse_fail(p, src, "unknown opcode", len);

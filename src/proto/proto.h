@@ -47,6 +47,9 @@ typedef struct proto_req {
     uint32_t flags;             /* enum tmx_op_flag */
     uint32_t id;                /* rendezvous sends: slot in proto_t.rndv */
     uint32_t fin_wait;          /* rendezvous sends: the slot is held */
+    uint8_t wr_wait;            /* rendezvous receives by write: the slot is held,
+                                   the sender writes (rndv_src) */
+    uint8_t wr_started;         /* rendezvous sends: a CTS came, the write began */
     uint64_t rkey;              /* rendezvous sends: key the FIN must echo */
     uint64_t dest_uuid;         /* rendezvous sends: who may send the FIN */
     void *buf;
@@ -67,6 +70,8 @@ typedef struct proto_req {
     uint64_t rndv_va;
     uint64_t rndv_rkey;
     uint64_t rndv_len;
+    uint64_t wr_uuid;           /* rendezvous receives by write: the writer */
+    uint64_t wr_placed;         /* bytes its packets placed (TL_PUT_COPY) */
 } proto_req_t;
 
 enum proto_msg_kind {
@@ -201,8 +206,15 @@ tmx_status_t proto_recv_cancel(proto_t *p, proto_req_t *req);
  * posted receive leaves the matcher. The caller completes it. */
 void proto_req_abort(proto_t *p, proto_req_t *req);
 
-/* 1 while a send waits for its FIN or a receive is posted. */
+/* 1 while a send waits for its FIN, a receive is posted, or a receive
+ * waits for its sender's write. */
 int proto_req_waiting(const proto_req_t *req);
+
+/* The sender a receive waits for the write of, or TMX_PEER_NONE. */
+static inline tmx_peer_t proto_req_writer(const proto_req_t *req)
+{
+    return req->wr_wait ? req->rndv_src : TMX_PEER_NONE;
+}
 
 /* Delivers an unexpected message (matched or claimed) into a receive and
  * frees the message. */
@@ -227,6 +239,11 @@ extern const tl_stream_cb_t proto_stream_cb;
 int proto_admit_cb(void *arg, uint64_t src_uuid, const void *data, size_t len);
 /* Remote reads of our rendezvous buffers: key, bounds (src/reg). */
 tmx_status_t proto_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t rkey);
+/* Emulated writes into a receive's buffer (tl_put_data_t) and the end of
+ * ours (tl_put_done_t). */
+tmx_status_t proto_put_data_cb(void *arg, uint64_t src_uuid, uint64_t addr, uint64_t rkey,
+                               const void *data, size_t len);
+void proto_put_done_cb(void *arg, uint64_t lkey, tmx_status_t status);
 
 /* Retries FINs that found the transport full; the number sent. */
 int proto_progress(proto_t *p);

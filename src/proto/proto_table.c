@@ -17,6 +17,7 @@ static const struct {
     {"get", PROTO_GET, "rendezvous, the receiver copies from the sender's buffer"},
     {"coop", PROTO_COOP, "rendezvous, sender and receiver each copy a part"},
     {"copy", PROTO_COPY, "rendezvous, the sender's side sends the bytes as packets"},
+    {"write", PROTO_WRITE, "rendezvous by write, the sender writes into the receiver's buffer"},
 };
 
 #define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))
@@ -77,7 +78,7 @@ static int parse_rule(char *r, proto_rule_t *out, const char **why)
     for (i = 0; i < N_KINDS && strcmp(r, kinds[i].name) != 0; i++)
         ;
     if (i == N_KINDS) {
-        *why = "protocols are eager, get, coop and copy";
+        *why = "protocols are eager, get, coop, copy and write";
         return 0;
     }
     out->kind = kinds[i].kind;
@@ -199,11 +200,12 @@ tmx_status_t proto_tl_compile(proto_tl_t *t, const proto_spec_t *spec, const tl_
             }
             continue;
         }
-        if (!(iface->get_kinds & r.kind)) {
-            util_error("TMX_PROTO: %s does not offer %s here (offers:%s%s%s)", name,
+        if (r.kind == PROTO_WRITE ? iface->put_kinds == 0 : !(iface->get_kinds & r.kind)) {
+            util_error("TMX_PROTO: %s does not offer %s here (offers:%s%s%s%s)", name,
                        proto_kind_name(r.kind), iface->get_kinds & PROTO_GET ? " get" : "",
                        iface->get_kinds & PROTO_COOP ? " coop" : "",
-                       iface->get_kinds & PROTO_COPY ? " copy" : "");
+                       iface->get_kinds & PROTO_COPY ? " copy" : "",
+                       iface->put_kinds != 0 ? " write" : "");
             return TMX_ERR_INVALID;
         }
         if (t->n_rules == 0 && r.from < t->eager_end)

@@ -8,6 +8,9 @@
  *   get     rendezvous; the receiver copies from the sender's buffer
  *   coop    rendezvous; sender and receiver copy a part each
  *   copy    rendezvous; the sender's side sends the bytes as packets
+ *   write   rendezvous by write (seed 003): the receiver answers with its
+ *           buffer and key, the sender writes into it (where the sender
+ *           cannot, the receiver reads with the transport's first read)
  *
  * The defaults follow what each transport offers: eager up to its limit,
  * then get (or copy where one-sided copies are not offered), and coop from
@@ -40,7 +43,8 @@ enum proto_kind {
     PROTO_EAGER = 0,             /* otherwise, one enum tl_get_kind bit */
     PROTO_GET = TL_GET_DIRECT,
     PROTO_COOP = TL_GET_SHARED,
-    PROTO_COPY = TL_GET_COPY
+    PROTO_COPY = TL_GET_COPY,
+    PROTO_WRITE = 1u << 8        /* not a read: offered where tl_iface_t.put_kinds is */
 };
 
 typedef struct proto_rule {

@@ -4,8 +4,9 @@
  * transport that records every packet it is given. What it checks is the
  * wire and the upcalls proto makes: HELLO first, eager and rendezvous
  * choice, the FIN and who may send it, remote-read checks, truncation,
- * unexpected messages and their accounting, FINs that wait for room, and
- * admission at the bound.
+ * unexpected messages and their accounting, FINs that wait for room,
+ * admission at the bound, and rendezvous by write on both sides (CTS,
+ * the writes, WDONE) against forged and stale packets.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,6 +44,8 @@ typedef struct world {
     tmx_status_t get_status;    /* what get answers; TMX_OK copies at once */
     tl_get_op_t *get_pending;
     unsigned get_kind;          /* the mechanism of the last read */
+    tmx_status_t put_status;    /* what put answers; TMX_OK copies at once */
+    int n_puts;
     pkt_t pkts[MAX_PKTS];
     int n_pkts;
     proto_req_t *done[8];       /* complete() calls, in order */
@@ -95,7 +98,21 @@ static tmx_status_t fake_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr,
     return W->get_status;
 }
 
-static const tl_ops_t fake_ops = {.name = "fake", .send = fake_send, .get = fake_get};
+/* Writes in this very process: raddr is a pointer of ours. */
+static tmx_status_t fake_put(tl_ep_t *ep, const void *src, size_t len, uint64_t raddr, uint64_t rkey,
+                             uint64_t lkey, unsigned kind)
+{
+    (void)rkey;
+    (void)lkey;
+    if (tl_put_kind_check(ep->iface, kind) != TMX_OK)
+        return TMX_ERR_INVALID;
+    W->n_puts++;
+    if (W->put_status == TMX_OK)
+        memcpy((void *)(uintptr_t)raddr, src, len);
+    return W->put_status;
+}
+
+static const tl_ops_t fake_ops = {.name = "fake", .send = fake_send, .get = fake_get, .put = fake_put};
 
 /* ----------------------------------------------------------------- core */
 
@@ -279,6 +296,38 @@ static void in_rvh(uint64_t uuid, uint8_t op, uint16_t flags, uint32_t app_ctx, 
     memcpy(b, &h, sizeof(h));
     memcpy(b + sizeof(h), &r, sizeof(r));
     proto_recv_cb(&W->p, uuid, b, sizeof(b));
+}
+
+static wire_ctsh_t pkt_ctsh(const pkt_t *k)
+{
+    wire_ctsh_t c;
+
+    assert_int_equal(k->len, sizeof(wire_tmh_t) + sizeof(c));
+    memcpy(&c, k->data + sizeof(wire_tmh_t), sizeof(c));
+    wire_ctsh_unpack(&c);
+    return c;
+}
+
+static void in_cts(uint64_t uuid, uint32_t app_ctx, uint64_t va, uint64_t rkey, uint64_t len,
+                   uint64_t skey)
+{
+    unsigned char b[sizeof(wire_tmh_t) + sizeof(wire_ctsh_t)];
+    wire_tmh_t h;
+    wire_ctsh_t c;
+
+    wire_tmh_pack(&h, WIRE_OP_CTS, 0, app_ctx, 0);
+    wire_ctsh_pack(&c, va, rkey, len, skey);
+    memcpy(b, &h, sizeof(h));
+    memcpy(b + sizeof(h), &c, sizeof(c));
+    proto_recv_cb(&W->p, uuid, b, sizeof(b));
+}
+
+/* Every rendezvous of the fake transport by write. */
+static void table_write(void)
+{
+    W->iface.put_kinds = TL_PUT_DIRECT;
+    W->p.tls[0].n_rules = 1;
+    W->p.tls[0].rules[0] = (proto_rule_t){0, PROTO_WRITE};
 }
 
 /* ---------------------------------------------------------------- cases */
@@ -813,6 +862,215 @@ static void stream_into_empty_receive(void **state)
     assert_int_equal(r.comp.length, 0);
 }
 
+/* Rendezvous by write, the receiver: a matched rendezvous request is
+ * answered with CTS (our buffer, a key of its own, the length cut to the
+ * buffer, the sender's key echoed); WDONE completes the receive, with a
+ * FIN only when the bytes came as packets (ACK), all of which must have
+ * landed; NOWRITE makes it read instead. */
+static void write_receiver(void **state)
+{
+    proto_req_t r;
+    char src[100], got[80];
+    wire_tmh_t h;
+    wire_ctsh_t c;
+    uint32_t slot;
+
+    (void)state;
+    table_write();
+    W->pp[0].hello_sent = 1;
+    memset(src, 'w', sizeof(src));
+    for (int round = 0; round < 4; round++) {
+        int before = W->n_pkts, done = W->n_done;
+        memset(got, 0, sizeof(got));
+        req_recv(&r, got, sizeof(got), 0, 3);
+        assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+        in_rvh(UUID_A, WIRE_OP_RNDV, 0, 40 + round, 3, (uintptr_t)src, 0x1234, sizeof(src));
+        assert_int_equal(W->n_pkts, before + 1);
+        h = pkt_tmh(&W->pkts[before]);
+        c = pkt_ctsh(&W->pkts[before]);
+        assert_int_equal(h.opcode, WIRE_OP_CTS);
+        assert_int_equal(h.app_ctx, 40 + round);
+        assert_int_equal(c.va, (uintptr_t)got);
+        assert_int_equal(c.len, sizeof(got));
+        assert_int_equal(c.skey, 0x1234);
+        assert_int_equal(W->n_done, done);
+        assert_true(proto_req_waiting(&r));
+        assert_int_equal(proto_req_writer(&r), 0);
+        /* the key lends the buffer for writing, never for reading */
+        assert_int_not_equal(proto_mem_check_cb(&W->p, c.va, 8, c.rkey), TMX_OK);
+        slot = reg_key_slot(c.rkey);
+        if (round == 0) { /* written in place (DIRECT): WDONE alone */
+            memcpy(got, src, sizeof(got));
+            in_rvh(UUID_A, WIRE_OP_WDONE, 0, slot, 0, c.va, c.rkey, c.len);
+            assert_int_equal(W->n_pkts, before + 1);
+            assert_int_equal(W->done_st[done], TMX_ERR_TRUNCATED); /* 100 bytes into 80 */
+        } else if (round == 1) { /* as packets, all of them: FIN */
+            assert_int_equal(proto_put_data_cb(&W->p, UUID_A, c.va, c.rkey, src, 50), TMX_OK);
+            assert_int_equal(proto_put_data_cb(&W->p, UUID_A, c.va + 50, c.rkey, src, 30), TMX_OK);
+            in_rvh(UUID_A, WIRE_OP_WDONE, WIRE_WDONE_ACK, slot, 0, c.va, c.rkey, c.len);
+            assert_int_equal(W->n_pkts, before + 2);
+            assert_int_equal(pkt_tmh(&W->pkts[before + 1]).opcode, WIRE_OP_FIN);
+            assert_int_equal(pkt_tmh(&W->pkts[before + 1]).app_ctx, 41);
+            assert_int_equal(pkt_tmh(&W->pkts[before + 1]).flags, 0);
+            assert_int_equal(pkt_rvh(&W->pkts[before + 1]).rkey, 0x1234);
+            assert_int_equal(W->done_st[done], TMX_ERR_TRUNCATED);
+        } else if (round == 2) { /* as packets, some missing: fails both sides */
+            assert_int_equal(proto_put_data_cb(&W->p, UUID_A, c.va, c.rkey, src, 50), TMX_OK);
+            in_rvh(UUID_A, WIRE_OP_WDONE, WIRE_WDONE_ACK, slot, 0, c.va, c.rkey, c.len);
+            assert_int_equal(pkt_tmh(&W->pkts[before + 1]).opcode, WIRE_OP_FIN);
+            assert_int_not_equal(pkt_tmh(&W->pkts[before + 1]).flags, 0);
+            assert_int_equal(W->done_st[done], TMX_ERR_PROTO);
+        } else { /* the sender cannot write: we read, then FIN */
+            W->get_status = TMX_OK;
+            in_rvh(UUID_A, WIRE_OP_WDONE, WIRE_WDONE_NOWRITE, slot, 0, c.va, c.rkey, c.len);
+            assert_int_equal(W->get_kind, TL_GET_DIRECT);
+            assert_int_equal(pkt_tmh(&W->pkts[before + 1]).opcode, WIRE_OP_FIN);
+            assert_int_equal(W->done_st[done], TMX_ERR_TRUNCATED);
+        }
+        assert_int_equal(W->n_done, done + 1);
+        assert_ptr_equal(W->done[done], &r);
+        assert_false(proto_req_waiting(&r));
+        if (round != 2)
+            assert_memory_equal(got, src, sizeof(got));
+        /* the slot is gone: late writes and a repeated WDONE are refused */
+        assert_int_not_equal(proto_put_data_cb(&W->p, UUID_A, c.va, c.rkey, src, 8), TMX_OK);
+        in_rvh(UUID_A, WIRE_OP_WDONE, 0, slot, 0, c.va, c.rkey, c.len);
+        assert_int_equal(W->n_done, done + 1);
+    }
+    assert_int_equal(W->p.dropped, 4);
+}
+
+/* The receiver's side against forged writes: only the sender it lent the
+ * buffer to, under its key, inside it; a WDONE must name it exactly, and
+ * no FIN or CTS may name a receive's slot. */
+static void write_receiver_hostile(void **state)
+{
+    proto_req_t r;
+    char got[64] = {0}, junk[128];
+    wire_ctsh_t c;
+    wire_tmh_t h;
+    uint32_t slot;
+
+    (void)state;
+    table_write();
+    W->pp[1].hello_sent = 1;
+    memset(junk, 'j', sizeof(junk));
+    req_recv(&r, got, sizeof(got), TMX_ANY_SOURCE, 9);
+    assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+    in_rvh(UUID_B, WIRE_OP_RNDV, 0, 5, 9, 0x1000, 0x77, 64);
+    h = pkt_tmh(&W->pkts[0]);
+    c = pkt_ctsh(&W->pkts[0]);
+    assert_int_equal(h.opcode, WIRE_OP_CTS);
+    assert_int_equal(proto_req_writer(&r), 1);
+    slot = reg_key_slot(c.rkey);
+    /* writes from another peer, under another key, outside the buffer */
+    assert_int_not_equal(proto_put_data_cb(&W->p, UUID_A, c.va, c.rkey, junk, 8), TMX_OK);
+    assert_int_not_equal(proto_put_data_cb(&W->p, UUID_STRANGER, c.va, c.rkey, junk, 8), TMX_OK);
+    assert_int_not_equal(proto_put_data_cb(&W->p, UUID_B, c.va, c.rkey ^ (1ULL << 50), junk, 8), TMX_OK);
+    assert_int_not_equal(proto_put_data_cb(&W->p, UUID_B, c.va + 60, c.rkey, junk, 8), TMX_OK);
+    assert_int_not_equal(proto_put_data_cb(&W->p, UUID_B, c.va - 1, c.rkey, junk, 2), TMX_OK);
+    assert_int_not_equal(proto_put_data_cb(&W->p, UUID_B, c.va, c.rkey, junk, 65), TMX_OK);
+    assert_int_not_equal(proto_put_data_cb(&W->p, UUID_B, UINT64_MAX - 3, c.rkey, junk, 8), TMX_OK);
+    for (size_t i = 0; i < sizeof(got); i++)
+        assert_int_equal(got[i], 0);
+    /* WDONE from another peer, with a wrong key, address or length; FIN
+     * and CTS naming the receive's slot */
+    in_rvh(UUID_A, WIRE_OP_WDONE, 0, slot, 0, c.va, c.rkey, c.len);
+    in_rvh(UUID_B, WIRE_OP_WDONE, 0, slot, 0, c.va, c.rkey ^ 1, c.len);
+    in_rvh(UUID_B, WIRE_OP_WDONE, 0, slot, 0, c.va + 1, c.rkey, c.len);
+    in_rvh(UUID_B, WIRE_OP_WDONE, 0, slot, 0, c.va, c.rkey, c.len - 1);
+    in_rvh(UUID_B, WIRE_OP_WDONE, WIRE_WDONE_MASK, slot, 0, c.va, c.rkey, c.len);
+    in_rvh(UUID_B, WIRE_OP_WDONE, 1u << 7, slot, 0, c.va, c.rkey, c.len);
+    in_rvh(UUID_B, WIRE_OP_FIN, 0, slot, 0, c.va, c.rkey, c.len);
+    in_cts(UUID_B, slot, c.va, c.rkey, c.len, c.rkey);
+    assert_int_equal(W->p.dropped, 8);
+    assert_int_equal(W->n_done, 0);
+    assert_true(proto_req_waiting(&r));
+    /* abort (its writer died): the slot goes, late packets find nothing */
+    proto_req_abort(&W->p, &r);
+    assert_false(proto_req_waiting(&r));
+    assert_int_equal(proto_req_writer(&r), TMX_PEER_NONE);
+    assert_int_not_equal(proto_put_data_cb(&W->p, UUID_B, c.va, c.rkey, junk, 8), TMX_OK);
+    in_rvh(UUID_B, WIRE_OP_WDONE, 0, slot, 0, c.va, c.rkey, c.len);
+    assert_int_equal(W->p.dropped, 9);
+    assert_int_equal(W->n_done, 0);
+}
+
+/* Rendezvous by write, the sender: a CTS from the peer the request went
+ * to, echoing its key, starts one write; written in place the send
+ * completes with WDONE, written as packets it waits for put_done, then
+ * WDONE(ACK), then FIN; a write that fails says NOWRITE and waits for
+ * the FIN of the receiver's read. Forged and repeated CTS are dropped. */
+static void write_sender(void **state)
+{
+    proto_req_t r[3];
+    char big[3][EAGER_LIMIT * 2], dst[3][EAGER_LIMIT * 2];
+    tmx_status_t how[3] = {TMX_OK, TMX_INPROGRESS, TMX_ERR_IO};
+    uint64_t tkey = 0xabcdef0000000005ULL;
+
+    (void)state;
+    W->iface.put_kinds = TL_PUT_DIRECT;
+    W->pp[1].hello_sent = 1;
+    for (int i = 0; i < 3; i++) {
+        int before = W->n_pkts, done = W->n_done, dropped = (int)W->p.dropped;
+        wire_tmh_t h;
+        wire_rvh_t v;
+        memset(big[i], 'a' + i, sizeof(big[i]));
+        memset(dst[i], 0, sizeof(dst[i]));
+        req_send(&r[i], big[i], sizeof(big[i]), 0);
+        assert_int_equal(proto_send(&W->p, &r[i], 1, 7), TMX_OK);
+        h = pkt_tmh(&W->pkts[before]);
+        v = pkt_rvh(&W->pkts[before]);
+        assert_int_equal(h.opcode, WIRE_OP_RNDV);
+        /* forged: another peer, a wrong key, too long, empty */
+        in_cts(UUID_A, h.app_ctx, (uintptr_t)dst[i], tkey, 16, v.rkey);
+        in_cts(UUID_B, h.app_ctx, (uintptr_t)dst[i], tkey, 16, v.rkey ^ 1);
+        in_cts(UUID_B, h.app_ctx, (uintptr_t)dst[i], tkey, sizeof(big[i]) + 1, v.rkey);
+        in_cts(UUID_B, h.app_ctx, (uintptr_t)dst[i], tkey, 0, v.rkey);
+        assert_int_equal((int)W->p.dropped, dropped + 4);
+        assert_int_equal(W->n_puts, i);
+        W->put_status = how[i];
+        in_cts(UUID_B, h.app_ctx, (uintptr_t)dst[i], tkey, 100, v.rkey);
+        assert_int_equal(W->n_puts, i + 1);
+        /* once only */
+        in_cts(UUID_B, h.app_ctx, (uintptr_t)dst[i], tkey, 100, v.rkey);
+        assert_int_equal((int)W->p.dropped, dropped + 5);
+        assert_int_equal(W->n_puts, i + 1);
+        if (how[i] == TMX_INPROGRESS) {
+            assert_int_equal(W->n_pkts, before + 1);
+            proto_put_done_cb(&W->p, v.rkey ^ (1ULL << 45), TMX_OK); /* not this send's: ignored */
+            assert_int_equal(W->n_pkts, before + 1);
+            proto_put_done_cb(&W->p, v.rkey, TMX_OK);
+        }
+        assert_int_equal(W->n_pkts, before + 2);
+        h = pkt_tmh(&W->pkts[before + 1]);
+        assert_int_equal(h.opcode, WIRE_OP_WDONE);
+        assert_int_equal(h.app_ctx, reg_key_slot(tkey));
+        assert_int_equal(pkt_rvh(&W->pkts[before + 1]).rkey, tkey);
+        assert_int_equal(pkt_rvh(&W->pkts[before + 1]).va, (uintptr_t)dst[i]);
+        assert_int_equal(pkt_rvh(&W->pkts[before + 1]).len, 100);
+        if (how[i] == TMX_OK) {
+            assert_int_equal(h.flags, 0);
+            assert_int_equal(W->n_done, done + 1);
+            assert_int_equal(W->done_st[done], TMX_OK);
+            assert_memory_equal(dst[i], big[i], 100);
+            assert_false(proto_req_waiting(&r[i]));
+            continue;
+        }
+        assert_int_equal(h.flags, how[i] == TMX_INPROGRESS ? WIRE_WDONE_ACK : WIRE_WDONE_NOWRITE);
+        assert_int_equal(W->n_done, done);
+        assert_true(proto_req_waiting(&r[i]));
+        /* the receiver's FIN ends it */
+        h = pkt_tmh(&W->pkts[before]);
+        in_rvh(UUID_B, WIRE_OP_FIN, 0, h.app_ctx, 7, v.va, v.rkey, v.len);
+        assert_int_equal(W->n_done, done + 1);
+        assert_int_equal(W->done_st[done], TMX_OK);
+        /* a late put_done is ignored */
+        proto_put_done_cb(&W->p, v.rkey, TMX_OK);
+        assert_int_equal(W->n_pkts, before + 2);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -833,6 +1091,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(stream_sender_renumbered),
         cmocka_unit_test(stream_short_or_cut),
         cmocka_unit_test(stream_into_empty_receive),
+        cmocka_unit_test(write_receiver),
+        cmocka_unit_test(write_receiver_hostile),
+        cmocka_unit_test(write_sender),
     };
     return unit_main(argc, argv,
                      &(const unit_group_t){"", tests, sizeof(tests) / sizeof(tests[0]), setup, teardown},

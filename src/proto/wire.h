@@ -5,6 +5,13 @@
  *   rendezvous request: TMH | RVH | [data]
  *   FIN:                TMH | RVH      (a copy of the request's, opcode FIN)
  *
+ * and for rendezvous by write (seed 003), the receiver's answer to a
+ * rendezvous request and the writer's last word:
+ *
+ *   CTS:                TMH | CTSH     (where to write, under which key)
+ *   WDONE:              TMH | RVH      (the write is in place: the
+ *                                       immediate naming the receive)
+ *
  * [data] is the 8-byte remote completion data, present when the TMH flags
  * carry WIRE_FLAG_DATA. All fields are little endian on the wire; the
  * wire_* helpers convert. A receiver validates every field before use.
@@ -23,9 +30,23 @@ enum wire_opcode {
     WIRE_OP_EAGER = 1, /* tagged message with its payload */
     WIRE_OP_RNDV = 2,  /* tagged rendezvous request: the receiver reads */
     WIRE_OP_FIN = 3,   /* rendezvous done: the sender may release its buffer */
-    WIRE_OP_HELLO = 4  /* the sender's address blob (tmx_address), sent before
+    WIRE_OP_HELLO = 4, /* the sender's address blob (tmx_address), sent before
                           anything else to each peer, so that a receiver that
                           never added the sender can answer it */
+    WIRE_OP_CTS = 5,   /* clear to send: the matched receiver asks the sender
+                          to write into its buffer (app_ctx: the sender's
+                          request id, from the request) */
+    WIRE_OP_WDONE = 6  /* the sender's write is in place (app_ctx: the
+                          receiver's slot, from its key; RVH: the receiver's
+                          buffer, key and the bytes written) */
+};
+
+enum wire_wdone_flag {
+    WIRE_WDONE_ACK = 1u << 0,     /* the bytes went as packets: answer FIN once
+                                     every one is in place */
+    WIRE_WDONE_NOWRITE = 1u << 1, /* the sender could not write: read the data
+                                     as for any rendezvous request, then FIN */
+    WIRE_WDONE_MASK = WIRE_WDONE_ACK | WIRE_WDONE_NOWRITE
 };
 
 enum wire_flag {
@@ -50,6 +71,17 @@ typedef struct wire_rvh {
     uint64_t len;      /* message length in bytes */
 } wire_rvh_t;
 
+/* Clear-To-Send Header: the receiver's buffer and the key it lends it
+ * under, the bytes to write, and the sender's own key echoed (the
+ * request's RVH.rkey), so that a CTS names one rendezvous send exactly. */
+typedef struct wire_ctsh {
+    uint64_t va;       /* receiver's buffer address */
+    uint64_t rkey;     /* key under which it may be written */
+    uint64_t len;      /* bytes to write: the message, cut to the buffer */
+    uint64_t skey;     /* the sender's key, from the request */
+} wire_ctsh_t;
+
+static_assert(sizeof(wire_ctsh_t) == 32, "CTSH is 32 bytes");
 static_assert(sizeof(wire_tmh_t) == 16, "TMH is 16 bytes");
 static_assert(offsetof(wire_tmh_t, app_ctx) == 4, "TMH layout");
 static_assert(offsetof(wire_tmh_t, tag) == 8, "TMH layout");
@@ -84,6 +116,23 @@ static inline void wire_rvh_unpack(wire_rvh_t *r)
     r->va = le64toh(r->va);
     r->rkey = le64toh(r->rkey);
     r->len = le64toh(r->len);
+}
+
+static inline void wire_ctsh_pack(wire_ctsh_t *c, uint64_t va, uint64_t rkey, uint64_t len,
+                                  uint64_t skey)
+{
+    c->va = htole64(va);
+    c->rkey = htole64(rkey);
+    c->len = htole64(len);
+    c->skey = htole64(skey);
+}
+
+static inline void wire_ctsh_unpack(wire_ctsh_t *c)
+{
+    c->va = le64toh(c->va);
+    c->rkey = le64toh(c->rkey);
+    c->len = le64toh(c->len);
+    c->skey = le64toh(c->skey);
 }
 
 #endif

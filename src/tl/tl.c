@@ -37,6 +37,22 @@ tmx_status_t tl_no_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint6
     return TMX_ERR_UNSUPPORTED;
 }
 
+tmx_status_t tl_put_kind_check(const tl_iface_t *iface, unsigned kind)
+{
+    if (kind != 0 && (kind & (kind - 1)) == 0 && (kind & iface->put_kinds) == kind)
+        return TMX_OK;
+    util_error("%s: write mechanism 0x%x not offered (offered: 0x%x)", iface->ops->name, kind,
+               iface->put_kinds);
+    return TMX_ERR_INVALID;
+}
+
+tmx_status_t tl_no_put(tl_ep_t *ep, const void *src, size_t len, uint64_t raddr, uint64_t rkey,
+                       uint64_t lkey, unsigned kind)
+{
+    util_error("transport %s cannot write remote memory", ep->iface->ops->name);
+    return TMX_ERR_UNSUPPORTED;
+}
+
 void tl_no_wait(tl_iface_t *iface, int64_t timeout_us)
 {
 }
@@ -56,6 +72,16 @@ static void muted_fail(void *arg, uint64_t uuid, int clean)
 static tmx_status_t muted_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_t rkey)
 {
     return TMX_ERR_NOT_FOUND;
+}
+
+static tmx_status_t muted_put_data(void *arg, uint64_t src_uuid, uint64_t addr, uint64_t rkey,
+                                   const void *data, size_t len)
+{
+    return TMX_ERR_NOT_FOUND;
+}
+
+static void muted_put_done(void *arg, uint64_t lkey, tmx_status_t status)
+{
 }
 
 static void *muted_begin(void *arg, uint64_t src_uuid, const void *first, size_t first_len, size_t total)
@@ -81,6 +107,14 @@ void tl_iface_mute(tl_iface_t *iface)
     iface->stream = &muted_stream;
     iface->fail_cb = muted_fail;
     iface->mem_check = muted_mem_check;
+    iface->put_data = muted_put_data;
+    iface->put_done = muted_put_done;
+}
+
+void tl_put_cbs_set(tl_iface_t *iface, const tl_iface_params_t *params)
+{
+    iface->put_data = params->put_data != NULL ? params->put_data : muted_put_data;
+    iface->put_done = params->put_done != NULL ? params->put_done : muted_put_done;
 }
 
 tmx_status_t tl_always_reachable(tl_iface_t *iface, const void *addr, size_t len)

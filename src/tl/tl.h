@@ -69,6 +69,20 @@ typedef void (*tl_fail_cb_t)(void *arg, uint64_t uuid, int clean);
  * under rkey (registered, in bounds, right key). TMX_OK or why not. */
 typedef tmx_status_t (*tl_mem_check_t)(void *arg, uint64_t addr, uint64_t len, uint64_t rkey);
 
+/* Remote writes (rendezvous by write, seed 003). put_data: bytes of a
+ * peer's emulated write arrived for len bytes at addr under rkey (the key
+ * the layer above handed out for that memory): it checks key, bounds and
+ * sender, copies them into place and says TMX_OK, or refuses (nothing
+ * written; the transport counts the drop). put_done: a write accepted
+ * with TMX_INPROGRESS (tl_ops_t.put) has every byte on its way, in order
+ * ahead of any packet sent after this call, or failed (status); lkey is
+ * the key the write's source memory is lent under, by which the layer
+ * above finds it (the write may have outlived its reason). Both from
+ * progress() only. */
+typedef tmx_status_t (*tl_put_data_t)(void *arg, uint64_t src_uuid, uint64_t addr, uint64_t rkey,
+                                      const void *data, size_t len);
+typedef void (*tl_put_done_t)(void *arg, uint64_t lkey, tmx_status_t status);
+
 /* Asked, while the layer above has set tl_iface_t.rx_full, before a
  * transport that can leave packets where they are (shm: in the ring) takes
  * one: 1 to take it now (recv_cb follows at once), 0 to leave it and every
@@ -87,6 +101,14 @@ enum tl_get_kind {
                                 is faster with two cores copying) */
     TL_GET_COPY = 1u << 2    /* the owner checks the key and sends the bytes as
                                 packets: a read emulated on the owner's side */
+};
+
+/* How a remote write moves the data (tl_iface_t.put_kinds). */
+enum tl_put_kind {
+    TL_PUT_DIRECT = 1u << 0, /* the writer copies into the target's memory itself
+                                (process_vm_writev; memcpy within a process) */
+    TL_PUT_COPY = 1u << 1    /* the writer sends the bytes as packets; the target
+                                checks each against its key (put_data) and places it */
 };
 
 /* A remote read in flight, embedded in the caller's object. done() runs
@@ -147,6 +169,9 @@ typedef struct tl_iface_params {
     const tl_settings_t *settings; /* never NULL; read during iface_open only */
     void *fail_arg;         /* the argument of fail_cb */
     const tl_stream_cb_t *stream; /* packets in pieces (may be NULL: see the type) */
+    tl_put_data_t put_data; /* emulated writes into our memory (may be NULL: refused) */
+    tl_put_done_t put_done; /* our writes under way (may be NULL for a layer
+                               above that never writes) */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */
@@ -186,6 +211,11 @@ struct tl_iface {
      * a transport whose one-sided copies the kernel refuses at run time
      * drops DIRECT and SHARED from here. */
     unsigned get_kinds;
+    /* The write mechanisms this interface offers now (enum tl_put_kind;
+     * 0: none, the layer above reads instead). */
+    unsigned put_kinds;
+    tl_put_data_t put_data; /* recv_arg is its argument, and put_done's */
+    tl_put_done_t put_done;
     /* Owned by the layer above: its data for this interface (proto's
      * protocol table). Transports never touch it. */
     const void *above;
@@ -298,6 +328,25 @@ struct tl_ops {
     tmx_status_t (*get)(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                         unsigned kind, tl_get_op_t *op);
 
+    /* Writes len bytes at src into the memory at raddr of the process
+     * behind ep, which lent it under rkey, by mechanism kind (one bit of
+     * put_kinds); lkey is the key src is lent under here (udp checks it
+     * before every resending, as for a read's data).
+     * Blocks: DIRECT copies in the call, for as long as copying len bytes
+     * takes. COPY does not block. Upcalls: put_data (self places the
+     * bytes in the call); put_done from a later progress(), never inside
+     * put(). In upcall: yes. Buffers: src stays the transport's until
+     * put_done, or, for COPY, until the target acknowledges (the layer
+     * above holds it until the target answers).
+     * Result: TMX_OK: every byte is in place, no put_done; TMX_INPROGRESS:
+     * put_done follows exactly once, unless the interface closes or ep
+     * fails first (then never); an error (TMX_ERR_INVALID, logged, for a
+     * kind not offered; TMX_ERR_UNSUPPORTED: the kernel refused the copy,
+     * and the kind is no longer offered; TMX_ERR_PEER_FAILED; TMX_ERR_IO;
+     * TMX_ERR_NOMEM): the write did not complete and bytes may or may not
+     * have landed. */
+    tmx_status_t (*put)(tl_ep_t *ep, const void *src, size_t len, uint64_t raddr, uint64_t rkey,
+                        uint64_t lkey, unsigned kind);
     /* Handles what arrived and what is due: delivers packets, serves and
      * completes reads, retransmits, reports dead peers. Returns the
      * number of events (0: nothing happened).
@@ -352,6 +401,17 @@ extern const char *const tl_names[];
 /* For transports without remote reads. */
 tmx_status_t tl_no_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                        unsigned kind, tl_get_op_t *op);
+
+/* Sets iface's put_data and put_done from params (a NULL one refuses
+ * every write, or ignores its end). */
+void tl_put_cbs_set(tl_iface_t *iface, const tl_iface_params_t *params);
+
+/* For transports without remote writes. */
+tmx_status_t tl_no_put(tl_ep_t *ep, const void *src, size_t len, uint64_t raddr, uint64_t rkey,
+                       uint64_t lkey, unsigned kind);
+
+/* The same as tl_get_kind_check for a write (tl_ops_t.put). */
+tmx_status_t tl_put_kind_check(const tl_iface_t *iface, unsigned kind);
 
 /* TMX_OK if kind is one mechanism iface offers; else logs and says
  * TMX_ERR_INVALID (for tl_ops_t.get). */

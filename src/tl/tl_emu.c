@@ -27,6 +27,18 @@ typedef struct emu_serve {
     tmx_status_t status;        /* not TMX_OK: one refusal goes, then the end */
 } emu_serve_t;
 
+/* A write we make. */
+typedef struct emu_push {
+    util_dlist_t link;
+    tl_ep_t *ep;                /* the target */
+    const unsigned char *src;
+    uint64_t len;
+    uint64_t raddr, rkey;       /* the target's memory and its key */
+    uint64_t lkey;              /* src's key here */
+    uint64_t offset;            /* the next chunk */
+    tmx_status_t status;        /* TMX_INPROGRESS until every chunk went, or an error */
+} emu_push_t;
+
 static uint64_t emu_now_us(void)
 {
     struct timespec ts;
@@ -43,6 +55,7 @@ void tl_emu_init(tl_emu_t *e, tl_iface_t *iface, const tl_emu_ops_t *ops, size_t
     e->next_id = 0;
     util_dlist_init(&e->gets);
     util_dlist_init(&e->serves);
+    util_dlist_init(&e->pushes);
 }
 
 /* ------------------------------------------------------------ the reader */
@@ -169,10 +182,65 @@ static int serve_push(tl_emu_t *e, emu_serve_t *s)
     return 1;
 }
 
+/* ------------------------------------------------------------- the writer */
+
+/* Sends chunks while there is room; the write's end is kept in status. */
+static void push_send(tl_emu_t *e, emu_push_t *w)
+{
+    while (w->status == TMX_INPROGRESS && w->offset < w->len) {
+        uint64_t left = w->len - w->offset;
+        size_t n = left < e->chunk ? (size_t)left : e->chunk;
+        tmx_status_t st = e->iface->mem_check(e->iface->recv_arg, (uintptr_t)(w->src + w->offset), n,
+                                              w->lkey);
+
+        if (st == TMX_OK)
+            st = e->ops->put_send(w->ep, w->raddr + w->offset, w->rkey, w->src + w->offset, n, w->lkey);
+        if (st == TMX_ERR_AGAIN)
+            return;
+        if (st != TMX_OK) {
+            w->status = st;
+            return;
+        }
+        w->offset += n;
+    }
+    if (w->status == TMX_INPROGRESS)
+        w->status = TMX_OK;
+}
+
+tmx_status_t tl_emu_put(tl_emu_t *e, tl_ep_t *ep, const void *src, size_t len, uint64_t raddr,
+                        uint64_t rkey, uint64_t lkey)
+{
+    emu_push_t *w = calloc(1, sizeof(*w));
+
+    if (w == NULL)
+        return TMX_ERR_NOMEM;
+    *w = (emu_push_t){.ep = ep, .src = src, .len = len, .raddr = raddr, .rkey = rkey, .lkey = lkey,
+                      .status = TMX_INPROGRESS};
+    util_dlist_push_tail(&e->pushes, &w->link);
+    push_send(e, w); /* its end is reported by tl_emu_progress, never here */
+    return TMX_INPROGRESS;
+}
+
 int tl_emu_progress(tl_emu_t *e, uint64_t now_us)
 {
     util_dlist_t *pos, *tmp;
     int events = 0;
+
+    util_dlist_foreach_safe(pos, tmp, &e->pushes) {
+        emu_push_t *w = util_container_of(pos, emu_push_t, link);
+        push_send(e, w);
+        if (w->status != TMX_INPROGRESS) {
+            tmx_status_t st = w->status;
+            uint64_t lkey = w->lkey;
+            if (st != TMX_OK)
+                util_error("%s: a write of %llu bytes to peer %u ended: %s", e->iface->ops->name,
+                           (unsigned long long)w->len, w->ep->peer, tmx_strerror(st));
+            util_dlist_unlink(&w->link);
+            free(w);
+            e->iface->put_done(e->iface->recv_arg, lkey, st);
+            events++;
+        }
+    }
 
     util_dlist_foreach_safe(pos, tmp, &e->serves) {
         emu_serve_t *s = util_container_of(pos, emu_serve_t, link);
@@ -198,6 +266,14 @@ void tl_emu_ep_fail(tl_emu_t *e, tl_ep_t *ep)
 {
     util_dlist_t *pos, *tmp;
 
+    util_dlist_foreach_safe(pos, tmp, &e->pushes) {
+        emu_push_t *w = util_container_of(pos, emu_push_t, link);
+        if (w->ep == ep) {
+            util_dlist_unlink(&w->link);
+            free(w);
+        }
+    }
+
     util_dlist_foreach_safe(pos, tmp, &e->serves) {
         emu_serve_t *s = util_container_of(pos, emu_serve_t, link);
         if (s->ep == ep) {
@@ -222,6 +298,10 @@ void tl_emu_abandon(tl_emu_t *e)
     util_dlist_foreach_safe(pos, tmp, &e->serves) {
         free(util_container_of(pos, emu_serve_t, link));
     }
+    util_dlist_foreach_safe(pos, tmp, &e->pushes) {
+        free(util_container_of(pos, emu_push_t, link));
+    }
     util_dlist_init(&e->gets);
     util_dlist_init(&e->serves);
+    util_dlist_init(&e->pushes);
 }

@@ -48,6 +48,13 @@ typedef struct tl_emu_ops {
     /* Optional: a read from ep, asked at since_us, still waits at now_us
      * (udp reports a stall to the owner). */
     void (*waiting)(tl_ep_t *ep, uint64_t since_us, uint64_t now_us);
+    /* Optional (writes, tl_emu_put): sends n bytes at src, the part of a
+     * write that goes to raddr, lent under rkey by the target ep; lkey is
+     * src's key here (checked again before any resending). TMX_OK;
+     * TMX_ERR_AGAIN: no room, the same part is offered again later;
+     * anything else ends the write. Blocks: no. */
+    tmx_status_t (*put_send)(tl_ep_t *ep, uint64_t raddr, uint64_t rkey, const void *src, size_t n,
+                             uint64_t lkey);
 } tl_emu_ops_t;
 
 typedef struct tl_emu {
@@ -56,6 +63,7 @@ typedef struct tl_emu {
     size_t chunk;               /* bytes per data_send */
     util_dlist_t gets;          /* reads we wait for */
     util_dlist_t serves;        /* reads we answer */
+    util_dlist_t pushes;        /* writes we make */
     uint32_t next_id;
 } tl_emu_t;
 
@@ -81,6 +89,16 @@ tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req
 tmx_status_t tl_emu_data_arrive(tl_emu_t *e, tl_ep_t *ep, uint32_t id, uint64_t offset,
                                 tmx_status_t status, const void *p, size_t n);
 
+/* Starts writing len bytes at src (lent here under lkey) to raddr, lent
+ * under rkey by ep's process, in chunks through ops->put_send (which must
+ * be set). TMX_INPROGRESS: iface->put_done(lkey) follows from
+ * tl_emu_progress once every chunk is on its way, or with the error that
+ * ended the write (the memory no longer lent under lkey, the transport's
+ * refusal); never if ep fails or the interface closes first.
+ * TMX_ERR_NOMEM: nothing was sent. */
+tmx_status_t tl_emu_put(tl_emu_t *e, tl_ep_t *ep, const void *src, size_t len, uint64_t raddr,
+                        uint64_t rkey, uint64_t lkey);
+
 /* Sends what waits and the window takes: requests not yet sent, chunks of
  * reads served. now_us: the caller's clock, for ops->waiting. Returns the
  * number of events. */
@@ -89,15 +107,16 @@ int tl_emu_progress(tl_emu_t *e, uint64_t now_us);
 /* Reads or serves are under way (asked by every progress: inline). */
 static inline int tl_emu_busy(const tl_emu_t *e)
 {
-    return !util_dlist_empty(&e->gets) || !util_dlist_empty(&e->serves);
+    return !util_dlist_empty(&e->gets) || !util_dlist_empty(&e->serves) ||
+           !util_dlist_empty(&e->pushes);
 }
 
 /* ep failed: its reads complete with TMX_ERR_PEER_FAILED, what we served
- * it is dropped. Calls done(). */
+ * or wrote it is dropped. Calls done() (not put_done). */
 void tl_emu_ep_fail(tl_emu_t *e, tl_ep_t *ep);
 
 /* The interface closes: reads are abandoned without done() (their data,
- * arriving later, is dropped), serves end. Safe to call more than once. */
+ * arriving later, is dropped), serves and writes end (no put_done). Safe to call more than once. */
 void tl_emu_abandon(tl_emu_t *e);
 
 #endif

@@ -108,7 +108,7 @@ static void waiting(tl_ep_t *ep, uint64_t since, uint64_t now)
     side_of(ep)->waited++;
 }
 
-static const tl_emu_ops_t ops = {req_send, data_send, waiting};
+static const tl_emu_ops_t ops = {req_send, data_send, waiting, NULL};
 
 static tmx_status_t mem_check(void *arg, uint64_t addr, size_t len, uint64_t rkey)
 {

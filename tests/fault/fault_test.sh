@@ -79,6 +79,17 @@ run "truncate, engine, faults" 2 "$TWO" truncate "$UDP" "$F" "${OFF[@]}"
 run "probe, engine, faults" 2 "$TWO" probe "$UDP" "$F" "${OFF[@]}"
 run "anysource, 6 ranks on 3 hosts, engine, faults" 6 "$ALL" anysource "$UDP" "$F" "${OFF[@]}"
 
+echo "== rendezvous by write (every message not sent eagerly), clean and under faults"
+WR="TMX_PROTO=shm:write@0;udp:write@0"
+run "pingpong up to 16 MiB, write" 2 "$TWO" pingpong "$UDP" "$WR" MP_MAX_BYTES=16777216
+run "anysource, 8 ranks on 3 hosts, write" 8 "$ALL" anysource "$UDP" "$WR"
+F=TMX_UDP_FAULTS=drop=0.05,dup=0.01,reorder=0.05,corrupt=0.001
+run "pingpong up to 16 MiB, write, faults" 2 "$TWO" pingpong "$UDP" "$WR" "$F" MP_MAX_BYTES=16777216
+run "order, write, faults" 2 "$TWO" order "$UDP" "$WR" "$F"
+run "truncate, write, faults" 2 "$TWO" truncate "$UDP" "$WR" "$F"
+run "probe, write, faults" 2 "$TWO" probe "$UDP" "$WR" "$F"
+run "anysource, 6 ranks on 3 hosts, write, faults" 6 "$ALL" anysource "$UDP" "$WR" "$F"
+
 echo "== kernel drops (nft, 5 % of UDP datagrams each way)"
 for h in "${HOSTS[@]}"; do fault_nft_drop "$h" 5; done
 run "pingpong up to 64 MiB" 2 "$TWO" pingpong "$UDP"

@@ -31,11 +31,19 @@ static tmx_status_t fuzz_mem_check(void *arg, uint64_t addr, uint64_t len, uint6
     return TMX_ERR_NOT_FOUND;
 }
 
+/* Written data is refused, as for a key we never handed out. */
+static tmx_status_t fuzz_put_data(void *arg, uint64_t src_uuid, uint64_t addr, uint64_t rkey,
+                                  const void *data, size_t len)
+{
+    return TMX_ERR_NOT_FOUND;
+}
+
 static udp_iface_t *fuzz_iface(void)
 {
     static tl_iface_t *iface;
     static config_t cfg;
-    tl_iface_params_t p = {0x1234, 0x77, fuzz_recv, fuzz_fail, fuzz_mem_check, NULL, NULL, 0, &cfg.tl, NULL, NULL};
+    tl_iface_params_t p = {0x1234, 0x77, fuzz_recv, fuzz_fail, fuzz_mem_check, NULL, NULL, 0, &cfg.tl, NULL,
+                           NULL, fuzz_put_data, NULL};
 
     if (iface == NULL)
         config_defaults(&cfg);

@@ -46,6 +46,8 @@ static tmx_status_t self_iface_open(const tl_iface_params_t *params, tl_iface_t 
     si->super.fail_arg = params->fail_arg;
     si->super.get_kinds = TL_GET_DIRECT;
     si->super.mem_check = params->mem_check;
+    si->super.put_kinds = TL_PUT_DIRECT;
+    tl_put_cbs_set(&si->super, params);
     si->uuid = params->uuid;
     util_dlist_init(&si->queue);
     *out = &si->super;
@@ -142,6 +144,21 @@ static tmx_status_t self_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr,
     return st;
 }
 
+/* The target's put_data checks and places the bytes, as for a write
+ * from another process through packets. */
+static tmx_status_t self_put(tl_ep_t *ep, const void *src, size_t len, uint64_t raddr, uint64_t rkey,
+                             uint64_t lkey, unsigned kind)
+{
+    self_iface_t *si = (self_iface_t *)ep->iface;
+    tmx_status_t st;
+
+    if ((st = tl_put_kind_check(&si->super, kind)) != TMX_OK)
+        return st;
+    if (len == 0)
+        return TMX_OK;
+    return si->super.put_data(si->super.recv_arg, si->uuid, raddr, rkey, src, len);
+}
+
 /* Delivers only what was queued before this pass, so that packets sent by
  * the callbacks wait for the next pass and progress always returns. */
 static int self_progress(tl_iface_t *iface)
@@ -172,6 +189,7 @@ const tl_ops_t tl_self_ops = {
     .ep_destroy = self_ep_destroy,
     .send = self_send,
     .get = self_get,
+    .put = self_put,
     .progress = self_progress,
     .wait = tl_no_wait,
     .check_peers = tl_no_check_peers,

@@ -148,6 +148,8 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     memset(si->slot_fbox, SHM_FBOX_NONE, sizeof(si->slot_fbox));
     si->super.get_checked = si->cma == SHM_CMA_OFF;
     si->super.get_kinds = si->cma == SHM_CMA_ON ? TL_GET_DIRECT | TL_GET_SHARED | TL_GET_COPY : TL_GET_COPY;
+    si->super.put_kinds = si->cma == SHM_CMA_ON ? TL_PUT_DIRECT : 0;
+    tl_put_cbs_set(&si->super, params);
     util_dlist_init(&si->eps);
     util_idmap_init(&si->ep_map);
     util_dlist_init(&si->closed_eps);
@@ -1277,6 +1279,7 @@ const tl_ops_t tl_shm_ops = {
     .ep_destroy = shm_ep_destroy,
     .send = shm_send,
     .get = shm_get,
+    .put = shm_put,
     .progress = shm_progress,
     .wait = shm_wait,
     .check_peers = shm_check_peers,

@@ -96,6 +96,8 @@ void shm_stop_help(void); /* test hook, TMX_SHM_TEST_STOP=help:N */
 tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint32_t kind, uint32_t len);
 
 /* shm_get.c */
+tmx_status_t shm_put(tl_ep_t *ep, const void *src, size_t len, uint64_t raddr, uint64_t rkey,
+                     uint64_t lkey, unsigned kind);
 tmx_status_t shm_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                      unsigned kind, tl_get_op_t *op);
 void shm_get_cell(shm_iface_t *si, shm_cell_t *cell);

@@ -87,6 +87,7 @@ static void cma_refused(shm_iface_t *si)
     si->cma = SHM_CMA_OFF;
     si->super.get_checked = 1;
     si->super.get_kinds = TL_GET_COPY;
+    si->super.put_kinds = 0;
 }
 
 /* ------------------------------------------------------------- copy mode */
@@ -125,7 +126,7 @@ static tmx_status_t copy_data_send(tl_ep_t *tep, uint32_t id, uint64_t offset, t
     return TMX_OK;
 }
 
-static const tl_emu_ops_t shm_emu_ops = {copy_req_send, copy_data_send, NULL};
+static const tl_emu_ops_t shm_emu_ops = {copy_req_send, copy_data_send, NULL, NULL}; /* no writes: DIRECT only */
 
 static tmx_status_t copy_get(shm_iface_t *si, shm_ep_t *ep, void *dst, size_t len, uint64_t raddr,
                              uint64_t rkey, tl_get_op_t *op)
@@ -374,6 +375,32 @@ tmx_status_t shm_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
         cma_refused(si);
     }
     return copy_get(si, ep, dst, len, raddr, rkey, op);
+}
+
+/* Writes are DIRECT only (process_vm_writev): where the kernel refuses
+ * it, none is offered any more and the layer above reads instead. The
+ * target's memory is checked by the kernel's permission, as for reads
+ * (get_checked). */
+tmx_status_t shm_put(tl_ep_t *tep, const void *src, size_t len, uint64_t raddr, uint64_t rkey,
+                     uint64_t lkey, unsigned kind)
+{
+    shm_ep_t *ep = (shm_ep_t *)tep;
+    shm_iface_t *si = (shm_iface_t *)tep->iface;
+    tmx_status_t st;
+
+    if ((st = tl_put_kind_check(tep->iface, kind)) != TMX_OK)
+        return st;
+    if (ep->failed)
+        return TMX_ERR_PEER_FAILED;
+    if (len == 0)
+        return TMX_OK;
+    st = cma_copy(ep, (void *)src, len, raddr, 1);
+    if (st == TMX_ERR_UNSUPPORTED) {
+        util_warn("shm: process_vm_writev refused (%s); rendezvous by write is off from now on",
+                  strerror(errno));
+        si->super.put_kinds = 0;
+    }
+    return st;
 }
 
 static void get_data_arrive(shm_iface_t *si, shm_cell_t *cell)

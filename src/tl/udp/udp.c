@@ -71,6 +71,8 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->super.fail_cb = params->fail_cb;
     ui->super.fail_arg = params->fail_arg;
     ui->super.get_kinds = TL_GET_COPY;
+    ui->super.put_kinds = TL_PUT_COPY;
+    tl_put_cbs_set(&ui->super, params);
     ui->super.mem_check = params->mem_check;
     ui->super.admit_cb = params->admit_cb;
     ui->super.recv_arg = params->recv_arg;
@@ -284,6 +286,7 @@ const tl_ops_t tl_udp_ops = {
     .ep_destroy = udp_ep_destroy,
     .send = udp_send,
     .get = udp_get,
+    .put = udp_put,
     .progress = udp_progress,
     .wait = udp_wait,
     .check_peers = udp_check_peers,

@@ -350,6 +350,9 @@ uint64_t udp_probe_interval(uint64_t silence_us);
 
 /* udp_get.c: remote reads (tl_emu.h) */
 void udp_get_init(udp_iface_t *ui);
+tmx_status_t udp_put(tl_ep_t *ep, const void *src, size_t len, uint64_t raddr, uint64_t rkey,
+                     uint64_t lkey, unsigned kind);
+void udp_put_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p);
 tmx_status_t udp_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                      unsigned kind, tl_get_op_t *op);
 void udp_get_req_arrive(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len);

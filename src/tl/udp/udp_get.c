@@ -38,7 +38,20 @@ static void waiting(tl_ep_t *tep, uint64_t since_us, uint64_t now_us)
     udp_rx_stall_check((udp_iface_t *)tep->iface, (udp_ep_t *)tep, since_us, now_us);
 }
 
-static const tl_emu_ops_t udp_emu_ops = {req_send, data_send, waiting};
+/* A write's part: the target address in offset, the target's key in
+ * frag_id and reserved (udp_wire.h); src is not copied (lkey). */
+static tmx_status_t put_send(tl_ep_t *tep, uint64_t raddr, uint64_t rkey, const void *src, size_t n,
+                             uint64_t lkey)
+{
+    struct iovec iov = {(void *)src, n};
+    udp_send_desc_t d = {.ch = UDP_CH_DATA, .flags = UDP_FLAG_PUT_DATA, .frag_id = (uint32_t)rkey,
+                         .offset = raddr, .aux = (uint32_t)(rkey >> 32), .iov = &iov, .iovcnt = 1,
+                         .len = n, .rkey = lkey};
+
+    return udp_send_segs((udp_iface_t *)tep->iface, (udp_ep_t *)tep, &d);
+}
+
+static const tl_emu_ops_t udp_emu_ops = {req_send, data_send, waiting, put_send};
 
 void udp_get_init(udp_iface_t *ui)
 {
@@ -58,6 +71,38 @@ tmx_status_t udp_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
     ui->super.quiet = 0;
     udp_gro_set(ui, 1); /* the data comes in bursts */
     return tl_emu_get(&ui->emu, tep, dst, len, raddr, rkey, op);
+}
+
+tmx_status_t udp_put(tl_ep_t *tep, const void *src, size_t len, uint64_t raddr, uint64_t rkey,
+                     uint64_t lkey, unsigned kind)
+{
+    udp_ep_t *ep = (udp_ep_t *)tep;
+    udp_iface_t *ui = (udp_iface_t *)tep->iface;
+
+    if (tl_put_kind_check(tep->iface, kind) != TMX_OK)
+        return TMX_ERR_INVALID;
+    if (ep->failed)
+        return TMX_ERR_PEER_FAILED;
+    if (len == 0)
+        return TMX_OK;
+    ui->super.quiet = 0;
+    return tl_emu_put(&ui->emu, tep, src, len, raddr, rkey, lkey);
+}
+
+/* Written data: the layer above checks key, bounds and sender before a
+ * byte lands. A part that its writer could no longer read (refused on
+ * resending: the write ended) comes empty and is ignored. */
+void udp_put_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p)
+{
+    uint64_t rkey = (uint64_t)h->frag_id | (uint64_t)le32toh(h->reserved) << 32;
+
+    if (h->len == 0)
+        return;
+    if (ui->super.put_data(ui->super.recv_arg, ep->uuid, h->offset, rkey, p, h->len) != TMX_OK) {
+        ui->stats.dropped++;
+        if (!ui->closing)
+            util_warn("udp: written data of %u bytes from peer %u refused", h->len, ep->super.peer);
+    }
 }
 
 void udp_get_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p)

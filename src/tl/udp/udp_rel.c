@@ -538,6 +538,8 @@ static void deliver(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const uns
         udp_get_req_arrive(ui, ep, p, h->len);
     else if (h->flags & UDP_FLAG_GET_DATA)
         udp_get_data_arrive(ui, ep, h, p);
+    else if (h->flags & UDP_FLAG_PUT_DATA)
+        udp_put_data_arrive(ui, ep, h, p);
     else
         deliver_packet_seg(ui, ep, rx, h, p);
 }
@@ -609,7 +611,7 @@ static int rx_leave(udp_iface_t *ui, udp_ep_t *ep, const udp_rx_t *rx, const udp
                     const unsigned char *p)
 {
     if (!ui->super.rx_full || h->channel != UDP_CH_DATA || rx->reasm != NULL ||
-        !(h->flags & UDP_FLAG_FIRST) || (h->flags & (UDP_FLAG_GET_REQ | UDP_FLAG_GET_DATA)) ||
+        !(h->flags & UDP_FLAG_FIRST) || (h->flags & (UDP_FLAG_GET_REQ | UDP_FLAG_GET_DATA | UDP_FLAG_PUT_DATA)) ||
         ui->super.admit_cb(ui->super.recv_arg, ep->uuid, p, h->len))
         return 0;
     if (!ep->rx_left) {

@@ -114,7 +114,7 @@ static inline void hdr_fill(const udp_iface_t *ui, const udp_ep_t *ep, udp_seg_t
 static udp_seg_t *seg_build(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t *d, size_t i,
                             size_t nseg, size_t per)
 {
-    int whole = !(d->flags & UDP_FLAG_GET_DATA), zcopy = !whole && d->iovcnt == 1;
+    int whole = !(d->flags & (UDP_FLAG_GET_DATA | UDP_FLAG_PUT_DATA)), zcopy = !whole && d->iovcnt == 1;
     size_t off = i * per, n = d->len - off < per ? d->len - off : per;
     udp_seg_desc_t sd = {
         .ch = d->ch,

@@ -35,7 +35,11 @@ enum udp_flag {
                                      since segment seq arrived */
     UDP_FLAG_BYE = 1u << 7,       /* ACK_ONLY: the sender closed its context
                                      (a clean exit, not a death) */
-    UDP_FLAG_MASK = 0xff
+    UDP_FLAG_PUT_DATA = 1u << 8,  /* payload is written data: offset is the
+                                     target address of its first byte,
+                                     frag_id and reserved the low and high
+                                     halves of the target's key */
+    UDP_FLAG_MASK = 0x1ff
 };
 
 typedef struct udp_hdr {
@@ -51,11 +55,14 @@ typedef struct udp_hdr {
     uint64_t dst_id;      /* the receiving context */
     uint32_t seq;         /* the segment's number in its channel */
     uint32_t ack[UDP_N_CH]; /* per channel: all below this were received */
-    uint32_t frag_id;     /* GET_DATA: the read's id; else 0 */
-    uint64_t offset;      /* GET_DATA: where the bytes go; FIRST: packet length */
+    uint32_t frag_id;     /* GET_DATA: the read's id; PUT_DATA: the key's
+                             low half; else 0 */
+    uint64_t offset;      /* GET_DATA, PUT_DATA: where the bytes go; FIRST:
+                             packet length */
     uint32_t csum;        /* CRC-32C of header (with csum 0) and payload */
     uint32_t reserved;    /* GET_DATA: the owner's status (non-zero: it
-                             refused the read); else zero */
+                             refused the read); PUT_DATA: the key's high
+                             half; else zero */
 } udp_hdr_t;
 
 static_assert(sizeof(udp_hdr_t) == 64, "udp header is 64 bytes");

@@ -175,7 +175,8 @@ static int udp_idle(const udp_iface_t *ui)
         return 0;
     /* without peers there are no timers, ACKs, reads or held datagrams */
     return ui->n_eps == 0 ||
-           (ui->wheel.n_armed == 0 && util_dlist_empty(&ui->acks) && !tl_emu_busy(&ui->emu) && ui->faults.held == NULL);
+           (ui->wheel.n_armed == 0 && util_dlist_empty(&ui->acks) && !tl_emu_busy(&ui->emu) &&
+            ui->n_put_rx == 0 && ui->faults.held == NULL);
 }
 
 /* The longest a wait may sleep for what is pending now: ACKs and
@@ -185,7 +186,7 @@ static int udp_idle(const udp_iface_t *ui)
  * udp_wait, which may not look at that state itself (tl.h, "Threads"). */
 static void wait_cap_update(udp_iface_t *ui)
 {
-    int64_t cap = ui->wheel.n_armed > 0 || tl_emu_busy(&ui->emu) ? UDP_TICK_US : 1000;
+    int64_t cap = ui->wheel.n_armed > 0 || tl_emu_busy(&ui->emu) || ui->n_put_rx != 0 ? UDP_TICK_US : 1000;
 
     if ((!util_dlist_empty(&ui->acks) || ui->faults.held != NULL) && (int64_t)ui->cfg.ack_delay_us < cap)
         cap = (int64_t)ui->cfg.ack_delay_us;
@@ -225,6 +226,8 @@ static int udp_progress(tl_iface_t *iface)
     }
     if (tl_emu_busy(&ui->emu))
         events += tl_emu_progress(&ui->emu, now);
+    if (ui->n_put_rx != 0)
+        udp_put_rx_check(ui, now);
     if (ui->sock.gro_on) {
         if (!util_dlist_empty(&ui->emu.gets))
             ui->sock.gro_used_us = now;

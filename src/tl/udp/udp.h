@@ -107,6 +107,9 @@ typedef struct udp_ep {
                                     bound (udp_rel.c: rx_leave) */
     int rx_refill;               /* and is being resent: later segments
                                     are not kept early until it is in */
+    int put_rx;                  /* it writes into our memory: written data
+                                    came and no packet since (its WDONE) */
+    uint64_t put_rx_us;          /* when that write's first data came */
     udp_tx_t tx[UDP_N_CH];
     udp_rx_t rx[UDP_N_CH];
 } udp_ep_t;
@@ -191,6 +194,7 @@ typedef struct udp_iface {
                                     the fault injector (udp_datagram_sendv) */
     uint64_t ooo_bytes;          /* payload held in early segments */
     uint32_t n_left;             /* peers whose data we left (rx_left) */
+    uint32_t n_put_rx;           /* peers writing into our memory (put_rx) */
     uint64_t rx_now_us;          /* the clock when the current batch came */
     tl_emu_t emu;                /* remote reads (udp_get.c) */
     /* polling and waiting */
@@ -353,6 +357,12 @@ void udp_get_init(udp_iface_t *ui);
 tmx_status_t udp_put(tl_ep_t *ep, const void *src, size_t len, uint64_t raddr, uint64_t rkey,
                      uint64_t lkey, unsigned kind);
 void udp_put_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p);
+/* A write from ep into our memory is over (its next packet came, or it
+ * failed): no more stall reports for it. */
+void udp_put_rx_end(udp_iface_t *ui, udp_ep_t *ep);
+/* Stall reports to the peers writing into our memory (udp_rx_stall_check,
+ * as a read's reader sends them). */
+void udp_put_rx_check(udp_iface_t *ui, uint64_t now);
 tmx_status_t udp_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                      unsigned kind, tl_get_op_t *op);
 void udp_get_req_arrive(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len);

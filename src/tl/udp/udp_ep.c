@@ -124,6 +124,7 @@ void udp_ep_destroy(tl_ep_t *tep)
 static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)
 {
     ep->failed = 1;
+    udp_put_rx_end(ui, ep);
     udp_sock_ep_disconnect(ui, ep); /* nothing more goes to it: the descriptor is for the next peer */
     for (int ch = 0; ch < UDP_N_CH; ch++)
         util_timer_cancel(&ep->tx[ch].timer);

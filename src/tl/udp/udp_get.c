@@ -96,12 +96,40 @@ void udp_put_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, cons
 {
     uint64_t rkey = (uint64_t)h->frag_id | (uint64_t)le32toh(h->reserved) << 32;
 
+    if (!ep->put_rx) {
+        ep->put_rx = 1;
+        ep->put_rx_us = ui->rx_now_us;
+        ui->n_put_rx++;
+    }
     if (h->len == 0)
         return;
     if (ui->super.put_data(ui->super.recv_arg, ep->uuid, h->offset, rkey, p, h->len) != TMX_OK) {
         ui->stats.dropped++;
         if (!ui->closing)
             util_warn("udp: written data of %u bytes from peer %u refused", h->len, ep->super.peer);
+    }
+}
+
+void udp_put_rx_end(udp_iface_t *ui, udp_ep_t *ep)
+{
+    if (ep->put_rx) {
+        ep->put_rx = 0;
+        ui->n_put_rx--;
+    }
+}
+
+/* The writer's WDONE follows its data on the data channel: until it
+ * comes, we wait for data as a reader does, and a lost tail (of the data
+ * or the WDONE) is reported within UDP_STALL_US instead of waiting for
+ * the writer's timeout. */
+void udp_put_rx_check(udp_iface_t *ui, uint64_t now)
+{
+    util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &ui->eps) {
+        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+        if (ep->put_rx)
+            udp_rx_stall_check(ui, ep, ep->put_rx_us, now);
     }
 }
 

@@ -540,8 +540,11 @@ static void deliver(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const uns
         udp_get_data_arrive(ui, ep, h, p);
     else if (h->flags & UDP_FLAG_PUT_DATA)
         udp_put_data_arrive(ui, ep, h, p);
-    else
+    else {
+        if (ep->put_rx && h->channel == UDP_CH_DATA)
+            udp_put_rx_end(ui, ep);
         deliver_packet_seg(ui, ep, rx, h, p);
+    }
 }
 
 /* A segment kept for later is the whole datagram: header, then payload. */

@@ -45,6 +45,7 @@
  * failed check prints "mp_test FAIL case=C rank=R: what, with the values"
  * on stderr and exits 1, which makes tmxrun stop the job and exit non-zero.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
@@ -53,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -1931,6 +1933,94 @@ static void case_helpstop(void)
     free(buf);
 }
 
+/* ------------------------------------------------------------------ stale */
+
+/* A buffer at an address that held another buffer, whose memory was
+ * unmapped in between (seed 003: a registration cached for the old
+ * memory must not serve the new): rank 0 sends from, and rank 1 receives
+ * into, memory mapped afresh at the same address each round, with other
+ * content, after munmap; then after madvise(MADV_DONTNEED) (the pages
+ * replaced by zeros, then refilled); then from and into a malloc'd chunk
+ * freed and allocated again (glibc maps chunks this large, and unmaps
+ * them on free). The receiver must see each round's own content.
+ * Run with each rendezvous protocol over each transport. */
+#define ST_LEN (MP_MIB + 4096)
+#define ST_ROUNDS 6
+#define ST_TAG UINT64_C(0x5700000000000000)
+
+static unsigned char *st_map_at(unsigned char *at, size_t len, const char *what)
+{
+    void *p = mmap(at, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | (at != NULL ? MAP_FIXED_NOREPLACE : 0), -1, 0);
+
+    if (p == MAP_FAILED)
+        mp_fail("%s: mmap at %p: %s", what, (void *)at, strerror(errno));
+    if (at != NULL && p != at)
+        mp_fail("%s: mmap gave %p, not %p", what, p, (void *)at);
+    return p;
+}
+
+static void st_round(unsigned char *buf, unsigned r, const char *what)
+{
+    tmx_peer_t peer = 1 - mp_rank;
+    uint64_t tag = ST_TAG | r;
+    tmx_completion_t c;
+    tmx_status_t st;
+
+    if (mp_rank == 0) {
+        mp_fill(buf, ST_LEN, mp_seed(r, 0x57, ST_LEN));
+        mp_wait_send(mp_send(peer, buf, ST_LEN, tag), peer, tag, ST_LEN, what);
+        return;
+    }
+    memset(buf, 0xee, ST_LEN);
+    if (r % 2 == 1) { /* the message first: unexpected */
+        tmx_completion_t info;
+        mp_probe_until(peer, tag, TMX_TAG_EXACT, &info, what);
+    }
+    st = mp_wait(mp_recv(peer, buf, ST_LEN, tag, TMX_TAG_EXACT), &c, what);
+    mp_check_recv(what, st, &c, peer, tag, ST_LEN, ST_LEN);
+    mp_check_pattern(what, buf, ST_LEN, mp_seed(r, 0x57, ST_LEN));
+}
+
+static void case_stale(void)
+{
+    unsigned char *buf = st_map_at(NULL, ST_LEN, "stale"), *at = buf;
+    unsigned reused = 0;
+    char what[96];
+
+    for (unsigned r = 0; r < ST_ROUNDS; r++) {
+        snprintf(what, sizeof(what), "stale round %u (munmap, mmap at the same address)", r);
+        st_round(buf, r, what);
+        mp_barrier(what);
+        munmap(buf, ST_LEN);
+        buf = st_map_at(at, ST_LEN, what);
+    }
+    for (unsigned r = ST_ROUNDS; r < 2 * ST_ROUNDS; r++) {
+        snprintf(what, sizeof(what), "stale round %u (madvise DONTNEED)", r);
+        st_round(buf, r, what);
+        mp_barrier(what);
+        if (madvise(buf, ST_LEN, MADV_DONTNEED) != 0)
+            mp_fail("%s: madvise: %s", what, strerror(errno));
+    }
+    munmap(buf, ST_LEN);
+    buf = malloc(ST_LEN);
+    for (unsigned r = 2 * ST_ROUNDS; r < 3 * ST_ROUNDS; r++) {
+        snprintf(what, sizeof(what), "stale round %u (free, malloc)", r);
+        if (buf == NULL)
+            mp_fail("%s: out of memory", what);
+        st_round(buf, r, what);
+        mp_barrier(what);
+        at = buf;
+        free(buf);
+        buf = malloc(ST_LEN);
+        reused += buf == at;
+    }
+    free(buf);
+    printf("stale: %u rounds of %u bytes through memory unmapped and mapped again at the same "
+           "address, rank %u (malloc gave the freed address back %u of %u times)\n",
+           3 * ST_ROUNDS, (unsigned)ST_LEN, mp_rank, reused, ST_ROUNDS);
+}
+
 /* ------------------------------------------------------------------- main */
 
 typedef struct mp_case {
@@ -1951,6 +2041,7 @@ static const mp_case_t mp_cases[] = {
     {"deadclaim", 4, 4, case_deadclaim, 0}, {"threads", 2, 2, case_threads, 1},
     {"flood", 2, 64, case_flood, 1},
     {"pollwait", 2, 2, case_pollwait, 1}, {"helpstop", 2, 2, case_helpstop, 0},
+    {"stale", 2, 2, case_stale, 1},
 };
 
 static const mp_case_t *mp_find(const char *name)

@@ -117,7 +117,7 @@ hosts_empty() { # JOBNAME
 }
 
 job() { # LIB H PPN
-    local lib=$1 h=$2 ppn=$3 n=$(($2 * $3)) name=$1_$2x$3 f t0 t rc ok got x
+    local lib=$1 h=$2 ppn=$3 n=$(($2 * $3)) name=$1_$2x$3 f t0 t rc ok got x b0 b1
     f=$RAWNEW/$name.txt
     if [ "$lib" = tmx ]; then
         set -- "${TMX_CMD[@]}" --hosts "$(first_hosts "$h")" -n "$n" -- "$MP_TEST" scale
@@ -127,7 +127,8 @@ job() { # LIB H PPN
         set -- "${OMPI_CMD[@]}" --hostfile "$TMP/hostfile" -n "$n" "$TMP/alltoall"
     fi
     printf '%s: %s\n' "$name" "$(printf '%q ' "$@" | sed -e "s#$TMP/#BIN/#g" -e "s#$ROOT/##g")" >>"$RAWNEW/commands.txt"
-    log "$name: $n ranks"
+    read -r b0 b1 <<<"$(foreign_busy 0.5)"
+    log "$name: $n ranks (others keep the cores $b0 % / $b1 % busy)"
     t0=$(date +%s.%N)
     timeout -k 5 $((T_OMPI + 30)) "$@" >"$f" 2>&1 &
     JOB=$!
@@ -144,8 +145,8 @@ job() { # LIB H PPN
     if [ "$lib" = ompi ]; then grep -q "^alltoall: ok, $n ranks" "$f" || ok=0; fi
     [ "$ok" = 1 ] || echo "$name: exit $rc, $got of $n ranks reported (raw/scale/$name.txt)" >>"$TMP/failures.txt"
     x=$(sed -n 's/^scale: .*, \([0-9.]*\) s$/\1/p' "$f")
-    printf '%s\t%s\t%s\t%s\t%.1f\t%s\t%s\n' "$lib" "$h" "$ppn" "$n" "$t" "$([ $ok = 1 ] && echo ok || echo FAILED)" \
-        "${x:-n/a}" >>"$TMP/jobs.tsv"
+    printf '%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\n' "$lib" "$h" "$ppn" "$n" "$t" "$([ $ok = 1 ] && echo ok || echo FAILED)" \
+        "${x:-n/a}" "$b0 / $b1" >>"$TMP/jobs.tsv"
     log "$name: $([ $ok = 1 ] && echo ok || echo "FAILED (exit $rc, $got of $n lines)"), $(printf '%.1f' "$t") s"
     grep "^scale lib=$lib " "$f" | sed "s/^scale /scale hosts=$h ppn=$ppn /" >>"$LINES" || true
 }
@@ -206,12 +207,12 @@ sockkey() { [ "$1" = tmx ] && echo udp || echo tcp; }
 table() { # LIB
     local lib=$1 h ppn k
     k=$(sockkey "$lib")
-    echo "| hosts x ranks | ranks | job | job time (s) | exchange (s) | ${k^^} sockets / process | all sockets / process | fds / process | peak RSS / process (KiB) | heap after (KiB) | heap per remote process after 8 B (B) | ${k^^} sockets / host (ranks' own) | ${k^^} sockets / host (namespace) |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| hosts x ranks | ranks | job | others' use of the cores before (%) | job time (s) | exchange (s) | ${k^^} sockets / process | all sockets / process | fds / process | peak RSS / process (KiB) | heap after (KiB) | heap per remote process after 8 B (B) | ${k^^} sockets / host (ranks' own) | ${k^^} sockets / host (namespace) |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for h in $HOSTS_L; do
         for ppn in $PPN_L; do
             [ -n "$(jobcol "$lib" "$h" "$ppn" 1)" ] || continue
-            echo "| $h x $ppn | $((h * ppn)) | $(jobcol "$lib" "$h" "$ppn" 6) | $(jobcol "$lib" "$h" "$ppn" 5) | $(jobcol "$lib" "$h" "$ppn" 7) | $(cell "$lib" "$h" "$ppn" "$k") | $(cell "$lib" "$h" "$ppn" sockets) | $(cell "$lib" "$h" "$ppn" fds) | $(cell "$lib" "$h" "$ppn" hwm_kb) | $(cell "$lib" "$h" "$ppn" heap_large 1024) | $(cell "$lib" "$h" "$ppn" peer_bytes) | $(hcell "$lib" "$h" "$ppn" "$k") | $(cell "$lib" "$h" "$ppn" "ns_$k") |"
+            echo "| $h x $ppn | $((h * ppn)) | $(jobcol "$lib" "$h" "$ppn" 6) | $(jobcol "$lib" "$h" "$ppn" 8) | $(jobcol "$lib" "$h" "$ppn" 5) | $(jobcol "$lib" "$h" "$ppn" 7) | $(cell "$lib" "$h" "$ppn" "$k") | $(cell "$lib" "$h" "$ppn" sockets) | $(cell "$lib" "$h" "$ppn" fds) | $(cell "$lib" "$h" "$ppn" hwm_kb) | $(cell "$lib" "$h" "$ppn" heap_large 1024) | $(cell "$lib" "$h" "$ppn" peer_bytes) | $(hcell "$lib" "$h" "$ppn" "$k") | $(cell "$lib" "$h" "$ppn" "ns_$k") |"
         done
     done
 }
@@ -289,7 +290,9 @@ verdict_tmx() {
     echo "Cells are **median / max** over the job's processes (or hosts), one figure when both are equal."
     echo "**job time** is the launcher's whole run (start-up, the exchange, shutdown), **exchange** what rank 0"
     echo "measured from before the 8 B round to after the barrier that follows the 64 KiB one. The 2 cores"
-    echo "are shared by all ranks of all hosts: every figure of time comes from an oversubscribed machine."
+    echo "are shared by all ranks of all hosts: every figure of time comes from an oversubscribed machine,"
+    echo "which other users share too (**others' use**: how busy other processes kept cores 0 / 1 during"
+    echo "0.5 s before the job, from \`/proc/stat\`). Sockets and memory do not depend on the load."
     echo
     echo "## tmx"
     echo
@@ -322,7 +325,7 @@ verdict_tmx() {
     if [ -s "$TMP/failures.txt" ]; then sed 's/^/- /' "$TMP/failures.txt"; else echo "None: every job exited 0 and every rank reported."; fi
     echo
     echo "Raw outputs: \`raw/scale/\` (each job's output, \`commands.txt\`, \`jobs.tsv\`: library, hosts, ranks per"
-    echo "host, ranks, job seconds, verdict, exchange seconds; \`lines.txt\`: every rank's line)."
+    echo "host, ranks, job seconds, verdict, exchange seconds, others' use; \`lines.txt\`: every rank's line)."
 } >"$MD"
 sed -i "s#$TMP/##g" "$RAWNEW"/*.txt
 cp "$MD" "$OUT/scale.md"

@@ -252,7 +252,7 @@ verdict_tmx() {
     echo
     echo "One all-to-all: every rank sends 8 B to every other rank at once (all receives posted, then all"
     echo "sends), then 64 KiB the same way, and checks every byte it receives. Ranks are spread round-robin"
-    echo "over the hosts (rank r on host r mod H), so each host holds H x ranks-per-host / H of them; the"
+    echo "over the hosts (rank r on host r mod H), so each host holds ranks-per-host of them; the"
     echo "ranks of one host talk through shared memory (tmx's shm, Open MPI's vader), those of different"
     echo "hosts through UDP (tmx) or TCP (Open MPI's btl tcp). One job per configuration."
     echo

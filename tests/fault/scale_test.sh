@@ -10,6 +10,8 @@
 # Settings (environment):
 #   SCALE_HOSTS  hosts (default 8)
 #   SCALE_PPN    ranks per host (default 4; bench/scale.sh runs up to 16)
+#   SCALE_TIMEOUT  tmxrun's limit on the job in seconds (default 60, so
+#                that the script ends, and cleans up, within ctest's 120)
 set -u
 TMXRUN="$1"
 MP_TEST="$2"
@@ -17,7 +19,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 HOSTS_N="${SCALE_HOSTS:-8}"
 PPN="${SCALE_PPN:-4}"
 N=$((HOSTS_N * PPN))
-TIMEOUT=90
+TIMEOUT="${SCALE_TIMEOUT:-60}"
 
 if [ "$(id -u)" -ne 0 ] || ! ip netns list >/dev/null 2>&1; then
     echo "SKIP: the scale test needs root and network namespaces"
@@ -44,7 +46,7 @@ fault_hosts_up "$HOSTS_N" || fail "cannot make $HOSTS_N test hosts"
 export TMX_TRANSPORTS=self,shm,udp
 echo "== scale all-to-all: $N ranks, $PPN on each of $HOSTS_N hosts, 8 B and 64 KiB"
 t0=$(date +%s.%N)
-timeout -k 5 $((TIMEOUT + 30)) "$TMXRUN" --hosts "$FAULT_HOSTS" --agent 'ip netns exec {host}' \
+timeout -k 5 $((TIMEOUT + 15)) "$TMXRUN" --hosts "$FAULT_HOSTS" --agent 'ip netns exec {host}' \
     --kvs-addr "$FAULT_KVS" -n "$N" --timeout "$TIMEOUT" -- "$MP_TEST" scale >"$LOG" 2>&1 &
 JOB=$!
 wait "$JOB"

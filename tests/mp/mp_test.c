@@ -19,6 +19,9 @@
  *   alltoall   (N ranks) every pair both ways: small at once, large
  *                        (MP_AA_BYTES, default 100000) at once and in
  *                        shifted rounds
+ *   scale      (N ranks) every pair both ways, 8 B to all at once, then
+ *                        64 KiB (MP_SCALE_BYTES); then each rank prints
+ *                        its sockets, descriptors and memory (mp_proc.h)
  *   threads    (2 ranks) a context in multi-threaded mode; two threads per rank
  *                        exchange with the peer's at once, so both wait and
  *                        send together (run under ThreadSanitizer)
@@ -59,6 +62,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mp_proc.h"
 #include "tl/shm/shm_layout.h"
 #include "tmx.h"
 
@@ -1425,6 +1429,42 @@ static void case_alltoall(void)
                (double)(mp_now_us() - t0) / 1e6);
 }
 
+/* ------------------------------------------------------------------ scale */
+
+/* The all-to-all of the scale tests (bench/scale.sh, tests/fault/scale_test.sh):
+ * 8 B, then 64 KiB, from every rank to every other at once, payloads
+ * checked (aa_burst). The heap is read before any message, after the
+ * small round (the peer state created on first use) and after the large
+ * one, each time with the test's own buffers freed; sockets and
+ * descriptors at the end, while every rank still holds its own (between
+ * two barriers). */
+#define SCALE_SMALL 8
+#define SCALE_BIG_DEFAULT 65536
+#define SCALE_TAG UINT64_C(0x5ca1000000000000)
+
+static void case_scale(void)
+{
+    const char *v = getenv("MP_SCALE_BYTES");
+    size_t big = v != NULL && atol(v) > 0 ? (size_t)atol(v) : SCALE_BIG_DEFAULT;
+    mp_proc_mem_t m0, m1, m2;
+    mp_proc_sockets_t s;
+    int64_t t0;
+
+    mp_barrier("before the all-to-all");
+    mp_proc_mem(&m0);
+    t0 = mp_now_us();
+    aa_burst(SCALE_SMALL, SCALE_TAG);
+    mp_proc_mem(&m1);
+    aa_burst(big, SCALE_TAG | 1u << 20);
+    mp_proc_mem(&m2);
+    mp_barrier("after the all-to-all");
+    if (mp_rank == 0)
+        printf("scale: %u ranks, %d B and %zu B to every other rank, %.2f s\n", mp_size,
+               SCALE_SMALL, big, (double)(mp_now_us() - t0) / 1e6);
+    mp_proc_sockets(&s);
+    mp_proc_print("tmx", mp_rank, mp_size, &m0, &m1, &m2, &s);
+}
+
 /* ---------------------------------------------------------------- threads */
 
 #define TH_THREADS 2
@@ -2037,7 +2077,7 @@ static const mp_case_t mp_cases[] = {
     {"probe", 2, 2, case_probe, 1},       {"peerdeath", 3, 3, case_peerdeath, 0},
     {"oversub", 2, 4096, case_oversub, 1}, {"lonely", 2, 2, case_lonely, 1},
     {"busy", 2, 2, case_busy, 1},         {"alltoall", 2, 4096, case_alltoall, 1},
-    {"hostgone", 2, 2, case_hostgone, 0},
+    {"hostgone", 2, 2, case_hostgone, 0}, {"scale", 2, 4096, case_scale, 1},
     {"deadclaim", 4, 4, case_deadclaim, 0}, {"threads", 2, 2, case_threads, 1},
     {"flood", 2, 64, case_flood, 1},
     {"pollwait", 2, 2, case_pollwait, 1}, {"helpstop", 2, 2, case_helpstop, 0},

@@ -372,7 +372,7 @@ int proto_progress(proto_t *p)
         proto_ctrl_t *q = util_container_of(pos, proto_ctrl_t, link);
         tmx_status_t st = ctrl_send_now(p, q->peer, q->pkt, q->len);
         if (st == TMX_ERR_AGAIN)
-            break;
+            continue; /* that peer is full; others may not be */
         if (st != TMX_OK)
             util_error("%s to peer %u lost: %s", ctrl_name(q), q->peer, tmx_strerror(st));
         util_dlist_unlink(&q->link);
@@ -456,6 +456,15 @@ static void rndv_read(proto_t *p, proto_req_t *req)
     rndv_finish(p, req, st);
 }
 
+/* A receive no longer waits for a write (WDONE came, or it was aborted). */
+static void wr_wait_end(proto_t *p, proto_req_t *req)
+{
+    rndv_slot_put(p, req);
+    req->wr_wait = 0;
+    if (--p->n_wr_wait == 0)
+        p->wr_admitted = 0;
+}
+
 /* Rendezvous by write (seed 003), the receiver's side: lends the receive's
  * buffer under a key of its own (a slot of the rendezvous table, as a
  * send's) and asks the sender to write into it (CTS). The receive then
@@ -471,6 +480,7 @@ static tmx_status_t write_ask(proto_t *p, proto_req_t *req, const proto_peer_t *
         return st;
     req->fin_wait = 0;
     req->wr_wait = 1;
+    p->n_wr_wait++;
     req->wr_uuid = pp->uuid;
     req->wr_placed = 0;
     wire_tmh_pack(&tmh, WIRE_OP_CTS, 0, req->rndv_app_ctx, req->comp.tag);
@@ -494,7 +504,9 @@ static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t ap
     req->rndv_len = len;
     req->owner = p;
     req->get.done = rndv_get_done;
-    if (req->comp.length != 0 && p->up.peer_ep(p->up.arg, src, &ep, &pp) == TMX_OK &&
+    /* At the bound of unexpected memory a WDONE could wait in the
+     * sender's queue behind messages we do not take: read. */
+    if (req->comp.length != 0 && !p->unexp_full && p->up.peer_ep(p->up.arg, src, &ep, &pp) == TMX_OK &&
         proto_tl_kind(ep->iface->above, req->comp.length) == PROTO_WRITE &&
         write_ask(p, req, pp) == TMX_OK)
         return;
@@ -504,15 +516,16 @@ static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t ap
 /* ------------------------------------------------ rendezvous by write */
 
 /* The sender's write ended (st): WDONE tells the receiver, whose buffer
- * then holds the data (WIRE_WDONE_ACK when it came as packets: the
- * receiver answers FIN once all of it is in place), or that it must read
- * instead (WIRE_WDONE_NOWRITE: the FIN follows the read). A write done in
- * place (TMX_OK from put, not async) completes the send now. */
-static void write_end(proto_t *p, proto_req_t *req, tmx_status_t st, int async)
+ * then holds the data, or that it must read instead (WIRE_WDONE_NOWRITE).
+ * Either way the receiver answers FIN, and the send completes on it only:
+ * a WDONE still queued here (the transport full) when the application
+ * destroys its context must not leave a send reported done whose
+ * receive never completes. */
+static void write_end(proto_t *p, proto_req_t *req, tmx_status_t st)
 {
     wire_tmh_t tmh;
     wire_rvh_t rvh;
-    uint16_t flags = st != TMX_OK ? WIRE_WDONE_NOWRITE : async ? WIRE_WDONE_ACK : 0;
+    uint16_t flags = st != TMX_OK ? WIRE_WDONE_NOWRITE : WIRE_WDONE_ACK;
 
     if (st == TMX_ERR_PEER_FAILED)
         return; /* the send fails with its peer (core's failure path) */
@@ -522,10 +535,6 @@ static void write_end(proto_t *p, proto_req_t *req, tmx_status_t st, int async)
     wire_tmh_pack(&tmh, WIRE_OP_WDONE, flags, reg_key_slot(req->rndv_rkey), 0);
     wire_rvh_pack(&rvh, req->rndv_va, req->rndv_rkey, req->rndv_len);
     ctrl_send(p, req->rndv_src, &tmh, &rvh, sizeof(rvh));
-    if (flags == 0) {
-        rndv_slot_put(p, req);
-        req_complete(p, req, TMX_OK);
-    }
 }
 
 /* A CTS must name a rendezvous send of ours to its sender, with our key,
@@ -556,7 +565,7 @@ static void cts_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
                        : ep->iface->ops->put(ep, req->buf, in->cts.len, in->cts.va, in->cts.rkey, req->rkey, kind);
     }
     if (st != TMX_INPROGRESS)
-        write_end(p, req, st, 0);
+        write_end(p, req, st);
 }
 
 /* A write accepted with TMX_INPROGRESS has every byte on its way (or
@@ -570,7 +579,7 @@ void proto_put_done_cb(void *arg, uint64_t lkey, tmx_status_t status)
         util_debug("the end of a write whose send has ended: ignored");
         return;
     }
-    write_end(p, req, status, 1);
+    write_end(p, req, status);
 }
 
 /* Written bytes that came as packets: only into a receive that lent its
@@ -588,6 +597,14 @@ tmx_status_t proto_put_data_cb(void *arg, uint64_t src_uuid, uint64_t addr, uint
     r = (reg_region_t){(uintptr_t)req->buf, req->comp.length, req->rkey};
     if ((st = reg_access_check(&r, addr, len, rkey)) != TMX_OK)
         return st;
+    /* the parts come in order (the transports keep it), so counting
+     * them is knowing that every byte landed */
+    if (addr != (uintptr_t)req->buf + req->wr_placed) {
+        util_warn("written data from peer %u out of order: %llu bytes at offset %llu, %llu expected",
+                  req->rndv_src, (unsigned long long)len, (unsigned long long)(addr - (uintptr_t)req->buf),
+                  (unsigned long long)req->wr_placed);
+        return TMX_ERR_INVALID;
+    }
     memcpy((void *)(uintptr_t)addr, data, len);
     req->wr_placed += len;
     return TMX_OK;
@@ -600,26 +617,29 @@ static void wdone_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const pr
 {
     proto_req_t *req = rndv_lookup(p, in->tmh.app_ctx);
     tmx_status_t st = TMX_OK;
+    tl_ep_t *ep;
+    proto_peer_t *pp;
 
     if (req == NULL || req->comp.op != TMX_OP_TRECV || !req->wr_wait || req->rkey != in->rvh.rkey ||
         (uintptr_t)req->buf != in->rvh.va || req->wr_uuid != src_uuid || in->rvh.len != req->comp.length) {
         parse_fail(p, src, "WDONE names no receive of ours", len);
         return;
     }
-    rndv_slot_put(p, req);
-    req->wr_wait = 0;
+    wr_wait_end(p, req);
     if (in->tmh.flags & WIRE_WDONE_NOWRITE) {
         rndv_read(p, req);
         return;
     }
-    if ((in->tmh.flags & WIRE_WDONE_ACK) && req->wr_placed != req->comp.length) {
+    /* Bytes that came as packets were counted; a path without one-sided
+     * writes brings no others. */
+    if (req->wr_placed != req->comp.length &&
+        (req->wr_placed != 0 || p->up.peer_ep(p->up.arg, src, &ep, &pp) != TMX_OK || ep->iface->put_checked)) {
         util_error("peer %u wrote %llu of %zu bytes of a rendezvous message", src,
                    (unsigned long long)req->wr_placed, req->comp.length);
         st = TMX_ERR_PROTO;
     }
-    if (in->tmh.flags & WIRE_WDONE_ACK)
-        fin_send(p, req->rndv_src, req->rndv_app_ctx, req->comp.tag, req->rndv_va, req->rndv_rkey,
-                 req->rndv_len, st != TMX_OK);
+    fin_send(p, req->rndv_src, req->rndv_app_ctx, req->comp.tag, req->rndv_va, req->rndv_rkey,
+             req->rndv_len, st != TMX_OK);
     req_complete(p, req, st == TMX_OK ? recv_status(req) : st);
 }
 
@@ -911,8 +931,7 @@ void proto_req_abort(proto_t *p, proto_req_t *req)
         if (req->fin_wait)
             rndv_slot_put(p, req);
     } else if (req->wr_wait) {
-        rndv_slot_put(p, req); /* late writes and WDONE find no slot */
-        req->wr_wait = 0;
+        wr_wait_end(p, req); /* late writes and WDONE find no slot */
     } else if (match_recv_is_posted(&req->recv)) {
         recv_take(p, req);
     }
@@ -1115,6 +1134,18 @@ static void hello_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const un
         parse_fail(p, src, "HELLO without a usable address of its sender", len);
 }
 
+/* 1 if a receive waits for a write from the process uuid (at the bound
+ * only: a walk of the slots). */
+static int writer_waited(const proto_t *p, uint64_t uuid)
+{
+    for (uint32_t i = 0; i < p->n_rndv_slots; i++) {
+        const proto_req_t *req = rndv_lookup(p, i);
+        if (req != NULL && req->comp.op == TMX_OP_TRECV && req->wr_wait && req->wr_uuid == uuid)
+            return 1;
+    }
+    return 0;
+}
+
 /* Asked only at the bound of unexpected memory: a packet that would be
  * kept as one more unexpected message waits where the transport has it;
  * anything else (a FIN, a HELLO, a message a posted receive takes, a
@@ -1133,7 +1164,16 @@ int proto_admit_cb(void *arg, uint64_t src_uuid, const void *data, size_t len)
         return 1;
     memcpy(&tmh, d, sizeof(tmh));
     wire_tmh_unpack(&tmh);
-    return match_find_recv(&p->match, src, tmh.tag) != NULL;
+    if (match_find_recv(&p->match, src, tmh.tag) != NULL)
+        return 1;
+    /* A receive waiting for this peer's write needs its WDONE, which
+     * comes behind what the peer sent before it: taken, beyond the
+     * bound, up to PROTO_WR_ADMIT_MAX bytes while writes are pending. */
+    if (p->n_wr_wait != 0 && p->wr_admitted + len <= PROTO_WR_ADMIT_MAX && writer_waited(p, src_uuid)) {
+        p->wr_admitted += len;
+        return 1;
+    }
+    return 0;
 }
 
 /* A parsed packet of a known peer, by opcode (inlined in both callers:

@@ -71,7 +71,7 @@ typedef struct proto_req {
     uint64_t rndv_rkey;
     uint64_t rndv_len;
     uint64_t wr_uuid;           /* rendezvous receives by write: the writer */
-    uint64_t wr_placed;         /* bytes its packets placed (TL_PUT_COPY) */
+    uint64_t wr_placed;         /* bytes its packets placed, in order (TL_PUT_COPY) */
 } proto_req_t;
 
 enum proto_msg_kind {
@@ -144,7 +144,13 @@ struct proto {
     util_dlist_t off_host_only; /* posted receives the engine does not hold */
     uint32_t n_host_only;
     size_t off_min;             /* receives from this size on go to the engine */
+    uint32_t n_wr_wait;         /* receives waiting for their sender's write */
+    uint64_t wr_admitted;       /* bytes taken beyond the bound for them */
 };
+
+/* What may be taken beyond the bound of unexpected memory from peers whose
+ * writes receives wait for (proto_admit_cb). */
+#define PROTO_WR_ADMIT_MAX (16u << 20)
 
 /* Puts the offload engine (src/offload) in front of the matcher: posted
  * receives of min bytes or more go to its list where they can

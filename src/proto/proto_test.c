@@ -864,9 +864,10 @@ static void stream_into_empty_receive(void **state)
 
 /* Rendezvous by write, the receiver: a matched rendezvous request is
  * answered with CTS (our buffer, a key of its own, the length cut to the
- * buffer, the sender's key echoed); WDONE completes the receive, with a
- * FIN only when the bytes came as packets (ACK), all of which must have
- * landed; NOWRITE makes it read instead. */
+ * buffer, the sender's key echoed); WDONE completes the receive and is
+ * answered with FIN; bytes that came as packets must all have landed, in
+ * order, and on a path where every write is a packet (put_checked) none
+ * may be missing; NOWRITE makes it read instead. */
 static void write_receiver(void **state)
 {
     proto_req_t r;
@@ -879,7 +880,7 @@ static void write_receiver(void **state)
     table_write();
     W->pp[0].hello_sent = 1;
     memset(src, 'w', sizeof(src));
-    for (int round = 0; round < 4; round++) {
+    for (int round = 0; round < 6; round++) {
         int before = W->n_pkts, done = W->n_done;
         memset(got, 0, sizeof(got));
         req_recv(&r, got, sizeof(got), 0, 3);
@@ -899,11 +900,27 @@ static void write_receiver(void **state)
         /* the key lends the buffer for writing, never for reading */
         assert_int_not_equal(proto_mem_check_cb(&W->p, c.va, 8, c.rkey), TMX_OK);
         slot = reg_key_slot(c.rkey);
-        if (round == 0) { /* written in place (DIRECT): WDONE alone */
+        if (round == 0) { /* written in place (DIRECT) */
             memcpy(got, src, sizeof(got));
-            in_rvh(UUID_A, WIRE_OP_WDONE, 0, slot, 0, c.va, c.rkey, c.len);
-            assert_int_equal(W->n_pkts, before + 1);
+            in_rvh(UUID_A, WIRE_OP_WDONE, WIRE_WDONE_ACK, slot, 0, c.va, c.rkey, c.len);
+            assert_int_equal(W->n_pkts, before + 2);
+            assert_int_equal(pkt_tmh(&W->pkts[before + 1]).opcode, WIRE_OP_FIN);
+            assert_int_equal(pkt_tmh(&W->pkts[before + 1]).flags, 0);
             assert_int_equal(W->done_st[done], TMX_ERR_TRUNCATED); /* 100 bytes into 80 */
+        } else if (round == 4) { /* a path where every write is a packet: none came */
+            W->iface.put_checked = 1;
+            in_rvh(UUID_A, WIRE_OP_WDONE, WIRE_WDONE_ACK, slot, 0, c.va, c.rkey, c.len);
+            W->iface.put_checked = 0;
+            assert_int_not_equal(pkt_tmh(&W->pkts[before + 1]).flags, 0);
+            assert_int_equal(W->done_st[done], TMX_ERR_PROTO);
+        } else if (round == 5) { /* parts out of order or repeated are refused */
+            assert_int_equal(proto_put_data_cb(&W->p, UUID_A, c.va, c.rkey, src, 40), TMX_OK);
+            assert_int_not_equal(proto_put_data_cb(&W->p, UUID_A, c.va, c.rkey, src, 40), TMX_OK);
+            assert_int_not_equal(proto_put_data_cb(&W->p, UUID_A, c.va + 60, c.rkey, src, 20), TMX_OK);
+            assert_int_equal(proto_put_data_cb(&W->p, UUID_A, c.va + 40, c.rkey, src, 40), TMX_OK);
+            in_rvh(UUID_A, WIRE_OP_WDONE, WIRE_WDONE_ACK, slot, 0, c.va, c.rkey, c.len);
+            assert_int_equal(pkt_tmh(&W->pkts[before + 1]).flags, 0);
+            assert_int_equal(W->done_st[done], TMX_ERR_TRUNCATED);
         } else if (round == 1) { /* as packets, all of them: FIN */
             assert_int_equal(proto_put_data_cb(&W->p, UUID_A, c.va, c.rkey, src, 50), TMX_OK);
             assert_int_equal(proto_put_data_cb(&W->p, UUID_A, c.va + 50, c.rkey, src, 30), TMX_OK);
@@ -930,14 +947,14 @@ static void write_receiver(void **state)
         assert_int_equal(W->n_done, done + 1);
         assert_ptr_equal(W->done[done], &r);
         assert_false(proto_req_waiting(&r));
-        if (round != 2)
+        if (round != 2 && round != 4)
             assert_memory_equal(got, src, sizeof(got));
         /* the slot is gone: late writes and a repeated WDONE are refused */
         assert_int_not_equal(proto_put_data_cb(&W->p, UUID_A, c.va, c.rkey, src, 8), TMX_OK);
         in_rvh(UUID_A, WIRE_OP_WDONE, 0, slot, 0, c.va, c.rkey, c.len);
         assert_int_equal(W->n_done, done + 1);
     }
-    assert_int_equal(W->p.dropped, 4);
+    assert_int_equal(W->p.dropped, 6);
 }
 
 /* The receiver's side against forged writes: only the sender it lent the
@@ -997,10 +1014,11 @@ static void write_receiver_hostile(void **state)
 }
 
 /* Rendezvous by write, the sender: a CTS from the peer the request went
- * to, echoing its key, starts one write; written in place the send
- * completes with WDONE, written as packets it waits for put_done, then
- * WDONE(ACK), then FIN; a write that fails says NOWRITE and waits for
- * the FIN of the receiver's read. Forged and repeated CTS are dropped. */
+ * to, echoing its key, starts one write; written in place, or as packets
+ * once put_done says they all went, WDONE(ACK) follows, and the send
+ * completes on the receiver's FIN only; a write that fails says NOWRITE
+ * and waits for the FIN of the receiver's read. Forged and repeated CTS
+ * are dropped. */
 static void write_sender(void **state)
 {
     proto_req_t r[3];
@@ -1049,15 +1067,9 @@ static void write_sender(void **state)
         assert_int_equal(pkt_rvh(&W->pkts[before + 1]).rkey, tkey);
         assert_int_equal(pkt_rvh(&W->pkts[before + 1]).va, (uintptr_t)dst[i]);
         assert_int_equal(pkt_rvh(&W->pkts[before + 1]).len, 100);
-        if (how[i] == TMX_OK) {
-            assert_int_equal(h.flags, 0);
-            assert_int_equal(W->n_done, done + 1);
-            assert_int_equal(W->done_st[done], TMX_OK);
+        if (how[i] == TMX_OK)
             assert_memory_equal(dst[i], big[i], 100);
-            assert_false(proto_req_waiting(&r[i]));
-            continue;
-        }
-        assert_int_equal(h.flags, how[i] == TMX_INPROGRESS ? WIRE_WDONE_ACK : WIRE_WDONE_NOWRITE);
+        assert_int_equal(h.flags, how[i] == TMX_ERR_IO ? WIRE_WDONE_NOWRITE : WIRE_WDONE_ACK);
         assert_int_equal(W->n_done, done);
         assert_true(proto_req_waiting(&r[i]));
         /* the receiver's FIN ends it */

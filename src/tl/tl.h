@@ -214,6 +214,10 @@ struct tl_iface {
     /* The write mechanisms this interface offers now (enum tl_put_kind;
      * 0: none, the layer above reads instead). */
     unsigned put_kinds;
+    /* 1 when every byte a peer writes into our memory comes through
+     * put_data (so the layer above can count them); 0 when a peer may
+     * copy into it itself (shm's process_vm_writev). Fixed at open. */
+    int put_checked;
     tl_put_data_t put_data; /* recv_arg is its argument, and put_done's */
     tl_put_done_t put_done;
     /* Owned by the layer above: its data for this interface (proto's

@@ -2061,6 +2061,79 @@ static void case_stale(void)
            3 * ST_ROUNDS, (unsigned)ST_LEN, mp_rank, reused, ST_ROUNDS);
 }
 
+/* ------------------------------------------------------------- writebound */
+
+/* Rendezvous by write at the bound of unexpected memory
+ * (TMX_UNEXPECTED_MAX tiny, run with TMX_PROTO=shm:write@64k): rank 0
+ * sends B (rendezvous), then eager messages that rank 1 has no receive
+ * for yet, then floods it until its ring is full; rank 1 waits for B
+ * alone before it posts the others. B's WDONE comes behind the
+ * unexpected messages, which rank 1 must take beyond its bound for it:
+ * B completes on both sides, then every other message arrives, and
+ * rank 0 completes B only once rank 1 has it (it destroys its context
+ * right after, which must lose nothing). */
+#define WB_BIG (256 * 1024)
+#define WB_TAG UINT64_C(0x5b00000000000000)
+
+static void case_writebound(void)
+{
+    unsigned char *b = malloc(WB_BIG), small[64];
+    tmx_completion_t comp;
+    tmx_status_t st;
+    uint32_t n = 0;
+
+    if (b == NULL)
+        mp_fail("writebound: out of memory");
+    mp_barrier("writebound start");
+    if (mp_rank == 0) {
+        tmx_request_h r;
+        mp_fill(b, WB_BIG, mp_seed(0x5b, 1, WB_BIG));
+        r = mp_send(1, b, WB_BIG, WB_TAG);
+        for (;; n++) {
+            tmx_request_h q = NULL;
+            memset(small, (int)(n & 0xff), sizeof(small));
+            st = tmx_tsend(mp_ctx, 1, small, sizeof(small), WB_TAG | 1 | (uint64_t)n << 8, &mp_no_cq, &q);
+            if (st == TMX_ERR_AGAIN || n == 100000)
+                break;
+            if (st != TMX_OK)
+                mp_fail("writebound: eager send %u: %s", n, tmx_strerror(st));
+            tmx_request_free(q);
+        }
+        st = mp_wait(r, &comp, "writebound: B send");
+        if (st != TMX_OK)
+            mp_fail("writebound: B send: %s", tmx_strerror(st));
+        mp_wait_send(mp_send(1, &n, sizeof(n), WB_TAG | 2), 1, WB_TAG | 2, sizeof(n), "writebound: count");
+        printf("writebound: rank 0 sent B and %u eager messages behind it\n", n);
+        return;
+    }
+    st = tmx_request_wait(mp_recv(0, b, WB_BIG, WB_TAG, TMX_TAG_EXACT), 20000000, &comp);
+    if (st != TMX_OK)
+        mp_fail("writebound: B received with %s while the messages behind it wait", tmx_strerror(st));
+    mp_check_pattern("writebound: B", b, WB_BIG, mp_seed(0x5b, 1, WB_BIG));
+    /* the rest in order from one source: the eager ones, then the count
+     * (one receive matches both, as rank 0 cannot send the count until
+     * these are taken) */
+    for (uint32_t i = 0;; i++) {
+        char what[64];
+        unsigned char in[64];
+        snprintf(what, sizeof(what), "writebound: message %u after B", i);
+        st = mp_wait(mp_recv(0, in, sizeof(in), WB_TAG, UINT64_C(0x00ffffffffffffff)), &comp, what);
+        if (st != TMX_OK)
+            mp_fail("%s: %s", what, tmx_strerror(st));
+        if (comp.tag == (WB_TAG | 2)) {
+            memcpy(&n, in, sizeof(n));
+            if (n != i)
+                mp_fail("writebound: %u eager messages came, rank 0 sent %u", i, n);
+            break;
+        }
+        if (comp.tag != (WB_TAG | 1 | (uint64_t)i << 8) || comp.length != sizeof(small) ||
+            in[0] != (unsigned char)(i & 0xff) || in[63] != (unsigned char)(i & 0xff))
+            mp_fail("%s: tag 0x%" PRIx64 ", %zu bytes, content %u", what, comp.tag, comp.length, in[0]);
+    }
+    printf("writebound: rank 1 got B, then %u eager messages\n", n);
+    free(b);
+}
+
 /* ------------------------------------------------------------------- main */
 
 typedef struct mp_case {
@@ -2081,7 +2154,7 @@ static const mp_case_t mp_cases[] = {
     {"deadclaim", 4, 4, case_deadclaim, 0}, {"threads", 2, 2, case_threads, 1},
     {"flood", 2, 64, case_flood, 1},
     {"pollwait", 2, 2, case_pollwait, 1}, {"helpstop", 2, 2, case_helpstop, 0},
-    {"stale", 2, 2, case_stale, 1},
+    {"stale", 2, 2, case_stale, 1},       {"writebound", 2, 2, case_writebound, 1},
 };
 
 static const mp_case_t *mp_find(const char *name)

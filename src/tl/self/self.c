@@ -47,6 +47,7 @@ static tmx_status_t self_iface_open(const tl_iface_params_t *params, tl_iface_t 
     si->super.get_kinds = TL_GET_DIRECT;
     si->super.mem_check = params->mem_check;
     si->super.put_kinds = TL_PUT_DIRECT;
+    si->super.put_checked = 1; /* self_put goes through put_data */
     tl_put_cbs_set(&si->super, params);
     si->uuid = params->uuid;
     util_dlist_init(&si->queue);

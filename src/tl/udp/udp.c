@@ -72,6 +72,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->super.fail_arg = params->fail_arg;
     ui->super.get_kinds = TL_GET_COPY;
     ui->super.put_kinds = TL_PUT_COPY;
+    ui->super.put_checked = 1;
     tl_put_cbs_set(&ui->super, params);
     ui->super.mem_check = params->mem_check;
     ui->super.admit_cb = params->admit_cb;

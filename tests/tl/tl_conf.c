@@ -3,7 +3,8 @@
  * way over each transport (tl_conf TRANSPORT [CASE...]): packets of every
  * size up to max_packet and the refusal of a larger one, packets gathered
  * from several pieces, remote reads across size boundaries and their
- * refusals (wrong key, out of bounds), the failure upcall when a peer
+ * refusals (wrong key, out of bounds), remote writes across size
+ * boundaries and their refusals, the failure upcall when a peer
  * closes, closing with reads and packets in flight, and wait() in one
  * thread while another progresses and sends (run under ThreadSanitizer
  * too). Two interfaces of the transport live in this process and talk to
@@ -47,6 +48,10 @@ typedef struct side {
     unsigned char *lent;        /* memory others may read */
     size_t lent_len;
     unsigned refused;           /* mem_check answers other than TMX_OK */
+    _Atomic size_t placed;      /* bytes put_data placed in lent */
+    unsigned put_refused;       /* put_data answers other than TMX_OK */
+    _Atomic size_t puts_done;   /* put_done calls */
+    tmx_status_t put_status;    /* the last one's */
 } side_t;
 
 static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
@@ -120,6 +125,31 @@ static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_
     return TMX_OK;
 }
 
+/* Written bytes, only into lent memory under its key. */
+static tmx_status_t on_put_data(void *arg, uint64_t src, uint64_t addr, uint64_t rkey, const void *data,
+                                size_t len)
+{
+    side_t *s = arg;
+
+    (void)src;
+    if (on_mem_check(arg, addr, len, rkey) != TMX_OK) {
+        s->put_refused++;
+        return TMX_ERR_INVALID;
+    }
+    memcpy((void *)(uintptr_t)addr, data, len);
+    atomic_fetch_add(&s->placed, len);
+    return TMX_OK;
+}
+
+static void on_put_done(void *arg, uint64_t lkey, tmx_status_t status)
+{
+    side_t *s = arg;
+
+    assert_int_equal(lkey, LENT_KEY);
+    s->put_status = status;
+    atomic_fetch_add(&s->puts_done, 1);
+}
+
 /* ------------------------------------------------------------ the pair */
 
 typedef struct pair {
@@ -131,7 +161,8 @@ typedef struct pair {
 static void side_open(side_t *s, uint64_t uuid, int mt)
 {
     config_t cfg;
-    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, mt, &cfg.tl, s, &on_stream, NULL, NULL};
+    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, mt, &cfg.tl, s, &on_stream,
+                           on_put_data, on_put_done};
 
     memset(s, 0, sizeof(*s));
     s->uuid = uuid;
@@ -444,6 +475,124 @@ static void reads_refused(void **state)
     pair_close(&p);
 }
 
+/* ------------------------------------------------------------ writes */
+
+/* a writes len bytes at src (in its lent memory) to dst (in b's), under
+ * key, by mechanism kind; the status once every byte is in place
+ * (put_checked: counted by b's put_data) or the write failed. A write b
+ * will refuse (lands == 0) is waited for only until a has sent it all. */
+static tmx_status_t write_lands(pair_t *p, unsigned kind, const unsigned char *src, unsigned char *dst,
+                                size_t len, uint64_t key, int lands)
+{
+    size_t placed = atomic_load(&p->b->placed), done = atomic_load(&p->a->puts_done);
+    tmx_status_t st = ops->put(p->ab, src, len, (uintptr_t)dst, key, LENT_KEY, kind);
+
+    if (st == TMX_INPROGRESS) {
+        pump_until(p, &p->a->puts_done, done + 1);
+        st = p->a->put_status;
+    }
+    if (st == TMX_OK && p->b->iface->put_checked && lands)
+        pump_until(p, &p->b->placed, placed + len);
+    return st;
+}
+
+static tmx_status_t write_kind(pair_t *p, unsigned kind, const unsigned char *src, unsigned char *dst,
+                               size_t len, uint64_t key)
+{
+    return write_lands(p, kind, src, dst, len, key, 1);
+}
+
+/* Over self, a and b are one side: its lent memory holds both the source
+ * (front half) and the target (back half). */
+static void writes_every_size(void **state)
+{
+    pair_t p;
+    size_t lim, len = (4u << 20) + 3;
+    unsigned char *src, *dst;
+
+    pair_open(&p, 0);
+    if (p.a->iface->put_kinds == 0) {
+        print_message("%s offers no writes here\n", ops->name);
+        pair_close(&p);
+        return;
+    }
+    lim = p.a->iface->eager_limit;
+    src = malloc(2 * len);
+    assert_non_null(src);
+    dst = is_self ? src + len : malloc(len);
+    assert_non_null(dst);
+    p.a->lent = src;
+    p.a->lent_len = is_self ? 2 * len : len;
+    if (!is_self) {
+        p.b->lent = dst;
+        p.b->lent_len = len;
+    }
+    fill(src, len, 9);
+    size_t sizes[] = {1, 7, lim - 1, lim, lim + 1, 65535, 65536, 65537, 1u << 20, len};
+    for (unsigned kind = 1; kind <= TL_PUT_COPY; kind <<= 1) {
+        if (!(p.a->iface->put_kinds & kind))
+            continue;
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+            size_t off = sizes[i] < len ? (len - sizes[i]) / 2 : 0;
+            memset(dst, 0, len);
+            assert_int_equal(write_kind(&p, kind, src, dst + off, sizes[i], LENT_KEY), TMX_OK);
+            assert_memory_equal(dst + off, src, sizes[i]);
+            if (off > 0)
+                assert_int_equal(dst[off - 1], 0);
+            if (off + sizes[i] < len)
+                assert_int_equal(dst[off + sizes[i]], 0);
+        }
+    }
+    /* a mechanism not offered is refused, with nothing placed */
+    memset(dst, 0xee, 100);
+    assert_int_equal(write_kind(&p, 0, src, dst, 100, LENT_KEY), TMX_ERR_INVALID);
+    assert_int_equal(write_kind(&p, p.a->iface->put_kinds | 8, src, dst, 100, LENT_KEY), TMX_ERR_INVALID);
+    assert_int_equal(dst[0], 0xee);
+    p.a->lent = p.b->lent = NULL;
+    if (!is_self)
+        free(dst);
+    free(src);
+    pair_close(&p);
+}
+
+/* Written data the target did not lend (a wrong key, past the end) is
+ * refused by the target where it sees every write (put_checked), and
+ * nothing lands. */
+static void writes_refused(void **state)
+{
+    pair_t p;
+    unsigned char src[8192], lent[4096];
+    unsigned kind;
+    size_t before;
+
+    pair_open(&p, 0);
+    if (is_self || !p.b->iface->put_checked || p.a->iface->put_kinds == 0) {
+        print_message("%s: no writes from another interface that their target sees\n", ops->name);
+        pair_close(&p);
+        return;
+    }
+    fill(src, sizeof(src), 3);
+    p.a->lent = src;
+    p.a->lent_len = sizeof(src);
+    p.b->lent = lent;
+    p.b->lent_len = sizeof(lent);
+    memset(lent, 0xee, sizeof(lent));
+    kind = p.a->iface->put_kinds & -p.a->iface->put_kinds;
+    before = p.b->put_refused;
+    write_lands(&p, kind, src, lent, 100, LENT_KEY + 1, 0);   /* wrong key */
+    write_lands(&p, kind, src, lent + 4000, 200, LENT_KEY, 0); /* past the end */
+    write_lands(&p, kind, src, lent, sizeof(src), LENT_KEY, 0); /* longer */
+    /* the writes above went in order ahead of this one: once it is in,
+     * they were all seen */
+    assert_int_equal(write_kind(&p, kind, src, lent + 96, 4000, LENT_KEY), TMX_OK);
+    assert_true(p.b->put_refused >= before + 3);
+    for (size_t i = 0; i < 96; i++)
+        assert_int_equal(lent[i], 0xee);
+    assert_memory_equal(lent + 96, src, 4000);
+    p.a->lent = p.b->lent = NULL;
+    pair_close(&p);
+}
+
 /* ------------------------------------------------------------ failures */
 
 /* b closes: a learns it through fail_cb (from progress or check_peers),
@@ -599,6 +748,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(packets_in_order),
         cmocka_unit_test(reads_every_size),
         cmocka_unit_test(reads_refused),
+        cmocka_unit_test(writes_every_size),
+        cmocka_unit_test(writes_refused),
         cmocka_unit_test(peer_close_reported),
         cmocka_unit_test(peer_close_after_sending),
         cmocka_unit_test(close_with_work_in_flight),

@@ -147,6 +147,33 @@ static void hit_on_same_and_sub_range(void **state)
     rcache_release(rc);
 }
 
+/* Registration changes no fault: the first touch of a registered page,
+ * and the touch after MADV_DONTNEED, fault in as before (a missing-page
+ * registration would stop them until someone answered). */
+static void faults_unchanged(void **state)
+{
+    rcache_t *rc = cache_or_skip(16, 0);
+    char *p = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    rcache_reg_t *a;
+
+    assert_true(p != MAP_FAILED);
+    a = get(rc, p, 4 * page);   /* no page touched yet */
+    assert_true(vma_uffd_wp(p));
+    assert_int_equal(p[page], 0);
+    for (size_t i = 0; i < 4 * page; i += page)
+        p[i] = 7;
+    assert_true(rcache_reg_valid(a));
+    rcache_put(rc, a);
+    assert_int_equal(madvise(p, 4 * page, MADV_DONTNEED), 0);
+    a = get(rc, p, 4 * page);
+    p[0] = 1;
+    assert_int_equal(p[0] + p[page], 1);
+    assert_true(rcache_reg_valid(a));
+    rcache_put(rc, a);
+    munmap(p, 4 * page);
+    rcache_release(rc);
+}
+
 static void miss_on_larger_range(void **state)
 {
     rcache_t *rc = cache_or_skip(16, 0);
@@ -629,6 +656,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hit_on_same_and_sub_range),
+        cmocka_unit_test(faults_unchanged),
         cmocka_unit_test(miss_on_larger_range),
         cmocka_unit_test(munmap_invalidates),
         cmocka_unit_test(mremap_move_invalidates),

@@ -282,6 +282,47 @@ static void madvise_dontneed_invalidates(void **state)
     rcache_release(rc);
 }
 
+/* Shared anonymous memory (shmem) is cached too; MADV_REMOVE frees its
+ * pages. */
+static void madvise_remove_invalidates(void **state)
+{
+    rcache_t *rc = cache_or_skip(16, 0);
+    char *p = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    rcache_reg_t *a;
+
+    assert_true(p != MAP_FAILED);
+    memset(p, 1, 4 * page);
+    a = get(rc, p, 4 * page);
+    if (stats(rc).entries == 0)
+        unit_skip("this kernel does not register shared memory in write-protect mode");
+    assert_int_equal(madvise(p + page, page, MADV_REMOVE), 0);
+    assert_false(rcache_reg_valid(a));
+    assert_int_equal(p[page], 0);
+    rcache_put(rc, a);
+    munmap(p, 4 * page);
+    rcache_release(rc);
+}
+
+/* A mapping placed over a cached range with MAP_FIXED unmaps what was
+ * there. */
+static void map_fixed_over_invalidates(void **state)
+{
+    rcache_t *rc = cache_or_skip(16, 0);
+    char *p = map_pages(4), *q;
+    rcache_reg_t *a = get(rc, p, 4 * page), *b;
+
+    q = mmap(p + page, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+             0);
+    assert_ptr_equal(q, p + page);
+    assert_false(rcache_reg_valid(a));
+    b = get(rc, p, 4 * page);
+    assert_int_not_equal(b->id, a->id);
+    rcache_put(rc, a);
+    rcache_put(rc, b);
+    munmap(p, 4 * page);
+    rcache_release(rc);
+}
+
 /* glibc's free() of a chunk above the mmap threshold unmaps it from inside
  * libc, not through the PLT: the event still comes. */
 static void free_of_large_malloc_invalidates(void **state)
@@ -662,6 +703,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(mremap_move_invalidates),
         cmocka_unit_test(mremap_shrink_invalidates),
         cmocka_unit_test(madvise_dontneed_invalidates),
+        cmocka_unit_test(madvise_remove_invalidates),
+        cmocka_unit_test(map_fixed_over_invalidates),
         cmocka_unit_test(free_of_large_malloc_invalidates),
         cmocka_unit_test(sbrk_shrink_invalidates),
         cmocka_unit_test(lru_eviction),

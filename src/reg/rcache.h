@@ -62,7 +62,7 @@ typedef struct rcache_stats {
  * (0: no byte bound); later acquires share it and their bounds are
  * ignored. max_entries 0 gives a cache that caches nothing. If the
  * kernel's events cannot be had, the cache logs why once and serves
- * uncached registrations only. Does not block on other users. */
+ * uncached registrations only. */
 rcache_t *rcache_acquire(size_t max_entries, uint64_t max_bytes);
 
 /* Drops a reference; the last one unregisters every range, stops the

@@ -20,8 +20,8 @@ for preset in release asan; do
 done
 echo "== ThreadSanitizer (single-process tests, udp in multi-threaded mode, the transport conformance suite)"
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan -j "$jobs" --target api_test match_test udp_mt_test tl_conf shm_test offload_test
-ctest --preset tsan -R '^(api_test|match_test|udp_mt_test|tl_conf_.*|shm_test|offload_test)$'
+cmake --build --preset tsan -j "$jobs" --target api_test match_test udp_mt_test tl_conf shm_test offload_test rcache_test
+ctest --preset tsan -R '^(api_test|match_test|udp_mt_test|tl_conf_.*|shm_test|offload_test|rcache_test)$'
 echo "== ThreadSanitizer (shm across processes, multi-threaded contexts)"
 cmake --build --preset tsan -j "$jobs" --target mp_test tmxrun
 ctest --preset tsan -R '^mp_(threads|[a-z]+_mt|(pingpong|order|probe|lonely|threads)_offload|pingpong_udp_offload)$'

@@ -34,6 +34,7 @@ static void bad_values_refused(void **state)
         "TMX_LOG_LEVEL=loud",           /* not one of the words */
         "TMX_SHM_CMA=on",
         "TMX_UDP_OFFLOAD=2",
+        "TMX_REG_CACHE=1048577",
         "TMX_UDP_ADDR=10.0.0.256",      /* not an IPv4 address */
         "TMX_UDP_ADDR=localhost",
         "TMX_UDP_FAULTS=drop=2",        /* a rate above 1 */
@@ -65,6 +66,8 @@ static void edges_taken(void **state)
     assert_int_equal(c.tl.udp.window, 1048576);
     assert_int_equal(load1(&c, "TMX_UNEXPECTED_MAX=0"), TMX_OK);
     assert_int_equal(c.unexpected_max, 0);
+    assert_int_equal(load1(&c, "TMX_REG_CACHE=0"), TMX_OK);
+    assert_int_equal(c.reg_cache, 0);
     assert_int_equal(load1(&c, "TMX_LOG_LEVEL=DEBUG"), TMX_OK);
     assert_int_equal(c.log_level, 3);
     assert_int_equal(load1(&c, "TMX_SHM_CMA=off"), TMX_OK);
@@ -88,6 +91,7 @@ static void defaults_match_an_empty_environment(void **state)
     assert_int_equal(a.tl.udp.window, b.tl.udp.window);
     assert_int_equal(a.tl.udp.window, 4096);
     assert_int_equal(a.unexpected_max, b.unexpected_max);
+    assert_int_equal(a.reg_cache, 1024);
     assert_string_equal(a.transports, "self,shm,udp");
     assert_int_equal(a.transports_set, 0);
 }

@@ -61,9 +61,10 @@ static const cfg_entry_t cfg_table[] = {
      "smaller ones complete within the eager path and stay with software"},
     {"TMX_OFFLOAD_OPS", CFG_UINT, "256", 1, 1u << 20, NULL, CFG_FIELD(offload_ops),
      "offload engine: operations on its list (add, delete, sync) queued at most (max_ops)"},
-    {"TMX_REG_CACHE", CFG_UINT, "1024", 0, 1u << 20, NULL, CFG_FIELD(reg_cache),
+    {"TMX_REG_CACHE", CFG_UINT, "0", 0, 1u << 20, NULL, CFG_FIELD(reg_cache),
      "registrations the process keeps across messages, each dropped as soon as its memory is freed "
-     "or unmapped (docs/registration.md); 0 turns the cache off"},
+     "or unmapped, so that a buffer whose memory went is refused to peers (docs/registration.md); "
+     "0: off (shm and udp need no registration)"},
     {"TMX_PROTO", CFG_PROTO, "", 0, 0, NULL, CFG_FIELD(proto),
      "replaces the protocol table of the transports it names (tmx-info prints the tables); e.g. "
      "shm:eager@0,get@4k,coop@1m;udp:copy@0 (protocols: eager, get, coop, copy; sizes from which "

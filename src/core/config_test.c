@@ -91,7 +91,7 @@ static void defaults_match_an_empty_environment(void **state)
     assert_int_equal(a.tl.udp.window, b.tl.udp.window);
     assert_int_equal(a.tl.udp.window, 4096);
     assert_int_equal(a.unexpected_max, b.unexpected_max);
-    assert_int_equal(a.reg_cache, 1024);
+    assert_int_equal(a.reg_cache, 0);
     assert_string_equal(a.transports, "self,shm,udp");
     assert_int_equal(a.transports_set, 0);
 }

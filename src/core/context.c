@@ -280,6 +280,8 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     ctx->boot_join = !(params && (params->field_mask & TMX_CONTEXT_FIELD_BOOT) && params->boot == TMX_BOOT_NONE);
     if ((st = proto_init(&ctx->proto, &up, &ctx->cfg.proto)) != TMX_OK)
         goto err_free;
+    if (ctx->cfg.reg_cache != 0 && (st = proto_regcache_open(&ctx->proto, (size_t)ctx->cfg.reg_cache)) != TMX_OK)
+        goto err_free;
     if (ctx->off_on) {
         off_caps_t caps = {.max_num_tags = (uint32_t)ctx->cfg.offload_tags,
                            .max_ops = (uint32_t)ctx->cfg.offload_ops};

@@ -80,9 +80,65 @@ tmx_status_t proto_iface_add(proto_t *p, tl_iface_t *iface)
     return TMX_OK;
 }
 
+tmx_status_t proto_regcache_open(proto_t *p, size_t entries)
+{
+    if ((p->rc = rcache_acquire(entries, 0)) == NULL) {
+        util_error("cannot open the registration cache");
+        return TMX_ERR_NOMEM;
+    }
+    return TMX_OK;
+}
+
+/* The buffer of a rendezvous that takes a slot: its registration. One the
+ * cache cannot give leaves the buffer unregistered (the access checks by
+ * key and bounds stand). */
+static void reg_take(proto_t *p, proto_req_t *req, size_t len)
+{
+    req->reg = NULL;
+    if (p->rc != NULL && len != 0)
+        rcache_get(p->rc, req->buf, len, &req->reg);
+}
+
+/* Memory lent under a registration the cache has since dropped (unmapped,
+ * its pages replaced) is not the buffer that was lent. */
+static tmx_status_t reg_live(const proto_req_t *req)
+{
+    if (req->reg == NULL || rcache_reg_valid(req->reg))
+        return TMX_OK;
+    util_error("a buffer lent for a rendezvous was unmapped or its pages replaced before the "
+               "rendezvous ended: access refused");
+    return TMX_ERR_INVALID;
+}
+
+static void regcache_close(proto_t *p)
+{
+    rcache_stats_t st;
+
+    if (p->rc == NULL)
+        return;
+    for (uint32_t i = 0; i < p->n_rndv_slots; i++) {
+        proto_req_t *req = (uintptr_t)p->rndv[i] & 1 ? NULL : p->rndv[i]; /* 1: RNDV_FREE_BIT */
+        if (req != NULL && req->reg != NULL) {
+            rcache_put(p->rc, req->reg);
+            req->reg = NULL;
+        }
+    }
+    rcache_stats(p->rc, &st);
+    util_info("registration cache: %llu hits, %llu misses, %llu uncached, %llu evicted, %llu "
+              "invalidated (memory unmapped), %llu entries of %llu bytes live",
+              (unsigned long long)st.hits, (unsigned long long)st.misses,
+              (unsigned long long)st.uncached, (unsigned long long)st.evictions,
+              (unsigned long long)st.invalidations, (unsigned long long)st.entries,
+              (unsigned long long)st.bytes);
+    rcache_release(p->rc);
+    p->rc = NULL;
+}
+
 void proto_fini(proto_t *p)
 {
     util_dlist_t *pos, *tmp;
+
+    regcache_close(p);
 
     util_dlist_foreach_safe(pos, tmp, &p->ctrl_pending) {
         free(util_container_of(pos, proto_ctrl_t, link));
@@ -165,6 +221,10 @@ static proto_req_t *rndv_lookup(const proto_t *p, uint32_t id)
 
 static void rndv_slot_put(proto_t *p, proto_req_t *req)
 {
+    if (req->reg != NULL) {
+        rcache_put(p->rc, req->reg);
+        req->reg = NULL;
+    }
     p->rndv[req->id] = (proto_req_t *)(((uintptr_t)p->rndv_free << 1) | RNDV_FREE_BIT);
     p->rndv_free = req->id;
     req->fin_wait = 0;
@@ -177,11 +237,14 @@ tmx_status_t proto_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t
     proto_t *p = arg;
     proto_req_t *req = rndv_lookup(p, reg_key_slot(rkey));
     reg_region_t r;
+    tmx_status_t st;
 
     if (req == NULL || req->comp.op != TMX_OP_TSEND)
         return reg_access_check(NULL, addr, len, rkey);
     r = (reg_region_t){(uintptr_t)req->buf, req->len, req->rkey};
-    return reg_access_check(&r, addr, len, rkey);
+    if ((st = reg_access_check(&r, addr, len, rkey)) != TMX_OK)
+        return st;
+    return reg_live(req);
 }
 
 /* ------------------------------------------------------------------- send */
@@ -221,6 +284,7 @@ static tmx_status_t send_rndv(proto_t *p, tl_ep_t *ep, const proto_peer_t *pp, p
         return st;
     req->dest_uuid = pp->uuid;
     req->wr_started = 0;
+    reg_take(p, req, req->len);
     wire_tmh_pack(&tmh, WIRE_OP_RNDV, req->comp.has_data ? WIRE_FLAG_DATA : 0, req->id, tag);
     wire_rvh_pack(&rvh, (uintptr_t)req->buf, req->rkey, req->len);
     iov[n++] = (struct iovec){&tmh, sizeof(tmh)};
@@ -481,6 +545,7 @@ static tmx_status_t write_ask(proto_t *p, proto_req_t *req, const proto_peer_t *
     req->fin_wait = 0;
     req->wr_wait = 1;
     p->n_wr_wait++;
+    reg_take(p, req, req->comp.length);
     req->wr_uuid = pp->uuid;
     req->wr_placed = 0;
     wire_tmh_pack(&tmh, WIRE_OP_CTS, 0, req->rndv_app_ctx, req->comp.tag);
@@ -595,7 +660,7 @@ tmx_status_t proto_put_data_cb(void *arg, uint64_t src_uuid, uint64_t addr, uint
     if (req == NULL || req->comp.op != TMX_OP_TRECV || !req->wr_wait || req->wr_uuid != src_uuid)
         return reg_access_check(NULL, addr, len, rkey);
     r = (reg_region_t){(uintptr_t)req->buf, req->comp.length, req->rkey};
-    if ((st = reg_access_check(&r, addr, len, rkey)) != TMX_OK)
+    if ((st = reg_access_check(&r, addr, len, rkey)) != TMX_OK || (st = reg_live(req)) != TMX_OK)
         return st;
     /* the parts come in order (the transports keep it), so counting
      * them is knowing that every byte landed */

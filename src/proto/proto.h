@@ -26,6 +26,7 @@
 #include "match/match.h"
 #include "offload/offload.h"
 #include "proto/proto_table.h"
+#include "reg/rcache.h"
 #include "reg/reg.h"
 #include "tl/tl.h"
 #include "tmx.h"
@@ -70,6 +71,8 @@ typedef struct proto_req {
     uint64_t rndv_va;
     uint64_t rndv_rkey;
     uint64_t rndv_len;
+    rcache_reg_t *reg;          /* rendezvous: the lent buffer's registration (NULL
+                                   without the cache); set with the slot */
     uint64_t wr_uuid;           /* rendezvous receives by write: the writer */
     uint64_t wr_placed;         /* bytes its packets placed, in order (TL_PUT_COPY) */
 } proto_req_t;
@@ -144,6 +147,7 @@ struct proto {
     util_dlist_t off_host_only; /* posted receives the engine does not hold */
     uint32_t n_host_only;
     size_t off_min;             /* receives from this size on go to the engine */
+    rcache_t *rc;               /* the registration cache (src/reg/rcache.h), or NULL */
     uint32_t n_wr_wait;         /* receives waiting for their sender's write */
     uint64_t wr_admitted;       /* bytes taken beyond the bound for them */
 };
@@ -157,6 +161,12 @@ struct proto {
  * (docs/offload.md, "How the host uses it") and tagged packets go through
  * it. Before any traffic. */
 tmx_status_t proto_offload_open(proto_t *p, const off_caps_t *caps, size_t min);
+
+/* Registers every buffer lent for a rendezvous (a send's, or a receive's
+ * for a write) through the process's registration cache, bounded to
+ * entries, and refuses remote access to one whose memory was unmapped
+ * since (docs/registration.md). Before any traffic. */
+tmx_status_t proto_regcache_open(proto_t *p, size_t entries);
 
 /* spec: TMX_PROTO as parsed (NULL: the defaults everywhere). */
 tmx_status_t proto_init(proto_t *p, const proto_upcalls_t *up, const proto_spec_t *spec);

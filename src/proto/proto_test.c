@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <cmocka.h>
 
 #include "unit.h"
@@ -1083,6 +1084,68 @@ static void write_sender(void **state)
     }
 }
 
+/* With the registration cache: a buffer lent for a rendezvous is
+ * registered once and found again by the next send from it (a hit);
+ * unmapped under a send that lends it (the application's bug), it is
+ * refused to the reader, and so is new memory mapped at the same address;
+ * a send from that new memory registers it anew (a miss). The same for
+ * a receive lent for a write. */
+static void regcache_lends_live_memory(void **state)
+{
+    size_t len = 1u << 20;
+    unsigned char *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unsigned char src[64];
+    proto_req_t r;
+    rcache_stats_t st;
+    wire_tmh_t h;
+    wire_rvh_t v;
+    wire_ctsh_t c;
+
+    (void)state;
+    assert_true(buf != MAP_FAILED);
+    assert_int_equal(proto_regcache_open(&W->p, 64), TMX_OK);
+    W->pp[0].hello_sent = 1;
+    for (int i = 0; i < 4; i++) {
+        int before = W->n_pkts, done = W->n_done;
+        req_send(&r, buf, len, 0);
+        assert_int_equal(proto_send(&W->p, &r, 0, 5), TMX_OK);
+        rcache_stats(W->p.rc, &st);
+        if (st.uncached != 0) {
+            print_message("the registration cache runs without userfaultfd here: skipped\n");
+            munmap(buf, len);
+            return;
+        }
+        h = pkt_tmh(&W->pkts[before]);
+        v = pkt_rvh(&W->pkts[before]);
+        assert_int_equal(proto_mem_check_cb(&W->p, v.va, v.len, v.rkey), TMX_OK);
+        if (i == 2) {
+            assert_int_equal(munmap(buf, len), 0);
+            assert_int_not_equal(proto_mem_check_cb(&W->p, v.va, v.len, v.rkey), TMX_OK);
+            assert_ptr_equal(mmap(buf, len, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0), buf);
+            assert_int_not_equal(proto_mem_check_cb(&W->p, v.va, 8, v.rkey), TMX_OK);
+        }
+        in_rvh(UUID_A, WIRE_OP_FIN, 0, h.app_ctx, 5, v.va, v.rkey, v.len);
+        assert_int_equal(W->n_done, done + 1);
+    }
+    rcache_stats(W->p.rc, &st);
+    assert_int_equal(st.misses, 2);        /* the first send, and the first from the new memory */
+    assert_int_equal(st.hits, 2);
+    assert_int_equal(st.invalidations, 1);
+    /* a receive lent for a write: written parts refused once it is unmapped */
+    table_write();
+    req_recv(&r, buf, len, 0, 8);
+    assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+    in_rvh(UUID_A, WIRE_OP_RNDV, 0, 3, 8, 0x1000, 0x99, len);
+    c = pkt_ctsh(&W->pkts[W->n_pkts - 1]);
+    memset(src, 'q', sizeof(src));
+    assert_int_equal(proto_put_data_cb(&W->p, UUID_A, c.va, c.rkey, src, sizeof(src)), TMX_OK);
+    assert_int_equal(munmap(buf, len), 0);
+    assert_int_not_equal(proto_put_data_cb(&W->p, UUID_A, c.va + sizeof(src), c.rkey, src, sizeof(src)),
+                         TMX_OK);
+    proto_req_abort(&W->p, &r);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1106,6 +1169,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(write_receiver),
         cmocka_unit_test(write_receiver_hostile),
         cmocka_unit_test(write_sender),
+        cmocka_unit_test(regcache_lends_live_memory),
     };
     return unit_main(argc, argv,
                      &(const unit_group_t){"", tests, sizeof(tests) / sizeof(tests[0]), setup, teardown},

@@ -1,7 +1,7 @@
 /*
  * Fuzz target: datagrams arriving at the udp transport. The harness
  * fixes the checksum (and, for inputs whose first byte is odd, the version,
- * length, reply port, job key and destination) so that the fuzzer reaches the sequence, ACK, SACK,
+ * length, reply port, job key, destination and its node index) so that the fuzzer reaches the sequence, ACK, SACK,
  * reassembly and read paths instead of stopping at the CRC; inputs with
  * bit 1 of the first byte set go in as a buffer GRO may have coalesced,
  * cut by its first header. Packets that
@@ -64,6 +64,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             h.version = UDP_WIRE_VERSION;
             h.len = htole16((uint16_t)(size - sizeof(h)));
             h.port = htons(9);
+            h.dst_index = htons(ui->sock.index);
+            h.pad = 0;
         }
         h.csum = 0;
         memcpy(buf, &h, sizeof(h));

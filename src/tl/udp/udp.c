@@ -144,11 +144,12 @@ static void udp_iface_close(tl_iface_t *iface)
     udp_ack_flush(ui, UINT64_MAX);
     udp_bye_all(ui);
     util_info("udp: %llu segments sent, %llu resent, %llu probes, %llu timeouts, %llu stalls reported; "
-              "%llu datagrams received, %llu dropped", (unsigned long long)ui->stats.segs_sent,
+              "%llu datagrams received, %llu dropped (%llu for other processes of the node)",
+              (unsigned long long)ui->stats.segs_sent,
               (unsigned long long)ui->stats.retransmits, (unsigned long long)ui->stats.probes,
               (unsigned long long)ui->stats.timeouts,
               (unsigned long long)ui->stats.stalls_sent, (unsigned long long)ui->stats.dgrams_in,
-              (unsigned long long)ui->stats.dropped);
+              (unsigned long long)ui->stats.dropped, (unsigned long long)ui->stats.misrouted);
     tl_emu_abandon(&ui->emu); /* refusals of reads asked meanwhile */
     while (!util_dlist_empty(&ui->eps))
         udp_ep_free(ui, util_container_of(ui->eps.next, udp_ep_t, link));

@@ -80,6 +80,7 @@ typedef struct udp_ep {
     util_dlist_t link;           /* in udp_iface_t.eps */
     util_dlist_t ack_link;       /* in udp_iface_t.acks while an ACK is due */
     struct sockaddr_in sa;
+    uint16_t index;              /* its node index: our datagrams' dst_index */
     int fd;                      /* a socket connected to sa for sending,
                                     or -1: the interface's (ep_connect) */
     uint64_t uuid;
@@ -137,6 +138,8 @@ typedef struct udp_sock {
     int fd;                      /* the interface's: every peer's datagrams
                                     arrive here (udp_wait polls it unlocked) */
     struct sockaddr_in self_sa;  /* its address, the one published */
+    uint16_t index;              /* our node index: datagrams naming
+                                    another are not ours (udp_node.c) */
     uint32_t n_conn;             /* endpoints with a socket of their own */
     unsigned char *rbufs;        /* UDP_RECV_BATCH receive buffers */
     /* recvmmsg's arguments, built once: a receive resets only what the
@@ -164,6 +167,7 @@ typedef struct udp_stats {
     uint64_t stalls_sent;        /* stall reports sent */
     uint64_t segs_sent;          /* new segments sent */
     uint64_t dgrams_in;          /* datagrams received */
+    uint64_t misrouted;          /* of the dropped: for another node index */
 } udp_stats_t;
 
 typedef struct udp_iface {
@@ -192,6 +196,7 @@ typedef struct udp_iface {
     uint64_t ooo_bytes;          /* payload held in early segments */
     uint32_t n_left;             /* peers whose data we left (rx_left) */
     uint64_t rx_now_us;          /* the clock when the current batch came */
+    uint64_t misrouted_log_us;   /* when a misrouted datagram was last logged */
     tl_emu_t emu;                /* remote reads (udp_get.c) */
     /* polling and waiting */
     uint32_t hot_polls;          /* polls left that look at the socket */
@@ -254,8 +259,9 @@ void udp_gro_set(udp_iface_t *ui, int on);
 
 /* udp_ep.c: endpoints */
 udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
-/* A new endpoint for the context uuid at sa; NULL without memory. */
-udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa);
+/* A new endpoint for the context uuid at sa, node index index; NULL
+ * without memory. */
+udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa, uint16_t index);
 void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep);
 /* Declares ep failed (why: for the log) and tells the layer above. */
 void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why);

@@ -261,7 +261,7 @@ static void test_reply_port_zero_dropped(void **state)
     side_t b;
     unsigned char buf[sizeof(udp_hdr_t) + 8] = {0};
     udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), 0,
-                   htole64(JOB_KEY), htole64(UUID_A), htole64(UUID_B), 0, {0, 0}, 0, htole64(8), 0, 0};
+                   htole64(JOB_KEY), htole64(UUID_A), htole64(UUID_B), 0, {0, 0}, 0, htole64(8), 0, 0, 0, 0, 0};
     struct sockaddr_in from = {.sin_family = AF_INET, .sin_port = htons(9)};
 
     (void)state;

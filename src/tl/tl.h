@@ -123,6 +123,7 @@ typedef struct tl_udp_settings {
     uint32_t window;            /* TMX_UDP_WINDOW */
     uint32_t connect_max;       /* TMX_UDP_CONNECT_MAX */
     int offload;                /* TMX_UDP_OFFLOAD */
+    int shared_port;            /* TMX_UDP_SHARED_PORT: 1 auto, 0 off */
     uint64_t ack_delay_us;      /* TMX_UDP_ACK_DELAY_US */
     uint64_t rto_ms;            /* TMX_UDP_RTO_MS */
     uint64_t peer_timeout_ms;   /* TMX_UDP_PEER_TIMEOUT_MS */
@@ -147,6 +148,9 @@ typedef struct tl_iface_params {
     const tl_settings_t *settings; /* never NULL; read during iface_open only */
     void *fail_arg;         /* the argument of fail_cb */
     const tl_stream_cb_t *stream; /* packets in pieces (may be NULL: see the type) */
+    int in_job;             /* the context is one of a launched job's (it
+                               will join it): udp may share a port with the
+                               job's other processes on the node */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */

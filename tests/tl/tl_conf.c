@@ -131,7 +131,7 @@ typedef struct pair {
 static void side_open(side_t *s, uint64_t uuid, int mt)
 {
     config_t cfg;
-    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, mt, &cfg.tl, s, &on_stream};
+    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, mt, &cfg.tl, s, &on_stream, 0};
 
     memset(s, 0, sizeof(*s));
     s->uuid = uuid;

@@ -3,6 +3,7 @@
  * datagrams, after seed 001 (Open MPI's usNIC BTL). A file per concern:
  *   udp.c        the interface: open, close, progress, wait, the ops table
  *   udp_sock.c   sockets, GRO and GSO, batched reads
+ *   udp_node.c   one port per node: the kernel steers by node index
  *   udp_ep.c     endpoints: made, found, failed, said goodbye to
  *   udp_tx.c     segmentation and sending
  *   udp_rx.c     checking and dispatching what arrives
@@ -80,6 +81,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->uuid = params->uuid;
     ui->job_key = params->job_key;
     ui->cfg.set = params->settings->udp;
+    ui->in_job = params->in_job;
     util_dlist_init(&ui->eps);
     util_idmap_init(&ui->ep_map);
     util_dlist_init(&ui->acks);
@@ -240,6 +242,8 @@ static int udp_progress(tl_iface_t *iface)
         udp_datagram_send(ui, NULL, NULL, 0);
     if (ui->sock.errq || ui->refusals || ui->byes)
         udp_live_progress(ui);
+    if (ui->node.tab != NULL)
+        udp_node_progress(ui, now);
     iface->quiet = udp_idle(ui);
     wait_cap_update(ui);
     return events;

@@ -157,6 +157,21 @@ typedef struct udp_sock {
     int errq;                    /* the error queue may name refusals */
 } udp_sock_t;
 
+/* One port per node (udp_node.c). */
+#define UDP_NODE_MAX 1024        /* processes of a job that share a node's port */
+struct udp_node_table;
+typedef struct udp_node {
+    struct udp_node_table *tab;  /* the node's table, mapped; NULL: a port
+                                    of our own */
+    int fd;                      /* its file, which flock locks */
+    char path[80];
+    uint32_t gen;                /* the table's generation we last acted on */
+    int recheck;                 /* a datagram for another index came */
+    uint64_t checked_us;         /* when we last checked the node's processes */
+    uint64_t nonce, probes;      /* our current slot probe */
+    int hits, hit_slot;          /* and what came back of it */
+} udp_node_t;
+
 /* Counts, for the log at close and for tests. */
 typedef struct udp_stats {
     uint64_t dropped;            /* datagrams that did not parse or belong */
@@ -174,6 +189,8 @@ typedef struct udp_iface {
     tl_iface_t super;
     udp_cfg_t cfg;
     udp_sock_t sock;
+    udp_node_t node;
+    int in_job;                  /* tl_iface_params_t.in_job */
     udp_stats_t stats;
     udp_faults_t faults;         /* injected, for tests (TMX_UDP_FAULTS) */
     uint64_t uuid;
@@ -256,6 +273,29 @@ void udp_sock_ep_connect(udp_iface_t *ui, udp_ep_t *ep);
 void udp_sock_ep_disconnect(udp_iface_t *ui, udp_ep_t *ep);
 /* GRO on or off (a system call when it changes). */
 void udp_gro_set(udp_iface_t *ui, int on);
+
+/* udp_node.c: one port per node */
+/* Binds fd to the node's shared port and takes a node index, if the
+ * settings allow and the node's port can be shared; TMX_ERR_UNSUPPORTED
+ * (the reason logged once per process) when the caller is to bind a port
+ * of its own, fd left unbound or closed. */
+tmx_status_t udp_node_open(udp_iface_t *ui, int fd);
+/* The port a job's processes share on a node (a hash of its key). */
+uint16_t udp_node_port(uint64_t job_key);
+/* The slot of the group the node's table gives index (-1: nobody holds
+ * it, -2: its process looks for its slot), for tests and logs. */
+int udp_node_slot(const udp_iface_t *ui, uint16_t index);
+/* Leaves the node's port and closes the socket (a port of our own: nothing). */
+void udp_node_close(udp_iface_t *ui);
+/* A check of the node's processes, at most once a second (force: now,
+ * after a datagram for another index, at most every 10 ms). */
+void udp_node_check(udp_iface_t *ui, uint64_t now, int force);
+/* From progress, for a shared port: acts on a change of the table. */
+void udp_node_progress(udp_iface_t *ui, uint64_t now);
+/* h (in host order but port) came for another index. */
+void udp_node_misrouted(udp_iface_t *ui, const udp_hdr_t *h, const struct sockaddr_in *from);
+/* 1 if buf is a slot probe (ours are counted), which is not a datagram. */
+int udp_node_probe_input(udp_iface_t *ui, const unsigned char *buf, size_t len);
 
 /* udp_ep.c: endpoints */
 udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
@@ -351,6 +391,9 @@ void udp_live_bye(udp_iface_t *ui, udp_ep_t *ep, const uint32_t next_seq[UDP_N_C
 void udp_live_bye_check(udp_iface_t *ui, udp_ep_t *ep);
 /* The timeout before backoff (udp_rel.c). */
 uint64_t udp_rto_base(const udp_iface_t *ui, const udp_ep_t *ep);
+/* A NOBODY notice came: no process holds the index of peer uuid. Counted
+ * as a refusal would be. */
+void udp_live_nobody(udp_iface_t *ui, uint64_t uuid);
 /* How long between probes of a peer silent for silence_us. */
 uint64_t udp_probe_interval(uint64_t silence_us);
 

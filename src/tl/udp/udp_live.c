@@ -93,6 +93,14 @@ static void ep_refused(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
     ui->refusals = 1;
 }
 
+void udp_live_nobody(udp_iface_t *ui, uint64_t uuid)
+{
+    udp_ep_t *ep = udp_ep_find(ui, uuid);
+
+    if (ep != NULL)
+        ep_refused(ui, ep, ui->rx_now_us);
+}
+
 static udp_ep_t *ep_by_addr(udp_iface_t *ui, const struct sockaddr_in *sa)
 {
     util_dlist_t *pos;
@@ -275,6 +283,7 @@ void udp_live_check(udp_iface_t *ui, uint64_t now)
     uint64_t first = ui->cfg.peer_timeout_us / 4 < UDP_PROBE_MIN_US ? ui->cfg.peer_timeout_us / 4 : UDP_PROBE_MIN_US;
 
     ui->sock.errq = 1; /* one system call when the queue is empty */
+    udp_node_check(ui, now, 0); /* the node's processes that died */
     util_dlist_foreach(pos, &ui->eps) {
         udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
         uint64_t silence = now > ep->last_rx_us ? now - ep->last_rx_us : 0;

@@ -24,7 +24,7 @@ static int dgram_drop(udp_iface_t *ui, const char *why, size_t len)
  * here while the port's group changed (udp_node.c). Dropped, so that it
  * costs its sender a retransmission, never a misdelivery; logged at most
  * once a second. */
-static int dgram_misrouted(udp_iface_t *ui, const udp_hdr_t *h, size_t len)
+static int dgram_misrouted(udp_iface_t *ui, const udp_hdr_t *h, size_t len, const struct sockaddr_in *from)
 {
     uint64_t now = ui->rx_now_us;
 
@@ -35,11 +35,13 @@ static int dgram_misrouted(udp_iface_t *ui, const udp_hdr_t *h, size_t len)
                   ui->sock.index);
         ui->misrouted_log_us = now;
     }
+    udp_node_misrouted(ui, h, from);
     return dgram_drop(ui, "steered to the wrong process", len);
 }
 
 /* Checks a datagram before any of it is trusted; converts the header. */
-static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_t *h)
+static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_t *h,
+                       const struct sockaddr_in *from)
 {
     uint32_t csum;
 
@@ -68,7 +70,7 @@ static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_
     if (h->job_key != ui->job_key)
         return dgram_drop(ui, "another job's key", len);
     if (h->dst_index != ui->sock.index)
-        return dgram_misrouted(ui, h, len);
+        return dgram_misrouted(ui, h, len, from);
     if (h->dst_id != ui->uuid)
         return dgram_drop(ui, "addressed to another context", len);
     return 0;
@@ -79,8 +81,13 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
     udp_hdr_t h;
     udp_ep_t *ep;
 
-    if (dgram_parse(ui, buf, len, &h) != 0)
+    if (dgram_parse(ui, buf, len, &h, from) != 0)
         return;
+    if (h.flags & UDP_FLAG_NOBODY) { /* from a process of the peer's node, not from the peer */
+        if (h.flags == (UDP_FLAG_NOBODY | UDP_FLAG_ACK_ONLY))
+            udp_live_nobody(ui, h.src_id);
+        return;
+    }
     ep = udp_ep_find(ui, h.src_id);
     if (ep == NULL && ui->n_eps < UDP_MAX_EPS) {
         struct sockaddr_in sa = *from;
@@ -117,6 +124,8 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
 void udp_buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gro,
                    const struct sockaddr_in *from)
 {
+    if (len > 0 && buf[0] == UDP_PROBE_MAGIC && udp_node_probe_input(ui, buf, len))
+        return; /* a slot probe (udp_node.c) */
     if (gro == 0 || gro >= len) {
         udp_dgram_input(ui, buf, len, from);
         return;

@@ -62,34 +62,52 @@ static tmx_status_t pick_local(const char *want, struct in_addr *ip, uint32_t *i
     return TMX_OK;
 }
 
+/* A socket with our buffer sizes, not yet bound. */
+static int sock_new(void)
+{
+    int sz = UDP_SOCKBUF, fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        return -1;
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)) != 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    return fd;
+}
+
+/* The node's shared port (udp_node.c) if it can be had, else a port of
+ * our own. */
 static tmx_status_t sock_bind(udp_iface_t *ui, uint32_t *ifmtu)
 {
     socklen_t slen = sizeof(ui->sock.self_sa);
-    int sz = UDP_SOCKBUF;
     tmx_status_t st;
+    int fd;
 
     memset(&ui->sock.self_sa, 0, sizeof(ui->sock.self_sa));
     ui->sock.self_sa.sin_family = AF_INET;
     if ((st = pick_local(ui->cfg.set.addr, &ui->sock.self_sa.sin_addr, ifmtu)) != TMX_OK)
         return st;
-    ui->sock.fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (ui->sock.fd < 0)
+    if ((fd = sock_new()) < 0)
         goto err_log;
-    if (setsockopt(ui->sock.fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)) != 0)
-        setsockopt(ui->sock.fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
-    if (setsockopt(ui->sock.fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
-        setsockopt(ui->sock.fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-    /* GSO is tried on first use, GRO when a read starts (udp_gro_set);
-     * refused once, never again */
-    ui->sock.gso = ui->sock.gro_ok = ui->cfg.set.offload;
+    if (udp_node_open(ui, fd) == TMX_OK)
+        goto bound;
+    close(fd); /* for a fresh one, without SO_REUSEPORT */
+    if ((ui->sock.fd = sock_new()) < 0)
+        goto err_log;
     if (bind(ui->sock.fd, (struct sockaddr *)&ui->sock.self_sa, sizeof(ui->sock.self_sa)) != 0 ||
         getsockname(ui->sock.fd, (struct sockaddr *)&ui->sock.self_sa, &slen) != 0)
         goto err_close;
+bound:
+    /* GSO is tried on first use, GRO when a read starts (udp_gro_set);
+     * refused once, never again */
+    ui->sock.gso = ui->sock.gro_ok = ui->cfg.set.offload;
     udp_live_socket(ui);
     return TMX_OK;
 
 err_close:
     close(ui->sock.fd);
+    ui->sock.fd = -1;
 err_log:
     util_error("udp: cannot open a socket on %s: %s", inet_ntoa(ui->sock.self_sa.sin_addr), strerror(errno));
     return TMX_ERR_IO;
@@ -282,6 +300,7 @@ tmx_status_t udp_sock_open(udp_iface_t *ui, uint32_t *ifmtu)
 
 void udp_sock_close(udp_iface_t *ui)
 {
+    udp_node_close(ui); /* a shared port's socket closes under the node's lock */
     if (ui->sock.fd >= 0)
         close(ui->sock.fd);
     ui->sock.fd = -1;

@@ -39,6 +39,7 @@
  * equivalent of the ICMP refusal a port of its own would have brought.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -422,6 +423,46 @@ static void node_path(udp_iface_t *ui, uint16_t port)
              ntohl(ui->sock.self_sa.sin_addr.s_addr), port);
 }
 
+/* Tables of this namespace and address whose processes all died (a job
+ * killed whole leaves its table behind) are removed by the next process
+ * that joins a port there. A table in use is locked only briefly: one
+ * busy now is skipped. */
+static void node_sweep(const udp_iface_t *ui)
+{
+    char prefix[80], path[80 + 256];
+    const char *dash = strrchr(ui->node.path, '-');
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+
+    if (d == NULL || dash == NULL) {
+        if (d != NULL)
+            closedir(d);
+        return;
+    }
+    snprintf(prefix, sizeof(prefix), "%.*s", (int)(dash + 1 - ui->node.path - strlen("/dev/shm/")),
+             ui->node.path + strlen("/dev/shm/"));
+    while ((e = readdir(d)) != NULL) {
+        udp_node_t nd = {.fd = -1};
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+            continue;
+        snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+        if (strcmp(path, ui->node.path) == 0 || (nd.fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
+            continue;
+        if (flock(nd.fd, LOCK_EX | LOCK_NB) == 0 &&
+            (nd.tab = mmap(NULL, sizeof(udp_node_table_t), PROT_READ | PROT_WRITE, MAP_SHARED, nd.fd, 0)) != MAP_FAILED) {
+            if (nd.tab->magic == NODE_MAGIC && nd.tab->version == NODE_VERSION) {
+                table_purge(nd.tab);
+                if (table_members(nd.tab) == 0)
+                    unlink(path);
+            }
+            table_close(&nd);
+        } else {
+            close(nd.fd);
+        }
+    }
+    closedir(d);
+}
+
 /* The lowest free index, or -1. */
 static int free_index(const udp_node_table_t *t)
 {
@@ -504,6 +545,7 @@ tmx_status_t udp_node_open(udp_iface_t *ui, int fd)
     }
     sa.sin_port = htons(udp_node_port(ui->job_key));
     node_path(ui, ntohs(sa.sin_port));
+    node_sweep(ui);
     if (table_open(&ui->node) != 0) {
         node_fallback("no table for the node's port in /dev/shm", errno);
         return TMX_ERR_UNSUPPORTED;

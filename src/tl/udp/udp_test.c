@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -831,6 +832,22 @@ static void test_node_setting_off(void **state)
     side_close(&m);
 }
 
+/* Whether a node table whose name ends with suffix is in /dev/shm. */
+static int node_table_exists(const char *suffix)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    int found = 0;
+
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name), k = strlen(suffix);
+        found |= strncmp(e->d_name, "tmx-udp-", 8) == 0 && n > k && strcmp(e->d_name + n - k, suffix) == 0;
+    }
+    closedir(d);
+    return found;
+}
+
 /* A member killed between two others: the kernel moves the last socket
  * into its slot without telling anyone. The survivors find the death
  * (a datagram steered to the wrong one), follow the move, and get their
@@ -902,6 +919,39 @@ static void test_node_member_dies(void **state)
     side_close(&c.tx);
 }
 
+/* A job killed whole leaves its node table behind; the next process to
+ * join a port at that address removes it. */
+static void test_node_stale_table_swept(void **state)
+{
+    uint64_t key = node_job_key();
+    char suffix[32];
+    int go[2], found;
+    pid_t child;
+    char b;
+    side_t m;
+
+    (void)state;
+    snprintf(suffix, sizeof(suffix), "-7f000001-%u", udp_node_port(key));
+    assert_int_equal(pipe(go), 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        side_t k;
+        side_open_job(&k, 0x1000, key, 1);
+        if (k.ui->node.tab == NULL || write(go[1], "x", 1) != 1)
+            _exit(1);
+        pause();
+    }
+    assert_int_equal(read(go[0], &b, 1), 1);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    found = node_table_exists(suffix);
+    assert_true(found);
+    side_open_job(&m, 0x2000, key ^ 0x10000, 1); /* another job, another port */
+    assert_false(node_table_exists(suffix));
+    side_close(&m);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -925,6 +975,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_node_fallback_port_held),
         cmocka_unit_test(test_node_setting_off),
         cmocka_unit_test(test_node_member_dies),
+        cmocka_unit_test(test_node_stale_table_swept),
     };
 
     setenv("TMX_UDP_ADDR", "127.0.0.1", 1);

@@ -82,8 +82,8 @@ static const cfg_entry_t cfg_table[] = {
     {"TMX_UDP_WINDOW", CFG_UINT, "4096", 16, 1u << 20, NULL, CFG_FIELD(tl.udp.window),
      "udp: segments in flight per peer and channel (rounded down to a power of two)"},
     {"TMX_UDP_CONNECT_MAX", CFG_UINT, "256", 0, 65536, NULL, CFG_FIELD(tl.udp.connect_max),
-     "udp: peers that get a socket of their own for sends, connected to them (the kernel keeps "
-     "the route); 0 for none"},
+     "udp: remote addresses (nodes, with a port per node) that get a socket connected to them for "
+     "sends (the kernel keeps the route); 0 for none"},
     {"TMX_UDP_OFFLOAD", CFG_ENUM, "1", 0, 0, bool_words, CFG_FIELD(tl.udp.offload),
      "udp: 1 to use UDP GSO and GRO where the kernel has them, 0 never (sendmmsg and recvmmsg "
      "only)"},

@@ -74,6 +74,17 @@ typedef struct udp_rx {
     size_t reasm_total;
 } udp_rx_t;
 
+/* A socket connected to one remote address, for sending: with a port per
+ * node, every process of a remote node is at that address, and the
+ * socket is the node's (seed 002: state per remote node, not per remote
+ * process). */
+typedef struct udp_conn {
+    struct sockaddr_in sa;       /* the address it is connected to */
+    int fd;
+    uint32_t refs;               /* endpoints that send through it */
+    int errq;                    /* its error queue may name a refusal */
+} udp_conn_t;
+
 typedef struct udp_ep {
     tl_ep_t super;
     uint64_t last_rx_us;         /* when the peer was last heard */
@@ -81,15 +92,15 @@ typedef struct udp_ep {
     util_dlist_t ack_link;       /* in udp_iface_t.acks while an ACK is due */
     struct sockaddr_in sa;
     uint16_t index;              /* its node index: our datagrams' dst_index */
-    int fd;                      /* a socket connected to sa for sending,
-                                    or -1: the interface's (ep_connect) */
+    int fd;                      /* conn's socket, or -1: the interface's sends */
+    udp_conn_t *conn;            /* the socket connected to sa, shared with
+                                    the endpoints of the same node, or NULL */
     uint64_t uuid;
     int connected;               /* the core made it (not just a receive) */
     int failed;
     int refused;                 /* a checked refusal to act on (udp_live.c) */
     int n_refused;               /* refusals in a row, nothing heard between */
     uint64_t refused_us;         /* when the last of them was counted */
-    int errq;                    /* fd's error queue may name a refusal */
     int bye;                     /* the peer said bye: it sends no more */
     uint32_t bye_seq[UDP_N_CH];  /* the bye's next_seq per channel */
     uint64_t bye_us;             /* when the bye came */
@@ -130,7 +141,7 @@ typedef struct udp_cfg {
     uint64_t ack_delay_us;
     uint64_t rto_us;
     uint64_t peer_timeout_us;
-    uint32_t conn_max;           /* endpoints with a socket of their own, at most */
+    uint32_t conn_max;           /* connected sockets (remote addresses), at most */
 } udp_cfg_t;
 
 /* The sockets and what reading them needs. */
@@ -140,7 +151,8 @@ typedef struct udp_sock {
     struct sockaddr_in self_sa;  /* its address, the one published */
     uint16_t index;              /* our node index: datagrams naming
                                     another are not ours (udp_node.c) */
-    uint32_t n_conn;             /* endpoints with a socket of their own */
+    uint32_t n_conn;             /* connected sockets (udp_conn_t) */
+    util_idmap_t conns;          /* udp_conn_t by remote address */
     unsigned char *rbufs;        /* UDP_RECV_BATCH receive buffers */
     /* recvmmsg's arguments, built once: a receive resets only what the
      * kernel wrote into the messages it filled. */
@@ -267,8 +279,9 @@ void udp_sock_close(udp_iface_t *ui);
 /* Reads what waited on the socket, one datagram or a batch, and hands it
  * to udp_buf_input. Returns the number of buffers read. */
 int udp_sock_recv(udp_iface_t *ui);
-/* A socket of ep's own to send from, connected to its address (at most
- * cfg.conn_max of them; else the interface's socket sends), and its end. */
+/* A socket to send from, connected to ep's address and shared with the
+ * endpoints at that address (at most cfg.conn_max of them; else the
+ * interface's socket sends), and ep's end of it. */
 void udp_sock_ep_connect(udp_iface_t *ui, udp_ep_t *ep);
 void udp_sock_ep_disconnect(udp_iface_t *ui, udp_ep_t *ep);
 /* GRO on or off (a system call when it changes). */

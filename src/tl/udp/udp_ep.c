@@ -109,7 +109,7 @@ tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_
     ep->index = ntohs(a.index);
     ep->super.peer = peer;
     ep->connected = 1;
-    if (ep->fd < 0 || memcmp(&ep->sa, &sa, sizeof(sa)) != 0) {
+    if (ep->conn == NULL || memcmp(&ep->sa, &sa, sizeof(sa)) != 0) {
         ep->sa = sa; /* the address published is the one that counts */
         udp_sock_ep_connect(ui, ep);
     }

@@ -232,7 +232,7 @@ static void table_unsure_from(udp_node_table_t *t, int32_t from)
  * Returns the number removed. */
 static int table_purge(udp_node_table_t *t)
 {
-    static unsigned char dead_at[UDP_NODE_MAX];
+    unsigned char dead_at[UDP_NODE_MAX];
     int dead = 0, dead_i = -1, known = 1;
 
     for (int i = 0; i < UDP_NODE_MAX; i++) {

@@ -133,50 +133,84 @@ void udp_gro_set(udp_iface_t *ui, int on)
     ui->sock.gro_used_us = udp_now_us();
 }
 
-/* The endpoint's own socket goes (see udp_sock_ep_connect); the shared one sends. */
+static uint64_t conn_key(const struct sockaddr_in *sa)
+{
+    return (uint64_t)ntohl(sa->sin_addr.s_addr) << 16 | ntohs(sa->sin_port);
+}
+
+/* ep sends through the interface's socket again; the connected socket
+ * closes with its last endpoint. */
 void udp_sock_ep_disconnect(udp_iface_t *ui, udp_ep_t *ep)
 {
-    if (ep->fd < 0)
-        return;
-    close(ep->fd);
+    udp_conn_t *c = ep->conn;
+
+    ep->conn = NULL;
     ep->fd = -1;
+    if (c == NULL || --c->refs > 0)
+        return;
+    util_idmap_del(&ui->sock.conns, conn_key(&c->sa));
+    close(c->fd);
+    free(c);
     ui->sock.n_conn--;
 }
 
-/* A socket of its own for sending to a peer, bound to our address and
- * connected to the peer's: the kernel then keeps the route instead of
- * looking it up for every datagram, about 0.1 us of each one-way latency
- * between two namespaces. Its datagrams leave from another port than the
- * interface's, so every header names the port that replies go to. At
- * most conn_max of them (a descriptor each); beyond that, or when the
- * kernel refuses, the interface's socket sends. */
-void udp_sock_ep_connect(udp_iface_t *ui, udp_ep_t *ep)
+/* A socket bound to our address and connected to sa, or NULL. */
+static udp_conn_t *conn_new(udp_iface_t *ui, const udp_ep_t *ep)
 {
     struct sockaddr_in me = ui->sock.self_sa;
-    int sz = UDP_SOCKBUF, fd;
+    udp_conn_t *c = calloc(1, sizeof(*c));
+    int sz = UDP_SOCKBUF;
 
-    udp_sock_ep_disconnect(ui, ep);
-    if (ui->sock.n_conn >= ui->cfg.conn_max)
-        return;
+    if (c == NULL)
+        return NULL;
     me.sin_port = 0;
-    fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
+    c->sa = ep->sa;
+    if ((c->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0) {
         util_info("udp: no socket of its own for peer %u (%s): the shared one sends", ep->super.peer,
                   strerror(errno));
-        return;
+        goto err_free;
     }
-    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-    if (bind(fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
-        connect(fd, (struct sockaddr *)&ep->sa, sizeof(ep->sa)) != 0) {
+    if (setsockopt(c->fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
+        setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    if (bind(c->fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
+        connect(c->fd, (struct sockaddr *)&c->sa, sizeof(c->sa)) != 0) {
         util_info("udp: cannot connect a socket to peer %u at %s:%u (%s): the shared one sends",
-                  ep->super.peer, inet_ntoa(ep->sa.sin_addr), ntohs(ep->sa.sin_port), strerror(errno));
-        close(fd);
-        return;
+                  ep->super.peer, inet_ntoa(c->sa.sin_addr), ntohs(c->sa.sin_port), strerror(errno));
+        goto err_close;
     }
-    udp_live_ep_socket(fd);
-    ep->fd = fd;
+    if (util_idmap_put(&ui->sock.conns, conn_key(&c->sa), c) != 0)
+        goto err_close;
+    udp_live_ep_socket(c->fd);
     ui->sock.n_conn++;
+    return c;
+
+err_close:
+    close(c->fd);
+err_free:
+    free(c);
+    return NULL;
+}
+
+/* A socket for sending to a peer, bound to our address and connected to
+ * the peer's: the kernel then keeps the route instead of looking it up
+ * for every datagram, about 0.1 us of each one-way latency between two
+ * namespaces. Its datagrams leave from another port than the
+ * interface's, so every header names the port that replies go to. The
+ * endpoints at one address share it: with a port per node, that is every
+ * process of the remote node. At most conn_max of them (a descriptor
+ * each); beyond that, or when the kernel refuses, the interface's socket
+ * sends. */
+void udp_sock_ep_connect(udp_iface_t *ui, udp_ep_t *ep)
+{
+    udp_conn_t *c;
+
+    udp_sock_ep_disconnect(ui, ep);
+    c = util_idmap_get(&ui->sock.conns, conn_key(&ep->sa));
+    if (c == NULL && (ui->sock.n_conn >= ui->cfg.conn_max || (c = conn_new(ui, ep)) == NULL))
+        return;
+    c->refs++;
+    ep->conn = c;
+    ep->fd = c->fd;
 }
 
 /* The size of the datagrams the kernel coalesced into this buffer (UDP
@@ -286,6 +320,7 @@ tmx_status_t udp_sock_open(udp_iface_t *ui, uint32_t *ifmtu)
     tmx_status_t st;
 
     ui->sock.fd = -1;
+    util_idmap_init(&ui->sock.conns);
     if ((ui->sock.rbufs = malloc((size_t)UDP_RECV_BATCH * 65536)) == NULL)
         return TMX_ERR_NOMEM;
     if ((st = sock_bind(ui, ifmtu)) != TMX_OK) {
@@ -306,4 +341,5 @@ void udp_sock_close(udp_iface_t *ui)
     ui->sock.fd = -1;
     free(ui->sock.rbufs);
     ui->sock.rbufs = NULL;
+    util_idmap_fini(&ui->sock.conns); /* empty: every endpoint let go of its socket */
 }

@@ -705,6 +705,9 @@ static void test_node_port_shared(void **state)
         want[i] = 5 + i;
     }
     assert_null(c.tx.ui->node.tab); /* not in a job: a port of its own */
+    assert_int_equal(c.tx.ui->sock.n_conn, 1); /* one connected socket for the node */
+    for (int i = 0; i < NODE_SIDES; i++)
+        assert_int_equal(c.ep[i]->fd, c.ep[0]->fd);
     assert_int_not_equal(c.tx.ui->sock.self_sa.sin_port, c.m[0].ui->sock.self_sa.sin_port);
     node_exchange(&c, NODE_SIDES, want, had);
     for (int i = 0; i < NODE_SIDES; i++)

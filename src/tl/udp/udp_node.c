@@ -84,17 +84,24 @@ typedef struct udp_node_table {
                                      another process) */
 } udp_node_table_t;
 
-static int fallback_logged;
+static int fallback_logged[2]; /* info, warn: each said once */
 
-/* Says once per process why its contexts have ports of their own. */
-static void node_fallback(const char *why, int err)
+/* Says once per process why its contexts have ports of their own: a
+ * warning where the port was to be shared and could not be, else (the
+ * setting, a context outside a job) for information. */
+static void node_fallback_at(int level, const char *why, int err)
 {
-    if (__atomic_exchange_n(&fallback_logged, 1, __ATOMIC_RELAXED))
+    if (__atomic_exchange_n(&fallback_logged[level == UTIL_LOG_WARN], 1, __ATOMIC_RELAXED))
         return;
     if (err != 0)
-        util_info("udp: a port per process, not one per node: %s (%s)", why, strerror(err));
+        util_log(level, "udp: a port per process, not one per node: %s (%s)", why, strerror(err));
     else
-        util_info("udp: a port per process, not one per node: %s", why);
+        util_log(level, "udp: a port per process, not one per node: %s", why);
+}
+
+static void node_fallback(const char *why, int err)
+{
+    node_fallback_at(UTIL_LOG_WARN, why, err);
 }
 
 /* The port a job's processes share: a hash of its key, away from the
@@ -537,10 +544,12 @@ tmx_status_t udp_node_open(udp_iface_t *ui, int fd)
 
     ui->node.fd = -1;
     ui->node.tab = NULL;
-    if (!ui->cfg.set.shared_port)
+    if (!ui->cfg.set.shared_port) {
+        node_fallback_at(UTIL_LOG_INFO, "TMX_UDP_SHARED_PORT=0", 0);
         return TMX_ERR_UNSUPPORTED;
+    }
     if (!ui->in_job || ui->job_key == 0) {
-        node_fallback("a context outside a job", 0);
+        node_fallback_at(UTIL_LOG_INFO, "a context outside a job", 0);
         return TMX_ERR_UNSUPPORTED;
     }
     sa.sin_port = htons(udp_node_port(ui->job_key));

@@ -922,6 +922,74 @@ static void test_node_member_dies(void **state)
     side_close(&c.tx);
 }
 
+/* A child process that joins the node's port as context uuid and waits
+ * to be killed. */
+static pid_t node_child(uint64_t key, uint64_t uuid)
+{
+    int go[2];
+    pid_t child;
+    char b;
+
+    assert_int_equal(pipe(go), 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        side_t k;
+        side_open_job(&k, uuid, key, 1);
+        if (k.ui->node.tab == NULL || write(go[1], "x", 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    assert_int_equal(read(go[0], &b, 1), 1);
+    close(go[0]);
+    close(go[1]);
+    return child;
+}
+
+/* Two members die at once: which of the two last sockets the kernel moved
+ * into which freed slot depends on the order their sockets closed, which
+ * nobody knows. The survivors that were beyond the new count are marked
+ * unsure and find their slots by probing; then everyone is steered right. */
+static void test_node_two_members_die(void **state)
+{
+    node_case_t c;
+    long want[5] = {0}, had[5] = {0};
+    pid_t k1, k2;
+
+    (void)state;
+    c.key = node_job_key();
+    side_open_job(&c.tx, 0x5e0d, c.key, 0);
+    side_open_job(&c.m[0], 0x1000, c.key, 1);
+    k1 = node_child(c.key, 0x1001);
+    k2 = node_child(c.key, 0x1002);
+    side_open_job(&c.m[3], 0x1003, c.key, 1);
+    side_open_job(&c.m[4], 0x1004, c.key, 1);
+    assert_int_equal(c.m[4].ui->sock.index, 4);
+    kill(k1, SIGKILL);
+    kill(k2, SIGKILL);
+    waitpid(k1, NULL, 0);
+    waitpid(k2, NULL, 0);
+    udp_node_check(c.m[0].ui, udp_now_us(), 1); /* as its next check would */
+    assert_int_equal(udp_node_slot(c.m[0].ui, 3), -2);
+    assert_int_equal(udp_node_slot(c.m[0].ui, 4), -2);
+    for (int i = 0; i < 5; i++) {
+        if (i == 1 || i == 2) {
+            want[i] = -1;
+            continue;
+        }
+        c.ep[i] = connect_to(&c.tx, &c.m[i], 0x1000 + (uint64_t)i);
+        want[i] = 8;
+    }
+    node_exchange(&c, 5, want, had);
+    assert_true(udp_node_slot(c.m[0].ui, 3) >= 1 && udp_node_slot(c.m[0].ui, 3) <= 2);
+    assert_true(udp_node_slot(c.m[0].ui, 4) >= 1 && udp_node_slot(c.m[0].ui, 4) <= 2);
+    side_close(&c.m[0]);
+    side_close(&c.m[3]);
+    side_close(&c.m[4]);
+    side_close(&c.tx);
+}
+
 /* A job killed whole leaves its node table behind; the next process to
  * join a port at that address removes it. */
 static void test_node_stale_table_swept(void **state)
@@ -978,6 +1046,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_node_fallback_port_held),
         cmocka_unit_test(test_node_setting_off),
         cmocka_unit_test(test_node_member_dies),
+        cmocka_unit_test(test_node_two_members_die),
         cmocka_unit_test(test_node_stale_table_swept),
     };
 

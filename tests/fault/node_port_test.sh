@@ -17,6 +17,7 @@ if [ "$(id -u)" -ne 0 ] || ! ip netns list >/dev/null 2>&1; then
     echo "SKIP: node port tests need root and network namespaces"
     exit 77
 fi
+# shellcheck disable=SC2034 # read by hosts.sh
 FAULT_PREFIX="tmxnp$$"
 # shellcheck source=hosts.sh
 . "$HERE/hosts.sh"

@@ -430,27 +430,22 @@ static void node_path(udp_iface_t *ui, uint16_t port)
              ntohl(ui->sock.self_sa.sin_addr.s_addr), port);
 }
 
-/* Tables of this namespace and address whose processes all died (a job
- * killed whole leaves its table behind) are removed by the next process
- * that joins a port there. A table in use is locked only briefly: one
- * busy now is skipped. */
+/* Tables whose processes all died (a job killed whole leaves its table
+ * behind, and the namespace it was in may be gone) are removed by the next
+ * process that joins a port, in any namespace. A table in use is locked
+ * only briefly: one busy now is skipped. */
 static void node_sweep(const udp_iface_t *ui)
 {
-    char prefix[80], path[80 + 256];
-    const char *dash = strrchr(ui->node.path, '-');
+    static const char prefix[] = "tmx-udp-";
+    char path[sizeof("/dev/shm/") + 256];
     DIR *d = opendir("/dev/shm");
     struct dirent *e;
 
-    if (d == NULL || dash == NULL) {
-        if (d != NULL)
-            closedir(d);
+    if (d == NULL)
         return;
-    }
-    snprintf(prefix, sizeof(prefix), "%.*s", (int)(dash + 1 - ui->node.path - strlen("/dev/shm/")),
-             ui->node.path + strlen("/dev/shm/"));
     while ((e = readdir(d)) != NULL) {
         udp_node_t nd = {.fd = -1};
-        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+        if (strncmp(e->d_name, prefix, sizeof(prefix) - 1) != 0)
             continue;
         snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
         if (strcmp(path, ui->node.path) == 0 || (nd.fd = open(path, O_RDWR | O_CLOEXEC)) < 0)

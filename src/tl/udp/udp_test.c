@@ -991,7 +991,7 @@ static void test_node_two_members_die(void **state)
 }
 
 /* A job killed whole leaves its node table behind; the next process to
- * join a port at that address removes it. */
+ * join a port removes it. */
 static void test_node_stale_table_swept(void **state)
 {
     uint64_t key = node_job_key();

@@ -37,6 +37,7 @@ typedef struct cfg_entry {
 static const char *const log_words[] = {"error", "warn", "info", "debug", NULL};
 static const char *const cma_words[] = {"off", "auto", NULL};
 static const char *const bool_words[] = {"0", "1", NULL};
+static const char *const auto_words[] = {"0", "auto", NULL};
 
 static const cfg_entry_t cfg_table[] = {
     {"TMX_LOG_LEVEL", CFG_ENUM, "warn", 0, 0, log_words, CFG_FIELD(log_level),
@@ -85,11 +86,14 @@ static const cfg_entry_t cfg_table[] = {
     {"TMX_UDP_WINDOW", CFG_UINT, "4096", 16, 1u << 20, NULL, CFG_FIELD(tl.udp.window),
      "udp: segments in flight per peer and channel (rounded down to a power of two)"},
     {"TMX_UDP_CONNECT_MAX", CFG_UINT, "256", 0, 65536, NULL, CFG_FIELD(tl.udp.connect_max),
-     "udp: peers that get a socket of their own for sends, connected to them (the kernel keeps "
-     "the route); 0 for none"},
+     "udp: remote addresses (nodes, with a port per node) that get a socket connected to them for "
+     "sends (the kernel keeps the route); 0 for none"},
     {"TMX_UDP_OFFLOAD", CFG_ENUM, "1", 0, 0, bool_words, CFG_FIELD(tl.udp.offload),
      "udp: 1 to use UDP GSO and GRO where the kernel has them, 0 never (sendmmsg and recvmmsg "
      "only)"},
+    {"TMX_UDP_SHARED_PORT", CFG_ENUM, "auto", 0, 0, auto_words, CFG_FIELD(tl.udp.shared_port),
+     "udp: auto for one port per node, shared by a job's processes there (kernel steering by node "
+     "index); 0 for a port per process, as when the port cannot be shared"},
     {"TMX_UDP_ACK_DELAY_US", CFG_UINT, "50", 0, 1000000, NULL, CFG_FIELD(tl.udp.ack_delay_us),
      "udp: delayed ACK, microseconds"},
     {"TMX_UDP_RTO_MS", CFG_UINT, "100", 1, 60000, NULL, CFG_FIELD(tl.udp.rto_ms),

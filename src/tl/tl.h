@@ -145,6 +145,7 @@ typedef struct tl_udp_settings {
     uint32_t window;            /* TMX_UDP_WINDOW */
     uint32_t connect_max;       /* TMX_UDP_CONNECT_MAX */
     int offload;                /* TMX_UDP_OFFLOAD */
+    int shared_port;            /* TMX_UDP_SHARED_PORT: 1 auto, 0 off */
     uint64_t ack_delay_us;      /* TMX_UDP_ACK_DELAY_US */
     uint64_t rto_ms;            /* TMX_UDP_RTO_MS */
     uint64_t peer_timeout_ms;   /* TMX_UDP_PEER_TIMEOUT_MS */
@@ -172,6 +173,9 @@ typedef struct tl_iface_params {
     tl_put_data_t put_data; /* emulated writes into our memory (may be NULL: refused) */
     tl_put_done_t put_done; /* our writes under way (may be NULL for a layer
                                above that never writes) */
+    int in_job;             /* the context is one of a launched job's (it
+                               will join it): udp may share a port with the
+                               job's other processes on the node */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */

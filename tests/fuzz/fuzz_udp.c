@@ -1,7 +1,7 @@
 /*
  * Fuzz target: datagrams arriving at the udp transport. The harness
  * fixes the checksum (and, for inputs whose first byte is odd, the version,
- * length, reply port, job key and destination) so that the fuzzer reaches the sequence, ACK, SACK,
+ * length, reply port, job key, destination and its node index) so that the fuzzer reaches the sequence, ACK, SACK,
  * reassembly and read paths instead of stopping at the CRC; inputs with
  * bit 1 of the first byte set go in as a buffer GRO may have coalesced,
  * cut by its first header. Packets that
@@ -43,7 +43,7 @@ static udp_iface_t *fuzz_iface(void)
     static tl_iface_t *iface;
     static config_t cfg;
     tl_iface_params_t p = {0x1234, 0x77, fuzz_recv, fuzz_fail, fuzz_mem_check, NULL, NULL, 0, &cfg.tl, NULL,
-                           NULL, fuzz_put_data, NULL};
+                           NULL, fuzz_put_data, NULL, 0};
 
     if (iface == NULL)
         config_defaults(&cfg);
@@ -72,6 +72,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             h.version = UDP_WIRE_VERSION;
             h.len = htole16((uint16_t)(size - sizeof(h)));
             h.port = htons(9);
+            h.dst_index = htons(ui->sock.index);
+            h.pad = 0;
         }
         h.csum = 0;
         memcpy(buf, &h, sizeof(h));

@@ -3,6 +3,7 @@
  * datagrams, after seed 001 (Open MPI's usNIC BTL). A file per concern:
  *   udp.c        the interface: open, close, progress, wait, the ops table
  *   udp_sock.c   sockets, GRO and GSO, batched reads
+ *   udp_node.c   one port per node: the kernel steers by node index
  *   udp_ep.c     endpoints: made, found, failed, said goodbye to
  *   udp_tx.c     segmentation and sending
  *   udp_rx.c     checking and dispatching what arrives
@@ -83,6 +84,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->uuid = params->uuid;
     ui->job_key = params->job_key;
     ui->cfg.set = params->settings->udp;
+    ui->in_job = params->in_job;
     util_dlist_init(&ui->eps);
     util_idmap_init(&ui->ep_map);
     util_dlist_init(&ui->acks);
@@ -147,11 +149,12 @@ static void udp_iface_close(tl_iface_t *iface)
     udp_ack_flush(ui, UINT64_MAX);
     udp_bye_all(ui);
     util_info("udp: %llu segments sent, %llu resent, %llu probes, %llu timeouts, %llu stalls reported; "
-              "%llu datagrams received, %llu dropped", (unsigned long long)ui->stats.segs_sent,
+              "%llu datagrams received, %llu dropped (%llu for other processes of the node)",
+              (unsigned long long)ui->stats.segs_sent,
               (unsigned long long)ui->stats.retransmits, (unsigned long long)ui->stats.probes,
               (unsigned long long)ui->stats.timeouts,
               (unsigned long long)ui->stats.stalls_sent, (unsigned long long)ui->stats.dgrams_in,
-              (unsigned long long)ui->stats.dropped);
+              (unsigned long long)ui->stats.dropped, (unsigned long long)ui->stats.misrouted);
     tl_emu_abandon(&ui->emu); /* refusals of reads asked meanwhile */
     while (!util_dlist_empty(&ui->eps))
         udp_ep_free(ui, util_container_of(ui->eps.next, udp_ep_t, link));
@@ -245,6 +248,8 @@ static int udp_progress(tl_iface_t *iface)
         udp_datagram_send(ui, NULL, NULL, 0);
     if (ui->sock.errq || ui->refusals || ui->byes)
         udp_live_progress(ui);
+    if (ui->node.tab != NULL)
+        udp_node_progress(ui, now);
     iface->quiet = udp_idle(ui);
     wait_cap_update(ui);
     return events;

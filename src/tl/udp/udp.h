@@ -74,21 +74,33 @@ typedef struct udp_rx {
     size_t reasm_total;
 } udp_rx_t;
 
+/* A socket connected to one remote address, for sending: with a port per
+ * node, every process of a remote node is at that address, and the
+ * socket is the node's (seed 002: state per remote node, not per remote
+ * process). */
+typedef struct udp_conn {
+    struct sockaddr_in sa;       /* the address it is connected to */
+    int fd;
+    uint32_t refs;               /* endpoints that send through it */
+    int errq;                    /* its error queue may name a refusal */
+} udp_conn_t;
+
 typedef struct udp_ep {
     tl_ep_t super;
     uint64_t last_rx_us;         /* when the peer was last heard */
     util_dlist_t link;           /* in udp_iface_t.eps */
     util_dlist_t ack_link;       /* in udp_iface_t.acks while an ACK is due */
     struct sockaddr_in sa;
-    int fd;                      /* a socket connected to sa for sending,
-                                    or -1: the interface's (ep_connect) */
+    uint16_t index;              /* its node index: our datagrams' dst_index */
+    int fd;                      /* conn's socket, or -1: the interface's sends */
+    udp_conn_t *conn;            /* the socket connected to sa, shared with
+                                    the endpoints of the same node, or NULL */
     uint64_t uuid;
     int connected;               /* the core made it (not just a receive) */
     int failed;
     int refused;                 /* a checked refusal to act on (udp_live.c) */
     int n_refused;               /* refusals in a row, nothing heard between */
     uint64_t refused_us;         /* when the last of them was counted */
-    int errq;                    /* fd's error queue may name a refusal */
     int bye;                     /* the peer said bye: it sends no more */
     uint32_t bye_seq[UDP_N_CH];  /* the bye's next_seq per channel */
     uint64_t bye_us;             /* when the bye came */
@@ -132,7 +144,7 @@ typedef struct udp_cfg {
     uint64_t ack_delay_us;
     uint64_t rto_us;
     uint64_t peer_timeout_us;
-    uint32_t conn_max;           /* endpoints with a socket of their own, at most */
+    uint32_t conn_max;           /* connected sockets (remote addresses), at most */
 } udp_cfg_t;
 
 /* The sockets and what reading them needs. */
@@ -140,7 +152,10 @@ typedef struct udp_sock {
     int fd;                      /* the interface's: every peer's datagrams
                                     arrive here (udp_wait polls it unlocked) */
     struct sockaddr_in self_sa;  /* its address, the one published */
-    uint32_t n_conn;             /* endpoints with a socket of their own */
+    uint16_t index;              /* our node index: datagrams naming
+                                    another are not ours (udp_node.c) */
+    uint32_t n_conn;             /* connected sockets (udp_conn_t) */
+    util_idmap_t conns;          /* udp_conn_t by remote address */
     unsigned char *rbufs;        /* UDP_RECV_BATCH receive buffers */
     /* recvmmsg's arguments, built once: a receive resets only what the
      * kernel wrote into the messages it filled. */
@@ -157,6 +172,21 @@ typedef struct udp_sock {
     int errq;                    /* the error queue may name refusals */
 } udp_sock_t;
 
+/* One port per node (udp_node.c). */
+#define UDP_NODE_MAX 1024        /* processes of a job that share a node's port */
+struct udp_node_table;
+typedef struct udp_node {
+    struct udp_node_table *tab;  /* the node's table, mapped; NULL: a port
+                                    of our own */
+    int fd;                      /* its file, which flock locks */
+    char path[80];
+    uint32_t gen;                /* the table's generation we last acted on */
+    int recheck;                 /* a datagram for another index came */
+    uint64_t checked_us;         /* when we last checked the node's processes */
+    uint64_t nonce, probes;      /* our current slot probe */
+    int hits, hit_slot;          /* and what came back of it */
+} udp_node_t;
+
 /* Counts, for the log at close and for tests. */
 typedef struct udp_stats {
     uint64_t dropped;            /* datagrams that did not parse or belong */
@@ -167,12 +197,15 @@ typedef struct udp_stats {
     uint64_t stalls_sent;        /* stall reports sent */
     uint64_t segs_sent;          /* new segments sent */
     uint64_t dgrams_in;          /* datagrams received */
+    uint64_t misrouted;          /* of the dropped: for another node index */
 } udp_stats_t;
 
 typedef struct udp_iface {
     tl_iface_t super;
     udp_cfg_t cfg;
     udp_sock_t sock;
+    udp_node_t node;
+    int in_job;                  /* tl_iface_params_t.in_job */
     udp_stats_t stats;
     udp_faults_t faults;         /* injected, for tests (TMX_UDP_FAULTS) */
     uint64_t uuid;
@@ -196,6 +229,7 @@ typedef struct udp_iface {
     uint32_t n_left;             /* peers whose data we left (rx_left) */
     uint32_t n_put_rx;           /* peers writing into our memory (put_rx) */
     uint64_t rx_now_us;          /* the clock when the current batch came */
+    uint64_t misrouted_log_us;   /* when a misrouted datagram was last logged */
     tl_emu_t emu;                /* remote reads (udp_get.c) */
     /* polling and waiting */
     uint32_t hot_polls;          /* polls left that look at the socket */
@@ -249,17 +283,42 @@ void udp_sock_close(udp_iface_t *ui);
 /* Reads what waited on the socket, one datagram or a batch, and hands it
  * to udp_buf_input. Returns the number of buffers read. */
 int udp_sock_recv(udp_iface_t *ui);
-/* A socket of ep's own to send from, connected to its address (at most
- * cfg.conn_max of them; else the interface's socket sends), and its end. */
+/* A socket to send from, connected to ep's address and shared with the
+ * endpoints at that address (at most cfg.conn_max of them; else the
+ * interface's socket sends), and ep's end of it. */
 void udp_sock_ep_connect(udp_iface_t *ui, udp_ep_t *ep);
 void udp_sock_ep_disconnect(udp_iface_t *ui, udp_ep_t *ep);
 /* GRO on or off (a system call when it changes). */
 void udp_gro_set(udp_iface_t *ui, int on);
 
+/* udp_node.c: one port per node */
+/* Binds fd to the node's shared port and takes a node index, if the
+ * settings allow and the node's port can be shared; TMX_ERR_UNSUPPORTED
+ * (the reason logged once per process) when the caller is to bind a port
+ * of its own, fd left unbound or closed. */
+tmx_status_t udp_node_open(udp_iface_t *ui, int fd);
+/* The port a job's processes share on a node (a hash of its key). */
+uint16_t udp_node_port(uint64_t job_key);
+/* The slot of the group the node's table gives index (-1: nobody holds
+ * it, -2: its process looks for its slot), for tests and logs. */
+int udp_node_slot(const udp_iface_t *ui, uint16_t index);
+/* Leaves the node's port and closes the socket (a port of our own: nothing). */
+void udp_node_close(udp_iface_t *ui);
+/* A check of the node's processes, at most once a second (force: now,
+ * after a datagram for another index, at most every 10 ms). */
+void udp_node_check(udp_iface_t *ui, uint64_t now, int force);
+/* From progress, for a shared port: acts on a change of the table. */
+void udp_node_progress(udp_iface_t *ui, uint64_t now);
+/* h (in host order but port) came for another index. */
+void udp_node_misrouted(udp_iface_t *ui, const udp_hdr_t *h, const struct sockaddr_in *from);
+/* 1 if buf is a slot probe (ours are counted), which is not a datagram. */
+int udp_node_probe_input(udp_iface_t *ui, const unsigned char *buf, size_t len);
+
 /* udp_ep.c: endpoints */
 udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
-/* A new endpoint for the context uuid at sa; NULL without memory. */
-udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa);
+/* A new endpoint for the context uuid at sa, node index index; NULL
+ * without memory. */
+udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa, uint16_t index);
 void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep);
 /* Declares ep failed (why: for the log) and tells the layer above. */
 void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why);
@@ -349,6 +408,9 @@ void udp_live_bye(udp_iface_t *ui, udp_ep_t *ep, const uint32_t next_seq[UDP_N_C
 void udp_live_bye_check(udp_iface_t *ui, udp_ep_t *ep);
 /* The timeout before backoff (udp_rel.c). */
 uint64_t udp_rto_base(const udp_iface_t *ui, const udp_ep_t *ep);
+/* A NOBODY notice came: no process holds the index of peer uuid. Counted
+ * as a refusal would be. */
+void udp_live_nobody(udp_iface_t *ui, uint64_t uuid);
 /* How long between probes of a peer silent for silence_us. */
 uint64_t udp_probe_interval(uint64_t silence_us);
 

@@ -36,7 +36,8 @@ void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep)
 tmx_status_t udp_address(tl_iface_t *iface, void *buf, size_t *len)
 {
     udp_iface_t *ui = (udp_iface_t *)iface;
-    udp_addr_t a = {ui->sock.self_sa.sin_addr.s_addr, ui->sock.self_sa.sin_port, 0, htole64(ui->job_key)};
+    udp_addr_t a = {ui->sock.self_sa.sin_addr.s_addr, ui->sock.self_sa.sin_port, htons(ui->sock.index),
+                    htole64(ui->job_key)};
 
     return tl_address_put(buf, len, &a, sizeof(a));
 }
@@ -64,7 +65,7 @@ udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid)
 /* Per-peer state is made on first contact either way (seed 002), and is
  * small while the peer is idle: the windows are allocated when the first
  * segment is sent, or arrives early. */
-udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa)
+udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa, uint16_t index)
 {
     udp_ep_t *ep = calloc(1, sizeof(*ep));
 
@@ -76,6 +77,7 @@ udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *s
     ep->super.peer = TMX_PEER_NONE;
     ep->uuid = uuid;
     ep->sa = *sa;
+    ep->index = index;
     ep->fd = -1;
     ep->last_rx_us = udp_now_us();
     util_dlist_init(&ep->ack_link);
@@ -100,13 +102,14 @@ tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_
     memcpy(&a, addr, sizeof(a));
     sa.sin_addr.s_addr = a.ip;
     sa.sin_port = a.port;
-    if (ep == NULL && (ep = udp_ep_new(ui, uuid, &sa)) == NULL)
+    if (ep == NULL && (ep = udp_ep_new(ui, uuid, &sa, ntohs(a.index))) == NULL)
         return TMX_ERR_NOMEM;
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
+    ep->index = ntohs(a.index);
     ep->super.peer = peer;
     ep->connected = 1;
-    if (ep->fd < 0 || memcmp(&ep->sa, &sa, sizeof(sa)) != 0) {
+    if (ep->conn == NULL || memcmp(&ep->sa, &sa, sizeof(sa)) != 0) {
         ep->sa = sa; /* the address published is the one that counts */
         udp_sock_ep_connect(ui, ep);
     }

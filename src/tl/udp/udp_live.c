@@ -73,8 +73,8 @@ void udp_live_send_error(udp_iface_t *ui, udp_ep_t *ep, int fd, int err)
 {
     if (err != ECONNREFUSED && err != EHOSTUNREACH && err != ENETUNREACH)
         return;
-    if (ep != NULL && fd >= 0 && fd == ep->fd)
-        ep->errq = 1; /* its error queue quotes what was refused */
+    if (ep != NULL && ep->conn != NULL && fd == ep->conn->fd)
+        ep->conn->errq = 1; /* its error queue quotes what was refused */
     ui->sock.errq = 1;
 }
 
@@ -93,33 +93,39 @@ static void ep_refused(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
     ui->refusals = 1;
 }
 
-static udp_ep_t *ep_by_addr(udp_iface_t *ui, const struct sockaddr_in *sa)
+void udp_live_nobody(udp_iface_t *ui, uint64_t uuid)
 {
-    util_dlist_t *pos;
+    udp_ep_t *ep = udp_ep_find(ui, uuid);
 
-    util_dlist_foreach(pos, &ui->eps) {
-        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
-        if (!ep->failed && ep->sa.sin_addr.s_addr == sa->sin_addr.s_addr && ep->sa.sin_port == sa->sin_port)
-            return ep; /* a failed one may share the address with its successor */
-    }
-    return NULL;
+    if (ep != NULL)
+        ep_refused(ui, ep, ui->rx_now_us);
 }
 
-/* Whether the quoted datagram is ours to ep. */
-static int quote_ours(const udp_iface_t *ui, const udp_ep_t *ep, const unsigned char *q, ssize_t n)
+/* The endpoint a refused datagram was for: it must be ours (the job key,
+ * our context, a wire version we speak: the kernel quotes the refused
+ * datagram, far more than its first 8 bytes) and go to the address that
+ * refused it. Several peers may share an address (a port per node): the
+ * quote's destination context tells them apart. */
+static udp_ep_t *quote_ep(udp_iface_t *ui, const unsigned char *q, ssize_t n, const struct sockaddr_in *dst)
 {
+    udp_ep_t *ep;
     udp_hdr_t h;
 
     if (n < (ssize_t)sizeof(h))
-        return 0;
+        return NULL;
     memcpy(&h, q, sizeof(h));
-    return h.version == UDP_WIRE_VERSION && le64toh(h.job_key) == ui->job_key &&
-           le64toh(h.src_id) == ui->uuid && le64toh(h.dst_id) == ep->uuid;
+    if (h.version != UDP_WIRE_VERSION || le64toh(h.job_key) != ui->job_key || le64toh(h.src_id) != ui->uuid)
+        return NULL;
+    ep = udp_ep_find(ui, le64toh(h.dst_id));
+    if (ep == NULL || ep->failed || ep->sa.sin_addr.s_addr != dst->sin_addr.s_addr ||
+        ep->sa.sin_port != dst->sin_port)
+        return NULL;
+    return ep;
 }
 
-/* One entry of fd's error queue: 1 if one was read. ep: the peer fd is
- * connected to, or NULL for the shared socket (the entry names it). */
-static int errq_read_one(udp_iface_t *ui, int fd, udp_ep_t *ep)
+/* One entry of fd's error queue (the shared socket's, or a connected
+ * socket's): 1 if one was read. */
+static int errq_read_one(udp_iface_t *ui, int fd)
 {
     struct sockaddr_in dst;
     char ctl[CMSG_SPACE(sizeof(struct sock_extended_err) + sizeof(struct sockaddr_in))];
@@ -133,14 +139,13 @@ static int errq_read_one(udp_iface_t *ui, int fd, udp_ep_t *ep)
         return 0;
     for (cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm)) {
         const struct sock_extended_err *ee = (const void *)CMSG_DATA(cm);
+        udp_ep_t *ep;
         if (cm->cmsg_level != IPPROTO_IP || cm->cmsg_type != IP_RECVERR ||
             ee->ee_origin != SO_EE_ORIGIN_ICMP || ee->ee_errno != ECONNREFUSED)
             continue;
-        if (ep == NULL && (mh.msg_namelen < sizeof(dst) || (ep = ep_by_addr(ui, &dst)) == NULL))
-            continue;
-        if (!quote_ours(ui, ep, quote, n)) {
+        if (mh.msg_namelen < sizeof(dst) || (ep = quote_ep(ui, quote, n, &dst)) == NULL) {
             ui->stats.refusals_bad++;
-            util_debug("udp: a refusal naming peer %u quotes no datagram of ours: ignored", ep->super.peer);
+            util_debug("udp: a refusal quotes no datagram of ours to a peer at that address: ignored");
             continue;
         }
         ep_refused(ui, ep, udp_now_us());
@@ -154,15 +159,15 @@ static void errq_read(udp_iface_t *ui)
     util_dlist_t *pos;
     int n = 0;
 
-    while (n < UDP_ERRQ_BATCH && errq_read_one(ui, ui->sock.fd, NULL))
+    while (n < UDP_ERRQ_BATCH && errq_read_one(ui, ui->sock.fd))
         n++;
     ui->sock.errq = n == UDP_ERRQ_BATCH; /* more next time */
     util_dlist_foreach(pos, &ui->eps) {
         udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
-        if (!ep->errq)
+        if (ep->conn == NULL || !ep->conn->errq)
             continue;
-        ep->errq = 0;
-        for (n = 0; ep->fd >= 0 && n < UDP_ERRQ_BATCH && errq_read_one(ui, ep->fd, ep); n++)
+        ep->conn->errq = 0; /* once for the endpoints that share it */
+        for (n = 0; n < UDP_ERRQ_BATCH && errq_read_one(ui, ep->conn->fd); n++)
             ;
     }
 }
@@ -259,8 +264,8 @@ static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
     udp_send_desc_t keepalive = {.ch = UDP_CH_PRIO}; /* an empty segment, acknowledged */
 
     ep->probe_us = now;
-    if (ep->fd >= 0)
-        ep->errq = ui->sock.errq = 1; /* a refusal pending there would eat the probe */
+    if (ep->conn != NULL)
+        ep->conn->errq = ui->sock.errq = 1; /* a refusal pending there would eat the probe */
     if (ui->sock.errq)
         errq_read(ui);
     /* a refused peer gets a new segment even if one is outstanding: the
@@ -275,6 +280,7 @@ void udp_live_check(udp_iface_t *ui, uint64_t now)
     uint64_t first = ui->cfg.peer_timeout_us / 4 < UDP_PROBE_MIN_US ? ui->cfg.peer_timeout_us / 4 : UDP_PROBE_MIN_US;
 
     ui->sock.errq = 1; /* one system call when the queue is empty */
+    udp_node_check(ui, now, 0); /* the node's processes that died */
     util_dlist_foreach(pos, &ui->eps) {
         udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
         uint64_t silence = now > ep->last_rx_us ? now - ep->last_rx_us : 0;

@@ -353,7 +353,7 @@ static void ack_send(udp_iface_t *ui, udp_ep_t *ep, uint16_t extra)
     uint32_t frag = extra & UDP_FLAG_BYE ? ep->tx[UDP_CH_DATA].next_seq : 0;
     udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY), 0, ui->sock.self_sa.sin_port,
                    htole64(ui->job_key), htole64(ui->uuid), htole64(ep->uuid), htole32(seq), {0, 0},
-                   htole32(frag), 0, 0, 0};
+                   htole32(frag), 0, 0, 0, htons(ui->sock.index), htons(ep->index), 0};
     unsigned char buf[sizeof(h) + sizeof(udp_sack_t)];
     size_t n = sack_fill(ui, &ep->rx[UDP_CH_DATA], (udp_sack_t *)(buf + sizeof(h)));
 

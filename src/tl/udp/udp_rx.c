@@ -3,6 +3,7 @@
  * it is trusted, then its ACKs, reports and segment handed on; buffers the
  * kernel coalesced (GRO) cut back into datagrams.
  */
+#include <arpa/inet.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -19,8 +20,28 @@ static int dgram_drop(udp_iface_t *ui, const char *why, size_t len)
     return -1;
 }
 
+/* A datagram for another process of this node: the kernel steered it
+ * here while the port's group changed (udp_node.c). Dropped, so that it
+ * costs its sender a retransmission, never a misdelivery; logged at most
+ * once a second. */
+static int dgram_misrouted(udp_iface_t *ui, const udp_hdr_t *h, size_t len, const struct sockaddr_in *from)
+{
+    uint64_t now = ui->rx_now_us;
+
+    ui->stats.misrouted++;
+    if (now >= ui->misrouted_log_us + 1000000) {
+        util_info("udp: %llu datagrams for other processes of this node dropped so far (the last for "
+                  "index %u; ours is %u)", (unsigned long long)ui->stats.misrouted, h->dst_index,
+                  ui->sock.index);
+        ui->misrouted_log_us = now;
+    }
+    udp_node_misrouted(ui, h, from);
+    return dgram_drop(ui, "steered to the wrong process", len);
+}
+
 /* Checks a datagram before any of it is trusted; converts the header. */
-static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_t *h)
+static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_t *h,
+                       const struct sockaddr_in *from)
 {
     uint32_t csum;
 
@@ -41,11 +62,15 @@ static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_
         h->ack[ch] = le32toh(h->ack[ch]);
     h->frag_id = le32toh(h->frag_id);
     h->offset = le64toh(h->offset);
+    h->src_index = ntohs(h->src_index);
+    h->dst_index = ntohs(h->dst_index);
     if (h->version != UDP_WIRE_VERSION || h->channel >= UDP_N_CH || (h->flags & ~UDP_FLAG_MASK) || h->port == 0 ||
-        h->len != len - sizeof(*h))
+        h->len != len - sizeof(*h) || h->pad != 0)
         return dgram_drop(ui, "malformed header", len);
     if (h->job_key != ui->job_key)
         return dgram_drop(ui, "another job's key", len);
+    if (h->dst_index != ui->sock.index)
+        return dgram_misrouted(ui, h, len, from);
     if (h->dst_id != ui->uuid)
         return dgram_drop(ui, "addressed to another context", len);
     return 0;
@@ -56,13 +81,18 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
     udp_hdr_t h;
     udp_ep_t *ep;
 
-    if (dgram_parse(ui, buf, len, &h) != 0)
+    if (dgram_parse(ui, buf, len, &h, from) != 0)
         return;
+    if (h.flags & UDP_FLAG_NOBODY) { /* from a process of the peer's node, not from the peer */
+        if (h.flags == (UDP_FLAG_NOBODY | UDP_FLAG_ACK_ONLY))
+            udp_live_nobody(ui, h.src_id);
+        return;
+    }
     ep = udp_ep_find(ui, h.src_id);
     if (ep == NULL && ui->n_eps < UDP_MAX_EPS) {
         struct sockaddr_in sa = *from;
         sa.sin_port = h.port; /* not the port it left from: see udp_wire.h */
-        ep = udp_ep_new(ui, h.src_id, &sa);
+        ep = udp_ep_new(ui, h.src_id, &sa, h.src_index);
     }
     if (ep == NULL) {
         dgram_drop(ui, "no room for a new peer", len);
@@ -94,6 +124,8 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
 void udp_buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gro,
                    const struct sockaddr_in *from)
 {
+    if (len > 0 && buf[0] == UDP_PROBE_MAGIC && udp_node_probe_input(ui, buf, len))
+        return; /* a slot probe (udp_node.c) */
     if (gro == 0 || gro >= len) {
         udp_dgram_input(ui, buf, len, from);
         return;

@@ -62,34 +62,52 @@ static tmx_status_t pick_local(const char *want, struct in_addr *ip, uint32_t *i
     return TMX_OK;
 }
 
+/* A socket with our buffer sizes, not yet bound. */
+static int sock_new(void)
+{
+    int sz = UDP_SOCKBUF, fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        return -1;
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)) != 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    return fd;
+}
+
+/* The node's shared port (udp_node.c) if it can be had, else a port of
+ * our own. */
 static tmx_status_t sock_bind(udp_iface_t *ui, uint32_t *ifmtu)
 {
     socklen_t slen = sizeof(ui->sock.self_sa);
-    int sz = UDP_SOCKBUF;
     tmx_status_t st;
+    int fd;
 
     memset(&ui->sock.self_sa, 0, sizeof(ui->sock.self_sa));
     ui->sock.self_sa.sin_family = AF_INET;
     if ((st = pick_local(ui->cfg.set.addr, &ui->sock.self_sa.sin_addr, ifmtu)) != TMX_OK)
         return st;
-    ui->sock.fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (ui->sock.fd < 0)
+    if ((fd = sock_new()) < 0)
         goto err_log;
-    if (setsockopt(ui->sock.fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)) != 0)
-        setsockopt(ui->sock.fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
-    if (setsockopt(ui->sock.fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
-        setsockopt(ui->sock.fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-    /* GSO is tried on first use, GRO when a read starts (udp_gro_set);
-     * refused once, never again */
-    ui->sock.gso = ui->sock.gro_ok = ui->cfg.set.offload;
+    if (udp_node_open(ui, fd) == TMX_OK)
+        goto bound;
+    close(fd); /* for a fresh one, without SO_REUSEPORT */
+    if ((ui->sock.fd = sock_new()) < 0)
+        goto err_log;
     if (bind(ui->sock.fd, (struct sockaddr *)&ui->sock.self_sa, sizeof(ui->sock.self_sa)) != 0 ||
         getsockname(ui->sock.fd, (struct sockaddr *)&ui->sock.self_sa, &slen) != 0)
         goto err_close;
+bound:
+    /* GSO is tried on first use, GRO when a read starts (udp_gro_set);
+     * refused once, never again */
+    ui->sock.gso = ui->sock.gro_ok = ui->cfg.set.offload;
     udp_live_socket(ui);
     return TMX_OK;
 
 err_close:
     close(ui->sock.fd);
+    ui->sock.fd = -1;
 err_log:
     util_error("udp: cannot open a socket on %s: %s", inet_ntoa(ui->sock.self_sa.sin_addr), strerror(errno));
     return TMX_ERR_IO;
@@ -115,50 +133,84 @@ void udp_gro_set(udp_iface_t *ui, int on)
     ui->sock.gro_used_us = udp_now_us();
 }
 
-/* The endpoint's own socket goes (see udp_sock_ep_connect); the shared one sends. */
+static uint64_t conn_key(const struct sockaddr_in *sa)
+{
+    return (uint64_t)ntohl(sa->sin_addr.s_addr) << 16 | ntohs(sa->sin_port);
+}
+
+/* ep sends through the interface's socket again; the connected socket
+ * closes with its last endpoint. */
 void udp_sock_ep_disconnect(udp_iface_t *ui, udp_ep_t *ep)
 {
-    if (ep->fd < 0)
-        return;
-    close(ep->fd);
+    udp_conn_t *c = ep->conn;
+
+    ep->conn = NULL;
     ep->fd = -1;
+    if (c == NULL || --c->refs > 0)
+        return;
+    util_idmap_del(&ui->sock.conns, conn_key(&c->sa));
+    close(c->fd);
+    free(c);
     ui->sock.n_conn--;
 }
 
-/* A socket of its own for sending to a peer, bound to our address and
- * connected to the peer's: the kernel then keeps the route instead of
- * looking it up for every datagram, about 0.1 us of each one-way latency
- * between two namespaces. Its datagrams leave from another port than the
- * interface's, so every header names the port that replies go to. At
- * most conn_max of them (a descriptor each); beyond that, or when the
- * kernel refuses, the interface's socket sends. */
-void udp_sock_ep_connect(udp_iface_t *ui, udp_ep_t *ep)
+/* A socket bound to our address and connected to sa, or NULL. */
+static udp_conn_t *conn_new(udp_iface_t *ui, const udp_ep_t *ep)
 {
     struct sockaddr_in me = ui->sock.self_sa;
-    int sz = UDP_SOCKBUF, fd;
+    udp_conn_t *c = calloc(1, sizeof(*c));
+    int sz = UDP_SOCKBUF;
 
-    udp_sock_ep_disconnect(ui, ep);
-    if (ui->sock.n_conn >= ui->cfg.conn_max)
-        return;
+    if (c == NULL)
+        return NULL;
     me.sin_port = 0;
-    fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
+    c->sa = ep->sa;
+    if ((c->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0) {
         util_info("udp: no socket of its own for peer %u (%s): the shared one sends", ep->super.peer,
                   strerror(errno));
-        return;
+        goto err_free;
     }
-    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-    if (bind(fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
-        connect(fd, (struct sockaddr *)&ep->sa, sizeof(ep->sa)) != 0) {
+    if (setsockopt(c->fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
+        setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    if (bind(c->fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
+        connect(c->fd, (struct sockaddr *)&c->sa, sizeof(c->sa)) != 0) {
         util_info("udp: cannot connect a socket to peer %u at %s:%u (%s): the shared one sends",
-                  ep->super.peer, inet_ntoa(ep->sa.sin_addr), ntohs(ep->sa.sin_port), strerror(errno));
-        close(fd);
-        return;
+                  ep->super.peer, inet_ntoa(c->sa.sin_addr), ntohs(c->sa.sin_port), strerror(errno));
+        goto err_close;
     }
-    udp_live_ep_socket(fd);
-    ep->fd = fd;
+    if (util_idmap_put(&ui->sock.conns, conn_key(&c->sa), c) != 0)
+        goto err_close;
+    udp_live_ep_socket(c->fd);
     ui->sock.n_conn++;
+    return c;
+
+err_close:
+    close(c->fd);
+err_free:
+    free(c);
+    return NULL;
+}
+
+/* A socket for sending to a peer, bound to our address and connected to
+ * the peer's: the kernel then keeps the route instead of looking it up
+ * for every datagram, about 0.1 us of each one-way latency between two
+ * namespaces. Its datagrams leave from another port than the
+ * interface's, so every header names the port that replies go to. The
+ * endpoints at one address share it: with a port per node, that is every
+ * process of the remote node. At most conn_max of them (a descriptor
+ * each); beyond that, or when the kernel refuses, the interface's socket
+ * sends. */
+void udp_sock_ep_connect(udp_iface_t *ui, udp_ep_t *ep)
+{
+    udp_conn_t *c;
+
+    udp_sock_ep_disconnect(ui, ep);
+    c = util_idmap_get(&ui->sock.conns, conn_key(&ep->sa));
+    if (c == NULL && (ui->sock.n_conn >= ui->cfg.conn_max || (c = conn_new(ui, ep)) == NULL))
+        return;
+    c->refs++;
+    ep->conn = c;
+    ep->fd = c->fd;
 }
 
 /* The size of the datagrams the kernel coalesced into this buffer (UDP
@@ -268,6 +320,7 @@ tmx_status_t udp_sock_open(udp_iface_t *ui, uint32_t *ifmtu)
     tmx_status_t st;
 
     ui->sock.fd = -1;
+    util_idmap_init(&ui->sock.conns);
     if ((ui->sock.rbufs = malloc((size_t)UDP_RECV_BATCH * 65536)) == NULL)
         return TMX_ERR_NOMEM;
     if ((st = sock_bind(ui, ifmtu)) != TMX_OK) {
@@ -282,9 +335,11 @@ tmx_status_t udp_sock_open(udp_iface_t *ui, uint32_t *ifmtu)
 
 void udp_sock_close(udp_iface_t *ui)
 {
+    udp_node_close(ui); /* a shared port's socket closes under the node's lock */
     if (ui->sock.fd >= 0)
         close(ui->sock.fd);
     ui->sock.fd = -1;
     free(ui->sock.rbufs);
     ui->sock.rbufs = NULL;
+    util_idmap_fini(&ui->sock.conns); /* empty: every endpoint let go of its socket */
 }

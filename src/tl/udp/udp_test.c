@@ -13,6 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -96,7 +100,7 @@ static int read_finished(void *arg)
 static void side_open(side_t *s, uint64_t uuid)
 {
     tl_settings_t set;
-    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, NULL, NULL, NULL};
+    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, NULL, NULL, NULL, 0};
     tl_iface_t *iface;
 
     assert_int_equal(unit_tl_settings(&set), TMX_OK);
@@ -261,7 +265,7 @@ static void test_reply_port_zero_dropped(void **state)
     side_t b;
     unsigned char buf[sizeof(udp_hdr_t) + 8] = {0};
     udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), 0,
-                   htole64(JOB_KEY), htole64(UUID_A), htole64(UUID_B), 0, {0, 0}, 0, htole64(8), 0, 0};
+                   htole64(JOB_KEY), htole64(UUID_A), htole64(UUID_B), 0, {0, 0}, 0, htole64(8), 0, 0, 0, 0, 0};
     struct sockaddr_in from = {.sin_family = AF_INET, .sin_port = htons(9)};
 
     (void)state;
@@ -616,6 +620,409 @@ static void test_silent_peer_is_not_dead(void **state)
     pair_close(&a, &b);
 }
 
+/* ------------------------------------------------ one port per node */
+
+#define NODE_SIDES 4
+
+/* A job of its own per case (cases run at once in other processes), so
+ * that each has a port and a node table of its own. */
+static uint64_t node_job_key(void)
+{
+    return 0x6e0de000000ull ^ ((uint64_t)getpid() << 8) ^ udp_now_us();
+}
+
+static void side_open_job(side_t *s, uint64_t uuid, uint64_t job_key, int in_job)
+{
+    tl_settings_t set;
+    tl_iface_params_t p = {uuid, job_key, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, NULL, NULL, NULL, in_job};
+    tl_iface_t *iface;
+
+    assert_int_equal(unit_tl_settings(&set), TMX_OK);
+    memset(s, 0, sizeof(*s));
+    assert_int_equal(tl_udp_ops.iface_open(&p, &iface), TMX_OK);
+    s->ui = (udp_iface_t *)iface;
+}
+
+/* Members of one job that share the node's port, and a sender (a port of
+ * its own) with an endpoint for each. */
+typedef struct node_case {
+    uint64_t key;
+    side_t tx;
+    side_t m[NODE_SIDES + 1];    /* the last: a member that joins later */
+    udp_ep_t *ep[NODE_SIDES + 1];
+} node_case_t;
+
+static void node_case_open(node_case_t *c, int n)
+{
+    c->key = node_job_key();
+    side_open_job(&c->tx, 0x5e0d, c->key, 0);
+    for (int i = 0; i < n; i++)
+        side_open_job(&c->m[i], 0x1000 + (uint64_t)i, c->key, 1);
+}
+
+/* Sends k packets to each member listed in want (want[i] > 0) and polls
+ * until each has its own: none reaches another, which would be counted
+ * there as a packet too many or a misrouted datagram. */
+static void node_exchange(node_case_t *c, int n, const long *want, const long *had)
+{
+    uint64_t end = udp_now_us() + 5000000;
+    int ok = 0;
+
+    for (int i = 0; i < n; i++) {
+        for (long k = had[i]; k < want[i]; k++)
+            send_bytes(c->ep[i], 100);
+    }
+    while (!ok && udp_now_us() < end) {
+        ok = 1;
+        tl_udp_ops.progress(&c->tx.ui->super);
+        for (int i = 0; i < n; i++) {
+            if (want[i] < 0)
+                continue;
+            tl_udp_ops.progress(&c->m[i].ui->super);
+            ok &= c->m[i].packets >= (size_t)want[i];
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (want[i] >= 0)
+            assert_int_equal(c->m[i].packets, (size_t)want[i]);
+    }
+}
+
+/* Four contexts of a job share the node's port, each with an index of its
+ * own, and the kernel steers each datagram to its context. */
+static void test_node_port_shared(void **state)
+{
+    node_case_t c;
+    long want[NODE_SIDES], had[NODE_SIDES] = {0};
+
+    (void)state;
+    node_case_open(&c, NODE_SIDES);
+    for (int i = 0; i < NODE_SIDES; i++) {
+        assert_non_null(c.m[i].ui->node.tab);
+        assert_int_equal(c.m[i].ui->sock.self_sa.sin_port, c.m[0].ui->sock.self_sa.sin_port);
+        assert_int_equal(c.m[i].ui->sock.index, i);
+        c.ep[i] = connect_to(&c.tx, &c.m[i], 0x1000 + (uint64_t)i);
+        want[i] = 5 + i;
+    }
+    assert_null(c.tx.ui->node.tab); /* not in a job: a port of its own */
+    assert_int_equal(c.tx.ui->sock.n_conn, 1); /* one connected socket for the node */
+    for (int i = 0; i < NODE_SIDES; i++)
+        assert_int_equal(c.ep[i]->fd, c.ep[0]->fd);
+    assert_int_not_equal(c.tx.ui->sock.self_sa.sin_port, c.m[0].ui->sock.self_sa.sin_port);
+    node_exchange(&c, NODE_SIDES, want, had);
+    for (int i = 0; i < NODE_SIDES; i++)
+        assert_int_equal(c.m[i].ui->stats.misrouted, 0);
+    for (int i = 0; i < NODE_SIDES; i++)
+        side_close(&c.m[i]);
+    side_close(&c.tx);
+}
+
+/* A member that closes has the kernel move the group's last socket into
+ * its slot: the others are still steered right, without a datagram
+ * misrouted, and one that joins later takes the free index. */
+static void test_node_member_closes(void **state)
+{
+    node_case_t c;
+    long want[NODE_SIDES + 1], had[NODE_SIDES + 1] = {0};
+
+    (void)state;
+    node_case_open(&c, NODE_SIDES);
+    for (int i = 0; i < NODE_SIDES; i++) {
+        c.ep[i] = connect_to(&c.tx, &c.m[i], 0x1000 + (uint64_t)i);
+        want[i] = 2;
+    }
+    node_exchange(&c, NODE_SIDES, want, had);
+    side_close(&c.m[1]);
+    want[1] = -1;
+    for (int i = 0; i < NODE_SIDES; i++) {
+        had[i] = want[i];
+        want[i] = want[i] < 0 ? -1 : 6;
+    }
+    had[1] = 0;
+    node_exchange(&c, NODE_SIDES, want, had);
+    for (int i = 0; i < NODE_SIDES; i++)
+        assert_true(i == 1 || c.m[i].ui->stats.misrouted == 0);
+    side_open_job(&c.m[1], 0x1011, c.key, 1);
+    assert_int_equal(c.m[1].ui->sock.index, 1);
+    c.ep[1] = connect_to(&c.tx, &c.m[1], 0x1011);
+    for (int i = 0; i < NODE_SIDES; i++) {
+        had[i] = i == 1 ? 0 : want[i];
+        want[i] = i == 1 ? 3 : want[i] + 1;
+    }
+    node_exchange(&c, NODE_SIDES, want, had);
+    for (int i = 0; i < NODE_SIDES; i++)
+        side_close(&c.m[i]);
+    c.tx.failures = 0; /* the member that closed said bye */
+    side_close(&c.tx);
+}
+
+/* A datagram that names another index is dropped and counted, whatever
+ * else in it is right; one for an index nobody holds is answered with a
+ * NOBODY notice, which its sender counts as a refusal. */
+static void test_node_wrong_index_dropped(void **state)
+{
+    node_case_t c;
+    unsigned char buf[sizeof(udp_hdr_t) + 8] = {0};
+    udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), htons(9),
+                   0, htole64(0x5e0d), htole64(0x1000), 0, {0, 0}, 0, htole64(8), 0, 0, 0, htons(1), 0};
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr = {htonl(INADDR_LOOPBACK)}};
+    uint64_t end;
+
+    (void)state;
+    node_case_open(&c, 2);
+    h.job_key = htole64(c.key);
+    memcpy(buf, &h, sizeof(h));
+    h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
+    memcpy(buf, &h, sizeof(h));
+    c.m[0].ui->rx_now_us = udp_now_us();
+    udp_dgram_input(c.m[0].ui, buf, sizeof(buf), &from);
+    assert_int_equal(c.m[0].ui->stats.misrouted, 1);
+    assert_int_equal(c.m[0].ui->stats.dropped, 1);
+    assert_int_equal(c.m[0].packets, 0);
+    /* through the kernel: an endpoint that names index 7, which nobody holds */
+    c.ep[0] = connect_to(&c.tx, &c.m[0], 0x1000);
+    c.ep[0]->index = 7;
+    send_bytes(c.ep[0], 100);
+    end = udp_now_us() + 3000000;
+    while (c.ep[0]->n_refused == 0 && !c.ep[0]->failed && udp_now_us() < end) {
+        tl_udp_ops.progress(&c.tx.ui->super);
+        tl_udp_ops.progress(&c.m[0].ui->super);
+        tl_udp_ops.progress(&c.m[1].ui->super);
+    }
+    assert_true(c.ep[0]->n_refused > 0 || c.ep[0]->failed);
+    assert_int_equal(c.m[0].packets + c.m[1].packets, 0);
+    assert_true(c.m[0].ui->stats.misrouted + c.m[1].ui->stats.misrouted >= 2);
+    c.tx.failures = 0; /* the endpoint that named a wrong index may have been declared dead */
+    for (int i = 0; i < 2; i++)
+        side_close(&c.m[i]);
+    side_close(&c.tx);
+}
+
+/* A port held by a socket without SO_REUSEPORT cannot be shared: the
+ * context falls back to a port of its own, and still works. */
+static void test_node_fallback_port_held(void **state)
+{
+    node_case_t c;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = {htonl(INADDR_LOOPBACK)}};
+    long want[1] = {3}, had[1] = {0};
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+    (void)state;
+    c.key = node_job_key();
+    sa.sin_port = htons(udp_node_port(c.key));
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    side_open_job(&c.tx, 0x5e0d, c.key, 0);
+    side_open_job(&c.m[0], 0x1000, c.key, 1);
+    assert_null(c.m[0].ui->node.tab);
+    assert_int_not_equal(c.m[0].ui->sock.self_sa.sin_port, sa.sin_port);
+    c.ep[0] = connect_to(&c.tx, &c.m[0], 0x1000);
+    node_exchange(&c, 1, want, had);
+    side_close(&c.m[0]);
+    side_close(&c.tx);
+    close(fd);
+}
+
+/* TMX_UDP_SHARED_PORT=0: a port per process in a job too. */
+static void test_node_setting_off(void **state)
+{
+    side_t m;
+
+    (void)state;
+    setenv("TMX_UDP_SHARED_PORT", "0", 1);
+    side_open_job(&m, 0x1000, node_job_key(), 1);
+    unsetenv("TMX_UDP_SHARED_PORT");
+    assert_null(m.ui->node.tab);
+    side_close(&m);
+}
+
+/* Whether a node table whose name ends with suffix is in /dev/shm. */
+static int node_table_exists(const char *suffix)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    int found = 0;
+
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name), k = strlen(suffix);
+        found |= strncmp(e->d_name, "tmx-udp-", 8) == 0 && n > k && strcmp(e->d_name + n - k, suffix) == 0;
+    }
+    closedir(d);
+    return found;
+}
+
+/* A member killed between two others: the kernel moves the last socket
+ * into its slot without telling anyone. The survivors find the death
+ * (a datagram steered to the wrong one), follow the move, and get their
+ * packets, at the cost of retransmissions; the dead one's index is
+ * answered with NOBODY notices. */
+static void test_node_member_dies(void **state)
+{
+    node_case_t c;
+    long want[3] = {0}, had[3] = {0};
+    int go[2];
+    pid_t child;
+    char b;
+    uint64_t end;
+
+    (void)state;
+    c.key = node_job_key();
+    side_open_job(&c.tx, 0x5e0d, c.key, 0);
+    side_open_job(&c.m[0], 0x1000, c.key, 1);
+    assert_int_equal(pipe(go), 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        side_t m;
+        side_open_job(&m, 0x1001, c.key, 1);
+        if (write(go[1], "x", 1) != 1)
+            _exit(1);
+        for (;;) {
+            tl_udp_ops.progress(&m.ui->super);
+            tl_udp_ops.wait(&m.ui->super, 1000);
+        }
+    }
+    assert_int_equal(read(go[0], &b, 1), 1);
+    side_open_job(&c.m[2], 0x1002, c.key, 1);
+    assert_int_equal(c.m[2].ui->sock.index, 2);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    c.ep[0] = connect_to(&c.tx, &c.m[0], 0x1000);
+    c.ep[2] = connect_to(&c.tx, &c.m[2], 0x1002);
+    want[0] = 10;
+    want[1] = -1; /* the dead one */
+    want[2] = 10;
+    node_exchange(&c, 3, want, had);
+    assert_int_equal(udp_node_slot(c.m[2].ui, 2), 1); /* the kernel's move, followed */
+    assert_int_equal(udp_node_slot(c.m[2].ui, 1), -1);
+    /* the dead one's index: a NOBODY notice */
+    {
+        unsigned char addr[64];
+        size_t len = sizeof(addr);
+        tl_ep_t *ep;
+        udp_addr_t a;
+        assert_int_equal(tl_udp_ops.address(&c.m[0].ui->super, addr, &len), TMX_OK);
+        memcpy(&a, addr, sizeof(a)); /* the address blob is a udp_addr_t */
+        a.index = htons(1);
+        memcpy(addr, &a, sizeof(a));
+        assert_int_equal(tl_udp_ops.ep_create(&c.tx.ui->super, addr, len, 2, 0x1001, &ep), TMX_OK);
+        c.ep[1] = (udp_ep_t *)ep;
+    }
+    send_bytes(c.ep[1], 100);
+    end = udp_now_us() + 3000000;
+    while (c.ep[1]->n_refused == 0 && !c.ep[1]->failed && udp_now_us() < end) {
+        tl_udp_ops.progress(&c.tx.ui->super);
+        tl_udp_ops.progress(&c.m[0].ui->super);
+        tl_udp_ops.progress(&c.m[2].ui->super);
+    }
+    assert_true(c.ep[1]->n_refused > 0 || c.ep[1]->failed);
+    c.tx.failures = 0;
+    side_close(&c.m[0]);
+    side_close(&c.m[2]);
+    side_close(&c.tx);
+}
+
+/* A child process that joins the node's port as context uuid and waits
+ * to be killed. */
+static pid_t node_child(uint64_t key, uint64_t uuid)
+{
+    int go[2];
+    pid_t child;
+    char b;
+
+    assert_int_equal(pipe(go), 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        side_t k;
+        side_open_job(&k, uuid, key, 1);
+        if (k.ui->node.tab == NULL || write(go[1], "x", 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    assert_int_equal(read(go[0], &b, 1), 1);
+    close(go[0]);
+    close(go[1]);
+    return child;
+}
+
+/* Two members die at once: which of the two last sockets the kernel moved
+ * into which freed slot depends on the order their sockets closed, which
+ * nobody knows. The survivors that were beyond the new count are marked
+ * unsure and find their slots by probing; then everyone is steered right. */
+static void test_node_two_members_die(void **state)
+{
+    node_case_t c;
+    long want[5] = {0}, had[5] = {0};
+    pid_t k1, k2;
+
+    (void)state;
+    c.key = node_job_key();
+    side_open_job(&c.tx, 0x5e0d, c.key, 0);
+    side_open_job(&c.m[0], 0x1000, c.key, 1);
+    k1 = node_child(c.key, 0x1001);
+    k2 = node_child(c.key, 0x1002);
+    side_open_job(&c.m[3], 0x1003, c.key, 1);
+    side_open_job(&c.m[4], 0x1004, c.key, 1);
+    assert_int_equal(c.m[4].ui->sock.index, 4);
+    kill(k1, SIGKILL);
+    kill(k2, SIGKILL);
+    waitpid(k1, NULL, 0);
+    waitpid(k2, NULL, 0);
+    udp_node_check(c.m[0].ui, udp_now_us(), 1); /* as its next check would */
+    assert_int_equal(udp_node_slot(c.m[0].ui, 3), -2);
+    assert_int_equal(udp_node_slot(c.m[0].ui, 4), -2);
+    for (int i = 0; i < 5; i++) {
+        if (i == 1 || i == 2) {
+            want[i] = -1;
+            continue;
+        }
+        c.ep[i] = connect_to(&c.tx, &c.m[i], 0x1000 + (uint64_t)i);
+        want[i] = 8;
+    }
+    node_exchange(&c, 5, want, had);
+    assert_true(udp_node_slot(c.m[0].ui, 3) >= 1 && udp_node_slot(c.m[0].ui, 3) <= 2);
+    assert_true(udp_node_slot(c.m[0].ui, 4) >= 1 && udp_node_slot(c.m[0].ui, 4) <= 2);
+    side_close(&c.m[0]);
+    side_close(&c.m[3]);
+    side_close(&c.m[4]);
+    side_close(&c.tx);
+}
+
+/* A job killed whole leaves its node table behind; the next process to
+ * join a port removes it. */
+static void test_node_stale_table_swept(void **state)
+{
+    uint64_t key = node_job_key();
+    char suffix[32];
+    int go[2], found;
+    pid_t child;
+    char b;
+    side_t m;
+
+    (void)state;
+    snprintf(suffix, sizeof(suffix), "-7f000001-%u", udp_node_port(key));
+    assert_int_equal(pipe(go), 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        side_t k;
+        side_open_job(&k, 0x1000, key, 1);
+        if (k.ui->node.tab == NULL || write(go[1], "x", 1) != 1)
+            _exit(1);
+        pause();
+    }
+    assert_int_equal(read(go[0], &b, 1), 1);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    found = node_table_exists(suffix);
+    assert_true(found);
+    side_open_job(&m, 0x2000, key ^ 0x10000, 1); /* another job, another port */
+    assert_false(node_table_exists(suffix));
+    side_close(&m);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -633,6 +1040,14 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_resend_is_the_same),
         cmocka_unit_test(test_read_from_lent_memory),
         cmocka_unit_test(test_read_ends_when_memory_is_taken_back),
+        cmocka_unit_test(test_node_port_shared),
+        cmocka_unit_test(test_node_member_closes),
+        cmocka_unit_test(test_node_wrong_index_dropped),
+        cmocka_unit_test(test_node_fallback_port_held),
+        cmocka_unit_test(test_node_setting_off),
+        cmocka_unit_test(test_node_member_dies),
+        cmocka_unit_test(test_node_two_members_die),
+        cmocka_unit_test(test_node_stale_table_swept),
     };
 
     setenv("TMX_UDP_ADDR", "127.0.0.1", 1);

@@ -4,6 +4,7 @@
  * as few system calls as it takes (GSO, sendmmsg). Which segments are in
  * flight and when they go again is udp_rel.c's.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/udp.h>
 #include <stdlib.h>
@@ -106,6 +107,9 @@ static inline void hdr_fill(const udp_iface_t *ui, const udp_ep_t *ep, udp_seg_t
     h->offset = htole64(sd->offset);
     h->csum = 0;
     h->reserved = htole32(sd->aux);
+    h->src_index = htons(ui->sock.index);
+    h->dst_index = htons(ep->index);
+    h->pad = 0;
 }
 
 /* Segment i of the nseg that carry d, per payload bytes each. Read data

@@ -2,8 +2,9 @@
  * The udp transport's wire header, after seed 001 (the usNIC BTL): every
  * datagram carries one segment of one channel of one peer pair, with a
  * sequence number, a cumulative ACK of each channel piggy-backed, and a
- * fragment's place in the packet it belongs to. Little endian (but port,
- * which is in network order as in a sockaddr); a receiver
+ * fragment's place in the packet it belongs to. Little endian (but port
+ * and the node indexes, which are in network order: the port as in a
+ * sockaddr, the indexes as a classic BPF program loads them); a receiver
  * checks every field, and the checksum over header and payload, before it
  * trusts any of them.
  */
@@ -14,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define UDP_WIRE_VERSION 2
+#define UDP_WIRE_VERSION 3
 
 enum udp_channel {
     UDP_CH_PRIO = 0,  /* small MTU: control packets (FIN, read requests) */
@@ -35,11 +36,17 @@ enum udp_flag {
                                      since segment seq arrived */
     UDP_FLAG_BYE = 1u << 7,       /* ACK_ONLY: the sender closed its context
                                      (a clean exit, not a death) */
-    UDP_FLAG_PUT_DATA = 1u << 8,  /* payload is written data: offset is the
+    UDP_FLAG_NOBODY = 1u << 8,    /* ACK_ONLY: no process of the node holds
+                                     the index that our datagram named (a
+                                     refusal, as an ICMP port unreachable is
+                                     where ports are per process); src_id and
+                                     src_index are that datagram's dst_id and
+                                     dst_index */
+    UDP_FLAG_PUT_DATA = 1u << 9,  /* payload is written data: offset is the
                                      target address of its first byte,
                                      frag_id and reserved the low and high
                                      halves of the target's key */
-    UDP_FLAG_MASK = 0x1ff
+    UDP_FLAG_MASK = 0x3ff
 };
 
 typedef struct udp_hdr {
@@ -63,14 +70,40 @@ typedef struct udp_hdr {
     uint32_t reserved;    /* GET_DATA: the owner's status (non-zero: it
                              refused the read); PUT_DATA: the key's high
                              half; else zero */
+    uint16_t src_index;   /* the sender's node index (udp_node.c), network
+                             order: replies name it as their dst_index */
+    uint16_t dst_index;   /* the receiver's node index, network order: where
+                             a node's processes share one port, the kernel
+                             steers the datagram by it to its process's
+                             socket (seed 002's "SRQ number"); a receiver
+                             drops what names another index */
+    uint32_t pad;         /* zero */
 } udp_hdr_t;
 
-static_assert(sizeof(udp_hdr_t) == 64, "udp header is 64 bytes");
+static_assert(sizeof(udp_hdr_t) == 72, "udp header is 72 bytes");
 static_assert(65507 - sizeof(udp_hdr_t) <= UINT16_MAX, "a datagram's payload length fits len");
 static_assert(offsetof(udp_hdr_t, port) == 6, "udp header layout");
 static_assert(offsetof(udp_hdr_t, job_key) == 8, "udp header layout");
 static_assert(offsetof(udp_hdr_t, seq) == 32, "udp header layout");
 static_assert(offsetof(udp_hdr_t, offset) == 48, "udp header layout");
+static_assert(offsetof(udp_hdr_t, dst_index) == 66, "udp header layout: the steering program loads it");
+
+/* A slot probe (udp_node.c): a datagram a process sends to its node's
+ * shared port to learn which slot of the port's group its socket holds.
+ * The steering program sends it to the socket in slot `slot`; only the
+ * prober knows its nonce. Its first byte is no wire version, so a
+ * receiver that does not know it drops it as malformed. */
+#define UDP_PROBE_MAGIC 0xa5
+typedef struct udp_probe {
+    uint8_t magic;        /* UDP_PROBE_MAGIC */
+    uint8_t zero;
+    uint16_t slot;        /* the slot to steer to, network order */
+    uint32_t zero2;
+    uint64_t nonce;       /* the prober's, little endian */
+} udp_probe_t;
+
+static_assert(sizeof(udp_probe_t) == 16, "udp slot probe is 16 bytes");
+static_assert(offsetof(udp_probe_t, slot) == 2, "udp slot probe layout: the steering program loads it");
 
 /* Selective ACK of the data channel: which segments after the cumulative
  * ACK have arrived, so the sender repairs every hole, not only the first. */
@@ -101,7 +134,8 @@ static_assert(sizeof(udp_get_req_t) == 32, "udp read request is 32 bytes");
 typedef struct udp_addr {
     uint32_t ip;          /* IPv4, network order */
     uint16_t port;        /* network order */
-    uint16_t reserved;    /* zero */
+    uint16_t index;       /* the context's node index, network order: its
+                             datagrams' dst_index */
     uint64_t job_key;     /* the job this context belongs to */
 } udp_addr_t;
 

@@ -1,0 +1,118 @@
+#!/bin/bash
+# One UDP port per node, across test hosts made of network namespaces:
+# several ranks per host share one port (counted in the host's
+# /proc/net/udp while the job runs) and exchange checked payloads over
+# udp alone, also with their host-mates through that port; a rank killed
+# mid-job is found dead by the others while its host-mate goes on; with
+# TMX_UDP_SHARED_PORT=0 each rank has a port of its own again.
+# Needs root; exits 77 (skipped) without it.
+#   usage: node_port_test.sh TMXRUN MP_TEST
+set -u
+TMXRUN="$1"
+MP_TEST="$2"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+fails=0
+
+if [ "$(id -u)" -ne 0 ] || ! ip netns list >/dev/null 2>&1; then
+    echo "SKIP: node port tests need root and network namespaces"
+    exit 77
+fi
+# shellcheck disable=SC2034 # read by hosts.sh
+FAULT_PREFIX="tmxnp$$"
+# shellcheck source=hosts.sh
+. "$HERE/hosts.sh"
+LOG="$(mktemp)"
+PORTS="$(mktemp)"
+trap 'rm -f "$LOG" "$PORTS"; fault_hosts_down' EXIT INT TERM
+fault_hosts_up 2 || { echo "FAIL: cannot make test hosts"; exit 1; }
+IFS=, read -r -a HOSTS <<<"$FAULT_HOSTS"
+export TMX_TRANSPORTS=self,udp
+
+# job N TIMEOUT CASE [ENV...]: an mp_test job on both hosts, its output in $LOG.
+job() {
+    local n="$1" t="$2" case="$3"
+    shift 3
+    env "$@" timeout $((t + 30)) "$TMXRUN" --hosts "$FAULT_HOSTS" --agent 'ip netns exec {host}' \
+        --kvs-addr "$FAULT_KVS" -n "$n" --timeout "$t" -- "$MP_TEST" "$case" >"$LOG" 2>&1
+}
+
+# The unconnected udp sockets of host H (local address:port, hex), one a
+# line: the ports ranks receive on. Connected ones (a remote address) send.
+host_ports() {
+    ip netns exec "$1" cat /proc/net/udp | awk 'NR > 1 && $3 == "00000000:0000" { print $2 }'
+}
+
+# Samples both hosts' receiving sockets while a job runs; writes, for the
+# sample with the most sockets on each host, "host sockets ports".
+sample_ports() {
+    local best_a=0 best_b=0 line_a="" line_b="" h s p snap
+    : >"$PORTS"
+    while kill -0 "$1" 2>/dev/null; do
+        for h in "${HOSTS[0]}" "${HOSTS[1]}"; do
+            snap="$(host_ports "$h")"
+            [ -n "$snap" ] || continue
+            s=$(wc -l <<<"$snap")
+            p=$(sort -u <<<"$snap" | wc -l)
+            if [ "$h" = "${HOSTS[0]}" ] && [ "$s" -gt "$best_a" ]; then
+                best_a=$s; line_a="$h $s $p"
+            elif [ "$h" = "${HOSTS[1]}" ] && [ "$s" -gt "$best_b" ]; then
+                best_b=$s; line_b="$h $s $p"
+            fi
+        done
+        sleep 0.05
+    done
+    printf '%s\n%s\n' "$line_a" "$line_b" >"$PORTS"
+}
+
+verdict() { # NAME OK
+    if [ "$2" -eq 1 ]; then
+        echo "ok   $1"
+    else
+        echo "FAIL $1"
+        grep -v '^tmx\[' "$LOG" | tail -n 15
+        grep '^tmx\[' "$LOG" | tail -n 5
+        fails=$((fails + 1))
+    fi
+}
+
+# ports_are SOCKETS PORTS: every host had SOCKETS receiving sockets at once
+# on PORTS distinct ports.
+ports_are() {
+    local ok=1 h s p
+    while read -r h s p; do
+        echo "   $h: $s receiving sockets on $p ports"
+        [ "$s" = "$1" ] && [ "$p" = "$2" ] || ok=0
+    done <"$PORTS"
+    [ "$(wc -l <"$PORTS")" -eq 2 ] || ok=0
+    return $((1 - ok))
+}
+
+echo "== 8 ranks on 2 hosts, udp only: one port per host, every payload checked"
+job 8 120 alltoall MP_AA_BYTES=4194304 &
+pid=$!
+sample_ports "$pid"
+wait "$pid"
+rc=$?
+ok=0; [ "$rc" -eq 0 ] && ! grep -q "FAIL\|died\|failed:" "$LOG" && ports_are 4 1 && ok=1
+grep -h "^mp_test alltoall" "$LOG"
+verdict "alltoall, 4 ranks per host on one port" "$ok"
+
+echo "== TMX_UDP_SHARED_PORT=0: a port per rank"
+job 8 120 alltoall MP_AA_BYTES=4194304 TMX_UDP_SHARED_PORT=0 &
+pid=$!
+sample_ports "$pid"
+wait "$pid"
+rc=$?
+ok=0; [ "$rc" -eq 0 ] && ports_are 4 4 && ok=1
+verdict "alltoall, a port per rank" "$ok"
+
+echo "== a rank killed mid-job: its host-mate goes on, the others find it dead at once"
+# rank 2 dies; rank 0 shares its host (and port), rank 1 is on the other
+job 3 60 peerdeath
+ok=0
+grep -q "peerdeath ok rank 0" "$LOG" && grep -q "peerdeath ok rank 1" "$LOG" && ok=1
+grep -h "failed as expected\|survivors done" "$LOG"
+verdict "peerdeath, the dead rank's host-mate on its port" "$ok"
+
+[ "$fails" -eq 0 ] && echo "all node port tests passed" || echo "$fails node port tests failed"
+[ "$fails" -eq 0 ]

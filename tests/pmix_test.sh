@@ -115,6 +115,11 @@ AccountingStorageType=accounting_storage/none
 NodeName=$host CPUs=$(nproc) State=UNKNOWN
 PartitionName=tmxtest Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
+    # the PMIx plugin's per-step directories in the scratch directory, not
+    # /tmp, where a step that was killed leaves one that a later Slurm's
+    # step of the same number cannot create
+    mkdir -p "$dir/pmix"
+    echo "PMIxCliTmpDirBase=$dir/pmix" >"$dir/mpi.conf"
     export SLURM_CONF="$dir/slurm.conf"
     slurmctld -D -i >/dev/null 2>&1 &
     pids+=($!)

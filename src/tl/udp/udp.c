@@ -233,7 +233,7 @@ static int udp_progress(tl_iface_t *iface)
     if (ui->n_put_rx != 0)
         udp_put_rx_check(ui, now);
     if (ui->sock.gro_on) {
-        if (!util_dlist_empty(&ui->emu.gets))
+        if (!util_dlist_empty(&ui->emu.gets) || ui->n_put_rx != 0)
             ui->sock.gro_used_us = now;
         else if (now > ui->sock.gro_used_us + UDP_GRO_IDLE_US)
             udp_gro_set(ui, 0);

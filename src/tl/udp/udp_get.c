@@ -100,6 +100,7 @@ void udp_put_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, cons
         ep->put_rx = 1;
         ep->put_rx_us = ui->rx_now_us;
         ui->n_put_rx++;
+        udp_gro_set(ui, 1); /* the rest comes in bursts, as a read's data */
     }
     if (h->len == 0)
         return;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/scale.sh - what a process and a host hold in an all-to-all, against
 # the number of hosts and of ranks per host, for tmx and for Open MPI's
-# ob1 + btl tcp (issue 16, item 6).
+# ob1 + btl tcp.
 #
 # One all-to-all, 8 B then 64 KiB from every rank to every other at once,
 # payloads checked, on 2, 4 and 8 test hosts (network namespaces made by
@@ -233,12 +233,12 @@ derived() { # LIB
     done
     echo
 }
-declare -A LIBNAME=([tmx]="tmx (udp, today's transport)" [ompi]="Open MPI ob1 + btl tcp")
+declare -A LIBNAME=([tmx]="tmx (udp, one port per node)" [ompi]="Open MPI ob1 + btl tcp")
 verdict_tmx() {
     local ds dm
     ds=$(awk -v a="$(pstat tmx 8 4 udp med)" -v b="$(pstat tmx 8 16 udp med)" 'BEGIN { printf "%g", b - a }')
     dm=$(awk -v a="$(pstat tmx 8 4 heap_large med)" -v b="$(pstat tmx 8 16 heap_large med)" 'BEGIN { printf "%.0f", (b - a) / 96 }')
-    echo "Target (issue 16): with 8 hosts, from 4 to 16 ranks per host, sockets per process change by 0 and"
+    echo "Target: with 8 hosts, from 4 to 16 ranks per host, sockets per process change by 0 and"
     echo "memory per process by at most 64 B per added remote process. Measured for tmx: $ds sockets,"
     echo "$dm B of heap per added remote process: **$([ "$ds" = 0 ] && [ "$dm" -le 64 ] && echo met || echo "not met")**"
     echo "(the heap is what the library allocates; RSS and peak RSS above also count the shared-memory"
@@ -297,7 +297,7 @@ verdict_tmx() {
     echo "## tmx"
     echo
     echo "\`TMX_TRANSPORTS=self,shm,udp tmxrun --hosts H1,...,Hh --agent 'ip netns exec {host}' --kvs-addr NET.254 --timeout $T_TMX -n N -- mp_test scale\`"
-    echo "(default settings otherwise: \`TMX_UDP_CONNECT_MAX\` 256, so every remote process here gets a connected socket)."
+    echo "(default settings otherwise: one UDP port per node, \`TMX_UDP_SHARED_PORT=auto\`, and a connected send socket per remote node)."
     echo
     table tmx
     echo

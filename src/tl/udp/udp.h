@@ -48,7 +48,9 @@ typedef struct udp_seg {
 typedef struct udp_tx {
     uint32_t next_seq;           /* the next segment's number */
     uint32_t una;                /* oldest unacknowledged */
-    udp_seg_t **win;             /* in flight, by udp_slot(seq) */
+    udp_seg_t **win;             /* in flight, by udp_tx_slot(seq) */
+    uint32_t win_mask;           /* win's slots - 1: it grows from UDP_WIN_FIRST
+                                    to the window as the flight does */
     uint32_t dup_acks;
     uint64_t rto_us;             /* current retransmit timeout, backs off */
     uint64_t last_progress_us;   /* when una last moved, for failure */
@@ -64,7 +66,9 @@ typedef struct udp_tx {
 
 typedef struct udp_rx {
     uint32_t expected;           /* the next segment to deliver */
-    udp_seg_t **ooo;             /* arrived early, by udp_slot(seq) */
+    udp_seg_t **ooo;             /* arrived early, by udp_rx_slot(seq) */
+    uint32_t ooo_mask;           /* ooo's slots - 1: more than the furthest
+                                    kept is ahead (grows as win does) */
     uint32_t unacked;            /* delivered since our last ACK */
     uint32_t n_ooo;              /* segments held in ooo */
     uint32_t highest;            /* highest segment number seen */
@@ -434,12 +438,29 @@ void udp_get_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h,
 /* udp_fault.c: fault injection */
 void udp_faults_init(udp_faults_t *f, const tl_udp_faults_t *rates, uint64_t seed);
 void udp_faults_fini(udp_faults_t *f);
-/* The window slot of a sequence number (the window is a power of two,
- * so slots stay consistent when the 32-bit numbers wrap). */
-static inline uint32_t udp_slot(const udp_iface_t *ui, uint32_t seq)
+/* The slot of a sequence number in a window's array (a power of two no
+ * larger than the window, so slots stay consistent when the 32-bit
+ * numbers wrap; an array holds only numbers less than its size apart). */
+static inline uint32_t udp_tx_slot(const udp_tx_t *tx, uint32_t seq)
 {
-    return seq & (ui->cfg.window - 1);
+    return seq & tx->win_mask;
 }
+
+static inline uint32_t udp_rx_slot(const udp_rx_t *rx, uint32_t seq)
+{
+    return seq & rx->ooo_mask;
+}
+
+/* Slots of a peer's first window (a power of two): what a peer that only
+ * exchanges short messages holds, a peer's state being made on first use
+ * and kept (docs/scale.md); a window grows, doubling, up to
+ * TMX_UDP_WINDOW as the segments in flight need it. */
+#define UDP_WIN_FIRST 64u
+
+/* Room in tx's window for n more segments in flight, growing its array
+ * if needed: 0, or TMX_ERR_AGAIN when the window is full (or no memory
+ * to grow it). */
+tmx_status_t udp_tx_reserve(udp_iface_t *ui, udp_tx_t *tx, uint32_t n);
 
 static inline void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h)
 {

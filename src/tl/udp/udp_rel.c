@@ -69,7 +69,7 @@ void udp_tx_fini(udp_tx_t *tx)
     if (tx->win == NULL)
         return;
     for (uint32_t s = tx->una; s != tx->next_seq; s++)
-        udp_seg_free(tx->ui, tx->win[udp_slot(tx->ui, s)]);
+        udp_seg_free(tx->ui, tx->win[udp_tx_slot(tx, s)]);
     free(tx->win);
     tx->win = NULL;
 }
@@ -77,6 +77,36 @@ void udp_tx_fini(udp_tx_t *tx)
 uint32_t udp_tx_room(const udp_iface_t *ui, const udp_tx_t *tx)
 {
     return ui->cfg.window - (tx->next_seq - tx->una);
+}
+
+/* A new array of slots slots for the segments in flight (or the first). */
+static tmx_status_t tx_win_resize(udp_tx_t *tx, uint32_t slots)
+{
+    udp_seg_t **win = calloc(slots, sizeof(*win));
+
+    if (win == NULL)
+        return TMX_ERR_AGAIN;
+    for (uint32_t s = tx->una; tx->win != NULL && s != tx->next_seq; s++)
+        win[s & (slots - 1)] = tx->win[udp_tx_slot(tx, s)];
+    free(tx->win);
+    tx->win = win;
+    tx->win_mask = slots - 1;
+    return TMX_OK;
+}
+
+tmx_status_t udp_tx_reserve(udp_iface_t *ui, udp_tx_t *tx, uint32_t n)
+{
+    uint32_t need = tx->next_seq - tx->una + n, slots = tx->win == NULL ? 0 : tx->win_mask + 1;
+
+    if (need > ui->cfg.window)
+        return TMX_ERR_AGAIN;
+    if (need <= slots)
+        return TMX_OK;
+    if (slots == 0)
+        slots = UDP_WIN_FIRST < ui->cfg.window ? UDP_WIN_FIRST : ui->cfg.window;
+    while (slots < need)
+        slots *= 2;
+    return tx_win_resize(tx, slots);
 }
 
 /* Jacobson/Karels: srtt += (m - srtt) / 8, rttvar += (|m - srtt| - rttvar) / 4.
@@ -157,7 +187,7 @@ void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg, uint64_
         if (tx->timer.armed && tx->timer.due_us > now + tx_timer_span(ui, tx))
             tx_timer_rearm(ui, tx, now);
     }
-    tx->win[udp_slot(ui, seg->seq)] = seg;
+    tx->win[udp_tx_slot(tx, seg->seq)] = seg;
     tx->next_seq++;
     if (!tx->timer.armed)
         tx_timer_rearm(ui, tx, now);
@@ -183,7 +213,7 @@ static void rack_resend(udp_iface_t *ui, udp_ep_t *ep, udp_tx_t *tx)
     uint32_t sent = 0;
 
     for (uint32_t seq = tx->una; seq_before(seq, tx->rack_seq) && sent < UDP_SACK_BURST; seq++) {
-        udp_seg_t *seg = tx->win[udp_slot(ui, seq)];
+        udp_seg_t *seg = tx->win[udp_tx_slot(tx, seq)];
         if (!rack_lost(tx, seg))
             continue;
         resend_add(ui, ep, &b, seg);
@@ -204,7 +234,7 @@ static void rack_update(udp_tx_t *tx, const udp_seg_t *seg)
 static void tail_probe(udp_iface_t *ui, udp_tx_t *tx)
 {
     for (uint32_t seq = tx->next_seq - 1; seq_before(seq, tx->next_seq) && !seq_before(seq, tx->una); seq--) {
-        udp_seg_t *seg = tx->win[udp_slot(ui, seq)];
+        udp_seg_t *seg = tx->win[udp_tx_slot(tx, seq)];
         if (!seg->sacked) {
             udp_seg_retransmit(ui, tx->ep, seg);
             return;
@@ -221,7 +251,7 @@ static void rto_resend(udp_iface_t *ui, udp_tx_t *tx, uint64_t now)
     uint32_t sent = 0;
 
     for (uint32_t seq = tx->una; seq != tx->next_seq && sent < UDP_SACK_BURST; seq++) {
-        udp_seg_t *seg = tx->win[udp_slot(ui, seq)];
+        udp_seg_t *seg = tx->win[udp_tx_slot(tx, seq)];
         if (seq != tx->una && (seg->sacked || now - seg->sent_us < tx->rto_us))
             continue;
         resend_add(ui, tx->ep, &b, seg);
@@ -286,14 +316,14 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
     udp_tx_t *tx = &ep->tx[ch];
 
     if (seq_before(tx->una, ack) && !seq_before(tx->next_seq, ack)) {
-        uint64_t sent_us = tx->win[udp_slot(ui, ack - 1)]->sent_us;
+        uint64_t sent_us = tx->win[udp_tx_slot(tx, ack - 1)]->sent_us;
         int clean = 1;
         for (; tx->una != ack; tx->una++) {
-            udp_seg_t *seg = tx->win[udp_slot(ui, tx->una)];
+            udp_seg_t *seg = tx->win[udp_tx_slot(tx, tx->una)];
             clean &= !seg->resent && !seg->sacked;
             rack_update(tx, seg);
             udp_seg_free(ui, seg);
-            tx->win[udp_slot(ui, tx->una)] = NULL;
+            tx->win[udp_tx_slot(tx, tx->una)] = NULL;
         }
         if (clean && ui->rx_now_us > sent_us)
             rtt_sample(ep, ui->rx_now_us - sent_us);
@@ -308,7 +338,7 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
         return;
     }
     if (ack == tx->una && tx->una != tx->next_seq && ++tx->dup_acks == UDP_DUP_ACKS)
-        udp_seg_retransmit(ui, ep, tx->win[udp_slot(ui, tx->una)]);
+        udp_seg_retransmit(ui, ep, tx->win[udp_tx_slot(tx, tx->una)]);
 }
 
 /* ------------------------------------------------------------------ ACKs */
@@ -333,7 +363,7 @@ static size_t sack_fill(const udp_iface_t *ui, const udp_rx_t *rx, udp_sack_t *s
         span = UDP_SACK_BITS;
     memset(s->bits, 0, (span + 7) / 8);
     for (uint32_t i = 0; i < span; i++) {
-        const udp_seg_t *seg = rx->ooo[udp_slot(ui, rx->expected + 1 + i)];
+        const udp_seg_t *seg = rx->ooo[udp_rx_slot(rx, rx->expected + 1 + i)];
         if (seg != NULL && seg->seq == rx->expected + 1 + i)
             s->bits[i / 8] |= (uint8_t)(1u << (i % 8));
     }
@@ -384,7 +414,7 @@ void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t
         udp_seg_t *seg;
         if (!(s.bits[i / 8] & (1u << (i % 8))) || seq_before(seq, tx->una) || !seq_before(seq, tx->next_seq))
             continue;
-        seg = tx->win[udp_slot(ui, seq)];
+        seg = tx->win[udp_tx_slot(tx, seq)];
         if (!seg->sacked) {
             seg->sacked = 1;
             rack_update(tx, seg);
@@ -429,13 +459,13 @@ void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last)
         return;
     ep->stall_handled_us = ui->rx_now_us;
     if (!seq_before(last, tx->una) && seq_before(last, tx->next_seq)) {
-        udp_seg_t *seg = tx->win[udp_slot(ui, last)];
+        udp_seg_t *seg = tx->win[udp_tx_slot(tx, last)];
         t0 = seg->sent_us;
         rack_update(tx, seg);
         rack_resend(ui, ep, tx);
     }
     for (uint32_t seq = tx->una; seq != tx->next_seq && sent < UDP_SACK_BURST; seq++) {
-        udp_seg_t *seg = tx->win[udp_slot(ui, seq)];
+        udp_seg_t *seg = tx->win[udp_tx_slot(tx, seq)];
         if (seg->sacked || seg->sent_us < t0 || seg->sent_us >= t0 + UDP_STALL_US / 2 || seq == last)
             continue;
         resend_add(ui, ep, &b, seg);
@@ -471,7 +501,7 @@ int udp_ack_flush(udp_iface_t *ui, uint64_t now)
 void udp_rx_fini(udp_iface_t *ui, udp_rx_t *rx)
 {
     if (rx->ooo != NULL) {
-        for (uint32_t i = 0; i < ui->cfg.window; i++)
+        for (uint32_t i = 0; i <= rx->ooo_mask; i++)
             if (rx->ooo[i] != NULL)
                 udp_seg_free(ui, rx->ooo[i]);
         free(rx->ooo);
@@ -547,6 +577,31 @@ static void deliver(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const uns
     }
 }
 
+/* Room in rx's array for a segment ahead segments after the next due
+ * (ahead < the window): it grows, doubling, as win does. 0 without
+ * memory (the segment is dropped, and sent again). */
+static int ooo_room(const udp_iface_t *ui, udp_rx_t *rx, uint32_t ahead)
+{
+    uint32_t slots = rx->ooo == NULL ? 0 : rx->ooo_mask + 1, n;
+    udp_seg_t **ooo;
+
+    if (ahead < slots)
+        return 1;
+    n = slots != 0 ? slots : UDP_WIN_FIRST < ui->cfg.window ? UDP_WIN_FIRST : ui->cfg.window;
+    while (n <= ahead)
+        n *= 2;
+    if ((ooo = calloc(n, sizeof(*ooo))) == NULL)
+        return 0;
+    for (uint32_t i = 0; i < slots; i++) {
+        if (rx->ooo[i] != NULL)
+            ooo[rx->ooo[i]->seq & (n - 1)] = rx->ooo[i];
+    }
+    free(rx->ooo);
+    rx->ooo = ooo;
+    rx->ooo_mask = n - 1;
+    return 1;
+}
+
 /* A segment kept for later is the whole datagram: header, then payload. */
 /* 1 when the segment is kept (or already was). */
 static int ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const unsigned char *p)
@@ -558,9 +613,9 @@ static int ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const un
         rx->highest = h->seq;
     if (ui->ooo_bytes + h->len > UDP_OOO_MAX_BYTES)
         return 0; /* dropped: the sender will retransmit */
-    if (rx->ooo == NULL && (rx->ooo = calloc(ui->cfg.window, sizeof(*rx->ooo))) == NULL)
+    if (!ooo_room(ui, rx, h->seq - rx->expected))
         return 0;
-    slot = &rx->ooo[udp_slot(ui, h->seq)];
+    slot = &rx->ooo[udp_rx_slot(rx, h->seq)];
     if (*slot != NULL)
         return 1; /* a duplicate of one already kept */
     seg = udp_seg_alloc(ui, sizeof(*h) + h->len);
@@ -582,7 +637,7 @@ static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
 
     if (rx->n_ooo == 0)
         return;
-    while (*(slot = &rx->ooo[udp_slot(ui, rx->expected)]) != NULL && (*slot)->seq == rx->expected) {
+    while (*(slot = &rx->ooo[udp_rx_slot(rx, rx->expected)]) != NULL && (*slot)->seq == rx->expected) {
         udp_seg_t *seg = *slot;
         *slot = NULL;
         rx->n_ooo--;

@@ -404,7 +404,7 @@ static void test_resend_is_the_same(void **state)
     memset(dirty, 0xbe, sizeof(udp_seg_t) + sizeof(udp_hdr_t) + 8);
     util_pool_put(&a.ui->segs, dirty);
     send_bytes(ab, 8);
-    seg = ab->tx[UDP_CH_DATA].win[udp_slot(a.ui, ab->tx[UDP_CH_DATA].una)];
+    seg = ab->tx[UDP_CH_DATA].win[udp_tx_slot(&ab->tx[UDP_CH_DATA], ab->tx[UDP_CH_DATA].una)];
     assert_ptr_equal(seg, dirty);
     udp_seg_retransmit(a.ui, ab, seg);
     assert_null(seg->ext);
@@ -485,7 +485,7 @@ static void test_read_ends_when_memory_is_taken_back(void **state)
     memset(src, 0x66, len);
     a.ui->faults.drop = 0;
     for (uint32_t s = tx->una; s != tx->next_seq; s++)
-        udp_seg_retransmit(a.ui, ab, tx->win[udp_slot(a.ui, s)]);
+        udp_seg_retransmit(a.ui, ab, tx->win[udp_tx_slot(tx, s)]);
     assert_true(poll_until(&a, &b, read_finished, &op));
     assert_int_equal(op.status, TMX_ERR_NOT_FOUND);
     for (size_t i = 0; i < len; i++)

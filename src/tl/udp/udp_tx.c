@@ -159,7 +159,7 @@ static void refuse_key(const udp_iface_t *ui, const udp_ep_t *ep, uint64_t key, 
     const udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
 
     for (uint32_t s = tx->una; s != tx->next_seq; s++) {
-        udp_seg_t *seg = tx->win[udp_slot(ui, s)];
+        udp_seg_t *seg = tx->win[udp_tx_slot(tx, s)];
         if (seg != NULL && seg->ext != NULL && seg->ext_key == key)
             seg_refuse(seg, st);
     }
@@ -351,9 +351,7 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t 
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
     ui->super.quiet = 0;
-    if (ep->tx[ch].win == NULL && (ep->tx[ch].win = calloc(ui->cfg.window, sizeof(udp_seg_t *))) == NULL)
-        return TMX_ERR_AGAIN;
-    if (nseg > udp_tx_room(ui, &ep->tx[ch]))
+    if (nseg > UINT32_MAX || udp_tx_reserve(ui, &ep->tx[ch], (uint32_t)nseg) != TMX_OK)
         return TMX_ERR_AGAIN;
     now = udp_now_us(); /* one reading per send: in a VM it costs ~50 ns */
     for (size_t i = 0, nb = 0; i < nseg; i++) {
@@ -419,7 +417,7 @@ tmx_status_t udp_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
         return TMX_ERR_INVALID;
     }
     if (len <= ui->cfg.mtu - sizeof(udp_hdr_t) && tx->win != NULL && !ep->failed &&
-        tx->next_seq - tx->una < ui->cfg.window)
+        tx->next_seq - tx->una <= tx->win_mask)
         return send_one(ui, ep, iov, iovcnt, len);
     if (len > UDP_MAX_PACKET) {
         util_error("udp: packet of %zu bytes exceeds %d", len, UDP_MAX_PACKET);

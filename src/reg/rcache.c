@@ -51,6 +51,8 @@ typedef struct rcache_entry {
 
 struct rcache {
     pthread_mutex_t lock;       /* everything below but users, forked */
+    int dead;                   /* inherited by a fork's child: its tree and
+                                   LRU list are never touched again */
     rcache_entry_t *entries;    /* the array, max_entries long */
     size_t max_entries;
     uint64_t max_bytes;         /* 0: no bound */
@@ -156,20 +158,27 @@ static rcache_entry_t *tree_remove(rcache_entry_t *t, rcache_entry_t *e)
     return t;
 }
 
-/* A node with base <= start and end >= end, or NULL. One path down: where
- * a node starts at or before start, its whole left subtree does too, so
- * if that subtree reaches end it holds an answer. */
-static rcache_entry_t *tree_find_cover(rcache_entry_t *n, uint64_t start, uint64_t end)
+/* The node of exactly [start, end), or NULL. A hit is only ever the very
+ * page range asked for: an entry that covers more would be dropped when
+ * memory outside the range asked for goes, and with it a registration
+ * whose own pages were never touched. One path down, but where nodes
+ * start at start (rotations put them on either side) both subtrees. */
+static rcache_entry_t *tree_find_exact(rcache_entry_t *n, uint64_t start, uint64_t end)
 {
+    rcache_entry_t *e;
+
     while (n != NULL && n->max_end >= end) {
-        if (n->reg.base > start)
+        if (n->reg.base > start) {
             n = n->left;
-        else if (entry_end(n) >= end)
-            return n;
-        else if (n->left != NULL && n->left->max_end >= end)
-            n = n->left;
-        else
+        } else if (n->reg.base < start) {
             n = n->right;
+        } else {
+            if (entry_end(n) == end)
+                return n;
+            if ((e = tree_find_exact(n->left, start, end)) != NULL)
+                return e;
+            n = n->right;
+        }
     }
     return NULL;
 }
@@ -573,6 +582,8 @@ static void atfork_child(void)
     rcache_t *c = global_cache;
 
     if (c != NULL) {
+        pthread_mutex_init(&c->lock, NULL);
+        c->dead = 1;
         for (size_t i = 0; i < c->max_entries; i++)
             atomic_store(&c->entries[i].valid, 0);
         c->cached = 0;
@@ -582,23 +593,23 @@ static void atfork_child(void)
         if (c->wakefd >= 0)
             close(c->wakefd);
         c->uffd = c->wakefd = -1;
-        pthread_mutex_unlock(&c->lock);
         global_cache = NULL;
     }
     pthread_mutex_unlock(&global_lock);
 }
 
+/* The cache's own lock is not taken across fork: a thread freeing memory
+ * may be waiting for the monitor, which may be waiting for that lock,
+ * while fork waits for the allocator that thread holds. The child gets
+ * the lock anew and never touches the tree or the LRU list, which a
+ * thread of the parent may have left half changed (dead). */
 static void atfork_prepare(void)
 {
     pthread_mutex_lock(&global_lock);
-    if (global_cache != NULL)
-        pthread_mutex_lock(&global_cache->lock);
 }
 
 static void atfork_parent(void)
 {
-    if (global_cache != NULL)
-        pthread_mutex_unlock(&global_cache->lock);
     pthread_mutex_unlock(&global_lock);
 }
 
@@ -652,7 +663,7 @@ tmx_status_t rcache_get(rcache_t *c, const void *addr, size_t len, rcache_reg_t 
     end = (a + len + c->page - 1) & ~(c->page - 1);
     pthread_mutex_lock(&c->lock);
     if (c->cached) {
-        e = tree_find_cover(c->root, base, end);
+        e = tree_find_exact(c->root, base, end);
         e = e != NULL ? entry_hit(c, e) : entry_new(c, base, end - base, &err);
     }
     if (e == NULL)
@@ -678,7 +689,7 @@ void rcache_put(rcache_t *c, rcache_reg_t *reg)
         return;
     }
     pthread_mutex_lock(&c->lock);
-    if (--e->refs == 0) {
+    if (--e->refs == 0 && !c->dead) {
         if (e->state == ENTRY_LIVE)
             lru_append(c, e);
         else

@@ -65,6 +65,8 @@
 #define NODE_CHECK_US 1000000    /* liveness of the node's processes, while waiting */
 #define NODE_RECHECK_US 10000    /* at most this often on a misrouted datagram */
 #define NODE_PROBE_WAIT_US 50000 /* for our own probe to come back */
+#define NODE_PROBE_TRIES 8       /* probes lost on the way (a lossy firewall
+                                    drops them too) are sent again */
 #define NODE_SLOT_NONE (-1)
 #define NODE_SLOT_UNSURE (-2)    /* alive, slot unknown: it probes */
 
@@ -388,14 +390,20 @@ static int probe_slot(udp_iface_t *ui, uint32_t n, int deliver)
 {
     udp_probe_t p = {UDP_PROBE_MAGIC, 0, 0, 0, 0};
 
-    ui->node.nonce = ui->uuid ^ (++ui->node.probes * 0x9e3779b97f4a7c15ull);
-    p.nonce = htole64(ui->node.nonce);
-    ui->node.hits = 0;
-    for (uint32_t s = 0; s < n; s++) {
-        p.slot = htons((uint16_t)s);
-        (void)sendto(ui->sock.fd, &p, sizeof(p), 0, (struct sockaddr *)&ui->sock.self_sa, sizeof(ui->sock.self_sa));
+    for (int tries = 0; tries < NODE_PROBE_TRIES; tries++) {
+        /* a new nonce each time: a late answer to an earlier round is not counted */
+        ui->node.nonce = ui->uuid ^ (++ui->node.probes * 0x9e3779b97f4a7c15ull);
+        p.nonce = htole64(ui->node.nonce);
+        ui->node.hits = 0;
+        for (uint32_t s = 0; s < n; s++) {
+            p.slot = htons((uint16_t)s);
+            (void)sendto(ui->sock.fd, &p, sizeof(p), 0, (struct sockaddr *)&ui->sock.self_sa,
+                         sizeof(ui->sock.self_sa));
+        }
+        probe_read(ui, deliver);
+        if (ui->node.hits != 0)
+            break;
     }
-    probe_read(ui, deliver);
     return ui->node.hits == 1 ? ui->node.hit_slot : -1;
 }
 

@@ -92,7 +92,9 @@ static tmx_status_t sock_bind(udp_iface_t *ui, uint32_t *ifmtu)
         goto err_log;
     if (udp_node_open(ui, fd) == TMX_OK)
         goto bound;
-    close(fd); /* for a fresh one, without SO_REUSEPORT */
+    close(fd); /* for a fresh one, without SO_REUSEPORT, on a port of its own
+                  (a join that failed late has set the node's) */
+    ui->sock.self_sa.sin_port = 0;
     if ((ui->sock.fd = sock_new()) < 0)
         goto err_log;
     if (bind(ui->sock.fd, (struct sockaddr *)&ui->sock.self_sa, sizeof(ui->sock.self_sa)) != 0 ||

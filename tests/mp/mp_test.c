@@ -2104,6 +2104,7 @@ static void case_writebound(void)
             mp_fail("writebound: B send: %s", tmx_strerror(st));
         mp_wait_send(mp_send(1, &n, sizeof(n), WB_TAG | 2), 1, WB_TAG | 2, sizeof(n), "writebound: count");
         printf("writebound: rank 0 sent B and %u eager messages behind it\n", n);
+        free(b);
         return;
     }
     st = tmx_request_wait(mp_recv(0, b, WB_BIG, WB_TAG, TMX_TAG_EXACT), 20000000, &comp);

@@ -453,12 +453,17 @@ static void node_sweep(const udp_iface_t *ui)
         return;
     while ((e = readdir(d)) != NULL) {
         udp_node_t nd = {.fd = -1};
+        struct stat st;
         if (strncmp(e->d_name, prefix, sizeof(prefix) - 1) != 0)
             continue;
         snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
         if (strcmp(path, ui->node.path) == 0 || (nd.fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
             continue;
-        if (flock(nd.fd, LOCK_EX | LOCK_NB) == 0 &&
+        /* a table its creator has not yet sized (it sizes it under the
+         * lock, which it may not hold yet) is not swept: mapping it would
+         * fault (SIGBUS) on the first read */
+        if (flock(nd.fd, LOCK_EX | LOCK_NB) == 0 && fstat(nd.fd, &st) == 0 &&
+            (size_t)st.st_size >= sizeof(udp_node_table_t) &&
             (nd.tab = mmap(NULL, sizeof(udp_node_table_t), PROT_READ | PROT_WRITE, MAP_SHARED, nd.fd, 0)) != MAP_FAILED) {
             if (nd.tab->magic == NODE_MAGIC && nd.tab->version == NODE_VERSION) {
                 table_purge(nd.tab);

@@ -42,6 +42,18 @@ host_ports() {
     ip netns exec "$1" cat /proc/net/udp | awk 'NR > 1 && $3 == "00000000:0000" { print $2 }'
 }
 
+# Waits (up to 10 s) until neither host has a receiving socket left: a
+# context lingers up to a second after its job to deliver its last
+# segments, and the next job's sample must not count its socket.
+hosts_quiet() {
+    local i
+    for i in $(seq 200); do
+        [ -z "$(host_ports "${HOSTS[0]}")" ] && [ -z "$(host_ports "${HOSTS[1]}")" ] && return 0
+        sleep 0.05
+    done
+    echo "   (sockets of an earlier job still open after 10 s)"
+}
+
 # Samples both hosts' receiving sockets while a job runs; writes, for the
 # sample with the most sockets on each host, "host sockets ports".
 sample_ports() {
@@ -88,6 +100,7 @@ ports_are() {
 }
 
 echo "== 8 ranks on 2 hosts, udp only: one port per host, every payload checked"
+hosts_quiet
 job 8 120 alltoall MP_AA_BYTES=4194304 &
 pid=$!
 sample_ports "$pid"
@@ -98,6 +111,7 @@ grep -h "^mp_test alltoall" "$LOG"
 verdict "alltoall, 4 ranks per host on one port" "$ok"
 
 echo "== TMX_UDP_SHARED_PORT=0: a port per rank"
+hosts_quiet
 job 8 120 alltoall MP_AA_BYTES=4194304 TMX_UDP_SHARED_PORT=0 &
 pid=$!
 sample_ports "$pid"

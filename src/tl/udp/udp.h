@@ -366,7 +366,6 @@ size_t udp_gro_guess(const unsigned char *buf, size_t len);
 /* udp_rel.c: reliability */
 void udp_tx_init(udp_iface_t *ui, udp_ep_t *ep, int ch);
 void udp_tx_fini(udp_tx_t *tx);
-uint32_t udp_tx_room(const udp_iface_t *ui, const udp_tx_t *tx);
 void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg, uint64_t now);
 void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack);
 void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len);

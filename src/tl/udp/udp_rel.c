@@ -74,11 +74,6 @@ void udp_tx_fini(udp_tx_t *tx)
     tx->win = NULL;
 }
 
-uint32_t udp_tx_room(const udp_iface_t *ui, const udp_tx_t *tx)
-{
-    return ui->cfg.window - (tx->next_seq - tx->una);
-}
-
 /* A new array of slots slots for the segments in flight (or the first). */
 static tmx_status_t tx_win_resize(udp_tx_t *tx, uint32_t slots)
 {

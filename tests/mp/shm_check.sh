@@ -47,10 +47,23 @@ open_by_someone() {
     done
     return 1
 }
+# The listing above and the scan of /proc race with a job ending beside
+# this check: its last process removes the table just after closing it.
+# A table counts only if it is still there, and still unopened, a while
+# later.
+gone_or_open() {
+    local i
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+        [ -e "$DIR/$1" ] || return 0
+        open_by_someone "$1" && return 0
+        sleep 0.3
+    done
+    return 1
+}
 LEFT=""
 for e in $NEW; do
-    if [[ $e == tmx-udp-* ]] && open_by_someone "$e"; then
-        echo "(in use by a running job, not counted: $e)"
+    if [[ $e == tmx-udp-* ]] && gone_or_open "$e"; then
+        echo "(in use by a running job or removed by it meanwhile, not counted: $e)"
         continue
     fi
     LEFT="$LEFT$e"$'\n'

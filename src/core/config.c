@@ -94,6 +94,10 @@ static const cfg_entry_t cfg_table[] = {
     {"TMX_UDP_SHARED_PORT", CFG_ENUM, "auto", 0, 0, auto_words, CFG_FIELD(tl.udp.shared_port),
      "udp: auto for one port per node, shared by a job's processes there (kernel steering by node "
      "index); 0 for a port per process, as when the port cannot be shared"},
+    {"TMX_UDP_LANES", CFG_UINT, "4", 0, 16, NULL, CFG_FIELD(tl.udp.lanes),
+     "udp: lanes per pair of nodes for bulk data (packets of several datagrams): that many UDP "
+     "flows from one node to another, shared by the job's processes there, whatever their number "
+     "(with one port per node); 0 for none (bulk data leaves from each process's own socket)"},
     {"TMX_UDP_ACK_DELAY_US", CFG_UINT, "50", 0, 1000000, NULL, CFG_FIELD(tl.udp.ack_delay_us),
      "udp: delayed ACK, microseconds"},
     {"TMX_UDP_RTO_MS", CFG_UINT, "100", 1, 60000, NULL, CFG_FIELD(tl.udp.rto_ms),

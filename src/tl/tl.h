@@ -146,6 +146,7 @@ typedef struct tl_udp_settings {
     uint32_t connect_max;       /* TMX_UDP_CONNECT_MAX */
     int offload;                /* TMX_UDP_OFFLOAD */
     int shared_port;            /* TMX_UDP_SHARED_PORT: 1 auto, 0 off */
+    uint32_t lanes;             /* TMX_UDP_LANES */
     uint64_t ack_delay_us;      /* TMX_UDP_ACK_DELAY_US */
     uint64_t rto_ms;            /* TMX_UDP_RTO_MS */
     uint64_t peer_timeout_ms;   /* TMX_UDP_PEER_TIMEOUT_MS */

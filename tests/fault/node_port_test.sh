@@ -4,7 +4,9 @@
 # /proc/net/udp while the job runs) and exchange checked payloads over
 # udp alone, also with their host-mates through that port; a rank killed
 # mid-job is found dead by the others while its host-mate goes on; with
-# TMX_UDP_SHARED_PORT=0 each rank has a port of its own again.
+# TMX_UDP_SHARED_PORT=0 each rank has a port of its own again; bulk data
+# from one host to the other leaves from TMX_UDP_LANES source ports however
+# many ranks send it (lanes), from one per rank with TMX_UDP_LANES=0.
 # Needs root; exits 77 (skipped) without it.
 #   usage: node_port_test.sh TMXRUN MP_TEST
 set -u
@@ -36,10 +38,17 @@ job() {
         --kvs-addr "$FAULT_KVS" -n "$n" --timeout "$t" -- "$MP_TEST" "$case" >"$LOG" 2>&1
 }
 
-# The unconnected udp sockets of host H (local address:port, hex), one a
-# line: the ports ranks receive on. Connected ones (a remote address) send.
+# The unconnected udp sockets of host H that receive (local address:port),
+# one a line: the ports ranks receive on. Connected ones (a remote address)
+# send, and so do the lanes' sockets (a receive buffer of the least size
+# the kernel allows, which no receiving socket of tmx has).
 host_ports() {
-    ip netns exec "$1" cat /proc/net/udp | awk 'NR > 1 && $3 == "00000000:0000" { print $2 }'
+    ip netns exec "$1" ss -uanm | awk '
+        /^UNCONN/ { local = $4; next }
+        /skmem:/ && local != "" {
+            if (match($0, /rb[0-9]+/) && substr($0, RSTART + 2, RLENGTH - 2) + 0 >= 65536) print local
+            local = ""
+        }'
 }
 
 # Waits (up to 10 s) until neither host has a receiving socket left: a
@@ -127,6 +136,60 @@ ok=0
 grep -q "peerdeath ok rank 0" "$LOG" && grep -q "peerdeath ok rank 1" "$LOG" && ok=1
 grep -h "failed as expected\|survivors done" "$LOG"
 verdict "peerdeath, the dead rank's host-mate on its port" "$ok"
+
+# The source ports of bulk data (sends of several datagrams at once, GSO:
+# longer than a datagram where the host's output hook sees them) from each
+# host to the other, collected by the kernel in a set while a job runs.
+ip_of() { ip netns exec "$1" ip -4 -o addr show dev eth0 | awk '{ print $4 }' | cut -d/ -f1; }
+lanes_watch() {
+    local i h o
+    for i in 0 1; do
+        h="${HOSTS[$i]}"
+        o="$(ip_of "${HOSTS[$((1 - i))]}")"
+        ip netns exec "$h" nft delete table inet tmxlanes 2>/dev/null
+        ip netns exec "$h" nft -f - <<NFT || return 1
+table inet tmxlanes {
+    set bulk { type inet_service; flags dynamic; size 65535; }
+    chain out {
+        type filter hook output priority 0; policy accept;
+        ip daddr $o meta l4proto udp meta length > 1600 add @bulk { udp sport }
+    }
+}
+NFT
+    done
+}
+# lanes_are N: each host sent bulk data to the other from N source ports.
+lanes_are() {
+    local ok=1 h n
+    for h in "${HOSTS[@]}"; do
+        n=$(ip netns exec "$h" nft list set inet tmxlanes bulk 2>/dev/null | tr -d '\n' |
+            sed -n 's/.*elements = {\([^}]*\)}.*/\1/p' | tr ',' '\n' | grep -c '[0-9]')
+        echo "   $h: bulk data to the other host from ${n:-?} source ports"
+        [ "${n:-x}" = "$1" ] || ok=0
+        ip netns exec "$h" nft delete table inet tmxlanes 2>/dev/null
+    done
+    return $((1 - ok))
+}
+
+echo "== lanes: 4 ranks per host send bulk data from TMX_UDP_LANES=2 ports"
+hosts_quiet
+ok=0
+if lanes_watch; then
+    job 8 120 alltoall MP_AA_BYTES=1048576 TMX_UDP_LANES=2
+    rc=$?
+    [ "$rc" -eq 0 ] && ! grep -q "FAIL\|died\|failed:" "$LOG" && lanes_are 2 && ok=1
+fi
+verdict "alltoall, 2 lanes per pair of hosts" "$ok"
+
+echo "== TMX_UDP_LANES=0: bulk data from each rank's own socket"
+hosts_quiet
+ok=0
+if lanes_watch; then
+    job 8 120 alltoall MP_AA_BYTES=1048576 TMX_UDP_LANES=0
+    rc=$?
+    [ "$rc" -eq 0 ] && lanes_are 4 && ok=1
+fi
+verdict "alltoall, no lanes: a flow per rank" "$ok"
 
 [ "$fails" -eq 0 ] && echo "all node port tests passed" || echo "$fails node port tests failed"
 [ "$fails" -eq 0 ]

@@ -42,6 +42,8 @@ typedef struct udp_seg {
                                     memory (udp_send_segs) */
     uint64_t ext_key;            /* that memory's key, checked before each
                                     sending (seg_stamp) */
+    uint32_t lane;               /* 0, or 1 + the lane it goes on, every
+                                    time (udp_node.c, lanes) */
     _Alignas(8) unsigned char buf[]; /* a udp_hdr_t is read in place */
 } udp_seg_t;
 
@@ -151,6 +153,12 @@ typedef struct udp_cfg {
     uint32_t conn_max;           /* connected sockets (remote addresses), at most */
 } udp_cfg_t;
 
+/* Socket buffers asked for (SO_SNDBUFFORCE/RCVBUFFORCE as root). */
+#define UDP_SOCKBUF (8 << 20)
+
+/* Lanes for bulk data between two nodes, at most (TMX_UDP_LANES). */
+#define UDP_LANES_MAX 16
+
 /* The sockets and what reading them needs. */
 typedef struct udp_sock {
     int fd;                      /* the interface's: every peer's datagrams
@@ -174,6 +182,13 @@ typedef struct udp_sock {
     int gro_on;                  /* GRO is on (udp_gro_set) */
     uint64_t gro_used_us;        /* when a read last wanted it */
     int errq;                    /* the error queue may name refusals */
+    /* lanes (udp_node.c): sockets bound to the node's lane ports, for bulk data */
+    uint32_t lanes;              /* lanes in use: 0 until the first bulk
+                                    packet opens them, or none at all */
+    int lanes_tried;             /* they were opened (or could not be) */
+    int lane_fd[UDP_LANES_MAX];
+    uint32_t lane_next;          /* the next bulk packet's lane */
+    int tx_lane;                 /* the lane of the segments being sent, or -1 */
 } udp_sock_t;
 
 /* One port per node (udp_node.c). */
@@ -202,6 +217,7 @@ typedef struct udp_stats {
     uint64_t segs_sent;          /* new segments sent */
     uint64_t dgrams_in;          /* datagrams received */
     uint64_t misrouted;          /* of the dropped: for another node index */
+    uint64_t lane_segs;          /* segments sent on a lane, resent too */
 } udp_stats_t;
 
 typedef struct udp_iface {
@@ -315,6 +331,13 @@ void udp_node_check(udp_iface_t *ui, uint64_t now, int force);
 void udp_node_progress(udp_iface_t *ui, uint64_t now);
 /* h (in host order but port) came for another index. */
 void udp_node_misrouted(udp_iface_t *ui, const udp_hdr_t *h, const struct sockaddr_in *from);
+/* Opens the lanes (TMX_UDP_LANES sockets bound to the node's lane ports),
+ * once, at the first bulk packet: sock.lanes stays 0 if there are none
+ * (a port of our own, a socket refused: said once). */
+void udp_node_lanes_open(udp_iface_t *ui);
+void udp_node_lanes_close(udp_iface_t *ui);
+/* The local port of our socket for a lane, 0 if it has none (tests). */
+uint16_t udp_node_lane_port(const udp_iface_t *ui, unsigned lane);
 /* 1 if buf is a slot probe (ours are counted), which is not a datagram. */
 int udp_node_probe_input(udp_iface_t *ui, const unsigned char *buf, size_t len);
 
@@ -471,6 +494,10 @@ static inline void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h)
  * has one (no address to give), else the interface's with its address. */
 static inline int udp_ep_dest(const udp_iface_t *ui, const udp_ep_t *ep, const struct sockaddr_in **sa)
 {
+    if (__builtin_expect(ui->sock.tx_lane >= 0, 0)) { /* bulk data: the lane's socket, unconnected */
+        *sa = &ep->sa;
+        return ui->sock.lane_fd[ui->sock.tx_lane];
+    }
     *sa = ep->fd >= 0 ? NULL : &ep->sa;
     return ep->fd >= 0 ? ep->fd : ui->sock.fd;
 }

@@ -59,7 +59,7 @@
 #include "util/log.h"
 
 #define NODE_MAGIC 0x746d786eu   /* "tmxn" */
-#define NODE_VERSION 1
+#define NODE_VERSION 2
 #define NODE_PORT_BASE 20000     /* below the kernel's ephemeral ports */
 #define NODE_PORT_SPAN 12000
 #define NODE_CHECK_US 1000000    /* liveness of the node's processes, while waiting */
@@ -84,6 +84,7 @@ typedef struct udp_node_table {
     int32_t pid[UDP_NODE_MAX];   /* by index: the process */
     uint64_t start[UDP_NODE_MAX]; /* its start time (a pid used again is
                                      another process) */
+    uint16_t lane_port[UDP_LANES_MAX]; /* the node's lanes (0: not yet) */
 } udp_node_table_t;
 
 static int fallback_logged[2]; /* info, warn: each said once */
@@ -180,6 +181,7 @@ static void table_reset(udp_node_table_t *t, uint64_t job_key)
     t->gen++;
     for (int i = 0; i < UDP_NODE_MAX; i++)
         t->slot[i] = NODE_SLOT_NONE;
+    memset(t->lane_port, 0, sizeof(t->lane_port));
 }
 
 /* A process's start time from /proc, 0 if it is gone or a zombie (its
@@ -702,4 +704,173 @@ int udp_node_slot(const udp_iface_t *ui, uint16_t index)
     if (ui->node.tab == NULL || index >= UDP_NODE_MAX)
         return NODE_SLOT_NONE;
     return __atomic_load_n(&ui->node.tab->slot[index], __ATOMIC_RELAXED);
+}
+
+/* --------------------------------------------------------------- lanes */
+
+/*
+ * Lanes (seed 003: a fixed number of connections between two nodes,
+ * shared by their processes). Bulk data, every packet of more than one
+ * datagram, leaves a process from one of the node's L lane ports instead
+ * of its own socket, the lane taken in turn per packet (all of a packet's
+ * segments, and their retransmissions, on one lane). Every process of the
+ * job on the node binds the same L ports (SO_REUSEPORT), so between two
+ * nodes there are L flows (source address and port, destination address
+ * and port) of bulk data in each direction however many processes talk:
+ * what a NIC's receive-side scaling, a switch's ECMP hash or a
+ * firewall's connection table sees and spreads. The receiving end is the
+ * node's port as before: a lane only sends, and its sockets drop anything
+ * that reaches them (a socket filter that accepts nothing).
+ *
+ * A lane's port is first bound without SO_REUSEPORT, port 0, so the
+ * kernel hands out one nobody holds (with SO_REUSEPORT it may hand out one
+ * that another of the user's sockets holds with SO_REUSEPORT, and the
+ * lane would join that group), then opened to the others and written
+ * into the node's table, under its lock; a process that comes later
+ * binds it with SO_REUSEPORT. A port in the range of the nodes' own is
+ * never a lane's (another job's node port may be it). When a port in the
+ * table cannot be joined (its last holder left and someone else took it),
+ * a new one is made. A lane that cannot be opened at all leaves the
+ * packets to the process's own socket, said once.
+ */
+
+/* A socket that drops every datagram that reaches it. */
+static int lane_socket(void)
+{
+    struct sock_filter none[] = {BPF_STMT(BPF_RET | BPF_K, 0)};
+    struct sock_fprog prog = {1, none};
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), sz = UDP_SOCKBUF;
+
+    if (fd < 0)
+        return -1;
+    if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &(int){0}, sizeof(int)) != 0) { /* the least the kernel allows */
+        close(fd);
+        return -1;
+    }
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    return fd;
+}
+
+static int in_node_range(uint16_t port)
+{
+    return port >= NODE_PORT_BASE && port < NODE_PORT_BASE + NODE_PORT_SPAN;
+}
+
+/* A new port for a lane, nobody's: fd bound to it, opened to others. */
+static int lane_bind_new(udp_iface_t *ui, int *fd, uint16_t *port)
+{
+    struct sockaddr_in me = ui->sock.self_sa;
+    socklen_t sl = sizeof(me);
+    int one = 1;
+
+    for (int tries = 0; tries < 8; tries++) {
+        me.sin_port = 0;
+        if (bind(*fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
+            getsockname(*fd, (struct sockaddr *)&me, &sl) != 0)
+            return -1;
+        if (!in_node_range(ntohs(me.sin_port))) {
+            if (setsockopt(*fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0)
+                return -1;
+            *port = ntohs(me.sin_port);
+            return 0;
+        }
+        close(*fd); /* the kernel's range reaches into the nodes' ports */
+        if ((*fd = lane_socket()) < 0)
+            return -1;
+    }
+    errno = EADDRINUSE;
+    return -1;
+}
+
+/* Lane i's socket, bound to the node's port for it: -1 if none can be. */
+static int lane_open(udp_iface_t *ui, unsigned i)
+{
+    udp_node_table_t *t = ui->node.tab;
+    struct sockaddr_in me = ui->sock.self_sa;
+    int fd = lane_socket(), one = 1;
+    uint16_t port = t->lane_port[i];
+
+    if (fd < 0)
+        return -1;
+    if (port != 0) {
+        me.sin_port = htons(port);
+        if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == 0 &&
+            bind(fd, (struct sockaddr *)&me, sizeof(me)) == 0)
+            return fd;
+        close(fd); /* held by someone else: a new port for the lane */
+        if ((fd = lane_socket()) < 0)
+            return -1;
+    }
+    if (lane_bind_new(ui, &fd, &port) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    t->lane_port[i] = port;
+    return fd;
+}
+
+static int lanes_logged;
+
+void udp_node_lanes_open(udp_iface_t *ui)
+{
+    udp_sock_t *s = &ui->sock;
+    uint32_t want = ui->cfg.set.lanes < UDP_LANES_MAX ? ui->cfg.set.lanes : UDP_LANES_MAX;
+    const char *why = NULL;
+    int err = 0;
+
+    s->lanes_tried = 1;
+    if (want == 0)
+        return;
+    if (ui->node.tab == NULL) {
+        why = "the node's port is not shared";
+    } else if (node_lock(&ui->node) != 0) {
+        why = "the node's table cannot be locked";
+        err = errno;
+    } else {
+        uint32_t n = 0;
+        while (n < want && (s->lane_fd[n] = lane_open(ui, n)) >= 0)
+            n++;
+        err = n < want ? errno : 0;
+        node_unlock(&ui->node);
+        if (n < want) {
+            for (uint32_t i = 0; i < n; i++) {
+                close(s->lane_fd[i]);
+                s->lane_fd[i] = -1;
+            }
+            why = "a lane's socket cannot be opened";
+        } else {
+            s->lanes = n;
+            util_debug("udp: %u lanes for bulk data, from ports %u to %u", n, ui->node.tab->lane_port[0],
+                       ui->node.tab->lane_port[n - 1]);
+            return;
+        }
+    }
+    if (!__atomic_exchange_n(&lanes_logged, 1, __ATOMIC_RELAXED)) {
+        if (err != 0)
+            util_info("udp: no lanes, bulk data leaves from each process's socket: %s (%s)", why, strerror(err));
+        else
+            util_info("udp: no lanes, bulk data leaves from each process's socket: %s", why);
+    }
+}
+
+void udp_node_lanes_close(udp_iface_t *ui)
+{
+    for (uint32_t i = 0; i < ui->sock.lanes; i++) {
+        close(ui->sock.lane_fd[i]);
+        ui->sock.lane_fd[i] = -1;
+    }
+    ui->sock.lanes = 0;
+}
+
+uint16_t udp_node_lane_port(const udp_iface_t *ui, unsigned lane)
+{
+    struct sockaddr_in me;
+    socklen_t sl = sizeof(me);
+
+    if (lane >= ui->sock.lanes || getsockname(ui->sock.lane_fd[lane], (struct sockaddr *)&me, &sl) != 0)
+        return 0;
+    return ntohs(me.sin_port);
 }

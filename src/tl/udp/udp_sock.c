@@ -18,7 +18,6 @@
 #include "tl/udp/udp.h"
 #include "util/log.h"
 
-#define UDP_SOCKBUF (8 << 20)
 
 /* The address peers reach us at: TMX_UDP_ADDR, else the first IPv4
  * interface that is up and not loopback, else loopback. Also its MTU. */
@@ -322,6 +321,9 @@ tmx_status_t udp_sock_open(udp_iface_t *ui, uint32_t *ifmtu)
     tmx_status_t st;
 
     ui->sock.fd = -1;
+    ui->sock.tx_lane = -1;
+    for (int i = 0; i < UDP_LANES_MAX; i++)
+        ui->sock.lane_fd[i] = -1;
     util_idmap_init(&ui->sock.conns);
     if ((ui->sock.rbufs = malloc((size_t)UDP_RECV_BATCH * 65536)) == NULL)
         return TMX_ERR_NOMEM;
@@ -337,6 +339,7 @@ tmx_status_t udp_sock_open(udp_iface_t *ui, uint32_t *ifmtu)
 
 void udp_sock_close(udp_iface_t *ui)
 {
+    udp_node_lanes_close(ui);
     udp_node_close(ui); /* a shared port's socket closes under the node's lock */
     if (ui->sock.fd >= 0)
         close(ui->sock.fd);

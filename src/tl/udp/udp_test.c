@@ -15,6 +15,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -631,6 +632,8 @@ static uint64_t node_job_key(void)
     return 0x6e0de000000ull ^ ((uint64_t)getpid() << 8) ^ udp_now_us();
 }
 
+static int lanes_setting = -1; /* TMX_UDP_LANES for the next sides, if not -1 */
+
 static void side_open_job(side_t *s, uint64_t uuid, uint64_t job_key, int in_job)
 {
     tl_settings_t set;
@@ -638,6 +641,8 @@ static void side_open_job(side_t *s, uint64_t uuid, uint64_t job_key, int in_job
     tl_iface_t *iface;
 
     assert_int_equal(unit_tl_settings(&set), TMX_OK);
+    if (lanes_setting >= 0)
+        set.udp.lanes = (uint32_t)lanes_setting;
     memset(s, 0, sizeof(*s));
     assert_int_equal(tl_udp_ops.iface_open(&p, &iface), TMX_OK);
     s->ui = (udp_iface_t *)iface;
@@ -1023,6 +1028,132 @@ static void test_node_stale_table_swept(void **state)
     side_close(&m);
 }
 
+/* Every member sends bulk packets (several datagrams each) to a context
+ * outside the job; returns when all have arrived, checked by count and
+ * size. */
+static void lanes_send_bulk(node_case_t *c, int n, int per_member, size_t len)
+{
+    uint64_t end = udp_now_us() + 5000000;
+    int done = 0;
+
+    for (int i = 0; i < n; i++) {
+        c->ep[i] = connect_to(&c->m[i], &c->tx, 0x5e0d);
+        for (int k = 0; k < per_member; k++)
+            send_bytes(c->ep[i], len);
+    }
+    while (!done && udp_now_us() < end) {
+        tl_udp_ops.progress(&c->tx.ui->super);
+        for (int i = 0; i < n; i++)
+            tl_udp_ops.progress(&c->m[i].ui->super);
+        done = c->tx.packets == (size_t)(n * per_member);
+    }
+    assert_int_equal(c->tx.packets, (size_t)(n * per_member));
+    assert_int_equal(c->tx.bytes, (size_t)(n * per_member) * len);
+}
+
+/* Lanes: the job's members on the node send their bulk data from the
+ * same TMX_UDP_LANES ports, so the node has that many flows of bulk data
+ * to another node however many members it has; short packets still leave
+ * from each member's own socket; nothing sent to a lane is kept. */
+static void test_node_lanes_shared(void **state)
+{
+    node_case_t c;
+    uint16_t port0[3];
+    int probe, pending = -1;
+
+    (void)state;
+    lanes_setting = 3;
+    node_case_open(&c, NODE_SIDES);
+    lanes_setting = -1;
+    for (int i = 0; i < NODE_SIDES; i++)
+        assert_int_equal(c.m[i].ui->sock.lanes, 0); /* opened at the first bulk packet */
+    lanes_send_bulk(&c, NODE_SIDES, 4, 200000);
+    for (unsigned l = 0; l < 3; l++) {
+        port0[l] = udp_node_lane_port(c.m[0].ui, l);
+        assert_int_not_equal(port0[l], 0);
+        assert_int_not_equal(port0[l], ntohs(c.m[0].ui->sock.self_sa.sin_port));
+        for (unsigned k = 0; k < l; k++)
+            assert_int_not_equal(port0[l], port0[k]);
+    }
+    assert_int_equal(udp_node_lane_port(c.m[0].ui, 3), 0);
+    for (int i = 0; i < NODE_SIDES; i++) {
+        assert_int_equal(c.m[i].ui->sock.lanes, 3);
+        for (unsigned l = 0; l < 3; l++)
+            assert_int_equal(udp_node_lane_port(c.m[i].ui, l), port0[l]);
+        /* 4 packets of 4 datagrams each (loopback's): on the lanes */
+        assert_true(c.m[i].ui->stats.lane_segs >= 4 * 4);
+    }
+    /* a short packet does not take a lane */
+    {
+        uint64_t before = c.m[0].ui->stats.lane_segs;
+        want_t w = {&c.tx, NODE_SIDES * 4 + 1, NULL};
+        send_bytes(c.ep[0], 100);
+        assert_int_equal(c.m[0].ui->stats.lane_segs, before);
+        assert_true(poll_until(&c.tx, &c.m[0], got_packets, &w));
+    }
+    /* a datagram sent to a lane's port is not kept by any member */
+    probe = socket(AF_INET, SOCK_DGRAM, 0);
+    assert_true(probe >= 0);
+    {
+        struct sockaddr_in to = c.m[0].ui->sock.self_sa;
+        char junk[64] = {0};
+        to.sin_port = htons(port0[1]);
+        for (int k = 0; k < 16; k++)
+            assert_int_equal(sendto(probe, junk, sizeof(junk), 0, (struct sockaddr *)&to, sizeof(to)), sizeof(junk));
+    }
+    close(probe);
+    usleep(20000);
+    for (int i = 0; i < NODE_SIDES; i++) {
+        for (unsigned l = 0; l < 3; l++) {
+            assert_int_equal(ioctl(c.m[i].ui->sock.lane_fd[l], FIONREAD, &pending), 0);
+            assert_int_equal(pending, 0);
+        }
+    }
+    /* a member that joins later binds the same lanes */
+    lanes_setting = 3;
+    side_open_job(&c.m[NODE_SIDES], 0x1000 + NODE_SIDES, c.key, 1);
+    lanes_setting = -1;
+    c.tx.packets = c.tx.bytes = 0;
+    lanes_send_bulk(&c, NODE_SIDES + 1, 1, 150000);
+    for (unsigned l = 0; l < 3; l++)
+        assert_int_equal(udp_node_lane_port(c.m[NODE_SIDES].ui, l), port0[l]);
+    for (int i = 0; i <= NODE_SIDES; i++)
+        side_close(&c.m[i]);
+    c.tx.failures = 0; /* the members said bye */
+    side_close(&c.tx);
+}
+
+/* TMX_UDP_LANES=0, or a context with a port of its own: no lanes, bulk
+ * data leaves from the context's socket. */
+static void test_node_lanes_off(void **state)
+{
+    node_case_t c;
+
+    (void)state;
+    lanes_setting = 0;
+    node_case_open(&c, 2);
+    lanes_setting = -1;
+    lanes_send_bulk(&c, 2, 2, 200000);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(c.m[i].ui->sock.lanes, 0);
+        assert_int_equal(c.m[i].ui->stats.lane_segs, 0);
+        side_close(&c.m[i]);
+    }
+    /* the context outside the job sends bulk data back: no lanes either */
+    side_open_job(&c.m[0], 0x1000, c.key, 1);
+    c.ep[0] = connect_to(&c.tx, &c.m[0], 0x1000);
+    send_bytes(c.ep[0], 200000);
+    {
+        want_t w = {&c.m[0], 1, NULL};
+        assert_true(poll_until(&c.tx, &c.m[0], got_packets, &w));
+    }
+    assert_int_equal(c.tx.ui->sock.lanes, 0);
+    assert_int_equal(c.tx.ui->stats.lane_segs, 0);
+    side_close(&c.m[0]);
+    c.tx.failures = 0; /* the members said bye */
+    side_close(&c.tx);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1048,6 +1179,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_node_member_dies),
         cmocka_unit_test(test_node_two_members_die),
         cmocka_unit_test(test_node_stale_table_swept),
+        cmocka_unit_test(test_node_lanes_shared),
+        cmocka_unit_test(test_node_lanes_off),
     };
 
     setenv("TMX_UDP_ADDR", "127.0.0.1", 1);

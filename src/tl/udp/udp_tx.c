@@ -27,6 +27,7 @@ udp_seg_t *udp_seg_alloc(udp_iface_t *ui, size_t len)
     if (seg != NULL) {
         seg->pooled = pooled;
         seg->ext = NULL;
+        seg->lane = 0;
     }
     return seg; /* the rest is the caller's to set */
 }
@@ -94,6 +95,7 @@ static inline void hdr_fill(const udp_iface_t *ui, const udp_ep_t *ep, udp_seg_t
     seg->sacked = 0;
     seg->resent = 0;
     seg->ext = NULL; /* the payload follows the header (seg_build may say otherwise) */
+    seg->lane = 0;
     h->version = UDP_WIRE_VERSION;
     h->channel = (uint8_t)sd->ch;
     h->flags = htole16(sd->flags);
@@ -263,9 +265,10 @@ static void dgrams_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t 
     }
 }
 
-/* Sends stamped segments: runs of equal size in one GSO send each when
- * the kernel takes them and no faults are injected, the rest batched. */
-static void segs_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n)
+/* Sends stamped segments of one lane (or none): runs of equal size in
+ * one GSO send each when the kernel takes them and no faults are
+ * injected, the rest batched. */
+static void lane_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n)
 {
     int batch = ui->sock.gso && !udp_faults_active(&ui->faults);
     size_t i = 0, singles = 0; /* segs[i - singles .. i) wait to go */
@@ -290,6 +293,24 @@ static void segs_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n)
     }
     if (singles > 0)
         dgrams_send(ui, ep, segs + n - singles, singles);
+}
+
+/* Sends stamped segments, each on its lane (udp_node.c): a bulk packet's
+ * segments on the lane it was given, and so are their retransmissions. */
+static void segs_send(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && segs[j]->lane == segs[i]->lane)
+            j++;
+        if (segs[i]->lane != 0) {
+            ui->sock.tx_lane = (int)segs[i]->lane - 1;
+            ui->stats.lane_segs += j - i;
+        }
+        lane_send(ui, ep, segs + i, j - i);
+        ui->sock.tx_lane = -1;
+        i = j;
+    }
 }
 
 /* Sends segments again, in one go: a loss found by SACK or a timeout
@@ -346,6 +367,7 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t 
     size_t per = (ch == UDP_CH_PRIO ? UDP_PRIO_MTU : ui->cfg.mtu) - sizeof(udp_hdr_t);
     size_t nseg = d->len <= per ? 1 : (d->len + per - 1) / per;
     udp_seg_t *batch[UDP_GSO_MAX];
+    uint32_t lane = 0;
     uint64_t now;
 
     if (ep->failed)
@@ -353,6 +375,12 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t 
     ui->super.quiet = 0;
     if (nseg > UINT32_MAX || udp_tx_reserve(ui, &ep->tx[ch], (uint32_t)nseg) != TMX_OK)
         return TMX_ERR_AGAIN;
+    if (nseg > 1 && ch == UDP_CH_DATA) { /* bulk data: on a lane of the node's, in turn */
+        if (!ui->sock.lanes_tried)
+            udp_node_lanes_open(ui);
+        if (ui->sock.lanes > 0)
+            lane = 1 + ui->sock.lane_next++ % ui->sock.lanes;
+    }
     now = udp_now_us(); /* one reading per send: in a VM it costs ~50 ns */
     for (size_t i = 0, nb = 0; i < nseg; i++) {
         udp_seg_t *seg = seg_build(ui, ep, d, i, nseg, per);
@@ -360,6 +388,7 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t 
             segs_transmit(ui, ep, batch, nb, now);
             return i == 0 ? TMX_ERR_AGAIN : TMX_ERR_NOMEM;
         }
+        seg->lane = lane;
         udp_tx_track(ui, ep, ch, seg, now);
         batch[nb++] = seg;
         if (nb == UDP_GSO_MAX || i == nseg - 1) {

@@ -14,6 +14,45 @@ void util_pool_init(util_pool_t *pool, size_t elem_size, size_t chunk_elems)
     pool->free_list = NULL;
     pool->chunks = NULL;
     pool->in_use = 0;
+    pool->n_chunks = 0;
+    pool->keep = 0;
+}
+
+void util_pool_set_keep(util_pool_t *pool, size_t keep)
+{
+    pool->keep = keep;
+}
+
+void util_pool_trim(util_pool_t *pool)
+{
+    char *chunk = pool->chunks, *next;
+    size_t n = 0;
+
+    if (pool->in_use != 0 || pool->keep == 0 || pool->n_chunks <= pool->keep)
+        return;
+    /* the kept chunks' objects make the free list anew */
+    pool->free_list = NULL;
+    while (chunk != NULL && n < pool->keep) {
+        for (size_t i = 0; i < pool->chunk_elems; i++) {
+            void *obj = chunk + POOL_ALIGN + i * pool->elem_size;
+            *(void **)obj = pool->free_list;
+            pool->free_list = obj;
+        }
+        n++;
+        if (n == pool->keep) {
+            next = *(void **)chunk;
+            *(void **)chunk = NULL;
+            chunk = next;
+            break;
+        }
+        chunk = *(void **)chunk;
+    }
+    while (chunk != NULL) {
+        next = *(void **)chunk;
+        free(chunk);
+        chunk = next;
+    }
+    pool->n_chunks = n;
 }
 
 void util_pool_fini(util_pool_t *pool)
@@ -28,6 +67,7 @@ void util_pool_fini(util_pool_t *pool)
     pool->chunks = NULL;
     pool->free_list = NULL;
     pool->in_use = 0;
+    pool->n_chunks = 0;
 }
 
 int util_pool_grow(util_pool_t *pool)
@@ -38,6 +78,7 @@ int util_pool_grow(util_pool_t *pool)
         return -1;
     *(void **)chunk = pool->chunks;
     pool->chunks = chunk;
+    pool->n_chunks++;
     for (size_t i = 0; i < pool->chunk_elems; i++) {
         void *obj = chunk + POOL_ALIGN + i * pool->elem_size;
         *(void **)obj = pool->free_list;

@@ -12,6 +12,9 @@ typedef struct util_pool {
     void *free_list;      /* singly linked through the first word */
     void *chunks;         /* singly linked list of chunks, for teardown */
     size_t in_use;        /* objects handed out and not yet returned */
+    size_t n_chunks;
+    size_t keep;          /* chunks kept when the last object comes back
+                             (0: all, always) */
 } util_pool_t;
 
 void util_pool_init(util_pool_t *pool, size_t elem_size, size_t chunk_elems);
@@ -21,6 +24,13 @@ void util_pool_fini(util_pool_t *pool);
 
 /* Adds a chunk of objects to the free list; -1 when out of memory. */
 int util_pool_grow(util_pool_t *pool);
+
+/* From now on, whenever the last object in use comes back, chunks beyond
+ * keep are freed: a burst's high water is not held for ever. */
+void util_pool_set_keep(util_pool_t *pool, size_t keep);
+
+/* Frees the chunks beyond keep; only with no object in use. */
+void util_pool_trim(util_pool_t *pool);
 
 /* Returns an uninitialised object, or NULL when memory is exhausted.
  * Inline: every message takes and gives back a few. */
@@ -40,7 +50,8 @@ static inline void util_pool_put(util_pool_t *pool, void *obj)
 {
     *(void **)obj = pool->free_list;
     pool->free_list = obj;
-    pool->in_use--;
+    if (--pool->in_use == 0 && __builtin_expect(pool->keep != 0 && pool->n_chunks > pool->keep, 0))
+        util_pool_trim(pool);
 }
 
 #endif

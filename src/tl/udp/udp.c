@@ -102,6 +102,10 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->seg_cap = ui->cfg.mtu;
     util_pool_init(&ui->segs, sizeof(udp_seg_t) + ui->seg_cap, 64);
     util_pool_init(&ui->hsegs, sizeof(udp_seg_t) + sizeof(udp_hdr_t), 256);
+    /* what a burst to many peers took (segments in flight to each) is
+     * given back once every segment is acknowledged: about 256 KiB kept */
+    util_pool_set_keep(&ui->segs, 1 + (256u << 10) / (64 * (sizeof(udp_seg_t) + ui->seg_cap)));
+    util_pool_set_keep(&ui->hsegs, 4);
     util_info("udp: %s:%u, datagrams of %u bytes, window %u", inet_ntoa(ui->sock.self_sa.sin_addr),
               ntohs(ui->sock.self_sa.sin_port), ui->cfg.mtu, ui->cfg.window);
     *out = &ui->super;

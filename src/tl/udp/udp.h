@@ -477,7 +477,7 @@ static inline uint32_t udp_rx_slot(const udp_rx_t *rx, uint32_t seq)
  * exchanges short messages holds, a peer's state being made on first use
  * and kept (docs/scale.md); a window grows, doubling, up to
  * TMX_UDP_WINDOW as the segments in flight need it. */
-#define UDP_WIN_FIRST 64u
+#define UDP_WIN_FIRST 8u
 
 /* Room in tx's window for n more segments in flight, growing its array
  * if needed: 0, or TMX_ERR_AGAIN when the window is full (or no memory

@@ -1,0 +1,100 @@
+/* The object pool: objects come back for reuse, a pool that keeps chunks
+ * gives the rest back once the last object is returned, and what it kept
+ * serves again (ASan sees any object handed out twice or freed under use). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "unit.h"
+
+#include "util/pool.h"
+
+#define N 1000
+
+/* Without keep, a pool holds its high water until fini. */
+static void test_no_keep_holds(void **state)
+{
+    util_pool_t p;
+    void *o[N];
+
+    (void)state;
+    util_pool_init(&p, 40, 16);
+    for (int i = 0; i < N; i++)
+        assert_non_null(o[i] = util_pool_get(&p));
+    assert_int_equal(p.n_chunks, (N + 15) / 16);
+    for (int i = 0; i < N; i++)
+        util_pool_put(&p, o[i]);
+    assert_int_equal(p.n_chunks, (N + 15) / 16);
+    assert_int_equal(p.in_use, 0);
+    util_pool_fini(&p);
+}
+
+/* With keep, the burst's chunks go when the last object is back, not
+ * before; the kept chunks serve every object again, each once. */
+static void test_keep_trims_when_idle(void **state)
+{
+    util_pool_t p;
+    void *o[N];
+
+    (void)state;
+    util_pool_init(&p, 40, 16);
+    util_pool_set_keep(&p, 2);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++) {
+            assert_non_null(o[i] = util_pool_get(&p));
+            memset(o[i], 0xa5, 40);
+        }
+        assert_int_equal(p.n_chunks, (N + 15) / 16);
+        for (int i = 0; i < N - 1; i++)
+            util_pool_put(&p, o[i]);
+        assert_int_equal(p.n_chunks, (N + 15) / 16); /* one still out */
+        util_pool_put(&p, o[N - 1]);
+        assert_int_equal(p.n_chunks, 2);
+        /* the kept chunks hold exactly their objects, all distinct */
+        for (int i = 0; i < 32; i++) {
+            assert_non_null(o[i] = util_pool_get(&p));
+            for (int k = 0; k < i; k++)
+                assert_ptr_not_equal(o[i], o[k]);
+        }
+        assert_int_equal(p.n_chunks, 2);
+        assert_non_null(o[32] = util_pool_get(&p)); /* a third chunk */
+        assert_int_equal(p.n_chunks, 3);
+        for (int i = 0; i <= 32; i++)
+            util_pool_put(&p, o[i]);
+        assert_int_equal(p.n_chunks, 2);
+    }
+    util_pool_fini(&p);
+}
+
+/* A pool within its keep never frees. */
+static void test_within_keep(void **state)
+{
+    util_pool_t p;
+    void *a, *b;
+
+    (void)state;
+    util_pool_init(&p, 8, 4);
+    util_pool_set_keep(&p, 1);
+    a = util_pool_get(&p);
+    util_pool_put(&p, a);
+    b = util_pool_get(&p);
+    assert_ptr_equal(a, b);
+    util_pool_put(&p, b);
+    assert_int_equal(p.n_chunks, 1);
+    util_pool_fini(&p);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_keep_holds),
+        cmocka_unit_test(test_keep_trims_when_idle),
+        cmocka_unit_test(test_within_keep),
+    };
+
+    return UNIT_MAIN(argc, argv, tests);
+}

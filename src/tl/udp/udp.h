@@ -56,9 +56,11 @@ typedef struct udp_tx {
     uint32_t dup_acks;
     uint64_t rto_us;             /* current retransmit timeout, backs off */
     uint64_t last_progress_us;   /* when una last moved, for failure */
-    uint32_t rack_seq;           /* the highest segment known delivered */
-    uint64_t rack_us;            /* the latest first sending of a segment
-                                    known delivered (RACK, see udp_rel.c) */
+    uint32_t rack_seq[2];        /* the highest segment known delivered */
+    uint64_t rack_us[2];         /* the latest first sending of a segment
+                                    known delivered (RACK, see udp_rel.c);
+                                    [1]: of those sent on a lane, [0]: the
+                                    others (loss is judged within a flow) */
     int probed;                  /* the tail probe of this flight went out */
     util_timer_t timer;          /* retransmit */
     struct udp_iface *ui;        /* for the timer's callback */
@@ -128,6 +130,8 @@ typedef struct udp_ep {
     int put_rx;                  /* it writes into our memory: written data
                                     came and no packet since (its WDONE) */
     uint64_t put_rx_us;          /* when that write's first data came */
+    uint32_t lane;               /* 1 + the lane its bulk data takes, 0
+                                    before its first (udp_node.c, lanes) */
     udp_tx_t tx[UDP_N_CH];
     udp_rx_t rx[UDP_N_CH];
 } udp_ep_t;
@@ -183,11 +187,9 @@ typedef struct udp_sock {
     uint64_t gro_used_us;        /* when a read last wanted it */
     int errq;                    /* the error queue may name refusals */
     /* lanes (udp_node.c): sockets bound to the node's lane ports, for bulk data */
-    uint32_t lanes;              /* lanes in use: 0 until the first bulk
-                                    packet opens them, or none at all */
-    int lanes_tried;             /* they were opened (or could not be) */
+    uint32_t lanes;              /* lanes open (0: none) */
     int lane_fd[UDP_LANES_MAX];
-    uint32_t lane_next;          /* the next bulk packet's lane */
+    uint32_t lane_next;          /* the lane the next peer is given */
     int tx_lane;                 /* the lane of the segments being sent, or -1 */
 } udp_sock_t;
 
@@ -217,6 +219,7 @@ typedef struct udp_stats {
     uint64_t segs_sent;          /* new segments sent */
     uint64_t dgrams_in;          /* datagrams received */
     uint64_t misrouted;          /* of the dropped: for another node index */
+    uint64_t handed_on;          /* of those: sent on to their process */
     uint64_t lane_segs;          /* segments sent on a lane, resent too */
 } udp_stats_t;
 
@@ -330,11 +333,14 @@ void udp_node_check(udp_iface_t *ui, uint64_t now, int force);
 /* From progress, for a shared port: acts on a change of the table. */
 void udp_node_progress(udp_iface_t *ui, uint64_t now);
 /* h (in host order but port) came for another index. */
-void udp_node_misrouted(udp_iface_t *ui, const udp_hdr_t *h, const struct sockaddr_in *from);
-/* Opens the lanes (TMX_UDP_LANES sockets bound to the node's lane ports),
- * once, at the first bulk packet: sock.lanes stays 0 if there are none
- * (a port of our own, a socket refused: said once). */
-void udp_node_lanes_open(udp_iface_t *ui);
+/* h (in host order but port) came for another index; dgram is the
+ * datagram as it came (len bytes), handed on to the node's port when a
+ * process of the node holds that index. */
+void udp_node_misrouted(udp_iface_t *ui, const udp_hdr_t *h, const struct sockaddr_in *from,
+                        const unsigned char *dgram, size_t len);
+/* The lanes (TMX_UDP_LANES sockets bound to the node's lane ports) are
+ * opened as the node's port is joined: sock.lanes stays 0 if there are
+ * none (a port of our own, a socket refused: said once). */
 void udp_node_lanes_close(udp_iface_t *ui);
 /* The local port of our socket for a lane, 0 if it has none (tests). */
 uint16_t udp_node_lane_port(const udp_iface_t *ui, unsigned lane);

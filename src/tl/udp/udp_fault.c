@@ -67,8 +67,11 @@ static void raw_send(udp_iface_t *ui, udp_ep_t *ep, const void *buf, size_t len)
 static void release_held(udp_iface_t *ui)
 {
     udp_faults_t *f = &ui->faults;
+    int lane = ui->sock.tx_lane;
 
+    ui->sock.tx_lane = -1; /* not the lane of what is being sent now: the endpoint's own socket */
     raw_send(ui, f->held_ep, f->held, f->held_len);
+    ui->sock.tx_lane = lane;
     free(f->held);
     f->held = NULL;
 }

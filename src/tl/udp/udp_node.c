@@ -89,6 +89,8 @@ typedef struct udp_node_table {
 
 static int fallback_logged[2]; /* info, warn: each said once */
 
+static void lanes_open_locked(udp_iface_t *ui);
+
 /* Says once per process why its contexts have ports of their own: a
  * warning where the port was to be shared and could not be, else (the
  * setting, a context outside a job) for information. */
@@ -575,6 +577,7 @@ tmx_status_t udp_node_open(udp_iface_t *ui, int fd)
         table_close(&ui->node);
         return TMX_ERR_UNSUPPORTED;
     }
+    lanes_open_locked(ui);
     node_unlock(&ui->node);
     util_debug("udp: port %u shared by the node, index %u, slot %d", ntohs(sa.sin_port), ui->sock.index,
                ui->node.tab->slot[ui->sock.index]);
@@ -685,16 +688,32 @@ static void node_nobody(udp_iface_t *ui, const udp_hdr_t *h, const struct sockad
 /* A datagram for another index reached us. If no process holds that index
  * (its process died), its sender is told, as a kernel refuses a port
  * nobody holds; else the program is stale and is looked at. */
-void udp_node_misrouted(udp_iface_t *ui, const udp_hdr_t *h, const struct sockaddr_in *from)
+void udp_node_misrouted(udp_iface_t *ui, const udp_hdr_t *h, const struct sockaddr_in *from,
+                        const unsigned char *dgram, size_t len)
 {
     udp_node_table_t *t = ui->node.tab;
+    const struct sockaddr_in *me = &ui->sock.self_sa;
 
     if (t == NULL)
         return;
-    ui->node.recheck = 1; /* by the next progress, not inside a receive */
+    if (h->dst_index < UDP_NODE_MAX && __atomic_load_n(&t->slot[h->dst_index], __ATOMIC_RELAXED) != NODE_SLOT_NONE) {
+        /* A node-mate holds it: on to the node's port, where the program
+         * steers it by its index. Once: what came from the node's port
+         * (handed on already, or a node-mate's own) stops here, so a
+         * stale program cannot bounce it around. GRO's merges are not a
+         * stale program: only a wrong steering calls for a look. */
+        if (from->sin_addr.s_addr != me->sin_addr.s_addr || from->sin_port != me->sin_port) {
+            if (sendto(ui->sock.fd, dgram, len, 0, (const struct sockaddr *)me, sizeof(*me)) == (ssize_t)len) {
+                ui->stats.handed_on++;
+                return;
+            }
+        }
+        ui->node.recheck = 1; /* by the next progress, not inside a receive */
+        return;
+    }
+    ui->node.recheck = 1;
     /* a notice is never answered: two nodes would answer each other */
-    if ((h->flags & UDP_FLAG_NOBODY) ||
-        (h->dst_index < UDP_NODE_MAX && __atomic_load_n(&t->slot[h->dst_index], __ATOMIC_RELAXED) != NODE_SLOT_NONE))
+    if (h->flags & UDP_FLAG_NOBODY)
         return;
     node_nobody(ui, h, from);
 }
@@ -712,29 +731,35 @@ int udp_node_slot(const udp_iface_t *ui, uint16_t index)
  * Lanes (seed 003: a fixed number of connections between two nodes,
  * shared by their processes). Bulk data, every packet of more than one
  * datagram, leaves a process from one of the node's L lane ports instead
- * of its own socket, the lane taken in turn per packet (all of a packet's
- * segments, and their retransmissions, on one lane). Every process of the
- * job on the node binds the same L ports (SO_REUSEPORT), so between two
- * nodes there are L flows (source address and port, destination address
- * and port) of bulk data in each direction however many processes talk:
- * what a NIC's receive-side scaling, a switch's ECMP hash or a
- * firewall's connection table sees and spreads. The receiving end is the
- * node's port as before: a lane only sends, and its sockets drop anything
- * that reaches them (a socket filter that accepts nothing).
+ * of its own socket: each remote process is given a lane at its first
+ * bulk packet, in turn (starting at our node index, so that the processes
+ * of a node spread), and all its bulk segments and their
+ * retransmissions take that lane. Every process of the job on the node
+ * binds the same L ports (SO_REUSEPORT), so between two nodes there are L
+ * flows (source address and port, destination address and port) of bulk
+ * data in each direction however many processes talk: what a NIC's
+ * receive-side scaling, a switch's ECMP hash or a firewall's connection
+ * table sees and spreads. The receiving end is the node's port as before:
+ * a lane only sends, and its sockets keep nothing that reaches them (a
+ * socket filter that accepts nothing, the smallest receive buffer).
  *
- * A lane's port is first bound without SO_REUSEPORT, port 0, so the
- * kernel hands out one nobody holds (with SO_REUSEPORT it may hand out one
- * that another of the user's sockets holds with SO_REUSEPORT, and the
- * lane would join that group), then opened to the others and written
- * into the node's table, under its lock; a process that comes later
- * binds it with SO_REUSEPORT. A port in the range of the nodes' own is
- * never a lane's (another job's node port may be it). When a port in the
- * table cannot be joined (its last holder left and someone else took it),
- * a new one is made. A lane that cannot be opened at all leaves the
- * packets to the process's own socket, said once.
+ * A lane's port is a hash of the job key, like the node's, in a range of
+ * its own (LANE_PORT_BASE, below the nodes' ports) and never inside the
+ * kernel's ephemeral range (ip_local_port_range), so that no program's
+ * bind to port 0 is handed it and joins the lane's group. The first
+ * process binds it without SO_REUSEPORT, which fails if anyone holds it
+ * (the next candidate is tried), then opens it to the job and writes it
+ * into the node's table; those that come later bind it with SO_REUSEPORT.
+ * All of it happens as a process joins the node's port, under the
+ * table's lock. A process that cannot open them sends bulk data from its
+ * own socket, and says so once.
  */
 
-/* A socket that drops every datagram that reaches it. */
+#define LANE_PORT_BASE 14000
+#define LANE_PORT_SPAN 6000      /* up to NODE_PORT_BASE */
+#define LANE_PORT_TRIES 32
+
+/* A socket that keeps nothing that reaches it. */
 static int lane_socket(void)
 {
     struct sock_filter none[] = {BPF_STMT(BPF_RET | BPF_K, 0)};
@@ -753,38 +778,58 @@ static int lane_socket(void)
     return fd;
 }
 
-static int in_node_range(uint16_t port)
+/* The kernel's ephemeral ports, [lo, hi]. */
+static void ephemeral_range(unsigned *lo, unsigned *hi)
 {
-    return port >= NODE_PORT_BASE && port < NODE_PORT_BASE + NODE_PORT_SPAN;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+
+    *lo = 32768;
+    *hi = 60999;
+    if (f != NULL) {
+        if (fscanf(f, "%u %u", lo, hi) != 2) {
+            *lo = 1;
+            *hi = 65535; /* unknown: no candidate is safe */
+        }
+        fclose(f);
+    }
 }
 
-/* A new port for a lane, nobody's: fd bound to it, opened to others. */
-static int lane_bind_new(udp_iface_t *ui, int *fd, uint16_t *port)
+/* Candidate k for lane i of a job. */
+static uint16_t lane_port_candidate(uint64_t job_key, unsigned lane, unsigned k)
+{
+    uint64_t h = (job_key ^ (0x632be59bd9b4e019ull * (1 + lane + UDP_LANES_MAX * (uint64_t)k))) * 0x9e3779b97f4a7c15ull;
+
+    return (uint16_t)(LANE_PORT_BASE + (h >> 32) % LANE_PORT_SPAN);
+}
+
+/* A port for lane i that nobody holds: fd bound to it, opened to the job. */
+static int lane_bind_new(udp_iface_t *ui, unsigned i, int *fd, uint16_t *port)
 {
     struct sockaddr_in me = ui->sock.self_sa;
-    socklen_t sl = sizeof(me);
+    unsigned lo, hi;
     int one = 1;
 
-    for (int tries = 0; tries < 8; tries++) {
-        me.sin_port = 0;
-        if (bind(*fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
-            getsockname(*fd, (struct sockaddr *)&me, &sl) != 0)
-            return -1;
-        if (!in_node_range(ntohs(me.sin_port))) {
+    ephemeral_range(&lo, &hi);
+    for (unsigned k = 0; k < LANE_PORT_TRIES; k++) {
+        uint16_t p = lane_port_candidate(ui->job_key, i, k);
+        if (p >= lo && p <= hi)
+            continue;
+        me.sin_port = htons(p);
+        if (bind(*fd, (struct sockaddr *)&me, sizeof(me)) == 0) {
             if (setsockopt(*fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0)
                 return -1;
-            *port = ntohs(me.sin_port);
+            *port = p;
             return 0;
         }
-        close(*fd); /* the kernel's range reaches into the nodes' ports */
-        if ((*fd = lane_socket()) < 0)
+        if (errno != EADDRINUSE)
             return -1;
     }
     errno = EADDRINUSE;
     return -1;
 }
 
-/* Lane i's socket, bound to the node's port for it: -1 if none can be. */
+/* Lane i's socket, bound to the node's port for it: -1 if none can be.
+ * Under the table's lock. */
 static int lane_open(udp_iface_t *ui, unsigned i)
 {
     udp_node_table_t *t = ui->node.tab;
@@ -799,13 +844,12 @@ static int lane_open(udp_iface_t *ui, unsigned i)
         if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == 0 &&
             bind(fd, (struct sockaddr *)&me, sizeof(me)) == 0)
             return fd;
-        close(fd); /* held by someone else: a new port for the lane */
+        close(fd); /* its holders all left, and someone else took it: another port */
         if ((fd = lane_socket()) < 0)
             return -1;
     }
-    if (lane_bind_new(ui, &fd, &port) != 0) {
-        if (fd >= 0)
-            close(fd);
+    if (lane_bind_new(ui, i, &fd, &port) != 0) {
+        close(fd);
         return -1;
     }
     t->lane_port[i] = port;
@@ -814,46 +858,31 @@ static int lane_open(udp_iface_t *ui, unsigned i)
 
 static int lanes_logged;
 
-void udp_node_lanes_open(udp_iface_t *ui)
+/* Opens the lanes, under the table's lock (udp_node_open). */
+static void lanes_open_locked(udp_iface_t *ui)
 {
     udp_sock_t *s = &ui->sock;
-    uint32_t want = ui->cfg.set.lanes < UDP_LANES_MAX ? ui->cfg.set.lanes : UDP_LANES_MAX;
-    const char *why = NULL;
-    int err = 0;
+    uint32_t want = ui->cfg.set.lanes < UDP_LANES_MAX ? ui->cfg.set.lanes : UDP_LANES_MAX, n = 0;
+    int err;
 
-    s->lanes_tried = 1;
-    if (want == 0)
-        return;
-    if (ui->node.tab == NULL) {
-        why = "the node's port is not shared";
-    } else if (node_lock(&ui->node) != 0) {
-        why = "the node's table cannot be locked";
-        err = errno;
-    } else {
-        uint32_t n = 0;
-        while (n < want && (s->lane_fd[n] = lane_open(ui, n)) >= 0)
-            n++;
-        err = n < want ? errno : 0;
-        node_unlock(&ui->node);
-        if (n < want) {
-            for (uint32_t i = 0; i < n; i++) {
-                close(s->lane_fd[i]);
-                s->lane_fd[i] = -1;
-            }
-            why = "a lane's socket cannot be opened";
-        } else {
-            s->lanes = n;
+    while (n < want && (s->lane_fd[n] = lane_open(ui, n)) >= 0)
+        n++;
+    if (n == want) {
+        s->lanes = n;
+        s->lane_next = ui->sock.index; /* the node's processes start on different lanes */
+        if (n > 0)
             util_debug("udp: %u lanes for bulk data, from ports %u to %u", n, ui->node.tab->lane_port[0],
                        ui->node.tab->lane_port[n - 1]);
-            return;
-        }
+        return;
     }
-    if (!__atomic_exchange_n(&lanes_logged, 1, __ATOMIC_RELAXED)) {
-        if (err != 0)
-            util_info("udp: no lanes, bulk data leaves from each process's socket: %s (%s)", why, strerror(err));
-        else
-            util_info("udp: no lanes, bulk data leaves from each process's socket: %s", why);
+    err = errno;
+    for (uint32_t i = 0; i < n; i++) {
+        close(s->lane_fd[i]);
+        s->lane_fd[i] = -1;
     }
+    if (!__atomic_exchange_n(&lanes_logged, 1, __ATOMIC_RELAXED))
+        util_info("udp: no lanes, bulk data leaves from each process's socket: lane %u cannot be opened (%s)",
+                  n, strerror(err));
 }
 
 void udp_node_lanes_close(udp_iface_t *ui)

@@ -195,11 +195,24 @@ void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg, uint64_
  * known, so the earliest is assumed: a needless resend can then never
  * make segments still on their way look lost). A resend refreshes the
  * send time, so each loss is resent once per proof. */
+static inline int seg_flow(const udp_seg_t *seg)
+{
+    return seg->lane != 0;
+}
+
 static int rack_lost(const udp_tx_t *tx, const udp_seg_t *seg)
 {
+    int f = seg_flow(seg);
+
     if (seg->sacked)
         return 0;
-    return seg->resent ? seg->sent_us < tx->rack_us : seq_before(seg->seq, tx->rack_seq);
+    return seg->resent ? seg->sent_us < tx->rack_us[f] : seq_before(seg->seq, tx->rack_seq[f]);
+}
+
+/* The later of the flows' highest delivered segments. */
+static uint32_t rack_seq_max(const udp_tx_t *tx)
+{
+    return seq_before(tx->rack_seq[0], tx->rack_seq[1]) ? tx->rack_seq[1] : tx->rack_seq[0];
 }
 
 static void rack_resend(udp_iface_t *ui, udp_ep_t *ep, udp_tx_t *tx)
@@ -207,7 +220,9 @@ static void rack_resend(udp_iface_t *ui, udp_ep_t *ep, udp_tx_t *tx)
     resend_batch_t b = {.n = 0};
     uint32_t sent = 0;
 
-    for (uint32_t seq = tx->una; seq_before(seq, tx->rack_seq) && sent < UDP_SACK_BURST; seq++) {
+    uint32_t end = rack_seq_max(tx);
+
+    for (uint32_t seq = tx->una; seq_before(seq, end) && sent < UDP_SACK_BURST; seq++) {
         udp_seg_t *seg = tx->win[udp_tx_slot(tx, seq)];
         if (!rack_lost(tx, seg))
             continue;
@@ -217,12 +232,31 @@ static void rack_resend(udp_iface_t *ui, udp_ep_t *ep, udp_tx_t *tx)
     resend_flush(ui, ep, &b);
 }
 
+/* Segments on a lane and the others travel different flows, which a
+ * network may reorder between them (receive-side scaling, ECMP): a
+ * segment delivered proves lost only what went before it on its own
+ * flow. */
 static void rack_update(udp_tx_t *tx, const udp_seg_t *seg)
 {
-    if (seq_before(tx->rack_seq, seg->seq))
-        tx->rack_seq = seg->seq;
-    if (seg->first_sent_us > tx->rack_us)
-        tx->rack_us = seg->first_sent_us;
+    int f = seg_flow(seg);
+
+    if (seq_before(tx->rack_seq[f], seg->seq))
+        tx->rack_seq[f] = seg->seq;
+    if (seg->first_sent_us > tx->rack_us[f])
+        tx->rack_us[f] = seg->first_sent_us;
+}
+
+/* Sends seg again from the endpoint's own socket even if it goes on a
+ * lane: a lane's socket is the node's, unconnected, and hears no refusal,
+ * so what a timer sends (the probe, a timeout's first segment) also asks
+ * whether the peer's port is still there (udp_live.c). */
+static void seg_resend_direct(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t *seg)
+{
+    uint32_t lane = seg->lane;
+
+    seg->lane = 0;
+    udp_seg_retransmit(ui, ep, seg);
+    seg->lane = lane;
 }
 
 /* The probe: the newest segment the receiver has not reported. */
@@ -231,7 +265,7 @@ static void tail_probe(udp_iface_t *ui, udp_tx_t *tx)
     for (uint32_t seq = tx->next_seq - 1; seq_before(seq, tx->next_seq) && !seq_before(seq, tx->una); seq--) {
         udp_seg_t *seg = tx->win[udp_tx_slot(tx, seq)];
         if (!seg->sacked) {
-            udp_seg_retransmit(ui, tx->ep, seg);
+            seg_resend_direct(ui, tx->ep, seg);
             return;
         }
     }
@@ -249,7 +283,10 @@ static void rto_resend(udp_iface_t *ui, udp_tx_t *tx, uint64_t now)
         udp_seg_t *seg = tx->win[udp_tx_slot(tx, seq)];
         if (seq != tx->una && (seg->sacked || now - seg->sent_us < tx->rto_us))
             continue;
-        resend_add(ui, tx->ep, &b, seg);
+        if (seq == tx->una && seg->lane != 0)
+            seg_resend_direct(ui, tx->ep, seg);
+        else
+            resend_add(ui, tx->ep, &b, seg);
         sent++;
     }
     resend_flush(ui, tx->ep, &b);
@@ -319,6 +356,10 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
             rack_update(tx, seg);
             udp_seg_free(ui, seg);
             tx->win[udp_tx_slot(tx, tx->una)] = NULL;
+        }
+        for (int f = 0; f < 2; f++) { /* a flow idle meanwhile stays just below una, never stale */
+            if (seq_before(tx->rack_seq[f], tx->una - 1))
+                tx->rack_seq[f] = tx->una - 1;
         }
         if (clean && ui->rx_now_us > sent_us)
             rtt_sample(ep, ui->rx_now_us - sent_us);
@@ -442,7 +483,7 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
 void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last)
 {
     udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
-    uint64_t t0 = tx->rack_us;
+    uint64_t t0 = tx->rack_us[0] > tx->rack_us[1] ? tx->rack_us[0] : tx->rack_us[1];
     resend_batch_t b = {.n = 0};
     uint32_t sent = 0;
 

@@ -21,21 +21,25 @@ static int dgram_drop(udp_iface_t *ui, const char *why, size_t len)
 }
 
 /* A datagram for another process of this node: the kernel steered it
- * here while the port's group changed (udp_node.c). Dropped, so that it
- * costs its sender a retransmission, never a misdelivery; logged at most
- * once a second. */
-static int dgram_misrouted(udp_iface_t *ui, const udp_hdr_t *h, size_t len, const struct sockaddr_in *from)
+ * here while the port's group changed, or merged it with one of ours
+ * (UDP GRO joins a flow's datagrams, whoever they are for; udp_node.c).
+ * Never delivered here: handed on to its process through the node's port
+ * when one holds its index, else dropped (its sender is told); logged at
+ * most once a second. */
+static int dgram_misrouted(udp_iface_t *ui, const udp_hdr_t *h, unsigned char *buf, size_t len, uint32_t csum,
+                           const struct sockaddr_in *from)
 {
     uint64_t now = ui->rx_now_us;
 
     ui->stats.misrouted++;
     if (now >= ui->misrouted_log_us + 1000000) {
-        util_info("udp: %llu datagrams for other processes of this node dropped so far (the last for "
-                  "index %u; ours is %u)", (unsigned long long)ui->stats.misrouted, h->dst_index,
-                  ui->sock.index);
+        util_info("udp: %llu datagrams for other processes of this node reached us so far, %llu handed on "
+                  "(the last for index %u; ours is %u)", (unsigned long long)ui->stats.misrouted,
+                  (unsigned long long)ui->stats.handed_on, h->dst_index, ui->sock.index);
         ui->misrouted_log_us = now;
     }
-    udp_node_misrouted(ui, h, from);
+    memcpy(buf + offsetof(udp_hdr_t, csum), &(uint32_t){htole32(csum)}, sizeof(csum)); /* as it came */
+    udp_node_misrouted(ui, h, from, buf, len);
     return dgram_drop(ui, "steered to the wrong process", len);
 }
 
@@ -70,7 +74,7 @@ static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_
     if (h->job_key != ui->job_key)
         return dgram_drop(ui, "another job's key", len);
     if (h->dst_index != ui->sock.index)
-        return dgram_misrouted(ui, h, len, from);
+        return dgram_misrouted(ui, h, buf, len, csum, from);
     if (h->dst_id != ui->uuid)
         return dgram_drop(ui, "addressed to another context", len);
     return 0;

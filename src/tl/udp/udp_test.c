@@ -632,7 +632,9 @@ static uint64_t node_job_key(void)
     return 0x6e0de000000ull ^ ((uint64_t)getpid() << 8) ^ udp_now_us();
 }
 
-static int lanes_setting = -1; /* TMX_UDP_LANES for the next sides, if not -1 */
+static int lanes_setting = -1;  /* TMX_UDP_LANES for the next sides, if not -1 */
+static double faults_setting;    /* their TMX_UDP_FAULTS drop rate */
+static uint64_t rto_setting;     /* their TMX_UDP_RTO_MS, if not 0 */
 
 static void side_open_job(side_t *s, uint64_t uuid, uint64_t job_key, int in_job)
 {
@@ -643,6 +645,9 @@ static void side_open_job(side_t *s, uint64_t uuid, uint64_t job_key, int in_job
     assert_int_equal(unit_tl_settings(&set), TMX_OK);
     if (lanes_setting >= 0)
         set.udp.lanes = (uint32_t)lanes_setting;
+    if (rto_setting != 0)
+        set.udp.rto_ms = rto_setting;
+    set.udp.faults.drop = faults_setting;
     memset(s, 0, sizeof(*s));
     assert_int_equal(tl_udp_ops.iface_open(&p, &iface), TMX_OK);
     s->ui = (udp_iface_t *)iface;
@@ -659,6 +664,7 @@ typedef struct node_case {
 
 static void node_case_open(node_case_t *c, int n)
 {
+    memset(c, 0, sizeof(*c));
     c->key = node_job_key();
     side_open_job(&c->tx, 0x5e0d, c->key, 0);
     for (int i = 0; i < n; i++)
@@ -798,6 +804,45 @@ static void test_node_wrong_index_dropped(void **state)
     assert_int_equal(c.m[0].packets + c.m[1].packets, 0);
     assert_true(c.m[0].ui->stats.misrouted + c.m[1].ui->stats.misrouted >= 2);
     c.tx.failures = 0; /* the endpoint that named a wrong index may have been declared dead */
+    for (int i = 0; i < 2; i++)
+        side_close(&c.m[i]);
+    side_close(&c.tx);
+}
+
+/* A datagram for a node-mate that reached us (a stale program, or UDP GRO
+ * joining a flow's datagrams whoever they are for) is handed on through
+ * the node's port and delivered there, once: one that came from the
+ * node's port itself stops here. */
+static void test_node_misrouted_handed_on(void **state)
+{
+    node_case_t c;
+    unsigned char buf[sizeof(udp_hdr_t) + 8] = {0}, copy[sizeof(buf)];
+    udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), htons(9),
+                   0, htole64(0x5e0d), htole64(0x1001), 0, {0, 0}, 0, htole64(8), 0, 0, 0, htons(1), 0};
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr = {htonl(INADDR_LOOPBACK)}};
+    uint64_t end;
+
+    (void)state;
+    node_case_open(&c, 2);
+    h.job_key = htole64(c.key);
+    memcpy(buf, &h, sizeof(h));
+    h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
+    memcpy(buf, &h, sizeof(h));
+    memcpy(copy, buf, sizeof(buf));
+    c.m[0].ui->rx_now_us = udp_now_us();
+    udp_dgram_input(c.m[0].ui, buf, sizeof(buf), &from);
+    assert_int_equal(c.m[0].ui->stats.misrouted, 1);
+    assert_int_equal(c.m[0].ui->stats.handed_on, 1);
+    assert_int_equal(c.m[0].packets, 0);
+    end = udp_now_us() + 2000000;
+    while (c.m[1].packets == 0 && udp_now_us() < end)
+        tl_udp_ops.progress(&c.m[1].ui->super);
+    assert_int_equal(c.m[1].packets, 1);
+    assert_int_equal(c.m[1].bytes, 8);
+    /* from the node's port: not handed on again */
+    udp_dgram_input(c.m[0].ui, copy, sizeof(copy), &c.m[0].ui->sock.self_sa);
+    assert_int_equal(c.m[0].ui->stats.misrouted, 2);
+    assert_int_equal(c.m[0].ui->stats.handed_on, 1);
     for (int i = 0; i < 2; i++)
         side_close(&c.m[i]);
     side_close(&c.tx);
@@ -1033,11 +1078,13 @@ static void test_node_stale_table_swept(void **state)
  * size. */
 static void lanes_send_bulk(node_case_t *c, int n, int per_member, size_t len)
 {
-    uint64_t end = udp_now_us() + 5000000;
+    uint64_t end = udp_now_us() + 10000000;
+    size_t had = c->tx.packets, bytes = c->tx.bytes;
     int done = 0;
 
     for (int i = 0; i < n; i++) {
-        c->ep[i] = connect_to(&c->m[i], &c->tx, 0x5e0d);
+        if (c->ep[i] == NULL)
+            c->ep[i] = connect_to(&c->m[i], &c->tx, 0x5e0d);
         for (int k = 0; k < per_member; k++)
             send_bytes(c->ep[i], len);
     }
@@ -1045,53 +1092,95 @@ static void lanes_send_bulk(node_case_t *c, int n, int per_member, size_t len)
         tl_udp_ops.progress(&c->tx.ui->super);
         for (int i = 0; i < n; i++)
             tl_udp_ops.progress(&c->m[i].ui->super);
-        done = c->tx.packets == (size_t)(n * per_member);
+        done = c->tx.packets - had == (size_t)(n * per_member);
     }
-    assert_int_equal(c->tx.packets, (size_t)(n * per_member));
-    assert_int_equal(c->tx.bytes, (size_t)(n * per_member) * len);
+    assert_int_equal(c->tx.packets - had, (size_t)(n * per_member));
+    assert_int_equal(c->tx.bytes - bytes, (size_t)(n * per_member) * len);
 }
 
-/* Lanes: the job's members on the node send their bulk data from the
- * same TMX_UDP_LANES ports, so the node has that many flows of bulk data
- * to another node however many members it has; short packets still leave
- * from each member's own socket; nothing sent to a lane is kept. */
+static uint16_t local_port(int fd)
+{
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof(sa);
+
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    return ntohs(sa.sin_port);
+}
+
+/* Lanes: the job's members on the node open TMX_UDP_LANES sockets as they
+ * join, on the same ports, outside the kernel's ephemeral range; each
+ * peer's bulk data leaves from its lane, the peers of a node spread over
+ * the lanes, so the node has that many flows of bulk data to another node
+ * however many members it has, while short packets leave from each
+ * member's own socket (read here off the receiver's socket, with the
+ * address each datagram came from). Nothing sent to a lane is kept. */
 static void test_node_lanes_shared(void **state)
 {
     node_case_t c;
-    uint16_t port0[3];
-    int probe, pending = -1;
+    uint16_t port0[3], conn_port[NODE_SIDES];
+    unsigned char *buf = malloc(65536);
+    int pending = -1, probe, seen[3] = {0}, bulk = 0, shorts = 0;
+    uint64_t end;
 
     (void)state;
+    assert_non_null(buf);
     lanes_setting = 3;
+    rto_setting = 5000; /* what is sent first is read: nothing sent again meanwhile */
     node_case_open(&c, NODE_SIDES);
-    lanes_setting = -1;
-    for (int i = 0; i < NODE_SIDES; i++)
-        assert_int_equal(c.m[i].ui->sock.lanes, 0); /* opened at the first bulk packet */
-    lanes_send_bulk(&c, NODE_SIDES, 4, 200000);
-    for (unsigned l = 0; l < 3; l++) {
-        port0[l] = udp_node_lane_port(c.m[0].ui, l);
-        assert_int_not_equal(port0[l], 0);
-        assert_int_not_equal(port0[l], ntohs(c.m[0].ui->sock.self_sa.sin_port));
-        for (unsigned k = 0; k < l; k++)
-            assert_int_not_equal(port0[l], port0[k]);
-    }
-    assert_int_equal(udp_node_lane_port(c.m[0].ui, 3), 0);
+    rto_setting = 0;
     for (int i = 0; i < NODE_SIDES; i++) {
         assert_int_equal(c.m[i].ui->sock.lanes, 3);
-        for (unsigned l = 0; l < 3; l++)
-            assert_int_equal(udp_node_lane_port(c.m[i].ui, l), port0[l]);
-        /* 4 packets of 4 datagrams each (loopback's): on the lanes */
-        assert_true(c.m[i].ui->stats.lane_segs >= 4 * 4);
+        for (unsigned l = 0; l < 3; l++) {
+            uint16_t p = udp_node_lane_port(c.m[i].ui, l);
+            if (i == 0)
+                port0[l] = p;
+            assert_int_equal(p, port0[l]);
+            assert_true(p >= 14000 && p < 20000);
+            assert_int_not_equal(p, ntohs(c.m[i].ui->sock.self_sa.sin_port));
+            for (unsigned k = 0; k < l; k++)
+                assert_int_not_equal(port0[l], port0[k]);
+        }
     }
-    /* a short packet does not take a lane */
-    {
-        uint64_t before = c.m[0].ui->stats.lane_segs;
-        want_t w = {&c.tx, NODE_SIDES * 4 + 1, NULL};
-        send_bytes(c.ep[0], 100);
-        assert_int_equal(c.m[0].ui->stats.lane_segs, before);
-        assert_true(poll_until(&c.tx, &c.m[0], got_packets, &w));
+    assert_int_equal(udp_node_lane_port(c.m[0].ui, 3), 0);
+    /* each member sends one bulk packet and one short one; the receiver's
+     * datagrams are read raw, so nothing is acknowledged (and nothing sent
+     * again within the long first timeout the members have) */
+    for (int i = 0; i < NODE_SIDES; i++) {
+        c.ep[i] = connect_to(&c.m[i], &c.tx, 0x5e0d);
+        send_bytes(c.ep[i], 20000);
+        send_bytes(c.ep[i], 100);
+        assert_non_null(c.ep[i]->conn);
+        conn_port[i] = local_port(c.ep[i]->conn->fd);
+        assert_int_equal(c.ep[i]->lane, 1 + (unsigned)i % 3); /* a node's first peers spread: index i, lane i */
     }
-    /* a datagram sent to a lane's port is not kept by any member */
+    end = udp_now_us() + 300000;
+    while (udp_now_us() < end) {
+        struct sockaddr_in from;
+        socklen_t fl = sizeof(from);
+        ssize_t n = recvfrom(c.tx.ui->sock.fd, buf, 65536, MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+        int lane = -1, member = -1;
+        if (n < 0) {
+            usleep(1000);
+            continue;
+        }
+        for (int l = 0; l < 3; l++)
+            lane = ntohs(from.sin_port) == port0[l] ? l : lane;
+        for (int m = 0; m < NODE_SIDES; m++)
+            member = ntohs(from.sin_port) == conn_port[m] ? m : member;
+        if (n == (ssize_t)sizeof(udp_hdr_t) + 100) { /* a short packet: from the member's own socket */
+            assert_true(member >= 0);
+            shorts++;
+        } else { /* a bulk segment: from a lane, never a member's own socket */
+            assert_true(lane >= 0);
+            seen[lane]++;
+            bulk++;
+        }
+    }
+    assert_int_equal(bulk, NODE_SIDES * 15); /* 20000 B in segments of 1400 */
+    assert_int_equal(shorts, NODE_SIDES);
+    for (int l = 0; l < 3; l++)
+        assert_true(seen[l] > 0);
+    /* a datagram sent to a lane's port is kept by no member */
     probe = socket(AF_INET, SOCK_DGRAM, 0);
     assert_true(probe >= 0);
     {
@@ -1110,17 +1199,78 @@ static void test_node_lanes_shared(void **state)
         }
     }
     /* a member that joins later binds the same lanes */
-    lanes_setting = 3;
     side_open_job(&c.m[NODE_SIDES], 0x1000 + NODE_SIDES, c.key, 1);
     lanes_setting = -1;
-    c.tx.packets = c.tx.bytes = 0;
-    lanes_send_bulk(&c, NODE_SIDES + 1, 1, 150000);
     for (unsigned l = 0; l < 3; l++)
         assert_int_equal(udp_node_lane_port(c.m[NODE_SIDES].ui, l), port0[l]);
     for (int i = 0; i <= NODE_SIDES; i++)
         side_close(&c.m[i]);
     c.tx.failures = 0; /* the members said bye */
     side_close(&c.tx);
+    free(buf);
+}
+
+/* Bulk data on lanes arrives whole, also when a fifth of the datagrams
+ * are lost and the repairs go on the lanes too (and a timer's resend
+ * from the member's own socket). */
+static void test_node_lanes_deliver(void **state)
+{
+    node_case_t c;
+    double drop[2] = {0, 0.2};
+
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        lanes_setting = 2;
+        faults_setting = drop[k];
+        node_case_open(&c, NODE_SIDES);
+        lanes_setting = -1;
+        faults_setting = 0;
+        memset(c.ep, 0, sizeof(c.ep));
+        lanes_send_bulk(&c, NODE_SIDES, 6, 30000);
+        for (int i = 0; i < NODE_SIDES; i++) {
+            assert_true(c.m[i].ui->stats.lane_segs >= 6 * 22);
+            if (k == 1)
+                assert_true(c.m[i].ui->stats.retransmits > 0);
+        }
+        for (int i = 0; i < NODE_SIDES; i++)
+            side_close(&c.m[i]);
+        c.tx.failures = 0; /* the members said bye */
+        side_close(&c.tx);
+    }
+}
+
+/* A peer whose port is gone while bulk data to it is in flight on a lane
+ * is found dead on the kernel's word, as without lanes: the timer's
+ * resend leaves from the member's own socket, which hears the refusal
+ * (a lane's socket, the node's, does not), before any keepalive to a
+ * silent peer. */
+static void test_node_lanes_refused(void **state)
+{
+    node_case_t c;
+    udp_ep_t *ep;
+    want_t w;
+
+    (void)state;
+    lanes_setting = 3;
+    node_case_open(&c, 1);
+    lanes_setting = -1;
+    ep = c.ep[0] = connect_to(&c.m[0], &c.tx, 0x5e0d);
+    send_bytes(ep, 64);
+    w = (want_t){&c.tx, 1, ep};
+    assert_true(poll_until(&c.m[0], &c.tx, got_packets, &w));
+    assert_true(poll_until(&c.m[0], &c.tx, all_acked, &w));
+    udp_ep_find(c.tx.ui, 0x1000)->failed = 1; /* the peer dies: no goodbye */
+    side_close(&c.tx);
+    send_bytes(ep, 20000);
+    assert_int_not_equal(ep->lane, 0);
+    assert_true(wait_alone(&c.m[0], failed_once, &c.m[0]));
+    assert_true(ep->failed && ep->n_refused > 0);
+    /* before a keepalive to a silent peer would have gone out (1 s of
+     * silence, udp_live.c): the refusals answered the data channel's own
+     * resends */
+    assert_true(udp_now_us() - ep->last_rx_us < 1000000);
+    c.m[0].failures = 0;
+    side_close(&c.m[0]);
 }
 
 /* TMX_UDP_LANES=0, or a context with a port of its own: no lanes, bulk
@@ -1174,12 +1324,15 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_node_port_shared),
         cmocka_unit_test(test_node_member_closes),
         cmocka_unit_test(test_node_wrong_index_dropped),
+        cmocka_unit_test(test_node_misrouted_handed_on),
         cmocka_unit_test(test_node_fallback_port_held),
         cmocka_unit_test(test_node_setting_off),
         cmocka_unit_test(test_node_member_dies),
         cmocka_unit_test(test_node_two_members_die),
         cmocka_unit_test(test_node_stale_table_swept),
         cmocka_unit_test(test_node_lanes_shared),
+        cmocka_unit_test(test_node_lanes_deliver),
+        cmocka_unit_test(test_node_lanes_refused),
         cmocka_unit_test(test_node_lanes_off),
     };
 

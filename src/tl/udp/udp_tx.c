@@ -375,11 +375,10 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t 
     ui->super.quiet = 0;
     if (nseg > UINT32_MAX || udp_tx_reserve(ui, &ep->tx[ch], (uint32_t)nseg) != TMX_OK)
         return TMX_ERR_AGAIN;
-    if (nseg > 1 && ch == UDP_CH_DATA) { /* bulk data: on a lane of the node's, in turn */
-        if (!ui->sock.lanes_tried)
-            udp_node_lanes_open(ui);
-        if (ui->sock.lanes > 0)
-            lane = 1 + ui->sock.lane_next++ % ui->sock.lanes;
+    if (nseg > 1 && ch == UDP_CH_DATA && ui->sock.lanes > 0) { /* bulk data: on the peer's lane */
+        if (ep->lane == 0)
+            ep->lane = 1 + ui->sock.lane_next++ % ui->sock.lanes;
+        lane = ep->lane;
     }
     now = udp_now_us(); /* one reading per send: in a VM it costs ~50 ns */
     for (size_t i = 0, nb = 0; i < nseg; i++) {

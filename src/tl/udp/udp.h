@@ -56,11 +56,9 @@ typedef struct udp_tx {
     uint32_t dup_acks;
     uint64_t rto_us;             /* current retransmit timeout, backs off */
     uint64_t last_progress_us;   /* when una last moved, for failure */
-    uint32_t rack_seq[2];        /* the highest segment known delivered */
-    uint64_t rack_us[2];         /* the latest first sending of a segment
-                                    known delivered (RACK, see udp_rel.c);
-                                    [1]: of those sent on a lane, [0]: the
-                                    others (loss is judged within a flow) */
+    uint32_t rack_seq;           /* the highest segment known delivered */
+    uint64_t rack_us;            /* the latest first sending of a segment
+                                    known delivered (RACK, see udp_rel.c) */
     int probed;                  /* the tail probe of this flight went out */
     util_timer_t timer;          /* retransmit */
     struct udp_iface *ui;        /* for the timer's callback */

@@ -195,24 +195,11 @@ void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg, uint64_
  * known, so the earliest is assumed: a needless resend can then never
  * make segments still on their way look lost). A resend refreshes the
  * send time, so each loss is resent once per proof. */
-static inline int seg_flow(const udp_seg_t *seg)
-{
-    return seg->lane != 0;
-}
-
 static int rack_lost(const udp_tx_t *tx, const udp_seg_t *seg)
 {
-    int f = seg_flow(seg);
-
     if (seg->sacked)
         return 0;
-    return seg->resent ? seg->sent_us < tx->rack_us[f] : seq_before(seg->seq, tx->rack_seq[f]);
-}
-
-/* The later of the flows' highest delivered segments. */
-static uint32_t rack_seq_max(const udp_tx_t *tx)
-{
-    return seq_before(tx->rack_seq[0], tx->rack_seq[1]) ? tx->rack_seq[1] : tx->rack_seq[0];
+    return seg->resent ? seg->sent_us < tx->rack_us : seq_before(seg->seq, tx->rack_seq);
 }
 
 static void rack_resend(udp_iface_t *ui, udp_ep_t *ep, udp_tx_t *tx)
@@ -220,9 +207,7 @@ static void rack_resend(udp_iface_t *ui, udp_ep_t *ep, udp_tx_t *tx)
     resend_batch_t b = {.n = 0};
     uint32_t sent = 0;
 
-    uint32_t end = rack_seq_max(tx);
-
-    for (uint32_t seq = tx->una; seq_before(seq, end) && sent < UDP_SACK_BURST; seq++) {
+    for (uint32_t seq = tx->una; seq_before(seq, tx->rack_seq) && sent < UDP_SACK_BURST; seq++) {
         udp_seg_t *seg = tx->win[udp_tx_slot(tx, seq)];
         if (!rack_lost(tx, seg))
             continue;
@@ -232,18 +217,12 @@ static void rack_resend(udp_iface_t *ui, udp_ep_t *ep, udp_tx_t *tx)
     resend_flush(ui, ep, &b);
 }
 
-/* Segments on a lane and the others travel different flows, which a
- * network may reorder between them (receive-side scaling, ECMP): a
- * segment delivered proves lost only what went before it on its own
- * flow. */
 static void rack_update(udp_tx_t *tx, const udp_seg_t *seg)
 {
-    int f = seg_flow(seg);
-
-    if (seq_before(tx->rack_seq[f], seg->seq))
-        tx->rack_seq[f] = seg->seq;
-    if (seg->first_sent_us > tx->rack_us[f])
-        tx->rack_us[f] = seg->first_sent_us;
+    if (seq_before(tx->rack_seq, seg->seq))
+        tx->rack_seq = seg->seq;
+    if (seg->first_sent_us > tx->rack_us)
+        tx->rack_us = seg->first_sent_us;
 }
 
 /* Sends seg again from the endpoint's own socket even if it goes on a
@@ -356,10 +335,6 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
             rack_update(tx, seg);
             udp_seg_free(ui, seg);
             tx->win[udp_tx_slot(tx, tx->una)] = NULL;
-        }
-        for (int f = 0; f < 2; f++) { /* a flow idle meanwhile stays just below una, never stale */
-            if (seq_before(tx->rack_seq[f], tx->una - 1))
-                tx->rack_seq[f] = tx->una - 1;
         }
         if (clean && ui->rx_now_us > sent_us)
             rtt_sample(ep, ui->rx_now_us - sent_us);
@@ -483,7 +458,7 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
 void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last)
 {
     udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
-    uint64_t t0 = tx->rack_us[0] > tx->rack_us[1] ? tx->rack_us[0] : tx->rack_us[1];
+    uint64_t t0 = tx->rack_us;
     resend_batch_t b = {.n = 0};
     uint32_t sent = 0;
 

@@ -375,7 +375,9 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t 
     ui->super.quiet = 0;
     if (nseg > UINT32_MAX || udp_tx_reserve(ui, &ep->tx[ch], (uint32_t)nseg) != TMX_OK)
         return TMX_ERR_AGAIN;
-    if (nseg > 1 && ch == UDP_CH_DATA && ui->sock.lanes > 0) { /* bulk data: on the peer's lane */
+    /* bulk data, on the peer's lane: a packet of several datagrams, and
+     * every piece of a read's or a write's data (the last may be short) */
+    if (ch == UDP_CH_DATA && ui->sock.lanes > 0 && (nseg > 1 || (d->flags & (UDP_FLAG_GET_DATA | UDP_FLAG_PUT_DATA)))) {
         if (ep->lane == 0)
             ep->lane = 1 + ui->sock.lane_next++ % ui->sock.lanes;
         lane = ep->lane;

@@ -682,6 +682,8 @@ static void node_nobody(udp_iface_t *ui, const udp_hdr_t *h, const struct sockad
     r.csum = htole32(util_crc32c(0, buf, sizeof(r)));
     memcpy(buf, &r, sizeof(r));
     to.sin_port = h->port;
+    if (h->flags & UDP_FLAG_HANDED)
+        to.sin_addr.s_addr = h->pad; /* its first sender, not the node-mate that handed it on */
     (void)sendto(ui->sock.fd, buf, sizeof(buf), 0, (struct sockaddr *)&to, sizeof(to));
 }
 
@@ -703,6 +705,14 @@ void udp_node_misrouted(udp_iface_t *ui, const udp_hdr_t *h, const struct sockad
          * stale program cannot bounce it around. GRO's merges are not a
          * stale program: only a wrong steering calls for a look. */
         if (from->sin_addr.s_addr != me->sin_addr.s_addr || from->sin_port != me->sin_port) {
+            unsigned char *d = (unsigned char *)dgram;
+            uint16_t fl = htole16((uint16_t)(h->flags | UDP_FLAG_HANDED));
+            uint32_t c;
+            memcpy(d + offsetof(udp_hdr_t, flags), &fl, sizeof(fl));
+            memcpy(d + offsetof(udp_hdr_t, pad), &from->sin_addr.s_addr, sizeof(uint32_t));
+            memset(d + offsetof(udp_hdr_t, csum), 0, sizeof(uint32_t));
+            c = htole32(util_crc32c(0, d, len));
+            memcpy(d + offsetof(udp_hdr_t, csum), &c, sizeof(c));
             if (sendto(ui->sock.fd, dgram, len, 0, (const struct sockaddr *)me, sizeof(*me)) == (ssize_t)len) {
                 ui->stats.handed_on++;
                 return;

@@ -69,8 +69,11 @@ static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_
     h->src_index = ntohs(h->src_index);
     h->dst_index = ntohs(h->dst_index);
     if (h->version != UDP_WIRE_VERSION || h->channel >= UDP_N_CH || (h->flags & ~UDP_FLAG_MASK) || h->port == 0 ||
-        h->len != len - sizeof(*h) || h->pad != 0)
+        h->len != len - sizeof(*h) || (h->pad != 0) != ((h->flags & UDP_FLAG_HANDED) != 0))
         return dgram_drop(ui, "malformed header", len);
+    if ((h->flags & UDP_FLAG_HANDED) && (from->sin_addr.s_addr != ui->sock.self_sa.sin_addr.s_addr ||
+                                          from->sin_port != ui->sock.self_sa.sin_port))
+        return dgram_drop(ui, "handed on, but not by the node's port", len);
     if (h->job_key != ui->job_key)
         return dgram_drop(ui, "another job's key", len);
     if (h->dst_index != ui->sock.index)
@@ -88,7 +91,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
     if (dgram_parse(ui, buf, len, &h, from) != 0)
         return;
     if (h.flags & UDP_FLAG_NOBODY) { /* from a process of the peer's node, not from the peer */
-        if (h.flags == (UDP_FLAG_NOBODY | UDP_FLAG_ACK_ONLY))
+        if ((h.flags & ~UDP_FLAG_HANDED) == (UDP_FLAG_NOBODY | UDP_FLAG_ACK_ONLY))
             udp_live_nobody(ui, h.src_id);
         return;
     }
@@ -96,6 +99,8 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
     if (ep == NULL && ui->n_eps < UDP_MAX_EPS) {
         struct sockaddr_in sa = *from;
         sa.sin_port = h.port; /* not the port it left from: see udp_wire.h */
+        if (h.flags & UDP_FLAG_HANDED)
+            sa.sin_addr.s_addr = h.pad; /* where it came from before a node-mate handed it on */
         ep = udp_ep_new(ui, h.src_id, &sa, h.src_index);
     }
     if (ep == NULL) {

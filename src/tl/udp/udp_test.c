@@ -1304,6 +1304,99 @@ static void test_node_lanes_off(void **state)
     side_close(&c.tx);
 }
 
+/* A peer on another host whose first datagram to m1 reached m0 (UDP GRO
+ * joined it to one of m0's) and was handed on: m1's endpoint for it has
+ * the peer's address, not the node's, and m1's ACK reaches the peer. */
+static void test_node_handed_on_first_contact(void **state)
+{
+    node_case_t c;
+    unsigned char buf[sizeof(udp_hdr_t) + 8] = {0};
+    int peer = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in far = {.sin_family = AF_INET, .sin_port = 0, .sin_addr = {htonl(0x7f000002)}};
+    socklen_t fl = sizeof(far);
+    udp_hdr_t h;
+    uint64_t end;
+    udp_ep_t *ep;
+    int got_ack = 0;
+
+    (void)state;
+    assert_true(peer >= 0);
+    assert_int_equal(bind(peer, (struct sockaddr *)&far, sizeof(far)), 0); /* "another host": 127.0.0.2 */
+    assert_int_equal(getsockname(peer, (struct sockaddr *)&far, &fl), 0);
+    node_case_open(&c, 2);
+    h = (udp_hdr_t){UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), far.sin_port,
+                    htole64(c.key), htole64(0x7777), htole64(0x1001), 0, {0, 0}, 0, htole64(8), 0, 0, 0, htons(1), 0};
+    memcpy(buf, &h, sizeof(h));
+    h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
+    memcpy(buf, &h, sizeof(h));
+    c.m[0].ui->rx_now_us = udp_now_us();
+    udp_dgram_input(c.m[0].ui, buf, sizeof(buf), &far); /* as if GRO had joined it to one of m0's */
+    assert_int_equal(c.m[0].ui->stats.handed_on, 1);
+    end = udp_now_us() + 500000;
+    while (udp_now_us() < end) {
+        unsigned char r[2048];
+        tl_udp_ops.progress(&c.m[1].ui->super);
+        if (recv(peer, r, sizeof(r), MSG_DONTWAIT) >= (ssize_t)sizeof(udp_hdr_t))
+            got_ack = 1;
+        if (got_ack)
+            break;
+    }
+    assert_int_equal(c.m[1].packets, 1);
+    ep = udp_ep_find(c.m[1].ui, 0x7777);
+    assert_non_null(ep);
+    assert_int_equal(ep->sa.sin_addr.s_addr, far.sin_addr.s_addr);
+    assert_true(got_ack);
+    close(peer);
+    for (int i = 0; i < 2; i++)
+        side_close(&c.m[i]);
+    side_close(&c.tx);
+}
+
+
+/* As above, as on a real network: the far node's port is the same number
+ * as ours (a hash of the job key), and the far peer's index (5) is held by
+ * no process here. m1's ACKs must not come back to this node as NOBODY
+ * notices that declare a live peer dead. */
+static void test_node_handed_on_no_false_death(void **state)
+{
+    node_case_t c;
+    unsigned char buf[sizeof(udp_hdr_t) + 8] = {0};
+    int peer = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in far = {.sin_family = AF_INET, .sin_addr = {htonl(0x7f000002)}};
+    udp_hdr_t h;
+    uint64_t end, t0;
+    udp_ep_t *ep;
+
+    (void)state;
+    assert_true(peer >= 0);
+    node_case_open(&c, 2);
+    far.sin_port = c.m[0].ui->sock.self_sa.sin_port;
+    assert_int_equal(bind(peer, (struct sockaddr *)&far, sizeof(far)), 0);
+    h = (udp_hdr_t){UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), far.sin_port,
+                    htole64(c.key), htole64(0x7777), htole64(0x1001), 0, {0, 0}, 0, htole64(8), 0, 0, htons(5), htons(1), 0};
+    memcpy(buf, &h, sizeof(h));
+    h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
+    memcpy(buf, &h, sizeof(h));
+    c.m[0].ui->rx_now_us = udp_now_us();
+    udp_dgram_input(c.m[0].ui, buf, sizeof(buf), &far);
+    assert_int_equal(c.m[0].ui->stats.handed_on, 1);
+    t0 = udp_now_us();
+    end = t0 + 1000000; /* without the fix: declared dead after about 200 ms */
+    while (c.m[1].failures == 0 && udp_now_us() < end) {
+        tl_udp_ops.progress(&c.m[0].ui->super);
+        tl_udp_ops.progress(&c.m[1].ui->super);
+    }
+    ep = udp_ep_find(c.m[1].ui, 0x7777);
+    assert_non_null(ep);
+    assert_false(ep->failed);
+    assert_int_equal(ep->n_refused, 0);
+    assert_int_equal(c.m[1].failures, 0);
+    close(peer);
+    for (int i = 0; i < 2; i++)
+        side_close(&c.m[i]);
+    side_close(&c.tx);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1325,6 +1418,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_node_member_closes),
         cmocka_unit_test(test_node_wrong_index_dropped),
         cmocka_unit_test(test_node_misrouted_handed_on),
+        cmocka_unit_test(test_node_handed_on_first_contact),
+        cmocka_unit_test(test_node_handed_on_no_false_death),
         cmocka_unit_test(test_node_fallback_port_held),
         cmocka_unit_test(test_node_setting_off),
         cmocka_unit_test(test_node_member_dies),

@@ -46,7 +46,9 @@ enum udp_flag {
                                      target address of its first byte,
                                      frag_id and reserved the low and high
                                      halves of the target's key */
-    UDP_FLAG_MASK = 0x3ff
+    UDP_FLAG_HANDED = 1u << 10,  /* handed on by a node-mate (udp_node.c): pad is the
+                                     IPv4 address it first came from */
+    UDP_FLAG_MASK = 0x7ff
 };
 
 typedef struct udp_hdr {
@@ -77,7 +79,8 @@ typedef struct udp_hdr {
                              steers the datagram by it to its process's
                              socket (seed 002's "SRQ number"); a receiver
                              drops what names another index */
-    uint32_t pad;         /* zero */
+    uint32_t pad;         /* zero; with UDP_FLAG_HANDED, the IPv4 address
+                             (network order) the datagram first came from */
 } udp_hdr_t;
 
 static_assert(sizeof(udp_hdr_t) == 72, "udp header is 72 bytes");

@@ -84,7 +84,7 @@ static const cfg_entry_t cfg_table[] = {
     {"TMX_UDP_MTU", CFG_UINT, "0", 0, 65535, NULL, CFG_FIELD(tl.udp.mtu),
      "udp: data datagram MTU in bytes (0: the interface's)"},
     {"TMX_UDP_WINDOW", CFG_UINT, "4096", 16, 1u << 20, NULL, CFG_FIELD(tl.udp.window),
-     "udp: segments in flight per peer and channel (rounded down to a power of two)"},
+     "udp: segments in flight per peer and channel (rounded down to a power of two, and raised to hold the largest packet: 256 at 1500-byte datagrams)"},
     {"TMX_UDP_CONNECT_MAX", CFG_UINT, "256", 0, 65536, NULL, CFG_FIELD(tl.udp.connect_max),
      "udp: remote addresses (nodes, with a port per node) that get a socket connected to them for "
      "sends (the kernel keeps the route); 0 for none"},

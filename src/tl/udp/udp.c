@@ -57,6 +57,18 @@ static void settings_apply(udp_iface_t *ui, uint32_t ifmtu)
     if (mtu < UDP_PRIO_MTU)
         mtu = UDP_PRIO_MTU;
     ui->cfg.mtu = (uint32_t)mtu;
+    /* a packet is sent whole or not at all (udp_send_segs): the window
+     * takes the largest one, or its sender would wait for ever */
+    {
+        uint64_t need = (UDP_MAX_PACKET + (mtu - sizeof(udp_hdr_t)) - 1) / (mtu - sizeof(udp_hdr_t)), w = 1;
+        while (w < need)
+            w *= 2;
+        if (ui->cfg.window < w) {
+            util_info("udp: TMX_UDP_WINDOW %u cannot hold a packet of %d bytes in datagrams of %llu: using %llu",
+                      ui->cfg.window, UDP_MAX_PACKET, (unsigned long long)mtu, (unsigned long long)w);
+            ui->cfg.window = (uint32_t)w;
+        }
+    }
 }
 
 static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t **out)

@@ -568,6 +568,30 @@ static void refused(const char *connect_max)
     side_close(&a);
 }
 
+/* A window set smaller than the largest packet needs (TMX_UDP_WINDOW=16,
+ * 1500-byte datagrams: a packet of UDP_MAX_PACKET bytes is 188 segments)
+ * grows to take it: a packet is sent whole or not at all, and its sender
+ * waited for ever. */
+static void test_small_window_takes_largest_packet(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab;
+    want_t w;
+
+    (void)state;
+    setenv("TMX_UDP_WINDOW", "16", 1);
+    pair_open(&a, &b);
+    unsetenv("TMX_UDP_WINDOW");
+    assert_true(a.ui->cfg.window >= 256);
+    ab = connect_to(&a, &b, UUID_B);
+    send_bytes(ab, UDP_MAX_PACKET);
+    send_bytes(ab, 100);
+    w = (want_t){&b, 2, ab};
+    assert_true(poll_until(&a, &b, got_packets, &w));
+    assert_int_equal(b.bytes, UDP_MAX_PACKET + 100);
+    pair_close(&a, &b);
+}
+
 /* A peer that closes its context says so: it is gone, cleanly, and its
  * port's refusal afterwards is no death. */
 static void test_closing_peer_says_bye(void **state)
@@ -1402,6 +1426,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_acks_reach_a_connected_sender),
         cmocka_unit_test(test_closing_peer_says_bye),
+        cmocka_unit_test(test_small_window_takes_largest_packet),
         cmocka_unit_test(test_refused_port_is_death),
         cmocka_unit_test(test_silent_peer_is_not_dead),
         cmocka_unit_test(test_both_connected),

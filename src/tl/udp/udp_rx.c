@@ -43,6 +43,23 @@ static int dgram_misrouted(udp_iface_t *ui, const udp_hdr_t *h, unsigned char *b
     return dgram_drop(ui, "steered to the wrong process", len);
 }
 
+/* Flags that can go together, as our senders set them: an ACK (ACK_ONLY,
+ * with its SACK, STALL, BYE or NOBODY) is no segment and carries a
+ * payload only as a SACK; a segment is at most one of a read request,
+ * read data and written data, and data of a read or a write is a piece
+ * at an offset, never a packet's FIRST or LAST. (HANDED goes with any.) */
+static int flags_consistent(uint16_t f, size_t payload)
+{
+    const uint16_t ack_kinds = UDP_FLAG_SACK | UDP_FLAG_STALL | UDP_FLAG_BYE | UDP_FLAG_NOBODY;
+    const uint16_t seg_kinds = UDP_FLAG_FIRST | UDP_FLAG_LAST | UDP_FLAG_GET_REQ | UDP_FLAG_GET_DATA | UDP_FLAG_PUT_DATA;
+    int kinds = !!(f & UDP_FLAG_GET_REQ) + !!(f & UDP_FLAG_GET_DATA) + !!(f & UDP_FLAG_PUT_DATA);
+
+    if (f & UDP_FLAG_ACK_ONLY)
+        return !(f & seg_kinds) && (payload == 0 || (f & UDP_FLAG_SACK));
+    return !(f & ack_kinds) && kinds <= 1 &&
+           !((f & (UDP_FLAG_GET_DATA | UDP_FLAG_PUT_DATA)) && (f & (UDP_FLAG_FIRST | UDP_FLAG_LAST)));
+}
+
 /* Checks a datagram before any of it is trusted; converts the header. */
 static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_t *h,
                        const struct sockaddr_in *from)
@@ -71,6 +88,8 @@ static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_
     if (h->version != UDP_WIRE_VERSION || h->channel >= UDP_N_CH || (h->flags & ~UDP_FLAG_MASK) || h->port == 0 ||
         h->len != len - sizeof(*h) || (h->pad != 0) != ((h->flags & UDP_FLAG_HANDED) != 0))
         return dgram_drop(ui, "malformed header", len);
+    if (!flags_consistent(h->flags, h->len))
+        return dgram_drop(ui, "flags that contradict each other", len);
     if ((h->flags & UDP_FLAG_HANDED) && (from->sin_addr.s_addr != ui->sock.self_sa.sin_addr.s_addr ||
                                           from->sin_port != ui->sock.self_sa.sin_port))
         return dgram_drop(ui, "handed on, but not by the node's port", len);

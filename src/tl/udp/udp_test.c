@@ -291,6 +291,45 @@ static void test_reply_port_zero_dropped(void **state)
     side_close(&b);
 }
 
+/* Flags that contradict each other are dropped, whatever else is right:
+ * an ACK with a segment's flags or an unexplained payload, a SACK, BYE or
+ * NOBODY on a segment, a segment both read data and written data, read
+ * data marked as a packet's first segment. */
+static void test_contradictory_flags_dropped(void **state)
+{
+    static const uint16_t bad[] = {
+        UDP_FLAG_ACK_ONLY | UDP_FLAG_FIRST | UDP_FLAG_LAST,
+        UDP_FLAG_ACK_ONLY | UDP_FLAG_GET_DATA,
+        UDP_FLAG_ACK_ONLY, /* with a payload, no SACK */
+        UDP_FLAG_FIRST | UDP_FLAG_LAST | UDP_FLAG_SACK,
+        UDP_FLAG_FIRST | UDP_FLAG_LAST | UDP_FLAG_BYE,
+        UDP_FLAG_FIRST | UDP_FLAG_LAST | UDP_FLAG_NOBODY,
+        UDP_FLAG_GET_DATA | UDP_FLAG_PUT_DATA,
+        UDP_FLAG_GET_REQ | UDP_FLAG_GET_DATA | UDP_FLAG_FIRST,
+        UDP_FLAG_GET_DATA | UDP_FLAG_FIRST,
+        UDP_FLAG_PUT_DATA | UDP_FLAG_LAST,
+    };
+    side_t b;
+    unsigned char buf[sizeof(udp_hdr_t) + 8] = {0};
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_port = htons(9)};
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->rx_now_us = udp_now_us();
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(bad[i]), htole16(8), htons(9), htole64(JOB_KEY),
+                       htole64(UUID_A), htole64(UUID_B), 0, {0, 0}, 0, htole64(8), 0, 0, 0, 0, 0};
+        memcpy(buf, &h, sizeof(h));
+        h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
+        memcpy(buf, &h, sizeof(h));
+        udp_dgram_input(b.ui, buf, sizeof(buf), &from);
+        assert_int_equal(b.ui->stats.dropped, i + 1);
+    }
+    assert_int_equal(b.packets, 0);
+    assert_null(udp_ep_find(b.ui, UUID_A));
+    side_close(&b);
+}
+
 /* GRO is off while messages come one at a time, on once data comes in
  * bulk, and off again UDP_GRO_IDLE_US after the last bulk read. */
 static void test_gro_follows_bulk(void **state)
@@ -1432,6 +1471,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_both_connected),
         cmocka_unit_test(test_connect_max),
         cmocka_unit_test(test_reply_port_zero_dropped),
+        cmocka_unit_test(test_contradictory_flags_dropped),
         cmocka_unit_test(test_gro_follows_bulk),
         cmocka_unit_test(test_empty_pieces),
         cmocka_unit_test(test_burst_read_after_gro_off),

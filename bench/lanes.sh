@@ -39,33 +39,12 @@ TMP=$(mktemp -d)
 trap 'fault_hosts_down; rm -rf "$TMP"' EXIT INT TERM
 fault_hosts_up 2 || { echo "lanes.sh: cannot make test hosts" >&2; exit 1; }
 IFS=, read -r -a HOSTS <<<"$FAULT_HOSTS"
-ip_of() { ip netns exec "$1" ip -4 -o addr show dev eth0 | awk '{ print $4 }' | cut -d/ -f1; }
-
 watch_ports() {
-    local i h o
-    for i in 0 1; do
-        h=${HOSTS[$i]} o=$(ip_of "${HOSTS[$((1 - i))]}")
-        ip netns exec "$h" nft delete table inet tmxlanes 2>/dev/null || true
-        ip netns exec "$h" nft -f - <<NFT
-table inet tmxlanes {
-    set bulk { type inet_service; flags dynamic; size 65535; }
-    chain out {
-        type filter hook output priority 0; policy accept;
-        ip daddr $o meta l4proto udp meta length > 1600 add @bulk { udp sport }
-    }
-}
-NFT
-    done
+    fault_bulk_watch "${HOSTS[0]}" "$(fault_host_ip "${HOSTS[1]}")"
+    fault_bulk_watch "${HOSTS[1]}" "$(fault_host_ip "${HOSTS[0]}")"
 }
 ports_seen() { # "h1/h2": source ports of bulk data from each host
-    local h n out=""
-    for h in "${HOSTS[@]}"; do
-        n=$(ip netns exec "$h" nft list set inet tmxlanes bulk 2>/dev/null | tr -d '\n' |
-            sed -n 's/.*elements = {\([^}]*\)}.*/\1/p' | tr ',' '\n' | grep -c '[0-9]' || true)
-        ip netns exec "$h" nft delete table inet tmxlanes 2>/dev/null || true
-        out="$out${out:+/}$n"
-    done
-    echo "$out"
+    echo "$(fault_bulk_ports "${HOSTS[0]}")/$(fault_bulk_ports "${HOSTS[1]}")"
 }
 
 HOSTRUN=(--hosts "$FAULT_HOSTS" --agent 'ip netns exec {host}' --kvs-addr "$FAULT_KVS")

@@ -94,3 +94,34 @@ fault_nft_counts() {
         awk '/counter packets/ { for (i = 1; i <= NF; i++) if ($i == "packets") v[++n] = $(i + 1) }
              END { printf "%d %d\n", v[1], v[2] }'
 }
+
+# fault_bulk_watch NS DST: from now on the kernel of host NS collects, in
+# an nft set, the source ports of its bulk UDP data to address DST (sends
+# of several datagrams at once, GSO: longer than a datagram where the
+# output hook sees them). 1 if nft refused.
+fault_bulk_watch() {
+    ip netns exec "$1" nft delete table inet tmxbulk 2>/dev/null
+    ip netns exec "$1" nft -f - <<NFT
+table inet tmxbulk {
+    set bulk { type inet_service; flags dynamic; size 65535; }
+    chain out {
+        type filter hook output priority 0; policy accept;
+        ip daddr $2 meta l4proto udp meta length > 1600 add @bulk { udp sport }
+    }
+}
+NFT
+}
+
+# fault_bulk_ports NS: how many source ports fault_bulk_watch saw; ends
+# the watch.
+fault_bulk_ports() {
+    ip netns exec "$1" nft list set inet tmxbulk bulk 2>/dev/null | tr -d '\n' |
+        sed -n 's/.*elements = {\([^}]*\)}.*/\1/p' | tr ',' '\n' | grep -c '[0-9]'
+    ip netns exec "$1" nft delete table inet tmxbulk 2>/dev/null
+    return 0
+}
+
+# fault_host_ip NS: host NS's address on the test network.
+fault_host_ip() {
+    ip netns exec "$1" ip -4 -o addr show dev eth0 | awk '{ print $4 }' | cut -d/ -f1
+}

@@ -260,6 +260,16 @@ static void test_connect_max(void **state)
     pair_close(&a, &b);
 }
 
+/* h into the head of buf (len bytes, the payload after it), with the
+ * checksum over the whole datagram. */
+static void dgram_seal(unsigned char *buf, size_t len, udp_hdr_t *h)
+{
+    h->csum = 0;
+    memcpy(buf, h, sizeof(*h));
+    h->csum = htole32(util_crc32c(0, buf, len));
+    memcpy(buf, h, sizeof(*h));
+}
+
 /* A header that names port 0 names no place for replies: dropped. */
 static void test_reply_port_zero_dropped(void **state)
 {
@@ -271,9 +281,7 @@ static void test_reply_port_zero_dropped(void **state)
 
     (void)state;
     side_open(&b, UUID_B);
-    memcpy(buf, &h, sizeof(h));
-    h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
-    memcpy(buf, &h, sizeof(h));
+    dgram_seal(buf, sizeof(buf), &h);
     b.ui->rx_now_us = udp_now_us();
     udp_dgram_input(b.ui, buf, sizeof(buf), &from);
     assert_int_equal(b.ui->stats.dropped, 1);
@@ -281,10 +289,7 @@ static void test_reply_port_zero_dropped(void **state)
     assert_null(udp_ep_find(b.ui, UUID_A));
     /* the same datagram with a port is taken */
     h.port = htons(9);
-    h.csum = 0;
-    memcpy(buf, &h, sizeof(h));
-    h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
-    memcpy(buf, &h, sizeof(h));
+    dgram_seal(buf, sizeof(buf), &h);
     udp_dgram_input(b.ui, buf, sizeof(buf), &from);
     assert_int_equal(b.ui->stats.dropped, 1);
     assert_int_equal(b.packets, 1);
@@ -319,9 +324,7 @@ static void test_contradictory_flags_dropped(void **state)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(bad[i]), htole16(8), htons(9), htole64(JOB_KEY),
                        htole64(UUID_A), htole64(UUID_B), 0, {0, 0}, 0, htole64(8), 0, 0, 0, 0, 0};
-        memcpy(buf, &h, sizeof(h));
-        h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
-        memcpy(buf, &h, sizeof(h));
+        dgram_seal(buf, sizeof(buf), &h);
         udp_dgram_input(b.ui, buf, sizeof(buf), &from);
         assert_int_equal(b.ui->stats.dropped, i + 1);
     }
@@ -845,9 +848,7 @@ static void test_node_wrong_index_dropped(void **state)
     (void)state;
     node_case_open(&c, 2);
     h.job_key = htole64(c.key);
-    memcpy(buf, &h, sizeof(h));
-    h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
-    memcpy(buf, &h, sizeof(h));
+    dgram_seal(buf, sizeof(buf), &h);
     c.m[0].ui->rx_now_us = udp_now_us();
     udp_dgram_input(c.m[0].ui, buf, sizeof(buf), &from);
     assert_int_equal(c.m[0].ui->stats.misrouted, 1);
@@ -888,9 +889,7 @@ static void test_node_misrouted_handed_on(void **state)
     (void)state;
     node_case_open(&c, 2);
     h.job_key = htole64(c.key);
-    memcpy(buf, &h, sizeof(h));
-    h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
-    memcpy(buf, &h, sizeof(h));
+    dgram_seal(buf, sizeof(buf), &h);
     memcpy(copy, buf, sizeof(buf));
     c.m[0].ui->rx_now_us = udp_now_us();
     udp_dgram_input(c.m[0].ui, buf, sizeof(buf), &from);
@@ -1389,9 +1388,7 @@ static void test_node_handed_on_first_contact(void **state)
     node_case_open(&c, 2);
     h = (udp_hdr_t){UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), far.sin_port,
                     htole64(c.key), htole64(0x7777), htole64(0x1001), 0, {0, 0}, 0, htole64(8), 0, 0, 0, htons(1), 0};
-    memcpy(buf, &h, sizeof(h));
-    h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
-    memcpy(buf, &h, sizeof(h));
+    dgram_seal(buf, sizeof(buf), &h);
     c.m[0].ui->rx_now_us = udp_now_us();
     udp_dgram_input(c.m[0].ui, buf, sizeof(buf), &far); /* as if GRO had joined it to one of m0's */
     assert_int_equal(c.m[0].ui->stats.handed_on, 1);
@@ -1437,9 +1434,7 @@ static void test_node_handed_on_no_false_death(void **state)
     assert_int_equal(bind(peer, (struct sockaddr *)&far, sizeof(far)), 0);
     h = (udp_hdr_t){UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), far.sin_port,
                     htole64(c.key), htole64(0x7777), htole64(0x1001), 0, {0, 0}, 0, htole64(8), 0, 0, htons(5), htons(1), 0};
-    memcpy(buf, &h, sizeof(h));
-    h.csum = htole32(util_crc32c(0, buf, sizeof(buf)));
-    memcpy(buf, &h, sizeof(h));
+    dgram_seal(buf, sizeof(buf), &h);
     c.m[0].ui->rx_now_us = udp_now_us();
     udp_dgram_input(c.m[0].ui, buf, sizeof(buf), &far);
     assert_int_equal(c.m[0].ui->stats.handed_on, 1);

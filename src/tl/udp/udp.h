@@ -482,6 +482,9 @@ static inline uint32_t udp_rx_slot(const udp_rx_t *rx, uint32_t seq)
  * and kept (docs/scale.md); a window grows, doubling, up to
  * TMX_UDP_WINDOW as the segments in flight need it. */
 #define UDP_WIN_FIRST 8u
+/* A window (or early-arrival array) of this many slots or more goes back
+ * to UDP_WIN_FIRST once its flight is over (or it is empty). */
+#define UDP_WIN_SHRINK_AT 64u
 
 /* Room in tx's window for n more segments in flight, growing its array
  * if needed: 0, or TMX_ERR_AGAIN when the window is full (or no memory

@@ -342,8 +342,14 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
         tx->rto_us = udp_rto_base(ui, ep);
         tx->probed = 0;
         tx->last_progress_us = ui->rx_now_us;
-        if (tx->una == tx->next_seq)
+        if (tx->una == tx->next_seq) {
+            /* a flight that grew the window is over: back to a first
+             * window's size (a peer idle after a burst holds 64 bytes,
+             * not the burst's array); kept if memory is short */
+            if (tx->win_mask + 1 >= UDP_WIN_SHRINK_AT)
+                (void)tx_win_resize(tx, UDP_WIN_FIRST);
             return; /* the timer stays: tx_timer_fire finds nothing to do */
+        }
         tx_timer_rearm(ui, tx, tx->last_progress_us);
         rack_resend(ui, ep, tx);
         return;
@@ -657,6 +663,11 @@ static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
         deliver(ui, ep, (const udp_hdr_t *)seg->buf, seg->buf + sizeof(udp_hdr_t));
         udp_seg_free(ui, seg);
         rx->unacked++;
+    }
+    if (rx->n_ooo == 0 && rx->ooo_mask + 1 >= UDP_WIN_SHRINK_AT) { /* the next early one makes a small one */
+        free(rx->ooo);
+        rx->ooo = NULL;
+        rx->ooo_mask = 0;
     }
 }
 

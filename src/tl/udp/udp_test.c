@@ -634,6 +634,37 @@ static void test_small_window_takes_largest_packet(void **state)
     pair_close(&a, &b);
 }
 
+/* A burst grows a peer's send window; once all of it is acknowledged the
+ * window is a first window's size again, and the next burst grows it
+ * anew; the receiver's early-arrival array (filled by losses) goes too. */
+static void test_window_shrinks_after_burst(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab, *ba;
+    want_t w;
+
+    (void)state;
+    setenv("TMX_UDP_FAULTS", "drop=0.1", 1);
+    pair_open(&a, &b);
+    unsetenv("TMX_UDP_FAULTS");
+    ab = connect_to(&a, &b, UUID_B);
+    for (int round = 1; round <= 2; round++) {
+        for (int k = 0; k < 4; k++)
+            send_bytes(ab, 100000);
+        assert_true(ab->tx[UDP_CH_DATA].win_mask + 1 >= 256);
+        w = (want_t){&b, (size_t)(4 * round), ab};
+        assert_true(poll_until(&a, &b, got_packets, &w));
+        assert_true(poll_until(&a, &b, all_acked, &w));
+        assert_int_equal(ab->tx[UDP_CH_DATA].win_mask + 1, UDP_WIN_FIRST);
+        ba = udp_ep_find(b.ui, UUID_A);
+        assert_non_null(ba);
+        assert_int_equal(ba->rx[UDP_CH_DATA].n_ooo, 0);
+        assert_true(ba->rx[UDP_CH_DATA].ooo == NULL || ba->rx[UDP_CH_DATA].ooo_mask + 1 < UDP_WIN_SHRINK_AT);
+    }
+    assert_int_equal(b.bytes, 8 * 100000);
+    pair_close(&a, &b);
+}
+
 /* A peer that closes its context says so: it is gone, cleanly, and its
  * port's refusal afterwards is no death. */
 static void test_closing_peer_says_bye(void **state)
@@ -1461,6 +1492,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_acks_reach_a_connected_sender),
         cmocka_unit_test(test_closing_peer_says_bye),
         cmocka_unit_test(test_small_window_takes_largest_packet),
+        cmocka_unit_test(test_window_shrinks_after_burst),
         cmocka_unit_test(test_refused_port_is_death),
         cmocka_unit_test(test_silent_peer_is_not_dead),
         cmocka_unit_test(test_both_connected),

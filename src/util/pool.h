@@ -25,8 +25,10 @@ void util_pool_fini(util_pool_t *pool);
 /* Adds a chunk of objects to the free list; -1 when out of memory. */
 int util_pool_grow(util_pool_t *pool);
 
-/* From now on, whenever the last object in use comes back, chunks beyond
- * keep are freed: a burst's high water is not held for ever. */
+/* From now on, whenever the last object in use comes back to a pool that
+ * has grown past twice keep chunks, the chunks beyond keep are freed: a
+ * burst's high water is not held for ever, and a load that hovers around
+ * keep does not free and allocate a chunk each time it goes idle. */
 void util_pool_set_keep(util_pool_t *pool, size_t keep);
 
 /* Frees the chunks beyond keep; only with no object in use. */
@@ -50,7 +52,7 @@ static inline void util_pool_put(util_pool_t *pool, void *obj)
 {
     *(void **)obj = pool->free_list;
     pool->free_list = obj;
-    if (--pool->in_use == 0 && __builtin_expect(pool->keep != 0 && pool->n_chunks > pool->keep, 0))
+    if (--pool->in_use == 0 && __builtin_expect(pool->keep != 0 && pool->n_chunks > 2 * pool->keep, 0))
         util_pool_trim(pool);
 }
 

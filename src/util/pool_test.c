@@ -33,8 +33,9 @@ static void test_no_keep_holds(void **state)
     util_pool_fini(&p);
 }
 
-/* With keep, the burst's chunks go when the last object is back, not
- * before; the kept chunks serve every object again, each once. */
+/* With keep, a burst's chunks go when the last object is back, not
+ * before, once the pool grew past twice keep; the kept chunks serve every
+ * object again, each once. */
 static void test_keep_trims_when_idle(void **state)
 {
     util_pool_t p;
@@ -64,6 +65,12 @@ static void test_keep_trims_when_idle(void **state)
         assert_non_null(o[32] = util_pool_get(&p)); /* a third chunk */
         assert_int_equal(p.n_chunks, 3);
         for (int i = 0; i <= 32; i++)
+            util_pool_put(&p, o[i]);
+        assert_int_equal(p.n_chunks, 3); /* within twice keep: kept, no churn */
+        for (int i = 0; i < 65; i++)
+            assert_non_null(o[i] = util_pool_get(&p)); /* a fifth chunk */
+        assert_int_equal(p.n_chunks, 5);
+        for (int i = 0; i < 65; i++)
             util_pool_put(&p, o[i]);
         assert_int_equal(p.n_chunks, 2);
     }

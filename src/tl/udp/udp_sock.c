@@ -18,7 +18,6 @@
 #include "tl/udp/udp.h"
 #include "util/log.h"
 
-
 /* The address peers reach us at: TMX_UDP_ADDR, else the first IPv4
  * interface that is up and not loopback, else loopback. Also its MTU. */
 static tmx_status_t pick_local(const char *want, struct in_addr *ip, uint32_t *ifmtu)

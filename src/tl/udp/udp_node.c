@@ -333,6 +333,7 @@ static int prog_attach(const udp_node_table_t *t, int fd)
         errno = ENOMEM;
         return -1;
     }
+    memset(&prog, 0, sizeof(prog)); /* its padding too: the kernel is handed the whole struct */
     prog.len = (unsigned short)prog_build(t, f);
     prog.filter = f;
     rc = setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof(prog));
@@ -773,11 +774,14 @@ int udp_node_slot(const udp_iface_t *ui, uint16_t index)
 static int lane_socket(void)
 {
     struct sock_filter none[] = {BPF_STMT(BPF_RET | BPF_K, 0)};
-    struct sock_fprog prog = {1, none};
+    struct sock_fprog prog;
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), sz = UDP_SOCKBUF;
 
     if (fd < 0)
         return -1;
+    memset(&prog, 0, sizeof(prog)); /* its padding too */
+    prog.len = 1;
+    prog.filter = none;
     if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) != 0 ||
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &(int){0}, sizeof(int)) != 0) { /* the least the kernel allows */
         close(fd);

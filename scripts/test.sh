@@ -2,7 +2,7 @@
 # The whole test suite: the normal and the ASan+UBSan builds (fault tests
 # across network-namespace hosts need root), ThreadSanitizer
 # on the single-process tests and on shm across processes in multi-threaded
-# mode, valgrind on the API test, and a bounded
+# mode, valgrind on the API, udp and pool tests, and a bounded
 # libFuzzer run on the wire parsers.
 set -eu
 cd "$(dirname "$0")/.."
@@ -26,8 +26,10 @@ echo "== ThreadSanitizer (shm across processes, multi-threaded contexts)"
 cmake --build --preset tsan -j "$jobs" --target mp_test tmxrun
 ctest --preset tsan -R '^mp_(threads|[a-z]+_mt|(pingpong|order|probe|lonely|threads)_offload|pingpong_udp_offload)$'
 echo "== valgrind"
-valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
-    build/release/tests/api_test >/dev/null
+for t in api_test udp_test pool_test; do # the API over every transport; udp's sockets and filters
+    valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+        "build/release/tests/$t" >/dev/null
+done
 echo "== fuzzing (${TMX_FUZZ_SECONDS:-60} s)"
 sh scripts/fuzz.sh "${TMX_FUZZ_SECONDS:-60}" 2>&1 | tail -n 3
 echo "== all tests passed"

@@ -118,7 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             take(&data, &size, cell->payload, 64);
             if (shm_cell_publish(ep, cell, pos, (uint32_t)(op >> 2) & 7, len & SHM_LEN_MASK) == TMX_OK &&
                 (slot & 0x80))
-                cell->src = slot & 1 ? SHM_N_SENDERS + slot : slot; /* after its publish, as a racing peer */
+                shm_cell_set_slot(cell, slot & 1 ? SHM_N_SENDERS + slot : slot); /* after its publish, as a racing peer */
             break;
         }
         case 2: { /* a fast-box header by hand, at the sender's next position or near it */

@@ -660,8 +660,8 @@ static inline int cell_publish_quiet(shm_ep_t *ep, shm_cell_t *cell, uint64_t po
 {
     uint32_t seq = shm_seq(pos);
 
-    cell->len_kind = (uint16_t)(len | kind << SHM_KIND_SHIFT);
-    cell->src = ep->slot;
+    cell->len = (uint16_t)len;
+    cell->slot_kind = (uint16_t)(ep->slot | kind << SHM_KIND_SHIFT);
     ep->ring_last = pos; /* no box entry of ours may overtake it (fbox_send) */
     stop_hook(SHM_STOP_PUBLISH);
     if (!atomic_compare_exchange_strong_explicit(&cell->seq, &seq, shm_seq(pos + 1), memory_order_seq_cst,

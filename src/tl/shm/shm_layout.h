@@ -33,9 +33,9 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x4d48534du   /* "MSHM" */
-#define SHM_VERSION 9
+#define SHM_VERSION 10
 #define SHM_CACHE_LINE 64
-#define SHM_CELL_SIZE 8192      /* bytes per cell, header included */
+#define SHM_CELL_SIZE 8320      /* bytes per cell, header included: 8 KiB of payload and its headers */
 #define SHM_N_CELLS 128         /* a power of two */
 #define SHM_N_JOBS 64           /* shared copies under way per reader */
 #define SHM_N_SENDERS 1024      /* processes that may send to one segment */
@@ -236,22 +236,33 @@ static_assert(sizeof(shm_get_data_t) == 24, "get data layout");
  * a small message. */
 typedef struct shm_cell {
     _Atomic uint32_t seq;       /* ring sequence, see above */
-    uint16_t len_kind;          /* packet bytes | enum shm_cell_kind << SHM_KIND_SHIFT */
-    uint16_t src;               /* the sender's slot in senders[] */
+    uint16_t len;               /* packet bytes */
+    uint16_t slot_kind;         /* the sender's slot in senders[] | enum shm_cell_kind << SHM_KIND_SHIFT */
     unsigned char payload[];    /* the packet, inline */
 } shm_cell_t;
 
 #define SHM_KIND_SHIFT 13
-#define SHM_LEN_MASK ((1u << SHM_KIND_SHIFT) - 1)
+#define SHM_SLOT_MASK ((1u << SHM_KIND_SHIFT) - 1)
+#define SHM_LEN_MASK 0xffffu
 
 static inline uint32_t shm_cell_len(const shm_cell_t *cell)
 {
-    return cell->len_kind & SHM_LEN_MASK;
+    return cell->len;
 }
 
 static inline uint32_t shm_cell_kind(const shm_cell_t *cell)
 {
-    return (uint32_t)cell->len_kind >> SHM_KIND_SHIFT;
+    return (uint32_t)cell->slot_kind >> SHM_KIND_SHIFT;
+}
+
+/* Names the slot a cell came from, its kind kept (tests and the fuzz
+ * target write slots nobody holds). */
+static inline void shm_cell_set_slot(shm_cell_t *cell, uint32_t slot)
+{
+    uint16_t sk = __atomic_load_n(&cell->slot_kind, __ATOMIC_RELAXED);
+
+    __atomic_store_n(&cell->slot_kind, (uint16_t)((sk & ~SHM_SLOT_MASK) | (slot & SHM_SLOT_MASK)),
+                     __ATOMIC_RELAXED);
 }
 
 /* A cell's header words as the consumer takes them: each read once, for
@@ -264,9 +275,9 @@ typedef struct shm_cell_head {
 
 static inline shm_cell_head_t shm_cell_head(const shm_cell_t *cell)
 {
-    uint16_t lk = __atomic_load_n(&cell->len_kind, __ATOMIC_RELAXED);
-    shm_cell_head_t h = {lk & SHM_LEN_MASK, (uint32_t)lk >> SHM_KIND_SHIFT,
-                         __atomic_load_n(&cell->src, __ATOMIC_RELAXED)};
+    uint16_t sk = __atomic_load_n(&cell->slot_kind, __ATOMIC_RELAXED);
+    shm_cell_head_t h = {__atomic_load_n(&cell->len, __ATOMIC_RELAXED), (uint32_t)sk >> SHM_KIND_SHIFT,
+                         sk & SHM_SLOT_MASK};
 
     return h;
 }
@@ -284,12 +295,17 @@ static inline uint64_t shm_slot_uuid(shm_seg_hdr_t *seg, uint32_t slot)
  * no sender (a cell that does not parse). */
 static inline uint64_t shm_cell_src(shm_seg_hdr_t *seg, const shm_cell_t *cell)
 {
-    return shm_slot_uuid(seg, __atomic_load_n(&cell->src, __ATOMIC_RELAXED));
+    return shm_slot_uuid(seg, __atomic_load_n(&cell->slot_kind, __ATOMIC_RELAXED) & SHM_SLOT_MASK);
 }
 
 #define SHM_CELL_PAYLOAD (SHM_CELL_SIZE - sizeof(shm_cell_t))
+/* A span cuts its packet in parts of at most this: smaller than a cell,
+ * so that a packet of two cells' worth (16 KiB) goes in three parts, not
+ * two, and the sender's copy of a part and the receiver's of the one
+ * before overlap more. */
+#define SHM_SPAN_STEP (SHM_CELL_PAYLOAD - 128)
 /* The longest packet: a span of SHM_SPAN_CELLS cells. */
-#define SHM_MAX_PACKET (SHM_SPAN_CELLS * SHM_CELL_PAYLOAD - sizeof(shm_span_t))
+#define SHM_MAX_PACKET (SHM_SPAN_CELLS * SHM_SPAN_STEP - sizeof(shm_span_t))
 
 /* The longest payload the transport offers for eager messages
  * (tl_iface_t.eager_limit): in one cell up to about 8 KiB, in a span up
@@ -301,11 +317,11 @@ static inline uint64_t shm_cell_src(shm_seg_hdr_t *seg, const shm_cell_t *cell)
 /* The longest that fits one cell with the protocol's headers. */
 #define SHM_CELL_EAGER (SHM_CELL_PAYLOAD - 64)
 
-/* Cells of the span that carries len bytes (len > SHM_CELL_PAYLOAD). */
+/* Cells of the span that carries len bytes (len > SHM_CELL_PAYLOAD: at
+ * least two). */
 static inline uint32_t shm_span_cells(uint64_t len)
 {
-    return 1 + (uint32_t)((len + sizeof(shm_span_t) - SHM_CELL_PAYLOAD + SHM_CELL_PAYLOAD - 1) /
-                          SHM_CELL_PAYLOAD);
+    return (uint32_t)((len + sizeof(shm_span_t) + SHM_SPAN_STEP - 1) / SHM_SPAN_STEP);
 }
 /* The bytes cell j of the span of n cells that carries len bytes holds,
  * span header included: equal parts, in whole cache lines, the last one
@@ -340,7 +356,8 @@ static_assert(sizeof(shm_cell_t) == 8, "cell header is 8 bytes");
 static_assert(SHM_CELL_SIZE - sizeof(shm_cell_t) <= SHM_LEN_MASK, "a cell's length fits its field");
 static_assert(SHM_KIND_CONT <= UINT16_MAX >> SHM_KIND_SHIFT, "a cell's kind fits its field");
 static_assert(SHM_SPAN_CELLS < SHM_N_CELLS, "a span fits the ring");
-static_assert(SHM_N_SENDERS <= UINT16_MAX, "a sender slot fits its field");
+static_assert(SHM_N_SENDERS <= SHM_SLOT_MASK, "a sender slot fits its field");
+static_assert(SHM_CELL_SIZE - sizeof(shm_cell_t) >= 8192 + 64, "8 KiB of payload and its headers fit a cell");
 static_assert(sizeof(shm_seg_hdr_t) % SHM_CACHE_LINE == 0, "cells are line-aligned");
 static_assert(SHM_CELL_SIZE % SHM_CACHE_LINE == 0, "cells are whole cache lines");
 static_assert((SHM_N_CELLS & (SHM_N_CELLS - 1)) == 0, "ring size is a power of two");

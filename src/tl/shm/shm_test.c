@@ -263,7 +263,7 @@ static void hostile_cells_dropped(void **state)
     cell = shm_cell_claim(ab, &pos);
     assert_non_null(cell);
     assert_int_equal(shm_cell_publish(ab, cell, pos, SHM_KIND_PACKET, 8), TMX_OK);
-    cell->src = SHM_N_SENDERS - 1;
+    shm_cell_set_slot(cell, SHM_N_SENDERS - 1);
     assert_int_equal(send_counter(ab, 0), TMX_OK);
     drain(&b, 1, 10);
     assert_int_equal(b.packets, 1);
@@ -493,7 +493,7 @@ static void hostile_spans_dropped(void **state)
     assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos), pos, SHM_KIND_SPAN, len), TMX_OK);
     len = span_cell_write(ab, pos, 1, pkt, total);
     assert_int_equal(shm_cell_publish(ab, shm_cell(ab->seg, pos + 1), pos + 1, SHM_KIND_CONT, len), TMX_OK);
-    shm_cell(ab->seg, pos + 1)->src = SHM_N_SENDERS - 1;
+    shm_cell_set_slot(shm_cell(ab->seg, pos + 1), SHM_N_SENDERS - 1);
     assert_null(shm_cells_claim(ab, SHM_SPAN_CELLS + 1, &pos));
     assert_int_equal(send_counter(ab, 0), TMX_OK);
     drain(&b, 1, 10);

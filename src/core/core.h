@@ -194,7 +194,14 @@ void core_idle(tmx_context_h ctx, unsigned *spins, int64_t deadline_us);
  * tmx_progress): events is what this call found. After spin_polls
  * fruitless calls in a row it yields the core as core_idle does. The
  * caller holds the context lock. */
-void core_poll_idle(tmx_context_h ctx, int events);
+void core_poll_yield(tmx_context_h ctx);
+static inline void core_poll_idle(tmx_context_h ctx, int events)
+{
+    if (events > 0)
+        ctx->idle_polls = 0;
+    else if (__builtin_expect(++ctx->idle_polls >= ctx->spin_polls, 0))
+        core_poll_yield(ctx);
+}
 
 /* Looks for dead peers, every CORE_PEER_CHECK_US at most. Locked. */
 void core_check_peers(tmx_context_h ctx, int64_t now);

@@ -315,9 +315,17 @@ TMX_API tmx_status_t tmx_cq_read(tmx_context_h ctx, tmx_completion_t *out, size_
         return TMX_ERR_INVALID;
     }
     core_lock(ctx);
-    int events = ctx->cq.count == 0 ? core_progress(ctx) : 1;
-    *count = ctx->cq.count != 0 ? core_cq_pop(&ctx->cq, out, max) : 0;
-    core_poll_idle(ctx, events + (int)*count);
+    if (ctx->cq.count == 0) {
+        int events = core_progress(ctx);
+        if (ctx->cq.count == 0) { /* the usual poll that finds nothing */
+            *count = 0;
+            core_poll_idle(ctx, events);
+            core_unlock(ctx);
+            return TMX_OK;
+        }
+    }
+    ctx->idle_polls = 0;
+    *count = core_cq_pop(&ctx->cq, out, max);
     core_unlock(ctx);
     return TMX_OK;
 }

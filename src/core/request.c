@@ -208,14 +208,8 @@ void core_idle(tmx_context_h ctx, unsigned *spins, int64_t deadline_us)
  * that spin takes the core from the very rank whose read or FIN it waits
  * for, a time slice at a time; yielding here hands it over as a wait
  * would. */
-void core_poll_idle(tmx_context_h ctx, int events)
+void core_poll_yield(tmx_context_h ctx)
 {
-    if (events > 0) {
-        ctx->idle_polls = 0;
-        return;
-    }
-    if (++ctx->idle_polls < ctx->spin_polls)
-        return;
     ctx->idle_polls = 0;
     idle_yield(ctx);
 }

@@ -626,9 +626,9 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
     shm_ep_t *ep = (shm_ep_t *)tep;
     shm_cell_t *cell;
     uint64_t pos;
-    size_t off = 0, total = 0;
+    size_t off = 0, total = iovcnt > 0 ? iov[0].iov_len : 0;
 
-    for (int i = 0; i < iovcnt; i++)
+    for (int i = 1; i < iovcnt; i++)
         total += iov[i].iov_len;
     if (total == 0 || total > SHM_MAX_PACKET) { /* an empty cell says goodbye */
         util_error("shm: packet of %zu bytes: want 1 to %zu", total, (size_t)SHM_MAX_PACKET);
@@ -850,8 +850,13 @@ static int fbox_poll(shm_iface_t *si, uint64_t used, int budget, int *held)
 
     if (used != si->fb_seen)
         fbox_refresh(si, used);
-    for (uint64_t on = si->fb_on; on != 0 && events < budget; on &= on - 1)
-        events += fbox_drain(si, (uint32_t)__builtin_ctzll(on), budget - events, held);
+    for (uint64_t on = si->fb_on; on != 0 && events < budget; on &= on - 1) {
+        uint32_t i = (uint32_t)__builtin_ctzll(on);
+        /* an empty box, the usual case, costs one load here */
+        if (atomic_load_explicit(shm_fbox_word(shm_fbox_data(si->seg, i), si->fb_rd[i] & (SHM_FBOX_SIZE - 1)),
+                                 memory_order_relaxed) != 0)
+            events += fbox_drain(si, i, budget - events, held);
+    }
     return events;
 }
 
@@ -1099,9 +1104,38 @@ static void epoch_note(shm_iface_t *si, int events)
     shm_seen.epoch = e;
 }
 
+static __attribute__((noinline)) int progress_full(shm_iface_t *si);
+
+/* The poll that finds nothing, the common one, in few instructions: every
+ * box this consumer reads empty at its position, no box taken or freed
+ * since the last look, no cell published at the head, nothing under way
+ * (one thread, no copy, no cell or entry held). Anything else is
+ * progress_full's, which would find the same nothing here. */
 static int shm_progress(tl_iface_t *iface)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
+    uint64_t used = atomic_load_explicit(&si->seg->fbox_used, memory_order_acquire) & SHM_FBOX_ALL;
+
+    if (used != si->fb_seen || si->rx.on || si->mt || (si->held | si->fb_held) ||
+        tl_emu_busy(&si->emu) || !util_dlist_empty(&si->helps))
+        return progress_full(si);
+    for (uint64_t on = si->fb_on; on != 0; on &= on - 1) {
+        uint32_t i = (uint32_t)__builtin_ctzll(on);
+        if (atomic_load_explicit(shm_fbox_word(shm_fbox_data(si->seg, i), si->fb_rd[i] & (SHM_FBOX_SIZE - 1)),
+                                 memory_order_relaxed) != 0)
+            return progress_full(si);
+    }
+    if (atomic_load_explicit(&shm_cell(si->seg, si->head)->seq, memory_order_acquire) == shm_seq(si->head + 1))
+        return progress_full(si);
+    if (__builtin_expect(++si->empty_polls % SHM_STUCK_POLLS == 0, 0)) {
+        si->empty_polls--; /* progress_full counts this poll, and looks for a dead claimant */
+        return progress_full(si);
+    }
+    return 0;
+}
+
+static int progress_full(shm_iface_t *si)
+{
     uint64_t used = atomic_load_explicit(&si->seg->fbox_used, memory_order_acquire) & SHM_FBOX_ALL;
     int events = 0, ring = 0, held = 0, fb_held = 0;
 

@@ -333,12 +333,34 @@ out_unlock:
 
 #define EP(fid) ((fab_ep_t *)(fid))
 
+/* fi_trecv, what Open MPI's ofi MTL calls for every receive: the usual
+ * case (an enabled tagged endpoint, a completion wanted, a tag clear of
+ * the message bit, a source in the AV or any) goes straight to
+ * tmx_trecv; anything else takes the general path, which says what is
+ * wrong. */
 static ssize_t t_recv(struct fid_ep *fid, void *buf, size_t len, void *desc, fi_addr_t src,
                       uint64_t tag, uint64_t ignore, void *context)
 {
-    xfer_t x = {buf, len, src, tag, ignore, 0, FI_TAGGED | EP(fid)->rx_op_flags, context, 0};
+    fab_ep_t *ep = EP(fid);
+    tmx_peer_t peer = TMX_ANY_SOURCE;
 
-    return ep_recv(EP(fid), &x);
+    if (__builtin_expect(ep->enabled && (ep->caps & FI_TAGGED) && !ep->dom->mt &&
+                             (!ep->rx_selective || (ep->rx_op_flags & FI_COMPLETION)) &&
+                             !(tag & ~ignore & ep->msg_bit) && (buf != NULL || len == 0),
+                         1)) {
+        if (src != FI_ADDR_UNSPEC && (ep->caps & FI_DIRECTED_RECV)) {
+            if (!fab_av_valid(ep->av, src))
+                goto general;
+            peer = (tmx_peer_t)src;
+        }
+        tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_USER_CONTEXT, .user_context = context};
+        tmx_status_t st = tmx_trecv(ep->tmx, peer, buf, len, tag & ~ep->msg_bit, ignore & ~ep->msg_bit, &p, NULL);
+        return st == TMX_OK ? 0 : -fab_errno(st);
+    }
+general:;
+    xfer_t x = {buf, len, src, tag, ignore, 0, FI_TAGGED | ep->rx_op_flags, context, 0};
+
+    return ep_recv(ep, &x);
 }
 
 static ssize_t t_recvv(struct fid_ep *fid, const struct iovec *iov, void **desc, size_t count,
@@ -465,10 +487,39 @@ static ssize_t t_inject(struct fid_ep *fid, const void *buf, size_t len, fi_addr
     return send_fast(EP(fid), &x);
 }
 
+/* Whether a short tagged send with remote data can go straight to
+ * tmx_tinject without the general path's checks and lock: what
+ * send_usual and send_fast would decide for it, on an endpoint of one
+ * thread. */
+static inline int senddata_direct(const fab_ep_t *ep, const void *buf, size_t len, fi_addr_t dest,
+                                  uint64_t tag)
+{
+    return ep->enabled && (ep->caps & FI_TAGGED) && !ep->dom->mt && len <= FAB_INJECT_SIZE &&
+           (buf != NULL || len == 0) && !(tag & ep->msg_bit) && fab_av_valid(ep->av, dest);
+}
+
 static ssize_t t_senddata(struct fid_ep *fid, const void *buf, size_t len, void *desc,
                           uint64_t data, fi_addr_t dest, uint64_t tag, void *context)
 {
-    xfer_t x = {(void *)buf, len, dest, tag, 0, data, FI_TAGGED | EP(fid)->tx_op_flags, context, 0};
+    fab_ep_t *ep = EP(fid);
+    uint64_t flags = ep->tx_op_flags;
+
+    if (__builtin_expect(senddata_direct(ep, buf, len, dest, tag) && ep->tx_cq != NULL &&
+                             !(flags & (FI_DELIVERY_COMPLETE | FI_MATCH_COMPLETE)),
+                         1)) {
+        tmx_status_t st = tmx_tinject(ep->tmx, (tmx_peer_t)dest, buf, len, tag, 1, data);
+        if (st != TMX_OK)
+            return -fab_errno(st);
+        if (ep->tx_cntr)
+            fab_cntr_count(ep->tx_cntr, 0);
+        if (!ep->tx_selective || (flags & FI_COMPLETION)) {
+            fab_cqe_t e = {.e = {.op_context = context, .flags = FI_TAGGED | FI_SEND},
+                           .src = FI_ADDR_NOTAVAIL};
+            fab_cq_push(ep->tx_cq, &e);
+        }
+        return 0;
+    }
+    xfer_t x = {(void *)buf, len, dest, tag, 0, data, FI_TAGGED | flags, context, 0};
 
     x.flags = (x.flags & ~(uint64_t)FI_INJECT) | FI_REMOTE_CQ_DATA;
     return send_tagged(EP(fid), &x);
@@ -477,10 +528,20 @@ static ssize_t t_senddata(struct fid_ep *fid, const void *buf, size_t len, void 
 static ssize_t t_injectdata(struct fid_ep *fid, const void *buf, size_t len, uint64_t data,
                             fi_addr_t dest, uint64_t tag)
 {
+    fab_ep_t *ep = EP(fid);
+
+    if (__builtin_expect(senddata_direct(ep, buf, len, dest, tag), 1)) {
+        tmx_status_t st = tmx_tinject(ep->tmx, (tmx_peer_t)dest, buf, len, tag, 1, data);
+        if (st != TMX_OK)
+            return -fab_errno(st);
+        if (ep->tx_cntr)
+            fab_cntr_count(ep->tx_cntr, 0);
+        return 0;
+    }
     xfer_t x = {(void *)buf, len, dest, tag, 0, data, FI_TAGGED | FI_INJECT | FI_REMOTE_CQ_DATA,
                 NULL, 1};
 
-    return send_fast(EP(fid), &x);
+    return send_fast(ep, &x);
 }
 
 struct fi_ops_tagged fab_tagged_ops = {

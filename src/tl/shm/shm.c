@@ -1106,11 +1106,12 @@ static void epoch_note(shm_iface_t *si, int events)
 
 static __attribute__((noinline)) int progress_full(shm_iface_t *si);
 
-/* The poll that finds nothing, the common one, in few instructions: every
- * box this consumer reads empty at its position, no box taken or freed
- * since the last look, no cell published at the head, nothing under way
- * (one thread, no copy, no cell or entry held). Anything else is
- * progress_full's, which would find the same nothing here. */
+/* The common polls in few instructions: with no box taken or freed since
+ * the last look and nothing under way (one thread, no copy, no cell or
+ * entry held), the boxes that hold entries are drained here and, if no
+ * cell is published at the head, that is all; a poll that finds nothing
+ * returns at once. Anything else is progress_full's, which would do the
+ * same here. */
 static int shm_progress(tl_iface_t *iface)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
@@ -1119,14 +1120,22 @@ static int shm_progress(tl_iface_t *iface)
     if (used != si->fb_seen || si->rx.on || si->mt || (si->held | si->fb_held) ||
         tl_emu_busy(&si->emu) || !util_dlist_empty(&si->helps))
         return progress_full(si);
-    for (uint64_t on = si->fb_on; on != 0; on &= on - 1) {
+    /* boxes first, as progress_full takes them: a short message on its
+     * own, the usual arrival, is handed up from here */
+    int events = 0, fb_held = 0;
+    for (uint64_t on = si->fb_on; on != 0 && events < SHM_RECV_BUDGET; on &= on - 1) {
         uint32_t i = (uint32_t)__builtin_ctzll(on);
         if (atomic_load_explicit(shm_fbox_word(shm_fbox_data(si->seg, i), si->fb_rd[i] & (SHM_FBOX_SIZE - 1)),
-                                 memory_order_relaxed) != 0)
-            return progress_full(si);
+                                 memory_order_relaxed) != 0) {
+            events += fbox_drain(si, i, SHM_RECV_BUDGET - events, &fb_held);
+            if (fb_held) /* left at the bound of unexpected memory: progress_full notes it */
+                return events + progress_full(si);
+        }
     }
     if (atomic_load_explicit(&shm_cell(si->seg, si->head)->seq, memory_order_acquire) == shm_seq(si->head + 1))
-        return progress_full(si);
+        return events + progress_full(si);
+    if (events != 0)
+        return events;
     if (__builtin_expect(++si->empty_polls % SHM_STUCK_POLLS == 0, 0)) {
         si->empty_polls--; /* progress_full counts this poll, and looks for a dead claimant */
         return progress_full(si);

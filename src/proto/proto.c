@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "proto/wire.h"
+#include "util/copy.h"
 #include "util/log.h"
 
 /* Set in a FIN's flags when the receiver could not read the data. */
@@ -275,8 +276,7 @@ static tmx_status_t send_eager(tl_ep_t *ep, const void *buf, size_t len, uint64_
             memcpy(pkt + off, &data, sizeof(data));
             off += sizeof(data);
         }
-        if (len != 0)
-            memcpy(pkt + off, buf, len);
+        util_copy(pkt + off, buf, len);
         iov[0] = (struct iovec){pkt, off + len};
         return ep->iface->ops->send(ep, iov, 1);
     }
@@ -483,8 +483,7 @@ static tmx_status_t recv_status(const proto_req_t *req)
 
 static void eager_deliver(proto_t *p, proto_req_t *req, const void *payload)
 {
-    if (req->comp.length != 0)
-        memcpy(req->buf, payload, req->comp.length);
+    util_copy(req->buf, payload, req->comp.length);
     req_complete(p, req, recv_status(req));
 }
 

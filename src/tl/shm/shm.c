@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "tl/shm/shm.h"
+#include "util/copy.h"
 #include "util/log.h"
 
 static_assert(SHM_CELL_PAYLOAD - 64 >= TMX_INJECT_MAX, "an injected send fits one cell");
@@ -522,23 +523,11 @@ static inline void seg_wake_published(shm_seg_hdr_t *seg)
         seg_wake_now(seg);
 }
 
-/* Copies one piece of a packet into a cell. Most pieces are a header of
- * 8 to 24 bytes and a short payload: fixed-size moves the compiler
- * inlines, instead of a call to memcpy for each. */
+/* Copies one piece of a packet into a cell: most pieces are a header and
+ * a short payload. */
 static inline void piece_copy(unsigned char *dst, const unsigned char *src, size_t n)
 {
-    if (n >= 8 && n <= 16) {
-        memcpy(dst, src, 8);
-        memcpy(dst + n - 8, src + n - 8, 8);
-    } else if (n > 16 && n <= 32) {
-        memcpy(dst, src, 16);
-        memcpy(dst + n - 16, src + n - 16, 16);
-    } else if (n >= 4 && n < 8) {
-        memcpy(dst, src, 4);
-        memcpy(dst + n - 4, src + n - 4, 4);
-    } else if (n != 0) { /* an empty piece may come with no buffer */
-        memcpy(dst, src, n);
-    }
+    util_copy(dst, src, n);
 }
 
 #define SHM_FBOX_RETRY 4096 /* short sends between looks for a free fast box */

@@ -307,27 +307,44 @@ TMX_API tmx_status_t tmx_message_discard(tmx_context_h ctx, tmx_message_h msg)
     return st;
 }
 
-TMX_API tmx_status_t tmx_cq_read(tmx_context_h ctx, tmx_completion_t *out, size_t max,
-                                 size_t *count)
+static __attribute__((noinline)) tmx_status_t cq_read_locked(tmx_context_h ctx, tmx_completion_t *out,
+                                                             size_t max, size_t *count)
 {
-    if (ctx == NULL || count == NULL || (out == NULL && max != 0)) {
-        util_error("tmx_cq_read: NULL %s", ctx == NULL ? "context" : count == NULL ? "count" : "entries");
-        return TMX_ERR_INVALID;
-    }
-    core_lock(ctx);
     if (ctx->cq.count == 0) {
         int events = core_progress(ctx);
-        if (ctx->cq.count == 0) { /* the usual poll that finds nothing */
+        if (ctx->cq.count == 0) {
             *count = 0;
             core_poll_idle(ctx, events);
-            core_unlock(ctx);
             return TMX_OK;
         }
     }
     ctx->idle_polls = 0;
     *count = core_cq_pop(&ctx->cq, out, max);
-    core_unlock(ctx);
     return TMX_OK;
+}
+
+TMX_API tmx_status_t tmx_cq_read(tmx_context_h ctx, tmx_completion_t *out, size_t max,
+                                 size_t *count)
+{
+    tmx_status_t st;
+
+    if (ctx == NULL || count == NULL || (out == NULL && max != 0)) {
+        util_error("tmx_cq_read: NULL %s", ctx == NULL ? "context" : count == NULL ? "count" : "entries");
+        return TMX_ERR_INVALID;
+    }
+    /* the usual poll, of one thread, that finds nothing: kept short */
+    if (__builtin_expect(!ctx->asym && !ctx->mt && ctx->cq.count == 0, 1)) {
+        int events = core_progress(ctx);
+        if (__builtin_expect(ctx->cq.count == 0, 1)) {
+            *count = 0;
+            core_poll_idle(ctx, events);
+            return TMX_OK;
+        }
+    }
+    core_lock(ctx);
+    st = cq_read_locked(ctx, out, max, count);
+    core_unlock(ctx);
+    return st;
 }
 
 TMX_API int tmx_progress(tmx_context_h ctx)

@@ -76,9 +76,34 @@ void core_req_complete(struct tmx_request *req, tmx_status_t status)
 
 /* -------------------------------------------------------------- progress */
 
-int core_progress(tmx_context_h ctx)
+/* Every TL_QUIET_POLL_EVERY polls: the quiet transports too, if it is
+ * time to look at them. */
+static __attribute__((noinline)) int progress_look(tmx_context_h ctx)
 {
     int events = 0, look_all = 0;
+    int64_t now = core_now_us();
+
+    if (now - ctx->quiet_look_us >= (ctx->busy_polls != 0 ? TL_QUIET_BUSY_LOOK_US : TL_QUIET_LOOK_US)) {
+        ctx->quiet_look_us = now;
+        ctx->busy_polls = 0;
+        look_all = 1;
+    }
+    for (int i = 0; i < ctx->n_ifaces; i++) {
+        tl_iface_t *iface = ctx->ifaces[i];
+        if (!iface->quiet || look_all)
+            events += iface->ops->progress(iface);
+    }
+    return events;
+}
+
+static __attribute__((noinline)) int progress_proto(tmx_context_h ctx)
+{
+    return proto_progress(&ctx->proto);
+}
+
+int core_progress(tmx_context_h ctx)
+{
+    int events = 0;
 
     /* Whoever progresses holds the context, so a plain increment: the
      * offload engine only samples it, to see the application progress. */
@@ -88,21 +113,16 @@ int core_progress(tmx_context_h ctx)
                               memory_order_relaxed);
 
     if (__builtin_expect((++ctx->polls & (TL_QUIET_POLL_EVERY - 1)) == 0, 0)) {
-        int64_t now = core_now_us();
-        if (now - ctx->quiet_look_us >= (ctx->busy_polls != 0 ? TL_QUIET_BUSY_LOOK_US : TL_QUIET_LOOK_US)) {
-            ctx->quiet_look_us = now;
-            ctx->busy_polls = 0;
-            look_all = 1;
+        events = progress_look(ctx);
+    } else {
+        for (int i = 0; i < ctx->n_ifaces; i++) {
+            tl_iface_t *iface = ctx->ifaces[i];
+            if (!iface->quiet)
+                events += iface->ops->progress(iface);
         }
     }
-
-    for (int i = 0; i < ctx->n_ifaces; i++) {
-        tl_iface_t *iface = ctx->ifaces[i];
-        if (!iface->quiet || look_all)
-            events += iface->ops->progress(iface);
-    }
-    if (proto_has_work(&ctx->proto))
-        events += proto_progress(&ctx->proto);
+    if (__builtin_expect(proto_has_work(&ctx->proto), 0))
+        events += progress_proto(ctx);
     ctx->busy_polls += events > 0;
     return events;
 }

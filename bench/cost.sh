@@ -192,7 +192,8 @@ EOF
     echo "(10 000 round trips and 1 000 of warm-up) under \`mpirun -n 2\`, \`bench/cost.sh $1 $2\`,"
     echo "$(date -u '+%Y-%m-%d'). Each figure is the layer's inclusive cost summed over both"
     echo "processes, divided by the messages both sent (each message is sent by one process and"
-    echo "received by the other); a layer's row leaves out the layer below it."
+    echo "received by the other). The Open MPI row leaves out the provider's part; the others are"
+    echo "whole entry points (with link-time optimisation tmx is inlined into the provider)."
     echo
     cat "$TMP/table.md"
 } >"$TMP/report.md"

@@ -902,7 +902,7 @@ static void cell_deliver(shm_iface_t *si, shm_cell_t *cell, const shm_cell_head_
         si->dropped++;
         util_warn("shm: dropped a cell of a span without its first, from sender slot %u", ch->slot);
     } else {
-        shm_get_cell(si, cell);
+        shm_get_cell(si, cell, ch);
     }
 }
 

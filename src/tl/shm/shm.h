@@ -100,7 +100,7 @@ tmx_status_t shm_put(tl_ep_t *ep, const void *src, size_t len, uint64_t raddr, u
                      uint64_t lkey, unsigned kind);
 tmx_status_t shm_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                      unsigned kind, tl_get_op_t *op);
-void shm_get_cell(shm_iface_t *si, shm_cell_t *cell);
+void shm_get_cell(shm_iface_t *si, shm_cell_t *cell, const shm_cell_head_t *ch);
 int shm_get_progress(shm_iface_t *si);
 void shm_get_fail_ep(shm_iface_t *si, shm_ep_t *ep);
 void shm_get_init(shm_iface_t *si);

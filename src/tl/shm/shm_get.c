@@ -289,9 +289,9 @@ static tmx_status_t shared_get(shm_iface_t *si, shm_ep_t *ep, unsigned char *dst
 
 /* Owner side: write chunks from the front while the reader has left some.
  * The bytes must be a registered region of ours (mem_check). */
-static void help_arrive(shm_iface_t *si, shm_cell_t *cell)
+static void help_arrive(shm_iface_t *si, shm_cell_t *cell, const shm_cell_head_t *ch)
 {
-    shm_ep_t *ep = ep_by_uuid(si, shm_cell_src(si->seg, cell));
+    shm_ep_t *ep = ep_by_uuid(si, shm_slot_uuid(si->seg, ch->slot));
     shm_help_req_t h;
     shm_job_t *j;
     int64_t k;
@@ -303,7 +303,7 @@ static void help_arrive(shm_iface_t *si, shm_cell_t *cell)
     h.rkey = le64toh(h.rkey);
     h.len = le64toh(h.len);
     h.dst = le64toh(h.dst);
-    if (ep == NULL || ep->failed || shm_cell_len(cell) != sizeof(h) || h.job >= SHM_N_JOBS || h.gen == 0 ||
+    if (ep == NULL || ep->failed || ch->len != sizeof(h) || h.job >= SHM_N_JOBS || h.gen == 0 ||
         h.gen > JOB_GEN_MASK || h.len / SHM_JOB_CHUNK >= JOB_IDX_MASK) {
         si->dropped++;
         util_warn("shm: dropped a bad shared-copy request");
@@ -403,16 +403,16 @@ tmx_status_t shm_put(tl_ep_t *tep, const void *src, size_t len, uint64_t raddr, 
     return st;
 }
 
-static void get_data_arrive(shm_iface_t *si, shm_cell_t *cell)
+static void get_data_arrive(shm_iface_t *si, shm_cell_t *cell, const shm_cell_head_t *ch)
 {
     shm_get_data_t d;
-    shm_ep_t *ep = ep_by_uuid(si, shm_cell_src(si->seg, cell));
+    shm_ep_t *ep = ep_by_uuid(si, shm_slot_uuid(si->seg, ch->slot));
 
     memcpy(&d, cell->payload, sizeof(d));
     d.op_id = le64toh(d.op_id);
     d.offset = le64toh(d.offset);
     d.len = le32toh(d.len);
-    if (ep == NULL || d.op_id > UINT32_MAX || shm_cell_len(cell) != sizeof(d) + d.len ||
+    if (ep == NULL || d.op_id > UINT32_MAX || ch->len != sizeof(d) + d.len ||
         tl_emu_data_arrive(&si->emu, &ep->super, (uint32_t)d.op_id, d.offset,
                            (tmx_status_t)(int32_t)le32toh((uint32_t)d.status), cell->payload + sizeof(d),
                            d.len) != TMX_OK) {
@@ -428,13 +428,13 @@ static shm_ep_t *ep_by_uuid(shm_iface_t *si, uint64_t uuid)
     return util_idmap_get(&si->ep_map, uuid);
 }
 
-static void get_req_arrive(shm_iface_t *si, shm_cell_t *cell)
+static void get_req_arrive(shm_iface_t *si, shm_cell_t *cell, const shm_cell_head_t *ch)
 {
     shm_get_req_t w;
     tl_emu_req_t r;
-    shm_ep_t *ep = ep_by_uuid(si, shm_cell_src(si->seg, cell));
+    shm_ep_t *ep = ep_by_uuid(si, shm_slot_uuid(si->seg, ch->slot));
 
-    if (ep != NULL && shm_cell_len(cell) == sizeof(w)) {
+    if (ep != NULL && ch->len == sizeof(w)) {
         memcpy(&w, cell->payload, sizeof(w));
         r = (tl_emu_req_t){(uint32_t)le64toh(w.op_id), le64toh(w.raddr), le64toh(w.rkey), le64toh(w.len)};
         if (tl_emu_req_arrive(&si->emu, &ep->super, &r) == TMX_OK)
@@ -444,17 +444,19 @@ static void get_req_arrive(shm_iface_t *si, shm_cell_t *cell)
     util_warn("shm: dropped a copy-mode read request");
 }
 
-void shm_get_cell(shm_iface_t *si, shm_cell_t *cell)
+/* The header's words as the consumer read them once (shm_cell_head): a
+ * peer may rewrite the cell meanwhile. */
+void shm_get_cell(shm_iface_t *si, shm_cell_t *cell, const shm_cell_head_t *ch)
 {
-    if (shm_cell_kind(cell) == SHM_KIND_GET_DATA && shm_cell_len(cell) >= sizeof(shm_get_data_t)) {
-        get_data_arrive(si, cell);
-    } else if (shm_cell_kind(cell) == SHM_KIND_GET_REQ) {
-        get_req_arrive(si, cell);
-    } else if (shm_cell_kind(cell) == SHM_KIND_HELP) {
-        help_arrive(si, cell);
+    if (ch->kind == SHM_KIND_GET_DATA && ch->len >= sizeof(shm_get_data_t)) {
+        get_data_arrive(si, cell, ch);
+    } else if (ch->kind == SHM_KIND_GET_REQ) {
+        get_req_arrive(si, cell, ch);
+    } else if (ch->kind == SHM_KIND_HELP) {
+        help_arrive(si, cell, ch);
     } else {
         si->dropped++;
-        util_warn("shm: dropped a cell of unknown kind %u", shm_cell_kind(cell));
+        util_warn("shm: dropped a cell of unknown kind %u", ch->kind);
     }
 }
 

@@ -299,10 +299,11 @@ static inline uint64_t shm_cell_src(shm_seg_hdr_t *seg, const shm_cell_t *cell)
 }
 
 #define SHM_CELL_PAYLOAD (SHM_CELL_SIZE - sizeof(shm_cell_t))
-/* A span cuts its packet in parts of at most this: smaller than a cell,
- * so that a packet of two cells' worth (16 KiB) goes in three parts, not
- * two, and the sender's copy of a part and the receiver's of the one
- * before overlap more. */
+/* A span has as many cells as parts of this size take (shm_span_cells):
+ * fewer bytes than a cell holds, so that a packet of two cells' worth
+ * (16 KiB) goes in three parts, not two, and the sender's copy of a part
+ * and the receiver's of the one before overlap more. Parts are equal and
+ * in whole cache lines, so one may be up to 63 bytes longer (8192). */
 #define SHM_SPAN_STEP (SHM_CELL_PAYLOAD - 128)
 /* The longest packet: a span of SHM_SPAN_CELLS cells. */
 #define SHM_MAX_PACKET (SHM_SPAN_CELLS * SHM_SPAN_STEP - sizeof(shm_span_t))

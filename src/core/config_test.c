@@ -45,8 +45,8 @@ static void bad_values_refused(void **state)
         "TMX_PROTO=shm:fast@0",         /* no such protocol */
         "TMX_PROTO=shm:get@4k,coop@1k", /* rules not ascending */
         "TMX_PROTO=nosuch:get@0",       /* no such transport */
-        "TMX_TRANSPORTS=self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,"
-        "self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp",  /* too long */
+        ("TMX_TRANSPORTS=self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,"
+         "self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp"), /* too long */
     };
     config_t c;
 

@@ -100,7 +100,7 @@ fault_nft_counts() {
 # of several datagrams at once, GSO: longer than a datagram where the
 # output hook sees them). 1 if nft refused.
 fault_bulk_watch() {
-    ip netns exec "$1" nft delete table inet tmxbulk 2>/dev/null
+    ip netns exec "$1" nft delete table inet tmxbulk 2>/dev/null || true
     ip netns exec "$1" nft -f - <<NFT
 table inet tmxbulk {
     set bulk { type inet_service; flags dynamic; size 65535; }

@@ -1028,6 +1028,25 @@ static int parse_fail(proto_t *p, tmx_peer_t src, const char *why, size_t len)
     return -1;
 }
 
+/* A tagged packet's remote data, if its flags say so, and its payload,
+ * from off on. */
+static inline int parse_tail(proto_t *pr, tmx_peer_t src, const unsigned char *p, size_t len, size_t off,
+                             proto_in_t *in)
+{
+    in->has_data = (in->tmh.flags & WIRE_FLAG_DATA) != 0;
+    in->data = 0;
+    if (in->has_data) {
+        if (len < off + sizeof(uint64_t))
+            return parse_fail(pr, src, "truncated remote data", len);
+        memcpy(&in->data, p + off, sizeof(in->data));
+        in->data = le64toh(in->data);
+        off += sizeof(uint64_t);
+    }
+    in->payload = p + off;
+    in->payload_len = len - off;
+    return 0;
+}
+
 static int parse_packet(proto_t *pr, tmx_peer_t src, const unsigned char *p, size_t len,
                         proto_in_t *in)
 {
@@ -1039,6 +1058,10 @@ static int parse_packet(proto_t *pr, tmx_peer_t src, const unsigned char *p, siz
     wire_tmh_unpack(&in->tmh);
     if (in->tmh.version != WIRE_VERSION)
         return parse_fail(pr, src, "unknown wire version", len);
+    if (__builtin_expect(in->tmh.opcode == WIRE_OP_EAGER && !(in->tmh.flags & ~WIRE_FLAG_MASK), 1)) {
+        /* the common packet: as below, without the other opcodes' tests */
+        return parse_tail(pr, src, p, len, off, in);
+    }
     if (in->tmh.opcode == WIRE_OP_RNDV || in->tmh.opcode == WIRE_OP_FIN ||
         in->tmh.opcode == WIRE_OP_WDONE) {
         if (len < off + sizeof(wire_rvh_t))
@@ -1068,17 +1091,8 @@ static int parse_packet(proto_t *pr, tmx_peer_t src, const unsigned char *p, siz
     }
     if (in->tmh.flags & ~WIRE_FLAG_MASK)
         return parse_fail(pr, src, "unknown flags", len);
-    in->has_data = (in->tmh.flags & WIRE_FLAG_DATA) != 0;
-    in->data = 0;
-    if (in->has_data) {
-        if (len < off + sizeof(uint64_t))
-            return parse_fail(pr, src, "truncated remote data", len);
-        memcpy(&in->data, p + off, sizeof(in->data));
-        in->data = le64toh(in->data);
-        off += sizeof(uint64_t);
-    }
-    in->payload = p + off;
-    in->payload_len = len - off;
+    if (parse_tail(pr, src, p, len, off, in) != 0)
+        return -1;
     if (in->tmh.opcode == WIRE_OP_RNDV && in->payload_len != 0)
         return parse_fail(pr, src, "rendezvous request with trailing bytes", len);
     return 0;

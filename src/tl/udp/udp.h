@@ -330,12 +330,12 @@ void udp_node_close(udp_iface_t *ui);
 void udp_node_check(udp_iface_t *ui, uint64_t now, int force);
 /* From progress, for a shared port: acts on a change of the table. */
 void udp_node_progress(udp_iface_t *ui, uint64_t now);
-/* h (in host order but port) came for another index. */
 /* h (in host order but port) came for another index; dgram is the
- * datagram as it came (len bytes), handed on to the node's port when a
- * process of the node holds that index. */
+ * datagram as it came (len bytes), rewritten in place (flags, first
+ * sender, checksum) and handed on to the node's port when a process of
+ * the node holds that index. */
 void udp_node_misrouted(udp_iface_t *ui, const udp_hdr_t *h, const struct sockaddr_in *from,
-                        const unsigned char *dgram, size_t len);
+                        unsigned char *dgram, size_t len);
 /* The lanes (TMX_UDP_LANES sockets bound to the node's lane ports) are
  * opened as the node's port is joined: sock.lanes stays 0 if there are
  * none (a port of our own, a socket refused: said once). */

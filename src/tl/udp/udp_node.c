@@ -692,7 +692,7 @@ static void node_nobody(udp_iface_t *ui, const udp_hdr_t *h, const struct sockad
  * (its process died), its sender is told, as a kernel refuses a port
  * nobody holds; else the program is stale and is looked at. */
 void udp_node_misrouted(udp_iface_t *ui, const udp_hdr_t *h, const struct sockaddr_in *from,
-                        const unsigned char *dgram, size_t len)
+                        unsigned char *dgram, size_t len)
 {
     udp_node_table_t *t = ui->node.tab;
     const struct sockaddr_in *me = &ui->sock.self_sa;
@@ -706,7 +706,7 @@ void udp_node_misrouted(udp_iface_t *ui, const udp_hdr_t *h, const struct sockad
          * stale program cannot bounce it around. GRO's merges are not a
          * stale program: only a wrong steering calls for a look. */
         if (from->sin_addr.s_addr != me->sin_addr.s_addr || from->sin_port != me->sin_port) {
-            unsigned char *d = (unsigned char *)dgram;
+            unsigned char *d = dgram; /* rewritten in place: it is dropped here after */
             uint16_t fl = htole16((uint16_t)(h->flags | UDP_FLAG_HANDED));
             uint32_t c;
             memcpy(d + offsetof(udp_hdr_t, flags), &fl, sizeof(fl));

@@ -75,7 +75,9 @@ for v in A B; do
               $(sed -n 's/.*I *refs: *//p' "$TMP/poll.$v.0" | tr -d ,)) / POLLS )) >"$TMP/poll.$v"
 done
 
-python3 - "$TMP" "$1" "$2" >"$TMP/table.md" <<'EOF'
+# the report names commits, not what named them (HEAD moves)
+CA=$(git -C "$ROOT" rev-parse --short "$1") CB=$(git -C "$ROOT" rev-parse --short "$2")
+python3 - "$TMP" "$CA" "$CB" >"$TMP/table.md" <<'EOF'
 import collections, glob, re, sys
 
 tmp, ca, cb = sys.argv[1:4]
@@ -189,7 +191,7 @@ print(f'ob1 + vader in the same run, for scale: MPI_Send {vs:.0f} instructions p
 EOF
 {
     echo "Per-message cost by layer: callgrind (--cache-sim=yes) of \`osu_p2p -t lat -s 8 -d 1\`"
-    echo "(10 000 round trips and 1 000 of warm-up) under \`mpirun -n 2\`, \`bench/cost.sh $1 $2\`,"
+    echo "(10 000 round trips and 1 000 of warm-up) under \`mpirun -n 2\`, \`bench/cost.sh $CA $CB\`,"
     echo "$(date -u '+%Y-%m-%d'). Each figure is the layer's inclusive cost summed over both"
     echo "processes, divided by the messages both sent (each message is sent by one process and"
     echo "received by the other). The Open MPI row leaves out the provider's part; the others are"

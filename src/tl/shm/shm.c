@@ -1111,16 +1111,10 @@ static int shm_progress(tl_iface_t *iface)
         return progress_full(si);
     /* boxes first, as progress_full takes them: a short message on its
      * own, the usual arrival, is handed up from here */
-    int events = 0, fb_held = 0;
-    for (uint64_t on = si->fb_on; on != 0 && events < SHM_RECV_BUDGET; on &= on - 1) {
-        uint32_t i = (uint32_t)__builtin_ctzll(on);
-        if (atomic_load_explicit(shm_fbox_word(shm_fbox_data(si->seg, i), si->fb_rd[i] & (SHM_FBOX_SIZE - 1)),
-                                 memory_order_relaxed) != 0) {
-            events += fbox_drain(si, i, SHM_RECV_BUDGET - events, &fb_held);
-            if (fb_held) /* left at the bound of unexpected memory: progress_full notes it */
-                return events + progress_full(si);
-        }
-    }
+    int fb_held = 0, events = si->fb_on != 0 ? fbox_poll(si, used, SHM_RECV_BUDGET, &fb_held) : 0;
+
+    if (fb_held) /* left at the bound of unexpected memory: progress_full notes it */
+        return events + progress_full(si);
     if (atomic_load_explicit(&shm_cell(si->seg, si->head)->seq, memory_order_acquire) == shm_seq(si->head + 1))
         return events + progress_full(si);
     if (events != 0)

@@ -523,13 +523,6 @@ static inline void seg_wake_published(shm_seg_hdr_t *seg)
         seg_wake_now(seg);
 }
 
-/* Copies one piece of a packet into a cell: most pieces are a header and
- * a short payload. */
-static inline void piece_copy(unsigned char *dst, const unsigned char *src, size_t n)
-{
-    util_copy(dst, src, n);
-}
-
 #define SHM_FBOX_RETRY 4096 /* short sends between looks for a free fast box */
 
 /* Takes a free fast box in the peer's segment (shm_layout.h), or none:
@@ -590,7 +583,7 @@ static inline int fbox_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt, s
     at = skip != 0 ? 0 : o;
     e = ep->fb_data + at;
     for (int i = 0; i < iovcnt; i++) {
-        piece_copy(e + off, iov[i].iov_base, iov[i].iov_len);
+        util_copy(e + off, iov[i].iov_base, iov[i].iov_len);
         off += iov[i].iov_len;
     }
     atomic_store_explicit(shm_fbox_word(ep->fb_data, at + need), 0, memory_order_relaxed);
@@ -615,9 +608,9 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
     shm_ep_t *ep = (shm_ep_t *)tep;
     shm_cell_t *cell;
     uint64_t pos;
-    size_t off = 0, total = iovcnt > 0 ? iov[0].iov_len : 0;
+    size_t off = 0, total = 0;
 
-    for (int i = 1; i < iovcnt; i++)
+    for (int i = 0; i < iovcnt; i++)
         total += iov[i].iov_len;
     if (total == 0 || total > SHM_MAX_PACKET) { /* an empty cell says goodbye */
         util_error("shm: packet of %zu bytes: want 1 to %zu", total, (size_t)SHM_MAX_PACKET);
@@ -634,7 +627,7 @@ static tmx_status_t shm_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
     if ((cell = cells_claim(ep, 1, &pos)) == NULL)
         return TMX_ERR_AGAIN;
     for (int i = 0; i < iovcnt; i++) {
-        piece_copy(cell->payload + off, iov[i].iov_base, iov[i].iov_len);
+        util_copy(cell->payload + off, iov[i].iov_base, iov[i].iov_len);
         off += iov[i].iov_len;
     }
     return shm_cell_publish(ep, cell, pos, SHM_KIND_PACKET, (uint32_t)off);

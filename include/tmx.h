@@ -341,6 +341,16 @@ tmx_status_t tmx_config_get(const char *name, char *value, size_t len);
  * settings as tmx_config_print() does, to a stdio stream (a FILE *). */
 void tmx_info_print(void *stream);
 
+/* --------------------------------------------------------------- launchers */
+
+/* Removes what tmx processes that all died left on this host: the table
+ * of a shared UDP port (docs/udp.md) outlives a job whose processes were
+ * all killed, until the next tmx process on the host joins a port. A
+ * launcher calls this once the processes of its job on the host have
+ * exited (tmxrun does); what a live process holds is never touched.
+ * Returns the number of entries removed. */
+int tmx_host_sweep(void);
+
 #ifdef __cplusplus
 }
 #endif

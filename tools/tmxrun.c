@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tmx.h"
 #include "tmxrun.h"
 
 /* ------------------------------------------------------------- utilities */
@@ -628,6 +629,8 @@ int main(int argc, char **argv)
     }
     ranks_spawn(&job);
     job_loop(&job);
+    /* ranks killed whole leave the table of their shared UDP port behind */
+    (void)tmx_host_sweep();
     streams_drain(&job);
     rc = job.exit_code;
     job_fini(&job);

@@ -44,3 +44,8 @@ TMX_API void tmx_info_print(void *stream)
     info_transports(f);
     config_print(f);
 }
+
+TMX_API int tmx_host_sweep(void)
+{
+    return tl_sweep();
+}

@@ -21,6 +21,17 @@ const tl_ops_t *tl_find(const char *name)
     return NULL;
 }
 
+int tl_sweep(void)
+{
+    int n = 0;
+
+    for (size_t i = 0; i < sizeof(tl_all) / sizeof(tl_all[0]); i++) {
+        if (tl_all[i]->sweep != NULL)
+            n += tl_all[i]->sweep();
+    }
+    return n;
+}
+
 tmx_status_t tl_get_kind_check(const tl_iface_t *iface, unsigned kind)
 {
     if (kind != 0 && (kind & (kind - 1)) == 0 && (kind & iface->get_kinds) == kind)

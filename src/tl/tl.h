@@ -380,6 +380,13 @@ struct tl_ops {
      * milliseconds, not on the fast path.
      * Blocks: no. Upcalls: fail_cb only. In upcall: no. */
     void (*check_peers)(tl_iface_t *iface);
+
+    /* Optional (NULL: nothing to do). Removes what processes of this
+     * transport that all died left on the host (shared files, segments);
+     * what a live process holds stays. Returns the number of entries
+     * removed. Called with no interface open, by tmx_host_sweep().
+     * Blocks: no (skips what is locked now). Upcalls: none. */
+    int (*sweep)(void);
 };
 
 extern const tl_ops_t tl_self_ops;
@@ -428,5 +435,8 @@ tmx_status_t tl_get_kind_check(const tl_iface_t *iface, unsigned kind);
 
 /* The transport called name, or NULL. */
 const tl_ops_t *tl_find(const char *name);
+
+/* Every transport's sweep(); the number of entries removed. */
+int tl_sweep(void);
 
 #endif

@@ -315,5 +315,6 @@ const tl_ops_t tl_udp_ops = {
     .progress = udp_progress,
     .wait = udp_wait,
     .check_peers = udp_check_peers,
+    .sweep = udp_node_sweep,
 };
 

@@ -318,6 +318,9 @@ void udp_gro_set(udp_iface_t *ui, int on);
  * (the reason logged once per process) when the caller is to bind a port
  * of its own, fd left unbound or closed. */
 tmx_status_t udp_node_open(udp_iface_t *ui, int fd);
+/* Removes the node tables (any namespace) whose processes all died;
+ * returns how many (tl_ops_t.sweep). */
+int udp_node_sweep(void);
 /* The port a job's processes share on a node (a hash of its key). */
 uint16_t udp_node_port(uint64_t job_key);
 /* The slot of the group the node's table gives index (-1: nobody holds

@@ -445,24 +445,27 @@ static void node_path(udp_iface_t *ui, uint16_t port)
 
 /* Tables whose processes all died (a job killed whole leaves its table
  * behind, and the namespace it was in may be gone) are removed by the next
- * process that joins a port, in any namespace. A table in use is locked
- * only briefly: one busy now is skipped. */
-static void node_sweep(const udp_iface_t *ui)
+ * process that joins a port, in any namespace, and by a launcher once its
+ * job ended (tmx_host_sweep). A table in use is locked only briefly: one
+ * busy now is skipped. skip, if not NULL, is the caller's own. Returns the
+ * number removed. */
+static int node_sweep(const char *skip)
 {
     static const char prefix[] = "tmx-udp-";
     char path[sizeof("/dev/shm/") + 256];
     DIR *d = opendir("/dev/shm");
     struct dirent *e;
+    int removed = 0;
 
     if (d == NULL)
-        return;
+        return 0;
     while ((e = readdir(d)) != NULL) {
         udp_node_t nd = {.fd = -1};
         struct stat st;
         if (strncmp(e->d_name, prefix, sizeof(prefix) - 1) != 0)
             continue;
         snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-        if (strcmp(path, ui->node.path) == 0 || (nd.fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
+        if ((skip != NULL && strcmp(path, skip) == 0) || (nd.fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
             continue;
         /* a table its creator has not yet sized (it sizes it under the
          * lock, which it may not hold yet) is not swept: mapping it would
@@ -472,8 +475,8 @@ static void node_sweep(const udp_iface_t *ui)
             (nd.tab = mmap(NULL, sizeof(udp_node_table_t), PROT_READ | PROT_WRITE, MAP_SHARED, nd.fd, 0)) != MAP_FAILED) {
             if (nd.tab->magic == NODE_MAGIC && nd.tab->version == NODE_VERSION) {
                 table_purge(nd.tab);
-                if (table_members(nd.tab) == 0)
-                    unlink(path);
+                if (table_members(nd.tab) == 0 && unlink(path) == 0)
+                    removed++;
             }
             table_close(&nd);
         } else {
@@ -481,6 +484,12 @@ static void node_sweep(const udp_iface_t *ui)
         }
     }
     closedir(d);
+    return removed;
+}
+
+int udp_node_sweep(void)
+{
+    return node_sweep(NULL);
 }
 
 /* The lowest free index, or -1. */
@@ -567,7 +576,7 @@ tmx_status_t udp_node_open(udp_iface_t *ui, int fd)
     }
     sa.sin_port = htons(udp_node_port(ui->job_key));
     node_path(ui, ntohs(sa.sin_port));
-    node_sweep(ui);
+    (void)node_sweep(ui->node.path);
     if (table_open(&ui->node) != 0) {
         node_fallback("no table for the node's port in /dev/shm", errno);
         return TMX_ERR_UNSUPPORTED;

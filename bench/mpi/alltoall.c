@@ -80,7 +80,7 @@ static void aa_round(size_t len, int tag)
 int main(int argc, char **argv)
 {
     size_t big = argc > 1 && atol(argv[1]) > 0 ? (size_t)atol(argv[1]) : AA_BIG_DEFAULT;
-    mp_proc_mem_t m0, m1, m2;
+    mp_proc_mem_t m0, m1, m2, m3;
     mp_proc_sockets_t s;
     double t0;
 
@@ -99,8 +99,13 @@ int main(int argc, char **argv)
     if (aa_rank == 0)
         printf("scale: %d ranks, %d B and %zu B to every other rank, %.2f s\n", aa_size, AA_SMALL,
                big, MPI_Wtime() - t0);
+    for (double end = MPI_Wtime() + MP_PROC_SETTLE_US / 1e6; MPI_Wtime() < end;) {
+        int flag;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+    }
+    mp_proc_mem(&m3);
     mp_proc_sockets(&s);
-    mp_proc_print("ompi", (unsigned)aa_rank, (unsigned)aa_size, &m0, &m1, &m2, &s);
+    mp_proc_print("ompi", (unsigned)aa_rank, (unsigned)aa_size, &m0, &m1, &m2, &m3, &s);
     MPI_Barrier(MPI_COMM_WORLD);
     if (aa_rank == 0)
         printf("alltoall: ok, %d ranks\n", aa_size);

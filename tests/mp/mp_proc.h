@@ -166,20 +166,28 @@ static unsigned long mp_proc_netns(void)
     return strncmp(link, "net:[", 5) == 0 ? strtoul(link + 5, NULL, 10) : 0;
 }
 
+/* How long a program lets its library settle after the exchange before
+ * the last measurement: calling into it (to send the ACKs it delays, end
+ * what the exchange left under way), as an application that goes on
+ * computing and communicating would. */
+#define MP_PROC_SETTLE_US 200000
+
 /* One line per process, "scale key=value ...", for bench/scale.sh:
- * the heap at three points (before any message, after the small
- * all-to-all, after the large one) and the rest at the end. */
+ * the heap at four points (before any message, after the small
+ * all-to-all, after the large one, and MP_PROC_SETTLE_US later, the
+ * library having been called meanwhile) and the rest at the end. */
 static void mp_proc_print(const char *lib, unsigned rank, unsigned size,
                           const mp_proc_mem_t *m0, const mp_proc_mem_t *m1,
-                          const mp_proc_mem_t *m2, const mp_proc_sockets_t *s)
+                          const mp_proc_mem_t *m2, const mp_proc_mem_t *m3,
+                          const mp_proc_sockets_t *s)
 {
     unsigned remote = size > 1 ? size - 1 : 1;
 
     printf("scale lib=%s rank=%u size=%u netns=%lu udp=%u tcp=%u sockets=%u fds=%u ns_udp=%u "
            "ns_tcp=%u hwm_kb=%zu rss_kb=%zu heap0=%zu heap_small=%zu heap_large=%zu "
-           "peer_bytes=%lld\n",
+           "heap_settled=%zu peer_bytes=%lld\n",
            lib, rank, size, mp_proc_netns(), s->udp, s->tcp, s->sockets, s->fds, s->ns_udp,
-           s->ns_tcp, m2->hwm_kb, m2->rss_kb, m0->heap, m1->heap, m2->heap,
+           s->ns_tcp, m3->hwm_kb, m3->rss_kb, m0->heap, m1->heap, m2->heap, m3->heap,
            ((long long)m1->heap - (long long)m0->heap) / (long long)remote);
 }
 

@@ -1446,9 +1446,9 @@ static void case_scale(void)
 {
     const char *v = getenv("MP_SCALE_BYTES");
     size_t big = v != NULL && atol(v) > 0 ? (size_t)atol(v) : SCALE_BIG_DEFAULT;
-    mp_proc_mem_t m0, m1, m2;
+    mp_proc_mem_t m0, m1, m2, m3;
     mp_proc_sockets_t s;
-    int64_t t0;
+    int64_t t0, settle;
 
     mp_barrier("before the all-to-all");
     mp_proc_mem(&m0);
@@ -1461,8 +1461,11 @@ static void case_scale(void)
     if (mp_rank == 0)
         printf("scale: %u ranks, %d B and %zu B to every other rank, %.2f s\n", mp_size,
                SCALE_SMALL, big, (double)(mp_now_us() - t0) / 1e6);
+    for (settle = mp_now_us() + MP_PROC_SETTLE_US; mp_now_us() < settle;)
+        tmx_wait(mp_ctx, 1000);
+    mp_proc_mem(&m3);
     mp_proc_sockets(&s);
-    mp_proc_print("tmx", mp_rank, mp_size, &m0, &m1, &m2, &s);
+    mp_proc_print("tmx", mp_rank, mp_size, &m0, &m1, &m2, &m3, &s);
 }
 
 /* ---------------------------------------------------------------- threads */

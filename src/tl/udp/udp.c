@@ -130,8 +130,8 @@ static int tx_idle(udp_iface_t *ui)
 
     util_dlist_foreach(pos, &ui->eps) {
         udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
-        for (int ch = 0; ch < UDP_N_CH && !ep->failed; ch++) {
-            if (ep->tx[ch].una != ep->tx[ch].next_seq)
+        for (int ch = 0; ch < UDP_N_CH && !ep->failed && ep->fl != NULL; ch++) {
+            if (ep->fl->tx[ch].una != ep->fl->tx[ch].next_seq)
                 return 0;
         }
     }

@@ -47,10 +47,16 @@ typedef struct udp_seg {
     _Alignas(8) unsigned char buf[]; /* a udp_hdr_t is read in place */
 } udp_seg_t;
 
+/* Slots of a flow's first window (a power of two), held in the flow
+ * itself: a window grows, doubling, up to TMX_UDP_WINDOW as the segments
+ * in flight need it. */
+#define UDP_WIN_FIRST 8u
+
 typedef struct udp_tx {
     uint32_t next_seq;           /* the next segment's number */
     uint32_t una;                /* oldest unacknowledged */
-    udp_seg_t **win;             /* in flight, by udp_tx_slot(seq) */
+    udp_seg_t **win;             /* in flight, by udp_tx_slot(seq): win0, or
+                                    an array of its own once it grew */
     uint32_t win_mask;           /* win's slots - 1: it grows from UDP_WIN_FIRST
                                     to the window as the flight does */
     uint32_t dup_acks;
@@ -64,6 +70,7 @@ typedef struct udp_tx {
     struct udp_iface *ui;        /* for the timer's callback */
     struct udp_ep *ep;
     int ch;
+    udp_seg_t *win0[UDP_WIN_FIRST]; /* the first window */
 } udp_tx_t;
 
 typedef struct udp_rx {
@@ -91,47 +98,61 @@ typedef struct udp_conn {
     int errq;                    /* its error queue may name a refusal */
 } udp_conn_t;
 
-typedef struct udp_ep {
-    tl_ep_t super;
-    uint64_t last_rx_us;         /* when the peer was last heard */
-    util_dlist_t link;           /* in udp_iface_t.eps */
-    util_dlist_t ack_link;       /* in udp_iface_t.acks while an ACK is due */
-    struct sockaddr_in sa;
-    uint16_t index;              /* its node index: our datagrams' dst_index */
-    int fd;                      /* conn's socket, or -1: the interface's sends */
-    udp_conn_t *conn;            /* the socket connected to sa, shared with
-                                    the endpoints of the same node, or NULL */
-    uint64_t uuid;
-    int connected;               /* the core made it (not just a receive) */
-    int failed;
-    int refused;                 /* a checked refusal to act on (udp_live.c) */
-    int n_refused;               /* refusals in a row, nothing heard between */
-    uint64_t refused_us;         /* when the last of them was counted */
-    int bye;                     /* the peer said bye: it sends no more */
-    uint32_t bye_seq[UDP_N_CH];  /* the bye's next_seq per channel */
-    uint64_t bye_us;             /* when the bye came */
-    uint64_t probe_us;           /* when it was last probed while silent */
-    int ack_queued;
-    uint64_t ack_due_us;
-    uint64_t srtt_us, rttvar_us; /* smoothed round trip and its deviation,
-                                    both channels; srtt 0 until a sample */
-    uint64_t min_rtt_us;         /* the smallest sample: the path unloaded */
-    uint64_t rx_data_us;         /* when the data channel last brought one */
-    uint32_t rx_data_seq;        /* and its sequence number */
-    int rx_data_seen;            /* a data segment was delivered or kept */
-    uint64_t stall_sent_us;      /* when we last reported a stall */
-    uint64_t stall_handled_us;   /* when we last acted on the peer's report */
-    int rx_left;                 /* its data waits with it: we were at the
-                                    bound (udp_rel.c: rx_leave) */
-    int rx_refill;               /* and is being resent: later segments
-                                    are not kept early until it is in */
-    int put_rx;                  /* it writes into our memory: written data
-                                    came and no packet since (its WDONE) */
-    uint64_t put_rx_us;          /* when that write's first data came */
-    uint32_t lane;               /* 1 + the lane its bulk data takes, 0
-                                    before its first (udp_node.c, lanes) */
+/* What a peer's reliable exchange needs while it is under way (seed 001)
+ * and not when it is over: made by the first segment either way
+ * (udp_flow), freed once nothing is in flight, early, owed or pending
+ * (udp_flow_settle). An idle peer holds only its udp_ep_t (seed 002:
+ * what stays per remote process is a few words of sequence state). */
+typedef struct udp_flow {
+    struct udp_ep *ep;
     udp_tx_t tx[UDP_N_CH];
     udp_rx_t rx[UDP_N_CH];
+    util_dlist_t ack_link;       /* in udp_iface_t.acks while an ACK is due */
+    int ack_queued;
+    uint64_t ack_due_us;
+    uint64_t refused_us;         /* when the last refusal was counted */
+    uint32_t bye_seq[UDP_N_CH];  /* the bye's next_seq per channel */
+    uint64_t bye_us;             /* when the bye came */
+    uint64_t rx_data_us;         /* when the data channel last brought one */
+    uint32_t rx_data_seq;        /* and its sequence number */
+    uint64_t stall_sent_us;      /* when we last reported a stall */
+    uint64_t stall_handled_us;   /* when we last acted on the peer's report */
+    uint64_t put_rx_us;          /* when the current write's first data came */
+} udp_flow_t;
+
+/* A peer context: made on first contact either way, kept until the
+ * interface closes. */
+typedef struct udp_ep {
+    tl_ep_t super;
+    util_dlist_t link;           /* in udp_iface_t.eps */
+    uint64_t uuid;
+    udp_flow_t *fl;              /* NULL while idle */
+    udp_conn_t *conn;            /* the socket connected to sa, shared with
+                                    the endpoints of the same node, or NULL */
+    struct sockaddr_in sa;
+    uint64_t last_rx_us;         /* when the peer was last heard */
+    uint64_t probe_us;           /* when it was last probed while silent */
+    uint32_t next_seq[UDP_N_CH]; /* while idle: the next segment's number */
+    uint32_t expected[UDP_N_CH]; /* while idle: the next segment due */
+    uint32_t srtt_us, rttvar_us; /* smoothed round trip and its deviation,
+                                    both channels; srtt 0 until a sample */
+    uint32_t min_rtt_us;         /* the smallest sample: the path unloaded */
+    uint32_t lane;               /* 1 + the lane its bulk data takes, 0
+                                    before its first (udp_node.c, lanes) */
+    int fd;                      /* conn's socket, or -1: the interface's sends */
+    uint16_t index;              /* its node index: our datagrams' dst_index */
+    uint8_t n_refused;           /* refusals in a row, nothing heard between */
+    uint8_t connected : 1;       /* the core made it (not just a receive) */
+    uint8_t failed : 1;
+    uint8_t refused : 1;         /* a checked refusal to act on (udp_live.c) */
+    uint8_t bye : 1;             /* the peer said bye: it sends no more */
+    uint8_t rx_data_seen : 1;    /* a data segment was delivered or kept */
+    uint8_t rx_left : 1;         /* its data waits with it: we were at the
+                                    bound (udp_rel.c: rx_leave) */
+    uint8_t rx_refill : 1;       /* and is being resent: later segments
+                                    are not kept early until it is in */
+    uint8_t put_rx : 1;          /* it writes into our memory: written data
+                                    came and no packet since (its WDONE) */
 } udp_ep_t;
 
 typedef struct udp_faults {
@@ -235,6 +256,7 @@ typedef struct udp_iface {
     util_idmap_t ep_map;         /* uuid -> udp_ep_t of eps */
     util_dlist_t eps;
     uint32_t n_eps;
+    uint32_t n_flows;            /* endpoints with a flow (udp_flow_t) */
     util_dlist_t acks;           /* endpoints owing an ACK */
     int refusals;                /* some endpoint was refused */
     int byes;                    /* peers that said bye with data missing */
@@ -394,7 +416,6 @@ void udp_buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gro,
 size_t udp_gro_guess(const unsigned char *buf, size_t len);
 
 /* udp_rel.c: reliability */
-void udp_tx_init(udp_iface_t *ui, udp_ep_t *ep, int ch);
 void udp_tx_fini(udp_tx_t *tx);
 void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg, uint64_t now);
 void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack);
@@ -480,11 +501,6 @@ static inline uint32_t udp_rx_slot(const udp_rx_t *rx, uint32_t seq)
     return seq & rx->ooo_mask;
 }
 
-/* Slots of a peer's first window (a power of two): what a peer that only
- * exchanges short messages holds, a peer's state being made on first use
- * and kept (docs/scale.md); a window grows, doubling, up to
- * TMX_UDP_WINDOW as the segments in flight need it. */
-#define UDP_WIN_FIRST 8u
 /* A window (or early-arrival array) of this many slots or more goes back
  * to UDP_WIN_FIRST once its flight is over (or it is empty). */
 #define UDP_WIN_SHRINK_AT 64u
@@ -494,10 +510,35 @@ static inline uint32_t udp_rx_slot(const udp_rx_t *rx, uint32_t seq)
  * to grow it). */
 tmx_status_t udp_tx_reserve(udp_iface_t *ui, udp_tx_t *tx, uint32_t n);
 
+/* The flow of ep, made now if it has none; NULL without memory. */
+udp_flow_t *udp_flow_make(udp_iface_t *ui, udp_ep_t *ep);
+static inline udp_flow_t *udp_flow(udp_iface_t *ui, udp_ep_t *ep)
+{
+    return __builtin_expect(ep->fl != NULL, 1) ? ep->fl : udp_flow_make(ui, ep);
+}
+/* Frees ep's flow if its exchange is over: nothing in flight, early or
+ * being reassembled, no ACK owed, no refusal, bye or write pending.
+ * Called where no pointer into the flow is held. */
+void udp_flow_settle(udp_iface_t *ui, udp_ep_t *ep);
+/* Frees ep's flow whatever it holds (the endpoint goes). */
+void udp_flow_free(udp_iface_t *ui, udp_ep_t *ep);
+
+/* The next segment's number on ch, and the next segment due from the
+ * peer, with or without a flow. */
+static inline uint32_t udp_ep_next_seq(const udp_ep_t *ep, int ch)
+{
+    return ep->fl != NULL ? ep->fl->tx[ch].next_seq : ep->next_seq[ch];
+}
+
+static inline uint32_t udp_ep_expected(const udp_ep_t *ep, int ch)
+{
+    return ep->fl != NULL ? ep->fl->rx[ch].expected : ep->expected[ch];
+}
+
 static inline void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h)
 {
     for (int ch = 0; ch < UDP_N_CH; ch++)
-        h->ack[ch] = htole32(ep->rx[ch].expected);
+        h->ack[ch] = htole32(udp_ep_expected(ep, ch));
 }
 
 /* Where a datagram to ep goes: through its own connected socket when it

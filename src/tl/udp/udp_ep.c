@@ -14,17 +14,9 @@
 
 void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep)
 {
-    util_debug("udp: peer %u: round trip %llu us (deviation %llu us), timeout %llu us",
-               ep->super.peer, (unsigned long long)ep->srtt_us,
-               (unsigned long long)ep->rttvar_us,
-               (unsigned long long)ep->tx[UDP_CH_DATA].rto_us);
-    for (int ch = 0; ch < UDP_N_CH; ch++) {
-        util_timer_cancel(&ep->tx[ch].timer);
-        udp_tx_fini(&ep->tx[ch]);
-        udp_rx_fini(ui, &ep->rx[ch]);
-    }
-    if (ep->ack_queued)
-        util_dlist_unlink(&ep->ack_link);
+    util_debug("udp: peer %u: round trip %u us (deviation %u us)", ep->super.peer, ep->srtt_us,
+               ep->rttvar_us);
+    udp_flow_free(ui, ep);
     util_dlist_unlink(&ep->link);
     if (util_idmap_get(&ui->ep_map, ep->uuid) == ep)
         util_idmap_del(&ui->ep_map, ep->uuid);
@@ -63,8 +55,9 @@ udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid)
 
 
 /* Per-peer state is made on first contact either way (seed 002), and is
- * small while the peer is idle: the windows are allocated when the first
- * segment is sent, or arrives early. */
+ * small while the peer is idle: its flow (windows, timers, ACK state) is
+ * made by the first segment either way and freed when the exchange is
+ * over (udp_flow_settle). */
 udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa, uint16_t index)
 {
     udp_ep_t *ep = calloc(1, sizeof(*ep));
@@ -80,9 +73,6 @@ udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *s
     ep->index = index;
     ep->fd = -1;
     ep->last_rx_us = udp_now_us();
-    util_dlist_init(&ep->ack_link);
-    for (int ch = 0; ch < UDP_N_CH; ch++)
-        udp_tx_init(ui, ep, ch);
     util_dlist_push_tail(&ui->eps, &ep->link);
     ui->n_eps++;
     return ep;
@@ -129,8 +119,8 @@ static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)
     ep->failed = 1;
     udp_put_rx_end(ui, ep);
     udp_sock_ep_disconnect(ui, ep); /* nothing more goes to it: the descriptor is for the next peer */
-    for (int ch = 0; ch < UDP_N_CH; ch++)
-        util_timer_cancel(&ep->tx[ch].timer);
+    for (int ch = 0; ch < UDP_N_CH && ep->fl != NULL; ch++)
+        util_timer_cancel(&ep->fl->tx[ch].timer);
     tl_emu_ep_fail(&ui->emu, &ep->super);
     ui->super.fail_cb(ui->super.fail_arg, ep->uuid, clean);
 }
@@ -162,8 +152,8 @@ void udp_bye_all(udp_iface_t *ui)
 
     util_dlist_foreach(pos, &ui->eps) {
         udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
-        if (!ep->failed && (ep->rx_data_seen || ep->tx[UDP_CH_DATA].next_seq != 0 ||
-                            ep->tx[UDP_CH_PRIO].next_seq != 0))
+        if (!ep->failed && (ep->rx_data_seen || udp_ep_next_seq(ep, UDP_CH_DATA) != 0 ||
+                            udp_ep_next_seq(ep, UDP_CH_PRIO) != 0))
             udp_bye_send(ui, ep);
     }
 }

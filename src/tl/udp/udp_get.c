@@ -98,7 +98,7 @@ void udp_put_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, cons
 
     if (!ep->put_rx) {
         ep->put_rx = 1;
-        ep->put_rx_us = ui->rx_now_us;
+        ep->fl->put_rx_us = ui->rx_now_us;
         ui->n_put_rx++;
         udp_gro_set(ui, 1); /* the rest comes in bursts, as a read's data */
     }
@@ -130,7 +130,7 @@ void udp_put_rx_check(udp_iface_t *ui, uint64_t now)
     util_dlist_foreach(pos, &ui->eps) {
         udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
         if (ep->put_rx)
-            udp_rx_stall_check(ui, ep, ep->put_rx_us, now);
+            udp_rx_stall_check(ui, ep, ep->fl->put_rx_us, now);
     }
 }
 

@@ -85,10 +85,14 @@ void udp_live_heard(udp_ep_t *ep)
 
 static void ep_refused(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
 {
-    if (ep->failed || (ep->n_refused > 0 && now - ep->refused_us < udp_rto_base(ui, ep)))
+    udp_flow_t *fl;
+
+    if (ep->failed || (ep->n_refused > 0 && now - ep->fl->refused_us < udp_rto_base(ui, ep)))
         return; /* the same probe refused twice, or a burst of forgeries */
+    if (ep->n_refused == UINT8_MAX || (fl = udp_flow(ui, ep)) == NULL)
+        return;
     ep->n_refused++;
-    ep->refused_us = now;
+    fl->refused_us = now;
     ep->refused = 1;
     ui->refusals = 1;
 }
@@ -184,7 +188,7 @@ static int ep_refusal_step(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
         udp_ep_fail(ui, ep, "its host refused its port again and again: the process is gone");
         return 0;
     }
-    if (ep->refused || now - ep->refused_us >= udp_rto_base(ui, ep)) {
+    if (ep->refused || now - ep->fl->refused_us >= udp_rto_base(ui, ep)) {
         if (ep->refused || now - ep->probe_us >= udp_rto_base(ui, ep))
             ep_probe(ui, ep, now);
         ep->refused = 0;
@@ -200,7 +204,7 @@ static int ep_bye_step(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
 {
     if (!ep->bye || ep->failed)
         return 0;
-    if (now - ep->bye_us < UDP_BYE_WAIT_US)
+    if (now - ep->fl->bye_us < UDP_BYE_WAIT_US)
         return 1;
     udp_ep_fail(ui, ep, "it closed with data it sent us missing");
     return 0;
@@ -228,27 +232,35 @@ void udp_live_progress(udp_iface_t *ui)
     ui->byes = byes;
 }
 
-static int bye_complete(const udp_ep_t *ep)
+static int bye_complete(const udp_ep_t *ep, const uint32_t next_seq[UDP_N_CH])
 {
     for (int ch = 0; ch < UDP_N_CH; ch++)
-        if ((int32_t)(ep->rx[ch].expected - ep->bye_seq[ch]) < 0)
+        if ((int32_t)(udp_ep_expected(ep, ch) - next_seq[ch]) < 0)
             return 0;
     return 1;
 }
 
 void udp_live_bye(udp_iface_t *ui, udp_ep_t *ep, const uint32_t next_seq[UDP_N_CH])
 {
+    udp_flow_t *fl;
+
     if (!ep->bye) {
+        if (bye_complete(ep, next_seq)) {
+            udp_ep_gone(ui, ep);
+            return;
+        }
+        if ((fl = udp_flow(ui, ep)) == NULL)
+            return; /* no memory to wait for its data: its refusal decides */
         ep->bye = 1;
-        ep->bye_us = ui->rx_now_us ? ui->rx_now_us : udp_now_us();
-        memcpy(ep->bye_seq, next_seq, sizeof(ep->bye_seq));
+        fl->bye_us = ui->rx_now_us ? ui->rx_now_us : udp_now_us();
+        memcpy(fl->bye_seq, next_seq, sizeof(fl->bye_seq));
     }
     udp_live_bye_check(ui, ep);
 }
 
 void udp_live_bye_check(udp_iface_t *ui, udp_ep_t *ep)
 {
-    if (bye_complete(ep)) {
+    if (bye_complete(ep, ep->fl->bye_seq)) {
         ep->bye = 0;
         udp_ep_gone(ui, ep);
         return;
@@ -260,10 +272,14 @@ void udp_live_bye_check(udp_iface_t *ui, udp_ep_t *ep)
  * channel: its retransmissions are the next probes. */
 static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
 {
-    udp_tx_t *tx = &ep->tx[UDP_CH_PRIO];
+    udp_flow_t *fl = udp_flow(ui, ep);
+    udp_tx_t *tx;
     udp_send_desc_t keepalive = {.ch = UDP_CH_PRIO}; /* an empty segment, acknowledged */
 
     ep->probe_us = now;
+    if (fl == NULL)
+        return; /* no memory now: the next check probes */
+    tx = &fl->tx[UDP_CH_PRIO];
     if (ep->conn != NULL)
         ep->conn->errq = ui->sock.errq = 1; /* a refusal pending there would eat the probe */
     if (ui->sock.errq)

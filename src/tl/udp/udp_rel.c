@@ -51,14 +51,22 @@ static inline int seq_before(uint32_t a, uint32_t b)
 
 static void tx_timer_fire(util_timer_t *t);
 
-void udp_tx_init(udp_iface_t *ui, udp_ep_t *ep, int ch)
+/* The first window's slots: UDP_WIN_FIRST, or the whole window if less. */
+static uint32_t win_first(const udp_iface_t *ui)
 {
-    udp_tx_t *tx = &ep->tx[ch];
+    return UDP_WIN_FIRST < ui->cfg.window ? UDP_WIN_FIRST : ui->cfg.window;
+}
 
-    tx->win = NULL; /* allocated by the first send */
-    tx->rto_us = ui->cfg.rto_us;
+static void tx_init(udp_iface_t *ui, udp_flow_t *fl, int ch)
+{
+    udp_tx_t *tx = &fl->tx[ch];
+
+    tx->next_seq = tx->una = tx->rack_seq = fl->ep->next_seq[ch];
+    tx->win = tx->win0;
+    tx->win_mask = win_first(ui) - 1;
+    tx->rto_us = udp_rto_base(ui, fl->ep);
     tx->ui = ui;
-    tx->ep = ep;
+    tx->ep = fl->ep;
     tx->ch = ch;
     tx->timer.fire = tx_timer_fire;
     util_dlist_init(&tx->timer.link);
@@ -70,20 +78,34 @@ void udp_tx_fini(udp_tx_t *tx)
         return;
     for (uint32_t s = tx->una; s != tx->next_seq; s++)
         udp_seg_free(tx->ui, tx->win[udp_tx_slot(tx, s)]);
-    free(tx->win);
+    if (tx->win != tx->win0)
+        free(tx->win);
     tx->win = NULL;
 }
 
-/* A new array of slots slots for the segments in flight (or the first). */
+/* An array of slots slots for the segments in flight: the flow's own
+ * first window when they fit in it, else one of its own. */
 static tmx_status_t tx_win_resize(udp_tx_t *tx, uint32_t slots)
 {
-    udp_seg_t **win = calloc(slots, sizeof(*win));
+    udp_seg_t *old[UDP_WIN_FIRST];
+    udp_seg_t **from = tx->win, **win;
 
-    if (win == NULL)
+    if (slots <= UDP_WIN_FIRST) {
+        if (from == tx->win0)
+            return TMX_OK;
+        memset(old, 0, sizeof(old));
+        win = old; /* gathered aside, then into win0 */
+    } else if ((win = calloc(slots, sizeof(*win))) == NULL) {
         return TMX_ERR_AGAIN;
-    for (uint32_t s = tx->una; tx->win != NULL && s != tx->next_seq; s++)
-        win[s & (slots - 1)] = tx->win[udp_tx_slot(tx, s)];
-    free(tx->win);
+    }
+    for (uint32_t s = tx->una; s != tx->next_seq; s++)
+        win[s & (slots - 1)] = from[udp_tx_slot(tx, s)];
+    if (win == old) {
+        memcpy(tx->win0, old, sizeof(old));
+        win = tx->win0;
+    }
+    if (from != tx->win0)
+        free(from);
     tx->win = win;
     tx->win_mask = slots - 1;
     return TMX_OK;
@@ -91,14 +113,12 @@ static tmx_status_t tx_win_resize(udp_tx_t *tx, uint32_t slots)
 
 tmx_status_t udp_tx_reserve(udp_iface_t *ui, udp_tx_t *tx, uint32_t n)
 {
-    uint32_t need = tx->next_seq - tx->una + n, slots = tx->win == NULL ? 0 : tx->win_mask + 1;
+    uint32_t need = tx->next_seq - tx->una + n, slots = tx->win_mask + 1;
 
     if (need > ui->cfg.window)
         return TMX_ERR_AGAIN;
     if (need <= slots)
         return TMX_OK;
-    if (slots == 0)
-        slots = UDP_WIN_FIRST < ui->cfg.window ? UDP_WIN_FIRST : ui->cfg.window;
     while (slots < need)
         slots *= 2;
     return tx_win_resize(tx, slots);
@@ -112,16 +132,18 @@ static void rtt_sample(udp_ep_t *ep, uint64_t m)
 {
     uint64_t err;
 
+    if (m > UINT32_MAX / 8)
+        m = UINT32_MAX / 8; /* the sums below stay in 32 bits */
     if (ep->min_rtt_us == 0 || m < ep->min_rtt_us)
-        ep->min_rtt_us = m > 0 ? m : 1;
+        ep->min_rtt_us = m > 0 ? (uint32_t)m : 1;
     if (ep->srtt_us == 0) {
-        ep->srtt_us = m > 0 ? m : 1;
-        ep->rttvar_us = m / 2;
+        ep->srtt_us = m > 0 ? (uint32_t)m : 1;
+        ep->rttvar_us = (uint32_t)(m / 2);
         return;
     }
     err = m > ep->srtt_us ? m - ep->srtt_us : ep->srtt_us - m;
-    ep->rttvar_us = (3 * ep->rttvar_us + err) / 4;
-    ep->srtt_us = (7 * ep->srtt_us + m) / 8;
+    ep->rttvar_us = (uint32_t)((3 * (uint64_t)ep->rttvar_us + err) / 4);
+    ep->srtt_us = (uint32_t)((7 * (uint64_t)ep->srtt_us + m) / 8);
     if (ep->srtt_us == 0)
         ep->srtt_us = 1;
 }
@@ -136,7 +158,7 @@ uint64_t udp_rto_base(const udp_iface_t *ui, const udp_ep_t *ep)
 
     if (ep->srtt_us == 0)
         return ui->cfg.rto_us;
-    rto = ep->srtt_us + 4 * ep->rttvar_us + ui->cfg.ack_delay_us;
+    rto = ep->srtt_us + 4 * (uint64_t)ep->rttvar_us + ui->cfg.ack_delay_us;
     if (rto < UDP_RTO_MIN_US)
         rto = UDP_RTO_MIN_US;
     return rto > ui->cfg.rto_us ? ui->cfg.rto_us : rto;
@@ -152,7 +174,7 @@ static uint64_t pto(const udp_iface_t *ui, const udp_ep_t *ep)
 
     if (ep->srtt_us == 0)
         return ui->cfg.rto_us;
-    t = ep->srtt_us + ep->srtt_us / 2 + ui->cfg.ack_delay_us;
+    t = (uint64_t)ep->srtt_us + ep->srtt_us / 2 + ui->cfg.ack_delay_us;
     return t < UDP_PTO_MIN_US ? UDP_PTO_MIN_US : t;
 }
 
@@ -172,7 +194,7 @@ static void tx_timer_rearm(udp_iface_t *ui, udp_tx_t *tx, uint64_t now)
 
 void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg, uint64_t now)
 {
-    udp_tx_t *tx = &ep->tx[ch];
+    udp_tx_t *tx = &ep->fl->tx[ch];
 
     if (tx->una == tx->next_seq) {
         tx->last_progress_us = now;
@@ -324,7 +346,7 @@ static void tx_timer_fire(util_timer_t *t)
 
 void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
 {
-    udp_tx_t *tx = &ep->tx[ch];
+    udp_tx_t *tx = &ep->fl->tx[ch];
 
     if (seq_before(tx->una, ack) && !seq_before(tx->next_seq, ack)) {
         uint64_t sent_us = tx->win[udp_tx_slot(tx, ack - 1)]->sent_us;
@@ -347,7 +369,7 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
              * window's size (a peer idle after a burst holds 64 bytes,
              * not the burst's array); kept if memory is short */
             if (tx->win_mask + 1 >= UDP_WIN_SHRINK_AT)
-                (void)tx_win_resize(tx, UDP_WIN_FIRST);
+                (void)tx_win_resize(tx, win_first(ui));
             return; /* the timer stays: tx_timer_fire finds nothing to do */
         }
         tx_timer_rearm(ui, tx, tx->last_progress_us);
@@ -362,11 +384,13 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
 
 void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep)
 {
-    if (ep->ack_queued)
+    udp_flow_t *fl = ep->fl;
+
+    if (fl->ack_queued)
         return;
-    ep->ack_queued = 1;
-    ep->ack_due_us = ui->rx_now_us + ui->cfg.ack_delay_us;
-    util_dlist_push_tail(&ui->acks, &ep->ack_link);
+    fl->ack_queued = 1;
+    fl->ack_due_us = ui->rx_now_us + ui->cfg.ack_delay_us;
+    util_dlist_push_tail(&ui->acks, &fl->ack_link);
 }
 
 /* The data channel's early segments as a bitmap; 0 when there are none. */
@@ -395,14 +419,14 @@ static size_t sack_fill(const udp_iface_t *ui, const udp_rx_t *rx, udp_sack_t *s
  * the receiver takes the bye for a clean exit. */
 static void ack_send(udp_iface_t *ui, udp_ep_t *ep, uint16_t extra)
 {
-    uint32_t seq = extra & UDP_FLAG_STALL ? ep->rx_data_seq
-                   : extra & UDP_FLAG_BYE ? ep->tx[UDP_CH_PRIO].next_seq : 0;
-    uint32_t frag = extra & UDP_FLAG_BYE ? ep->tx[UDP_CH_DATA].next_seq : 0;
+    uint32_t seq = extra & UDP_FLAG_STALL ? ep->fl->rx_data_seq
+                   : extra & UDP_FLAG_BYE ? udp_ep_next_seq(ep, UDP_CH_PRIO) : 0;
+    uint32_t frag = extra & UDP_FLAG_BYE ? udp_ep_next_seq(ep, UDP_CH_DATA) : 0;
     udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY), 0, ui->sock.self_sa.sin_port,
                    htole64(ui->job_key), htole64(ui->uuid), htole64(ep->uuid), htole32(seq), {0, 0},
                    htole32(frag), 0, 0, 0, htons(ui->sock.index), htons(ep->index), 0};
     unsigned char buf[sizeof(h) + sizeof(udp_sack_t)];
-    size_t n = sack_fill(ui, &ep->rx[UDP_CH_DATA], (udp_sack_t *)(buf + sizeof(h)));
+    size_t n = ep->fl != NULL ? sack_fill(ui, &ep->fl->rx[UDP_CH_DATA], (udp_sack_t *)(buf + sizeof(h))) : 0;
 
     udp_hdr_fill_acks(ep, &h);
     h.flags = htole16(UDP_FLAG_ACK_ONLY | (n != 0 ? UDP_FLAG_SACK : 0) | extra);
@@ -416,7 +440,7 @@ static void ack_send(udp_iface_t *ui, udp_ep_t *ep, uint16_t extra)
 /* Marks what the receiver holds, then resends what that shows lost. */
 void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len)
 {
-    udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
+    udp_tx_t *tx = &ep->fl->tx[UDP_CH_DATA];
     udp_sack_t s;
 
     if (len < offsetof(udp_sack_t, bits) || len > sizeof(s))
@@ -447,13 +471,19 @@ void udp_bye_send(udp_iface_t *ui, udp_ep_t *ep)
 
 void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t now)
 {
-    if (ep->rx_data_us > since)
-        since = ep->rx_data_us;
-    if (!ep->rx_data_seen || since >= now || now - since < UDP_STALL_US || now - ep->stall_sent_us < UDP_STALL_US)
+    udp_flow_t *fl = ep->fl;
+
+    if (fl != NULL && fl->rx_data_us > since)
+        since = fl->rx_data_us;
+    if (!ep->rx_data_seen || since >= now || now - since < UDP_STALL_US ||
+        (fl != NULL && now - fl->stall_sent_us < UDP_STALL_US))
         return; /* nothing to name yet: the sender's probe and timeout cover it */
-    ep->stall_sent_us = now;
+    if ((fl = udp_flow(ui, ep)) == NULL)
+        return;
+    fl->stall_sent_us = now;
     ui->stats.stalls_sent++;
     ack_send(ui, ep, UDP_FLAG_STALL);
+    udp_flow_settle(ui, ep); /* made for the report alone: it goes again */
 }
 
 /* The receiver heard nothing for UDP_STALL_US after segment last: below
@@ -463,7 +493,7 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
  * needlessly). */
 void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last)
 {
-    udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
+    udp_tx_t *tx = &ep->fl->tx[UDP_CH_DATA];
     uint64_t t0 = tx->rack_us;
     resend_batch_t b = {.n = 0};
     uint32_t sent = 0;
@@ -472,9 +502,9 @@ void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last)
         return;
     /* Reports closer together than the receiver sends them are copies;
      * a segment resent once is outside the window below anyway. */
-    if (ui->rx_now_us - ep->stall_handled_us < UDP_STALL_US / 2)
+    if (ui->rx_now_us - ep->fl->stall_handled_us < UDP_STALL_US / 2)
         return;
-    ep->stall_handled_us = ui->rx_now_us;
+    ep->fl->stall_handled_us = ui->rx_now_us;
     if (!seq_before(last, tx->una) && seq_before(last, tx->next_seq)) {
         udp_seg_t *seg = tx->win[udp_tx_slot(tx, last)];
         t0 = seg->sent_us;
@@ -498,16 +528,17 @@ int udp_ack_flush(udp_iface_t *ui, uint64_t now)
     int n = 0;
 
     util_dlist_foreach_safe(pos, tmp, &ui->acks) {
-        udp_ep_t *ep = util_container_of(pos, udp_ep_t, ack_link);
-        if (!ep->rx[0].ack_now && !ep->rx[1].ack_now && ep->ack_due_us > now)
+        udp_flow_t *fl = util_container_of(pos, udp_flow_t, ack_link);
+        if (!fl->rx[0].ack_now && !fl->rx[1].ack_now && fl->ack_due_us > now)
             continue;
-        util_dlist_unlink(&ep->ack_link);
-        ep->ack_queued = 0;
+        util_dlist_unlink(&fl->ack_link);
+        fl->ack_queued = 0;
         for (int ch = 0; ch < UDP_N_CH; ch++) {
-            ep->rx[ch].ack_now = 0;
-            ep->rx[ch].unacked = 0;
+            fl->rx[ch].ack_now = 0;
+            fl->rx[ch].unacked = 0;
         }
-        ack_send(ui, ep, 0);
+        ack_send(ui, fl->ep, 0);
+        udp_flow_settle(ui, fl->ep); /* fl may be gone */
         n++;
     }
     return n;
@@ -579,7 +610,7 @@ static void deliver_packet_seg(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx, cons
 
 static void deliver(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p)
 {
-    udp_rx_t *rx = &ep->rx[h->channel];
+    udp_rx_t *rx = &ep->fl->rx[h->channel];
 
     if (h->flags & UDP_FLAG_GET_REQ)
         udp_get_req_arrive(ui, ep, p, h->len);
@@ -676,8 +707,8 @@ static void data_arrived(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h)
 {
     if (h->channel != UDP_CH_DATA)
         return;
-    ep->rx_data_us = ui->rx_now_us;
-    ep->rx_data_seq = h->seq;
+    ep->fl->rx_data_us = ui->rx_now_us;
+    ep->fl->rx_data_seq = h->seq;
     ep->rx_data_seen = 1;
 }
 
@@ -714,7 +745,9 @@ void udp_rx_resume(udp_iface_t *ui)
             continue;
         ep->rx_left = 0;
         ep->rx_refill = 1;
-        ep->rx_data_seq = ep->rx[UDP_CH_DATA].highest;
+        if (ep->fl == NULL)
+            continue; /* held while it was left: cannot be */
+        ep->fl->rx_data_seq = ep->fl->rx[UDP_CH_DATA].highest;
         ack_send(ui, ep, UDP_FLAG_STALL);
     }
     ui->n_left = 0;
@@ -736,9 +769,16 @@ static int rx_held(udp_iface_t *ui, udp_ep_t *ep, const udp_rx_t *rx, const udp_
 
 void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p)
 {
-    udp_rx_t *rx = &ep->rx[h->channel];
+    udp_flow_t *fl = udp_flow(ui, ep);
+    udp_rx_t *rx;
+    int32_t ahead;
 
-    int32_t ahead = (int32_t)(h->seq - rx->expected);
+    if (fl == NULL) {
+        ui->stats.dropped++; /* no memory: the sender resends it */
+        return;
+    }
+    rx = &fl->rx[h->channel];
+    ahead = (int32_t)(h->seq - rx->expected);
 
     if (h->channel == UDP_CH_DATA && ahead >= 0 && rx_held(ui, ep, rx, h, p, ahead)) {
         if (seq_before(rx->highest, h->seq))
@@ -748,7 +788,7 @@ void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const uns
     }
     if (ahead == 0 && ep->rx_refill && h->channel == UDP_CH_DATA &&
         (rx->expected & (UDP_REFILL_EVERY - 1)) == 0) {
-        ep->rx_data_seq = rx->highest; /* more of it, at once */
+        fl->rx_data_seq = rx->highest; /* more of it, at once */
         ack_send(ui, ep, UDP_FLAG_STALL);
     }
     if (ahead == 0) {
@@ -766,4 +806,58 @@ void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const uns
         rx->ack_now = 1; /* an old duplicate: our ACK was lost */
     }
     udp_ack_schedule(ui, ep);
+}
+
+/* ----------------------------------------------------------------- flows */
+
+udp_flow_t *udp_flow_make(udp_iface_t *ui, udp_ep_t *ep)
+{
+    udp_flow_t *fl = calloc(1, sizeof(*fl));
+
+    if (fl == NULL)
+        return NULL;
+    fl->ep = ep;
+    ep->fl = fl;
+    for (int ch = 0; ch < UDP_N_CH; ch++) {
+        tx_init(ui, fl, ch);
+        fl->rx[ch].expected = fl->rx[ch].highest = ep->expected[ch];
+    }
+    fl->rx_data_seq = ep->expected[UDP_CH_DATA] - 1; /* the last one delivered */
+    util_dlist_init(&fl->ack_link);
+    ui->n_flows++;
+    return fl;
+}
+
+void udp_flow_free(udp_iface_t *ui, udp_ep_t *ep)
+{
+    udp_flow_t *fl = ep->fl;
+
+    if (fl == NULL)
+        return;
+    for (int ch = 0; ch < UDP_N_CH; ch++) {
+        ep->next_seq[ch] = fl->tx[ch].next_seq;
+        ep->expected[ch] = fl->rx[ch].expected;
+        util_timer_cancel(&fl->tx[ch].timer);
+        udp_tx_fini(&fl->tx[ch]);
+        udp_rx_fini(ui, &fl->rx[ch]);
+    }
+    if (fl->ack_queued)
+        util_dlist_unlink(&fl->ack_link);
+    ep->fl = NULL;
+    ui->n_flows--;
+    free(fl);
+}
+
+void udp_flow_settle(udp_iface_t *ui, udp_ep_t *ep)
+{
+    const udp_flow_t *fl = ep->fl;
+
+    if (fl == NULL || fl->ack_queued || ep->n_refused != 0 || ep->bye || ep->put_rx || ep->rx_left ||
+        ep->rx_refill || ep->failed)
+        return;
+    for (int ch = 0; ch < UDP_N_CH; ch++) {
+        if (fl->tx[ch].una != fl->tx[ch].next_seq || fl->rx[ch].n_ooo != 0 || fl->rx[ch].reasm != NULL)
+            return;
+    }
+    udp_flow_free(ui, ep);
 }

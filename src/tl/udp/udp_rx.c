@@ -132,21 +132,24 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
     }
     ep->last_rx_us = ui->rx_now_us;
     udp_live_heard(ep);
-    for (int ch = 0; ch < UDP_N_CH; ch++)
-        udp_tx_acked(ui, ep, ch, h.ack[ch]);
-    if (h.flags & UDP_FLAG_SACK)
-        udp_tx_sacked(ui, ep, buf + sizeof(h), h.len);
-    if (h.flags & UDP_FLAG_STALL)
-        udp_tx_stalled(ui, ep, h.seq);
+    if (ep->fl != NULL) { /* without a flow nothing is in flight: the ACKs are old */
+        for (int ch = 0; ch < UDP_N_CH; ch++)
+            udp_tx_acked(ui, ep, ch, h.ack[ch]);
+        if (h.flags & UDP_FLAG_SACK)
+            udp_tx_sacked(ui, ep, buf + sizeof(h), h.len);
+        if (h.flags & UDP_FLAG_STALL)
+            udp_tx_stalled(ui, ep, h.seq);
+    }
     if ((h.flags & UDP_FLAG_BYE) && (h.flags & UDP_FLAG_ACK_ONLY)) {
         uint32_t next[UDP_N_CH] = {[UDP_CH_PRIO] = h.seq, [UDP_CH_DATA] = h.frag_id};
         udp_live_bye(ui, ep, next);
-        return;
+    } else {
+        if (!(h.flags & UDP_FLAG_ACK_ONLY))
+            udp_rx_segment(ui, ep, &h, buf + sizeof(h));
+        if (ep->bye && !ep->failed)
+            udp_live_bye_check(ui, ep); /* the data a bye overtook */
     }
-    if (!(h.flags & UDP_FLAG_ACK_ONLY))
-        udp_rx_segment(ui, ep, &h, buf + sizeof(h));
-    if (ep->bye && !ep->failed)
-        udp_live_bye_check(ui, ep); /* the data a bye overtook */
+    udp_flow_settle(ui, ep);
 }
 
 void udp_buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gro,

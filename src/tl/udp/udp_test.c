@@ -178,9 +178,21 @@ static int got_packets(void *arg)
 static int all_acked(void *arg)
 {
     want_t *w = arg;
-    udp_tx_t *tx = &w->ep->tx[UDP_CH_DATA];
+    udp_tx_t *tx = w->ep->fl != NULL ? &w->ep->fl->tx[UDP_CH_DATA] : NULL;
 
-    return tx->una == tx->next_seq;
+    return tx == NULL || tx->una == tx->next_seq;
+}
+
+/* Both endpoints of the pair are idle: their flows are gone. */
+typedef struct idle_pair {
+    udp_ep_t *ab, *ba;
+} idle_pair_t;
+
+static int flows_gone(void *arg)
+{
+    idle_pair_t *ip = arg;
+
+    return ip->ab->fl == NULL && ip->ba->fl == NULL;
 }
 
 /* The sender's datagrams leave from its endpoint's own socket, so the
@@ -447,7 +459,8 @@ static void test_resend_is_the_same(void **state)
     memset(dirty, 0xbe, sizeof(udp_seg_t) + sizeof(udp_hdr_t) + 8);
     util_pool_put(&a.ui->segs, dirty);
     send_bytes(ab, 8);
-    seg = ab->tx[UDP_CH_DATA].win[udp_tx_slot(&ab->tx[UDP_CH_DATA], ab->tx[UDP_CH_DATA].una)];
+    assert_non_null(ab->fl); /* the segment is in flight */
+    seg = ab->fl->tx[UDP_CH_DATA].win[udp_tx_slot(&ab->fl->tx[UDP_CH_DATA], ab->fl->tx[UDP_CH_DATA].una)];
     assert_ptr_equal(seg, dirty);
     udp_seg_retransmit(a.ui, ab, seg);
     assert_null(seg->ext);
@@ -516,12 +529,14 @@ static void test_read_ends_when_memory_is_taken_back(void **state)
     ab = connect_to(&a, &b, UUID_B);
     a.ui->faults.drop = 1.0; /* everything the owner sends is lost */
     assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, TL_GET_COPY, &op.super), TMX_INPROGRESS);
-    tx = &ab->tx[UDP_CH_DATA];
     end = udp_now_us() + 2000000;
-    while ((tx->win == NULL || tx->next_seq - tx->una < 2) && udp_now_us() < end) {
+    while ((ab->fl == NULL || ab->fl->tx[UDP_CH_DATA].next_seq - ab->fl->tx[UDP_CH_DATA].una < 2) &&
+           udp_now_us() < end) {
         tl_udp_ops.progress(&b.ui->super);
         tl_udp_ops.progress(&a.ui->super);
     }
+    assert_non_null(ab->fl);
+    tx = &ab->fl->tx[UDP_CH_DATA];
     assert_true(tx->next_seq - tx->una >= 2); /* the read's segments wait */
     waiting = tx->next_seq - tx->una;
     a.lent = NULL;                            /* the memory is the application's again */
@@ -651,17 +666,74 @@ static void test_window_shrinks_after_burst(void **state)
     for (int round = 1; round <= 2; round++) {
         for (int k = 0; k < 4; k++)
             send_bytes(ab, 100000);
-        assert_true(ab->tx[UDP_CH_DATA].win_mask + 1 >= 256);
+        assert_true(ab->fl->tx[UDP_CH_DATA].win_mask + 1 >= 256);
         w = (want_t){&b, (size_t)(4 * round), ab};
         assert_true(poll_until(&a, &b, got_packets, &w));
         assert_true(poll_until(&a, &b, all_acked, &w));
-        assert_int_equal(ab->tx[UDP_CH_DATA].win_mask + 1, UDP_WIN_FIRST);
         ba = udp_ep_find(b.ui, UUID_A);
         assert_non_null(ba);
-        assert_int_equal(ba->rx[UDP_CH_DATA].n_ooo, 0);
-        assert_true(ba->rx[UDP_CH_DATA].ooo == NULL || ba->rx[UDP_CH_DATA].ooo_mask + 1 < UDP_WIN_SHRINK_AT);
+        /* then, the exchange over, both flows go with their arrays */
+        idle_pair_t ip = {ab, ba};
+        assert_true(poll_until(&a, &b, flows_gone, &ip));
+        assert_int_equal(a.ui->n_flows + b.ui->n_flows, 0);
     }
     assert_int_equal(b.bytes, 8 * 100000);
+    pair_close(&a, &b);
+}
+
+/* An idle peer holds no flow (udp_flow_t): the flows of both ends are
+ * freed once an exchange is over, made again by the next segment either
+ * way, and the sequence numbers carry over: later packets are delivered,
+ * once each and in order, and acknowledged; a segment from before that
+ * comes again (a duplicate the network kept) is not delivered again. */
+static void test_idle_peer_holds_no_flow(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab, *ba;
+    idle_pair_t ip;
+    want_t w;
+
+    (void)state;
+    pair_open(&a, &b);
+    ab = connect_to(&a, &b, UUID_B);
+    ba = connect_to(&b, &a, UUID_A);
+    ip = (idle_pair_t){ab, ba};
+    for (int round = 1; round <= 3; round++) {
+        send_bytes(ab, 100);          /* one segment */
+        send_bytes(ab, 3 * 9000);     /* several */
+        send_bytes(ba, 8);            /* and the other way */
+        assert_non_null(ab->fl);
+        w = (want_t){&b, (size_t)(2 * round), ab};
+        assert_true(poll_until(&a, &b, got_packets, &w));
+        w = (want_t){&a, (size_t)round, ba};
+        assert_true(poll_until(&a, &b, got_packets, &w));
+        assert_true(poll_until(&a, &b, flows_gone, &ip));
+        assert_int_equal(ab->next_seq[UDP_CH_DATA], ba->expected[UDP_CH_DATA]);
+        assert_int_equal(ba->next_seq[UDP_CH_DATA], ab->expected[UDP_CH_DATA]);
+        assert_true(ab->next_seq[UDP_CH_DATA] >= (uint32_t)(5 * round));
+    }
+    assert_int_equal(b.packets, 6);
+    assert_int_equal(a.packets, 3);
+    /* an old segment again: it is answered but not delivered, and the
+     * flows go again */
+    send_bytes(ab, 8);
+    assert_non_null(ab->fl);
+    {
+        udp_tx_t *tx = &ab->fl->tx[UDP_CH_DATA];
+        udp_seg_t *seg = tx->win[udp_tx_slot(tx, tx->una)];
+        udp_hdr_t *h = (udp_hdr_t *)seg->buf;
+        uint32_t seq = le32toh(h->seq);
+        /* rewrite it as the segment before, already delivered */
+        h->seq = htole32(seq - 1);
+        h->csum = 0;
+        h->csum = htole32(util_crc32c(0, seg->buf, seg->len));
+        udp_datagram_send(a.ui, ab, seg->buf, seg->len);
+        h->seq = htole32(seq);
+    }
+    w = (want_t){&b, 7, ab};
+    assert_true(poll_until(&a, &b, got_packets, &w));
+    assert_true(poll_until(&a, &b, flows_gone, &ip));
+    assert_int_equal(b.packets, 7);
     pair_close(&a, &b);
 }
 
@@ -1493,6 +1565,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_closing_peer_says_bye),
         cmocka_unit_test(test_small_window_takes_largest_packet),
         cmocka_unit_test(test_window_shrinks_after_burst),
+        cmocka_unit_test(test_idle_peer_holds_no_flow),
         cmocka_unit_test(test_refused_port_is_death),
         cmocka_unit_test(test_silent_peer_is_not_dead),
         cmocka_unit_test(test_both_connected),

@@ -90,7 +90,7 @@ static inline void hdr_fill(const udp_iface_t *ui, const udp_ep_t *ep, udp_seg_t
 {
     udp_hdr_t *h = (udp_hdr_t *)seg->buf;
 
-    seg->seq = ep->tx[sd->ch].next_seq;
+    seg->seq = ep->fl->tx[sd->ch].next_seq;
     seg->len = (uint32_t)(sizeof(*h) + sd->n);
     seg->sacked = 0;
     seg->resent = 0;
@@ -158,7 +158,7 @@ static void seg_refuse(udp_seg_t *seg, tmx_status_t st)
  * now on: one question to the core, not one per segment. */
 static void refuse_key(const udp_iface_t *ui, const udp_ep_t *ep, uint64_t key, tmx_status_t st)
 {
-    const udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
+    const udp_tx_t *tx = &ep->fl->tx[UDP_CH_DATA];
 
     for (uint32_t s = tx->una; s != tx->next_seq; s++) {
         udp_seg_t *seg = tx->win[udp_tx_slot(tx, s)];
@@ -347,11 +347,13 @@ static void segs_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_
 /* A segment went out carrying our current ACKs: none is owed any more. */
 static inline void acks_carried(udp_ep_t *ep)
 {
-    if (ep->ack_queued) {
-        util_dlist_unlink(&ep->ack_link);
-        ep->ack_queued = 0;
+    udp_flow_t *fl = ep->fl;
+
+    if (fl->ack_queued) {
+        util_dlist_unlink(&fl->ack_link);
+        fl->ack_queued = 0;
         for (int c = 0; c < UDP_N_CH; c++)
-            ep->rx[c].unacked = ep->rx[c].ack_now = 0;
+            fl->rx[c].unacked = fl->rx[c].ack_now = 0;
     }
 }
 
@@ -373,7 +375,7 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t 
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
     ui->super.quiet = 0;
-    if (nseg > UINT32_MAX || udp_tx_reserve(ui, &ep->tx[ch], (uint32_t)nseg) != TMX_OK)
+    if (nseg > UINT32_MAX || udp_flow(ui, ep) == NULL || udp_tx_reserve(ui, &ep->fl->tx[ch], (uint32_t)nseg) != TMX_OK)
         return TMX_ERR_AGAIN;
     /* bulk data, on the peer's lane: a packet of several datagrams, and
      * every piece of a read's or a write's data (the last may be short) */
@@ -437,7 +439,7 @@ tmx_status_t udp_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
 {
     udp_ep_t *ep = (udp_ep_t *)tep;
     udp_iface_t *ui = (udp_iface_t *)tep->iface;
-    udp_tx_t *tx = &ep->tx[UDP_CH_DATA];
+    udp_flow_t *fl = ep->fl;
     size_t len = 0;
 
     for (int i = 0; i < iovcnt; i++)
@@ -446,8 +448,10 @@ tmx_status_t udp_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
         util_error("udp: empty packet refused (1 to %d bytes)", UDP_MAX_PACKET);
         return TMX_ERR_INVALID;
     }
-    if (len <= ui->cfg.mtu - sizeof(udp_hdr_t) && tx->win != NULL && !ep->failed &&
-        tx->next_seq - tx->una <= tx->win_mask)
+    if (fl == NULL && !ep->failed && (fl = udp_flow_make(ui, ep)) == NULL)
+        return TMX_ERR_AGAIN;
+    if (len <= ui->cfg.mtu - sizeof(udp_hdr_t) && !ep->failed &&
+        fl->tx[UDP_CH_DATA].next_seq - fl->tx[UDP_CH_DATA].una <= fl->tx[UDP_CH_DATA].win_mask)
         return send_one(ui, ep, iov, iovcnt, len);
     if (len > UDP_MAX_PACKET) {
         util_error("udp: packet of %zu bytes exceeds %d", len, UDP_MAX_PACKET);

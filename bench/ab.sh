@@ -5,7 +5,9 @@
 # Builds both commits (release, in worktrees under a temporary folder, with
 # the benchmark program of commit B for both, so that only the library
 # differs), then runs R rounds; each round runs A and B back to back, in
-# an order that alternates, on cores 0 and 1:
+# an order that alternates, rank r of tmx-perf pinned to core r
+# (pin_rank.sh: left to the scheduler, the two ranks of a udp run shared
+# one core now and then, and its figures came out bimodal):
 #   tmx-perf -x shm: latency at 8 B, 64 KiB and 1 MiB, bandwidth at 1 MiB,
 #                    message rate at 8 B
 #   tmx-perf -x udp: latency at 8 B, bandwidth at 64 KiB (on this host)
@@ -27,7 +29,7 @@ set -euo pipefail
 
 ROUNDS=6
 OUT=""
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while getopts "r:o:h" o; do
     case $o in
     r) ROUNDS=$OPTARG ;;
@@ -72,7 +74,7 @@ CSV=$TMP/data.csv
 perf() { # label dir args...
     local l=$1 d=$2
     shift 2
-    timeout 180 taskset -c 0,1 "$d/build/tools/tmxrun" -n 2 --timeout 150 "$d/build/tools/tmx-perf" --csv "$@" \
+    timeout 180 "$d/build/tools/tmxrun" -n 2 --timeout 150 "$ROOT/bench/pin_rank.sh" "$d/build/tools/tmx-perf" --csv "$@" \
         2>/dev/null | awk -F, -v l="$l" '$1 != "test" {print l "," $1 "," $2 "," $3 "," $5 "," $6}' >>"$CSV" || true
 }
 

@@ -844,8 +844,14 @@ void udp_flow_free(udp_iface_t *ui, udp_ep_t *ep)
     if (fl->ack_queued)
         util_dlist_unlink(&fl->ack_link);
     ep->fl = NULL;
-    ui->n_flows--;
     free(fl);
+    /* the last exchange is over: the segment buffers a burst took beyond
+     * the pools' keep go now, not when a later burst happens to end
+     * with more than twice keep */
+    if (--ui->n_flows == 0) {
+        util_pool_trim(&ui->segs);
+        util_pool_trim(&ui->hsegs);
+    }
 }
 
 void udp_flow_settle(udp_iface_t *ui, udp_ep_t *ep)

@@ -676,6 +676,9 @@ static void test_window_shrinks_after_burst(void **state)
         idle_pair_t ip = {ab, ba};
         assert_true(poll_until(&a, &b, flows_gone, &ip));
         assert_int_equal(a.ui->n_flows + b.ui->n_flows, 0);
+        /* and the segment buffers the burst took beyond the pool's keep */
+        assert_true(a.ui->segs.n_chunks <= a.ui->segs.keep);
+        assert_true(b.ui->segs.n_chunks <= b.ui->segs.keep);
     }
     assert_int_equal(b.bytes, 8 * 100000);
     pair_close(&a, &b);

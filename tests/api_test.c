@@ -109,6 +109,20 @@ static void check(const unsigned char *buf, size_t len, unsigned seed)
 
 /* ------------------------------------------------------------- basics */
 
+/* tmx_host_sweep takes a job's identity as TMX_JOBID gives it, or NULL;
+ * anything else is refused, with a log line, and nothing is removed. */
+static void test_host_sweep_args(void **state)
+{
+    (void)state;
+    assert_true(tmx_host_sweep(NULL) >= 0);
+    assert_true(tmx_host_sweep("00000000deadbeef") >= 0);
+    assert_int_equal(tmx_host_sweep(""), TMX_ERR_INVALID);
+    assert_int_equal(tmx_host_sweep("deadbeef"), TMX_ERR_INVALID);          /* too short */
+    assert_int_equal(tmx_host_sweep("00000000deadbeef0"), TMX_ERR_INVALID); /* too long */
+    assert_int_equal(tmx_host_sweep("00000000deadbeeg"), TMX_ERR_INVALID);  /* not hex */
+    assert_int_equal(tmx_host_sweep("0000000000000000"), TMX_ERR_INVALID);  /* no job */
+}
+
 static void test_version_strerror(void **state)
 {
     assert_int_equal(tmx_version(), TMX_VERSION);
@@ -1286,6 +1300,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_offload_spinning_test),
         cmocka_unit_test(test_offload_with_progress),
         cmocka_unit_test(test_keys_independent_of_uuid),
+        cmocka_unit_test(test_host_sweep_args),
     };
 
     return UNIT_MAIN(argc, argv, tests);

@@ -630,7 +630,7 @@ int main(int argc, char **argv)
     ranks_spawn(&job);
     job_loop(&job);
     /* ranks killed whole leave the table of their shared UDP port behind */
-    (void)tmx_host_sweep();
+    (void)tmx_host_sweep(job.jobid);
     streams_drain(&job);
     rc = job.exit_code;
     job_fini(&job);

@@ -1,11 +1,13 @@
 /* What tmx-info prints: the version, each transport as a context opened
  * with it alone finds it (usable or why not, its limits, the protocol
  * used at each message size), then the settings. */
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/config.h"
 #include "core/core.h"
+#include "util/log.h"
 
 #define TMX_API __attribute__((visibility("default")))
 
@@ -45,7 +47,17 @@ TMX_API void tmx_info_print(void *stream)
     config_print(f);
 }
 
-TMX_API int tmx_host_sweep(void)
+TMX_API int tmx_host_sweep(const char *jobid)
 {
-    return tl_sweep();
+    uint64_t key = 0;
+    size_t i;
+
+    for (i = 0; jobid != NULL && i < 16 && isxdigit((unsigned char)jobid[i]); i++)
+        key = key << 4 | (uint64_t)(isdigit((unsigned char)jobid[i]) ? jobid[i] - '0'
+                                                                      : (tolower((unsigned char)jobid[i]) - 'a' + 10));
+    if (jobid != NULL && (i != 16 || jobid[i] != '\0' || key == 0)) {
+        util_error("tmx_host_sweep: job '%s': expected 16 hex digits, not all zero", jobid);
+        return TMX_ERR_INVALID;
+    }
+    return tl_sweep(key);
 }

@@ -21,13 +21,13 @@ const tl_ops_t *tl_find(const char *name)
     return NULL;
 }
 
-int tl_sweep(void)
+int tl_sweep(uint64_t job_key)
 {
     int n = 0;
 
     for (size_t i = 0; i < sizeof(tl_all) / sizeof(tl_all[0]); i++) {
         if (tl_all[i]->sweep != NULL)
-            n += tl_all[i]->sweep();
+            n += tl_all[i]->sweep(job_key);
     }
     return n;
 }

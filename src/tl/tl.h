@@ -382,11 +382,12 @@ struct tl_ops {
     void (*check_peers)(tl_iface_t *iface);
 
     /* Optional (NULL: nothing to do). Removes what processes of this
-     * transport that all died left on the host (shared files, segments);
-     * what a live process holds stays. Returns the number of entries
-     * removed. Called with no interface open, by tmx_host_sweep().
+     * transport that all died left on the host (shared files, segments),
+     * of the job job_key only (0: of any job); what a live process holds
+     * stays. Returns the number of entries removed. Called with no
+     * interface open, by tmx_host_sweep().
      * Blocks: no (skips what is locked now). Upcalls: none. */
-    int (*sweep)(void);
+    int (*sweep)(uint64_t job_key);
 };
 
 extern const tl_ops_t tl_self_ops;
@@ -436,7 +437,7 @@ tmx_status_t tl_get_kind_check(const tl_iface_t *iface, unsigned kind);
 /* The transport called name, or NULL. */
 const tl_ops_t *tl_find(const char *name);
 
-/* Every transport's sweep(); the number of entries removed. */
-int tl_sweep(void);
+/* Every transport's sweep(job_key); the number of entries removed. */
+int tl_sweep(uint64_t job_key);
 
 #endif

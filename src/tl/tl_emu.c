@@ -14,7 +14,10 @@ typedef struct emu_get {
     tl_emu_req_t req;
     uint64_t received;          /* bytes in: the chunks come in order */
     int req_sent;
-    uint64_t asked_us;          /* when the request went out */
+    uint64_t asked_us;          /* when the request went out, then when its
+                                   data last came: what a wait counts from */
+    uint64_t stall_us;          /* when the transport last reported it stalled
+                                   (ops->waiting; 0: never) */
     tl_get_op_t *op;
 } emu_get_t;
 
@@ -132,6 +135,7 @@ tmx_status_t tl_emu_data_arrive(tl_emu_t *e, tl_ep_t *ep, uint32_t id, uint64_t 
     }
     memcpy(g->dst + offset, p, n);
     g->received += n;
+    g->asked_us = emu_now_us();
     if (g->received == g->req.len)
         get_finish(g, TMX_OK);
     return TMX_OK;
@@ -255,7 +259,7 @@ int tl_emu_progress(tl_emu_t *e, uint64_t now_us)
         if (!g->req_sent)
             events += get_ask(e, g);
         else if (e->ops->waiting != NULL)
-            e->ops->waiting(g->ep, g->asked_us, now_us);
+            e->ops->waiting(g->ep, g->asked_us, now_us, &g->stall_us);
     }
     return events;
 }

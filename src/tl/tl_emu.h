@@ -45,9 +45,11 @@ typedef struct tl_emu_ops {
      * again later; anything else ends the serving. Blocks: no. */
     tmx_status_t (*data_send)(tl_ep_t *ep, uint32_t id, uint64_t offset, tmx_status_t status,
                               const void *src, size_t n, uint64_t rkey);
-    /* Optional: a read from ep, asked at since_us, still waits at now_us
-     * (udp reports a stall to the owner). */
-    void (*waiting)(tl_ep_t *ep, uint64_t since_us, uint64_t now_us);
+    /* Optional: a read from ep, asked (or last fed data) at since_us,
+     * still waits at now_us (udp reports a stall to the owner, at most
+     * once per its interval: *reported_us, the read's own, says when it
+     * last did). */
+    void (*waiting)(tl_ep_t *ep, uint64_t since_us, uint64_t now_us, uint64_t *reported_us);
     /* Optional (writes, tl_emu_put): sends n bytes at src, the part of a
      * write that goes to raddr, lent under rkey by the target ep; lkey is
      * src's key here (checked again before any resending). TMX_OK;

@@ -115,7 +115,8 @@ typedef struct udp_flow {
     uint64_t bye_us;             /* when the bye came */
     uint64_t rx_data_us;         /* when the data channel last brought one */
     uint32_t rx_data_seq;        /* and its sequence number */
-    uint64_t stall_sent_us;      /* when we last reported a stall */
+    uint64_t stall_sent_us;      /* when we last reported a stall of a write
+                                    into our memory (put_rx) */
     uint64_t stall_handled_us;   /* when we last acted on the peer's report */
     uint64_t put_rx_us;          /* when the current write's first data came */
 } udp_flow_t;
@@ -340,9 +341,9 @@ void udp_gro_set(udp_iface_t *ui, int on);
  * (the reason logged once per process) when the caller is to bind a port
  * of its own, fd left unbound or closed. */
 tmx_status_t udp_node_open(udp_iface_t *ui, int fd);
-/* Removes the node tables (any namespace) whose processes all died;
- * returns how many (tl_ops_t.sweep). */
-int udp_node_sweep(void);
+/* Removes the node tables (any namespace) of job job_key (0: any job)
+ * whose processes all died; returns how many (tl_ops_t.sweep). */
+int udp_node_sweep(uint64_t job_key);
 /* The port a job's processes share on a node (a hash of its key). */
 uint16_t udp_node_port(uint64_t job_key);
 /* The slot of the group the node's table gives index (-1: nobody holds
@@ -426,9 +427,12 @@ void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep);
 /* The layer above left its bound (rx_full clear): peers whose data was
  * left are asked to resend it now. */
 void udp_rx_resume(udp_iface_t *ui);
-/* A read from ep waits for data: if none came since `since` for
- * UDP_STALL_US, tell ep (at most once per UDP_STALL_US). */
-void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t now);
+/* A read (or a write into our memory) from ep waits for data: if none
+ * came since `since` for UDP_STALL_US, tell ep, at most once per
+ * UDP_STALL_US: *reported says when it was last told for that wait, and
+ * is kept by the waiter (a read's state, or the flow a write pins), as
+ * the flow may come and go meanwhile. */
+void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t now, uint64_t *reported);
 /* ep reported a stall after segment last: resend what it cannot have
  * received. */
 void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last);

@@ -33,9 +33,9 @@ static tmx_status_t data_send(tl_ep_t *tep, uint32_t id, uint64_t offset, tmx_st
     return udp_send_segs((udp_iface_t *)tep->iface, (udp_ep_t *)tep, &d);
 }
 
-static void waiting(tl_ep_t *tep, uint64_t since_us, uint64_t now_us)
+static void waiting(tl_ep_t *tep, uint64_t since_us, uint64_t now_us, uint64_t *reported_us)
 {
-    udp_rx_stall_check((udp_iface_t *)tep->iface, (udp_ep_t *)tep, since_us, now_us);
+    udp_rx_stall_check((udp_iface_t *)tep->iface, (udp_ep_t *)tep, since_us, now_us, reported_us);
 }
 
 /* A write's part: the target address in offset, the target's key in
@@ -130,7 +130,7 @@ void udp_put_rx_check(udp_iface_t *ui, uint64_t now)
     util_dlist_foreach(pos, &ui->eps) {
         udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
         if (ep->put_rx)
-            udp_rx_stall_check(ui, ep, ep->fl->put_rx_us, now);
+            udp_rx_stall_check(ui, ep, ep->fl->put_rx_us, now, &ep->fl->stall_sent_us);
     }
 }
 

@@ -272,6 +272,7 @@ void udp_live_bye_check(udp_iface_t *ui, udp_ep_t *ep)
  * channel: its retransmissions are the next probes. */
 static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
 {
+    int made = ep->fl == NULL;
     udp_flow_t *fl = udp_flow(ui, ep);
     udp_tx_t *tx;
     udp_send_desc_t keepalive = {.ch = UDP_CH_PRIO}; /* an empty segment, acknowledged */
@@ -286,8 +287,9 @@ static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
         errq_read(ui);
     /* a refused peer gets a new segment even if one is outstanding: the
      * answer to it, or its refusal, decides */
-    if (tx->una == tx->next_seq || ep->n_refused > 0)
-        udp_send_segs(ui, ep, &keepalive);
+    if ((tx->una == tx->next_seq || ep->n_refused > 0) && udp_send_segs(ui, ep, &keepalive) != TMX_OK &&
+        made && ep->fl != NULL)
+        udp_flow_settle(ui, ep); /* made for the probe alone, which did not go */
 }
 
 void udp_live_check(udp_iface_t *ui, uint64_t now)

@@ -446,10 +446,10 @@ static void node_path(udp_iface_t *ui, uint16_t port)
 /* Tables whose processes all died (a job killed whole leaves its table
  * behind, and the namespace it was in may be gone) are removed by the next
  * process that joins a port, in any namespace, and by a launcher once its
- * job ended (tmx_host_sweep). A table in use is locked only briefly: one
- * busy now is skipped. skip, if not NULL, is the caller's own. Returns the
- * number removed. */
-static int node_sweep(const char *skip)
+ * job ended (tmx_host_sweep, its job's only: job_key; 0 for any). A table
+ * in use is locked only briefly: one busy now is skipped. skip, if not
+ * NULL, is the caller's own. Returns the number removed. */
+static int node_sweep(const char *skip, uint64_t job_key)
 {
     static const char prefix[] = "tmx-udp-";
     char path[sizeof("/dev/shm/") + 256];
@@ -473,7 +473,8 @@ static int node_sweep(const char *skip)
         if (flock(nd.fd, LOCK_EX | LOCK_NB) == 0 && fstat(nd.fd, &st) == 0 &&
             (size_t)st.st_size >= sizeof(udp_node_table_t) &&
             (nd.tab = mmap(NULL, sizeof(udp_node_table_t), PROT_READ | PROT_WRITE, MAP_SHARED, nd.fd, 0)) != MAP_FAILED) {
-            if (nd.tab->magic == NODE_MAGIC && nd.tab->version == NODE_VERSION) {
+            if (nd.tab->magic == NODE_MAGIC && nd.tab->version == NODE_VERSION &&
+                (job_key == 0 || nd.tab->job_key == job_key)) {
                 table_purge(nd.tab);
                 if (table_members(nd.tab) == 0 && unlink(path) == 0)
                     removed++;
@@ -487,9 +488,9 @@ static int node_sweep(const char *skip)
     return removed;
 }
 
-int udp_node_sweep(void)
+int udp_node_sweep(uint64_t job_key)
 {
-    return node_sweep(NULL);
+    return node_sweep(NULL, job_key);
 }
 
 /* The lowest free index, or -1. */
@@ -576,7 +577,7 @@ tmx_status_t udp_node_open(udp_iface_t *ui, int fd)
     }
     sa.sin_port = htons(udp_node_port(ui->job_key));
     node_path(ui, ntohs(sa.sin_port));
-    (void)node_sweep(ui->node.path);
+    (void)node_sweep(ui->node.path, 0);
     if (table_open(&ui->node) != 0) {
         node_fallback("no table for the node's port in /dev/shm", errno);
         return TMX_ERR_UNSUPPORTED;

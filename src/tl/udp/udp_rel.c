@@ -469,18 +469,17 @@ void udp_bye_send(udp_iface_t *ui, udp_ep_t *ep)
     ack_send(ui, ep, UDP_FLAG_BYE);
 }
 
-void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t now)
+void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t now, uint64_t *reported)
 {
     udp_flow_t *fl = ep->fl;
 
     if (fl != NULL && fl->rx_data_us > since)
         since = fl->rx_data_us;
-    if (!ep->rx_data_seen || since >= now || now - since < UDP_STALL_US ||
-        (fl != NULL && now - fl->stall_sent_us < UDP_STALL_US))
+    if (!ep->rx_data_seen || since >= now || now - since < UDP_STALL_US || now - *reported < UDP_STALL_US)
         return; /* nothing to name yet: the sender's probe and timeout cover it */
     if ((fl = udp_flow(ui, ep)) == NULL)
         return;
-    fl->stall_sent_us = now;
+    *reported = now;
     ui->stats.stalls_sent++;
     ack_send(ui, ep, UDP_FLAG_STALL);
     udp_flow_settle(ui, ep); /* made for the report alone: it goes again */

@@ -499,6 +499,59 @@ static void test_read_from_lent_memory(void **state)
     free(dst);
 }
 
+/* A read whose owner goes silent is reported stalled to it at most once
+ * per UDP_STALL_US, however often the reader polls, and also when the
+ * reader's flow was freed meanwhile (nothing in flight or owed between
+ * two chunks): the pacing is the read's own. Then the owner wakes and
+ * the read ends whole. */
+static void test_read_stall_reports_paced(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab, *ba;
+    size_t len = 8u << 20;
+    unsigned char *src = malloc(len), *dst = calloc(1, len);
+    read_op_t op = {{read_done}, 0, TMX_OK};
+    want_t w;
+    uint64_t t0, end, s0, polls = 0, stalls;
+
+    (void)state;
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (size_t i = 0; i < len; i++)
+        src[i] = (unsigned char)(i * 7 + 3);
+    pair_open(&a, &b);
+    a.lent = src;
+    a.lent_len = len;
+    ab = connect_to(&a, &b, UUID_B);
+    ba = connect_to(&b, &a, UUID_A);
+    send_bytes(ab, 8); /* b has heard data from a: stalls can be named */
+    w = (want_t){&b, 1, ab};
+    assert_true(poll_until(&a, &b, got_packets, &w));
+    assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, TL_GET_COPY, &op.super), TMX_INPROGRESS);
+    end = udp_now_us() + 2000000;
+    while (dst[0] == 0 && udp_now_us() < end) { /* the first chunk came */
+        tl_udp_ops.progress(&a.ui->super);
+        tl_udp_ops.progress(&b.ui->super);
+    }
+    assert_int_not_equal(dst[0], 0);
+    s0 = b.ui->stats.stalls_sent;
+    t0 = udp_now_us();
+    while (udp_now_us() - t0 < 20000) { /* a is silent for 20 ms */
+        tl_udp_ops.progress(&b.ui->super);
+        polls++;
+    }
+    stalls = b.ui->stats.stalls_sent - s0;
+    assert_false(op.done);
+    assert_true(stalls <= 20000 / UDP_STALL_US + 2);
+    assert_true(polls > stalls);
+    assert_true(poll_until(&a, &b, read_finished, &op));
+    assert_int_equal(op.status, TMX_OK);
+    assert_memory_equal(dst, src, len);
+    pair_close(&a, &b);
+    free(src);
+    free(dst);
+}
+
 /* Segments of a read wait to be sent again when the owner takes its
  * memory back (its send failed by another path): what goes out then is
  * the refusal, never the memory, and the reader's read ends with it. The
@@ -1569,6 +1622,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_small_window_takes_largest_packet),
         cmocka_unit_test(test_window_shrinks_after_burst),
         cmocka_unit_test(test_idle_peer_holds_no_flow),
+        cmocka_unit_test(test_read_stall_reports_paced),
         cmocka_unit_test(test_refused_port_is_death),
         cmocka_unit_test(test_silent_peer_is_not_dead),
         cmocka_unit_test(test_both_connected),

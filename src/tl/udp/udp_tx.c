@@ -357,6 +357,14 @@ static inline void acks_carried(udp_ep_t *ep)
     }
 }
 
+/* A flow this very send made, for a segment that did not go: freed again
+ * if idle (nothing outside the call holds it: it did not exist before). */
+static void flow_unmake(udp_iface_t *ui, udp_ep_t *ep, int made)
+{
+    if (made && ep->fl != NULL)
+        udp_flow_settle(ui, ep);
+}
+
 /* Cuts a packet into segments of one channel, all or nothing: if the window
  * cannot take every segment, nothing is sent and the caller retries.
  * Read data (GET_DATA) is not copied: its segments point into the owner's
@@ -371,12 +379,15 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t 
     udp_seg_t *batch[UDP_GSO_MAX];
     uint32_t lane = 0;
     uint64_t now;
+    int made = ep->fl == NULL;
 
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
     ui->super.quiet = 0;
-    if (nseg > UINT32_MAX || udp_flow(ui, ep) == NULL || udp_tx_reserve(ui, &ep->fl->tx[ch], (uint32_t)nseg) != TMX_OK)
+    if (nseg > UINT32_MAX || udp_flow(ui, ep) == NULL || udp_tx_reserve(ui, &ep->fl->tx[ch], (uint32_t)nseg) != TMX_OK) {
+        flow_unmake(ui, ep, made);
         return TMX_ERR_AGAIN;
+    }
     /* bulk data, on the peer's lane: a packet of several datagrams, and
      * every piece of a read's or a write's data (the last may be short) */
     if (ch == UDP_CH_DATA && ui->sock.lanes > 0 && (nseg > 1 || (d->flags & (UDP_FLAG_GET_DATA | UDP_FLAG_PUT_DATA)))) {
@@ -389,6 +400,8 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t 
         udp_seg_t *seg = seg_build(ui, ep, d, i, nseg, per);
         if (seg == NULL) {
             segs_transmit(ui, ep, batch, nb, now);
+            if (i == 0)
+                flow_unmake(ui, ep, made);
             return i == 0 ? TMX_ERR_AGAIN : TMX_ERR_NOMEM;
         }
         seg->lane = lane;
@@ -441,6 +454,8 @@ tmx_status_t udp_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
     udp_iface_t *ui = (udp_iface_t *)tep->iface;
     udp_flow_t *fl = ep->fl;
     size_t len = 0;
+    int made = 0;
+    tmx_status_t st;
 
     for (int i = 0; i < iovcnt; i++)
         len += iov[i].iov_len;
@@ -448,15 +463,24 @@ tmx_status_t udp_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
         util_error("udp: empty packet refused (1 to %d bytes)", UDP_MAX_PACKET);
         return TMX_ERR_INVALID;
     }
-    if (fl == NULL && !ep->failed && (fl = udp_flow_make(ui, ep)) == NULL)
-        return TMX_ERR_AGAIN;
+    if (fl == NULL && !ep->failed) {
+        if ((fl = udp_flow_make(ui, ep)) == NULL)
+            return TMX_ERR_AGAIN;
+        made = 1;
+    }
     if (len <= ui->cfg.mtu - sizeof(udp_hdr_t) && !ep->failed &&
-        fl->tx[UDP_CH_DATA].next_seq - fl->tx[UDP_CH_DATA].una <= fl->tx[UDP_CH_DATA].win_mask)
-        return send_one(ui, ep, iov, iovcnt, len);
+        fl->tx[UDP_CH_DATA].next_seq - fl->tx[UDP_CH_DATA].una <= fl->tx[UDP_CH_DATA].win_mask) {
+        if ((st = send_one(ui, ep, iov, iovcnt, len)) != TMX_OK)
+            flow_unmake(ui, ep, made);
+        return st;
+    }
     if (len > UDP_MAX_PACKET) {
         util_error("udp: packet of %zu bytes exceeds %d", len, UDP_MAX_PACKET);
+        flow_unmake(ui, ep, made);
         return TMX_ERR_INVALID;
     }
     udp_send_desc_t d = {.ch = UDP_CH_DATA, .iov = iov, .iovcnt = iovcnt, .len = len};
-    return udp_send_segs(ui, ep, &d);
+    if ((st = udp_send_segs(ui, ep, &d)) != TMX_OK)
+        flow_unmake(ui, ep, made);
+    return st;
 }

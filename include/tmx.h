@@ -348,10 +348,10 @@ void tmx_info_print(void *stream);
  * all killed, until the next tmx process on the host joins a port. A
  * launcher calls this once the processes of its job on the host have
  * exited (tmxrun does), with its job's identity as it gave it in
- * TMX_JOBID (16 hex digits): only that job's entries are looked at. NULL
- * looks at every job's. What a live process holds is never touched.
+ * TMX_JOBID (16 hex digits, not all zero): only that job's entries are
+ * looked at. NULL looks at every job's. What a live process holds is never touched.
  * Returns the number of entries removed, or TMX_ERR_INVALID (logged) for
- * a jobid that is not 16 hex digits. */
+ * any other jobid. */
 int tmx_host_sweep(const char *jobid);
 
 #ifdef __cplusplus

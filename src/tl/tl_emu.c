@@ -119,7 +119,7 @@ static emu_get_t *get_find(tl_emu_t *e, tl_ep_t *ep, uint32_t id)
 }
 
 tmx_status_t tl_emu_data_arrive(tl_emu_t *e, tl_ep_t *ep, uint32_t id, uint64_t offset,
-                                tmx_status_t status, const void *p, size_t n)
+                                tmx_status_t status, const void *p, size_t n, uint64_t now_us)
 {
     emu_get_t *g = get_find(e, ep, id);
 
@@ -135,7 +135,8 @@ tmx_status_t tl_emu_data_arrive(tl_emu_t *e, tl_ep_t *ep, uint32_t id, uint64_t 
     }
     memcpy(g->dst + offset, p, n);
     g->received += n;
-    g->asked_us = emu_now_us();
+    if (now_us > g->asked_us)
+        g->asked_us = now_us;
     if (g->received == g->req.len)
         get_finish(g, TMX_OK);
     return TMX_OK;

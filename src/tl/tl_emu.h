@@ -85,11 +85,13 @@ tmx_status_t tl_emu_get(tl_emu_t *e, tl_ep_t *ep, void *dst, size_t len, uint64_
 tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req);
 
 /* A chunk of read id from the owner ep arrived (n bytes at p for offset,
- * or the owner's refusal). TMX_OK when taken; TMX_ERR_INVALID when no read
- * of ep has that id or the bytes fall outside it: nothing is written, the
- * caller counts and logs the drop. May call done(). */
+ * or the owner's refusal) at now_us (the caller's CLOCK_MONOTONIC clock,
+ * as for tl_emu_progress; 0 if it keeps none). TMX_OK when taken;
+ * TMX_ERR_INVALID when no read of ep has that id or the bytes fall
+ * outside it: nothing is written, the caller counts and logs the drop.
+ * May call done(). */
 tmx_status_t tl_emu_data_arrive(tl_emu_t *e, tl_ep_t *ep, uint32_t id, uint64_t offset,
-                                tmx_status_t status, const void *p, size_t n);
+                                tmx_status_t status, const void *p, size_t n, uint64_t now_us);
 
 /* Starts writing len bytes at src (lent here under lkey) to raddr, lent
  * under rkey by ep's process, in chunks through ops->put_send (which must

@@ -151,7 +151,7 @@ static size_t deliver(side_t *from, side_t *to)
         if (m->is_req)
             assert_int_equal(tl_emu_req_arrive(&to->emu, &to->ep, &m->req), TMX_OK);
         else
-            (void)tl_emu_data_arrive(&to->emu, &to->ep, m->id, m->offset, m->status, m->data, m->n);
+            (void)tl_emu_data_arrive(&to->emu, &to->ep, m->id, m->offset, m->status, m->data, m->n, 0);
     }
     from->n_out = 0;
     return n;
@@ -323,17 +323,17 @@ static void bad_data_refused(void **state)
     side_init(&other, 64);
     assert_int_equal(tl_emu_get(&r.emu, &r.ep, dst, sizeof(dst), 0x1000, KEY, &op.super), TMX_INPROGRESS);
     id = r.out[0].req.id;
-    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id + 1, 0, TMX_OK, junk, 64), TMX_ERR_INVALID);
-    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id, 100, TMX_OK, junk, 64), TMX_ERR_INVALID);
-    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id, 64, TMX_OK, junk, 64), TMX_ERR_INVALID);
-    assert_int_equal(tl_emu_data_arrive(&r.emu, &other.ep, id, 0, TMX_OK, junk, 64), TMX_ERR_INVALID);
-    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id, 0, TMX_OK, junk, 64), TMX_OK);
-    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id, 0, TMX_OK, junk, 64), TMX_ERR_INVALID);
+    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id + 1, 0, TMX_OK, junk, 64, 0), TMX_ERR_INVALID);
+    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id, 100, TMX_OK, junk, 64, 0), TMX_ERR_INVALID);
+    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id, 64, TMX_OK, junk, 64, 0), TMX_ERR_INVALID);
+    assert_int_equal(tl_emu_data_arrive(&r.emu, &other.ep, id, 0, TMX_OK, junk, 64, 0), TMX_ERR_INVALID);
+    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id, 0, TMX_OK, junk, 64, 0), TMX_OK);
+    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id, 0, TMX_OK, junk, 64, 0), TMX_ERR_INVALID);
     assert_int_equal(op.done, 0);
     for (size_t i = 64; i < sizeof(dst); i++)
         assert_int_equal(dst[i], 0);
     /* a status that is no error code still ends the read as an error */
-    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id, 64, (tmx_status_t)7, NULL, 0), TMX_OK);
+    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id, 64, (tmx_status_t)7, NULL, 0, 0), TMX_OK);
     assert_int_equal(op.done, 1);
     assert_true(op.status < 0);
     side_fini(&r);
@@ -380,7 +380,7 @@ static void abandon_calls_nothing(void **state)
     id = r.out[0].req.id;
     tl_emu_abandon(&r.emu);
     tl_emu_abandon(&r.emu);
-    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id, 0, TMX_OK, dst, 64), TMX_ERR_INVALID);
+    assert_int_equal(tl_emu_data_arrive(&r.emu, &r.ep, id, 0, TMX_OK, dst, 64, 0), TMX_ERR_INVALID);
     assert_int_equal(op.done, 0);
     side_fini(&r);
 }

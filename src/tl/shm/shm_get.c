@@ -415,7 +415,7 @@ static void get_data_arrive(shm_iface_t *si, shm_cell_t *cell, const shm_cell_he
     if (ep == NULL || d.op_id > UINT32_MAX || ch->len != sizeof(d) + d.len ||
         tl_emu_data_arrive(&si->emu, &ep->super, (uint32_t)d.op_id, d.offset,
                            (tmx_status_t)(int32_t)le32toh((uint32_t)d.status), cell->payload + sizeof(d),
-                           d.len) != TMX_OK) {
+                           d.len, 0) != TMX_OK) {
         si->dropped++;
         util_warn("shm: dropped copy-mode data for unknown or bad read %llu", (unsigned long long)d.op_id);
     }

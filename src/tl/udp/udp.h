@@ -115,8 +115,8 @@ typedef struct udp_flow {
     uint64_t bye_us;             /* when the bye came */
     uint64_t rx_data_us;         /* when the data channel last brought one */
     uint32_t rx_data_seq;        /* and its sequence number */
-    uint64_t stall_sent_us;      /* when we last reported a stall of a write
-                                    into our memory (put_rx) */
+    uint64_t stall_sent_us;      /* when we last reported a stall to the peer
+                                    (for any read or write that waits) */
     uint64_t stall_handled_us;   /* when we last acted on the peer's report */
     uint64_t put_rx_us;          /* when the current write's first data came */
 } udp_flow_t;

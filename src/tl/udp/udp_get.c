@@ -138,7 +138,7 @@ void udp_get_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, cons
 {
     tmx_status_t status = (tmx_status_t)(int32_t)le32toh(h->reserved);
 
-    if (tl_emu_data_arrive(&ui->emu, &ep->super, h->frag_id, h->offset, status, p, h->len) != TMX_OK) {
+    if (tl_emu_data_arrive(&ui->emu, &ep->super, h->frag_id, h->offset, status, p, h->len, ui->rx_now_us) != TMX_OK) {
         ui->stats.dropped++;
         if (!ui->closing) /* else the read was abandoned by iface_close */
             util_warn("udp: read data for unknown or finished read %u dropped", h->frag_id);

@@ -475,14 +475,17 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
 
     if (fl != NULL && fl->rx_data_us > since)
         since = fl->rx_data_us;
-    if (!ep->rx_data_seen || since >= now || now - since < UDP_STALL_US || now - *reported < UDP_STALL_US)
+    if (!ep->rx_data_seen || since >= now || now - since < UDP_STALL_US || now - *reported < UDP_STALL_US ||
+        (fl != NULL && now - fl->stall_sent_us < UDP_STALL_US))
         return; /* nothing to name yet: the sender's probe and timeout cover it */
     if ((fl = udp_flow(ui, ep)) == NULL)
         return;
-    *reported = now;
+    *reported = fl->stall_sent_us = now;
     ui->stats.stalls_sent++;
     ack_send(ui, ep, UDP_FLAG_STALL);
-    udp_flow_settle(ui, ep); /* made for the report alone: it goes again */
+    /* The flow stays, made for the report or not: while the owner is
+     * silent it paces the reports of every read waiting on it, one per
+     * UDP_STALL_US for the peer. The owner's next datagram settles it. */
 }
 
 /* The receiver heard nothing for UDP_STALL_US after segment last: below

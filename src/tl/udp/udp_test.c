@@ -472,23 +472,32 @@ static void test_resend_is_the_same(void **state)
     pair_close(&a, &b);
 }
 
+/* A pair whose side a lends len bytes of a pattern (*src), and a zeroed
+ * buffer of as many for b to read them into (*dst). */
+static void lent_pair_open(side_t *a, side_t *b, size_t len, unsigned char **src, unsigned char **dst)
+{
+    *src = malloc(len);
+    *dst = calloc(1, len);
+    assert_non_null(*src);
+    assert_non_null(*dst);
+    for (size_t i = 0; i < len; i++)
+        (*src)[i] = (unsigned char)(i * 7 + 3);
+    pair_open(a, b);
+    a->lent = *src;
+    a->lent_len = len;
+}
+
 /* A read is streamed from the owner's memory as it is, byte for byte. */
 static void test_read_from_lent_memory(void **state)
 {
     side_t a, b;
     udp_ep_t *ba;
     size_t len = 300000;
-    unsigned char *src = malloc(len), *dst = calloc(1, len);
+    unsigned char *src, *dst;
     read_op_t op = {{read_done}, 0, TMX_OK};
 
     (void)state;
-    assert_non_null(src);
-    assert_non_null(dst);
-    for (size_t i = 0; i < len; i++)
-        src[i] = (unsigned char)(i * 7 + 3);
-    pair_open(&a, &b);
-    a.lent = src;
-    a.lent_len = len;
+    lent_pair_open(&a, &b, len, &src, &dst);
     ba = connect_to(&b, &a, UUID_A);
     assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, TL_GET_COPY, &op.super), TMX_INPROGRESS);
     assert_true(poll_until(&a, &b, read_finished, &op));
@@ -499,29 +508,23 @@ static void test_read_from_lent_memory(void **state)
     free(dst);
 }
 
-/* A read whose owner goes silent is reported stalled to it at most once
- * per UDP_STALL_US, however often the reader polls, and also when the
- * reader's flow was freed meanwhile (nothing in flight or owed between
- * two chunks): the pacing is the read's own. Then the owner wakes and
- * the read ends whole. */
+/* Reads whose owner goes silent are reported stalled to it at most once
+ * per UDP_STALL_US, however often the reader polls and however many
+ * reads wait on it, also when the reader's flow was freed meanwhile
+ * (nothing in flight or owed between two chunks). Then the owner wakes
+ * and the reads end whole. */
 static void test_read_stall_reports_paced(void **state)
 {
     side_t a, b;
     udp_ep_t *ab, *ba;
     size_t len = 8u << 20;
-    unsigned char *src = malloc(len), *dst = calloc(1, len);
-    read_op_t op = {{read_done}, 0, TMX_OK};
+    unsigned char *src, *dst, *dst2 = calloc(1, 65536);
+    read_op_t op = {{read_done}, 0, TMX_OK}, op2 = {{read_done}, 0, TMX_OK};
     want_t w;
     uint64_t t0, end, s0, polls = 0, stalls;
 
     (void)state;
-    assert_non_null(src);
-    assert_non_null(dst);
-    for (size_t i = 0; i < len; i++)
-        src[i] = (unsigned char)(i * 7 + 3);
-    pair_open(&a, &b);
-    a.lent = src;
-    a.lent_len = len;
+    lent_pair_open(&a, &b, len, &src, &dst);
     ab = connect_to(&a, &b, UUID_B);
     ba = connect_to(&b, &a, UUID_A);
     send_bytes(ab, 8); /* b has heard data from a: stalls can be named */
@@ -534,6 +537,8 @@ static void test_read_stall_reports_paced(void **state)
         tl_udp_ops.progress(&b.ui->super);
     }
     assert_int_not_equal(dst[0], 0);
+    assert_non_null(dst2); /* a second read, which waits as well */
+    assert_int_equal(tl_udp_ops.get(&ba->super, dst2, 65536, (uintptr_t)src, LENT_KEY, TL_GET_COPY, &op2.super), TMX_INPROGRESS);
     s0 = b.ui->stats.stalls_sent;
     t0 = udp_now_us();
     while (udp_now_us() - t0 < 20000) { /* a is silent for 20 ms */
@@ -542,11 +547,16 @@ static void test_read_stall_reports_paced(void **state)
     }
     stalls = b.ui->stats.stalls_sent - s0;
     assert_false(op.done);
+    assert_false(op2.done);
     assert_true(stalls <= 20000 / UDP_STALL_US + 2);
     assert_true(polls > stalls);
     assert_true(poll_until(&a, &b, read_finished, &op));
+    assert_true(poll_until(&a, &b, read_finished, &op2));
     assert_int_equal(op.status, TMX_OK);
+    assert_int_equal(op2.status, TMX_OK);
     assert_memory_equal(dst, src, len);
+    assert_memory_equal(dst2, src, 65536);
+    free(dst2);
     pair_close(&a, &b);
     free(src);
     free(dst);

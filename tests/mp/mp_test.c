@@ -1991,11 +1991,15 @@ static void case_helpstop(void)
 #define ST_ROUNDS 6
 #define ST_TAG UINT64_C(0x5700000000000000)
 
+/* len bytes mapped at at (anywhere for NULL); NULL when another mapping
+ * took at meanwhile (a thread of the process, the sanitizer's own). */
 static unsigned char *st_map_at(unsigned char *at, size_t len, const char *what)
 {
     void *p = mmap(at, len, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | (at != NULL ? MAP_FIXED_NOREPLACE : 0), -1, 0);
 
+    if (p == MAP_FAILED && at != NULL && errno == EEXIST)
+        return NULL;
     if (p == MAP_FAILED)
         mp_fail("%s: mmap at %p: %s", what, (void *)at, strerror(errno));
     if (at != NULL && p != at)
@@ -2028,7 +2032,7 @@ static void st_round(unsigned char *buf, unsigned r, const char *what)
 static void case_stale(void)
 {
     unsigned char *buf = st_map_at(NULL, ST_LEN, "stale"), *at = buf;
-    unsigned reused = 0;
+    unsigned reused = 0, moved = 0;
     char what[96];
 
     for (unsigned r = 0; r < ST_ROUNDS; r++) {
@@ -2036,7 +2040,10 @@ static void case_stale(void)
         st_round(buf, r, what);
         mp_barrier(what);
         munmap(buf, ST_LEN);
-        buf = st_map_at(at, ST_LEN, what);
+        if ((buf = st_map_at(at, ST_LEN, what)) == NULL) { /* the next round elsewhere */
+            at = buf = st_map_at(NULL, ST_LEN, what);
+            moved++;
+        }
     }
     for (unsigned r = ST_ROUNDS; r < 2 * ST_ROUNDS; r++) {
         snprintf(what, sizeof(what), "stale round %u (madvise DONTNEED)", r);
@@ -2060,8 +2067,9 @@ static void case_stale(void)
     }
     free(buf);
     printf("stale: %u rounds of %u bytes through memory unmapped and mapped again at the same "
-           "address, rank %u (malloc gave the freed address back %u of %u times)\n",
-           3 * ST_ROUNDS, (unsigned)ST_LEN, mp_rank, reused, ST_ROUNDS);
+           "address, rank %u (the address was taken by another mapping %u of %u times; malloc "
+           "gave the freed address back %u of %u times)\n",
+           3 * ST_ROUNDS, (unsigned)ST_LEN, mp_rank, moved, ST_ROUNDS, reused, ST_ROUNDS);
 }
 
 /* ------------------------------------------------------------- writebound */

@@ -69,7 +69,8 @@ log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # its pid for the trap, and sets BG.
 start_bg() {
     local file=$1; shift
-    { printf '### %s\n' "$(printf '%q ' "$@")"; } >>"$file"
+    # the command as run, with this machine's folders named by role
+    { printf '### %s\n' "$(printf '%q ' "$@" | sed -e "s#${TMP:-/nonexistent}/#TMP/#g" -e "s#${ROOT:-/nonexistent}/##g")"; } >>"$file"
     "$@" >>"$file" 2>&1 &
     BG=$!
     PIDS="$PIDS$BG "

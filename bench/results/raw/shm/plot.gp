@@ -1,5 +1,5 @@
 set terminal pngcairo noenhanced size 1600,720 font 'DejaVu Sans,10'
-set output '/work/main/bench/results/raw/.shm.new.10352/shm.png'
+set output 'bench/results/raw/.shm.new.10352/shm.png'
 set multiplot layout 1,2 title 'Shared memory on vm: tmx vs UCX vs libfabric vs Open MPI, cores 0 and 1, median of 3 round(s), 2026-11-24'
 set logscale xy; set grid xtics ytics lc rgb '#dddddd'
 set xtics ('1' 1, '16' 16, '256' 256, '4K' 4096, '64K' 65536, '1M' 1048576, '16M' 16777216)

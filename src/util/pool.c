@@ -16,11 +16,26 @@ void util_pool_init(util_pool_t *pool, size_t elem_size, size_t chunk_elems)
     pool->in_use = 0;
     pool->n_chunks = 0;
     pool->keep = 0;
+    pool->limit = 0;
 }
 
 void util_pool_set_keep(util_pool_t *pool, size_t keep)
 {
     pool->keep = keep;
+}
+
+void util_pool_set_limit(util_pool_t *pool, size_t limit)
+{
+    pool->limit = limit;
+}
+
+int util_pool_reserve(util_pool_t *pool, size_t n)
+{
+    while (pool->n_chunks * pool->chunk_elems - pool->in_use < n) {
+        if (util_pool_grow(pool) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 void util_pool_trim(util_pool_t *pool)
@@ -72,7 +87,11 @@ void util_pool_fini(util_pool_t *pool)
 
 int util_pool_grow(util_pool_t *pool)
 {
-    char *chunk = malloc(POOL_ALIGN + pool->elem_size * pool->chunk_elems);
+    char *chunk;
+
+    if (pool->limit != 0 && pool->n_chunks >= pool->limit)
+        return -1;
+    chunk = malloc(POOL_ALIGN + pool->elem_size * pool->chunk_elems);
 
     if (chunk == NULL)
         return -1;

@@ -15,6 +15,7 @@ typedef struct util_pool {
     size_t n_chunks;
     size_t keep;          /* chunks kept when the last object comes back
                              (0: all, always) */
+    size_t limit;         /* chunks at most (0: no bound) */
 } util_pool_t;
 
 void util_pool_init(util_pool_t *pool, size_t elem_size, size_t chunk_elems);
@@ -33,6 +34,14 @@ void util_pool_set_keep(util_pool_t *pool, size_t keep);
 
 /* Frees the chunks beyond keep; only with no object in use. */
 void util_pool_trim(util_pool_t *pool);
+
+/* The pool grows to at most limit chunks (0: no bound): past it, a get
+ * returns NULL as when memory is exhausted. */
+void util_pool_set_limit(util_pool_t *pool, size_t limit);
+
+/* Grows the pool until n objects are free, so that the next n gets
+ * succeed; -1 (and the pool as it was or larger) when it cannot. */
+int util_pool_reserve(util_pool_t *pool, size_t n);
 
 /* Returns an uninitialised object, or NULL when memory is exhausted.
  * Inline: every message takes and gives back a few. */

@@ -95,12 +95,43 @@ static void test_within_keep(void **state)
     util_pool_fini(&p);
 }
 
+/* reserve makes room for n gets at once, or fails at the limit with the
+ * objects in use untouched; a pool at its limit refuses a get. */
+static void test_reserve_and_limit(void **state)
+{
+    util_pool_t p;
+    void *objs[12];
+
+    (void)state;
+    util_pool_init(&p, 32, 4);
+    util_pool_set_limit(&p, 2);
+    assert_int_equal(util_pool_reserve(&p, 8), 0);
+    assert_int_equal(p.n_chunks, 2);
+    for (int i = 0; i < 8; i++)
+        assert_non_null(objs[i] = util_pool_get(&p));
+    assert_null(util_pool_get(&p));
+    assert_int_equal(util_pool_reserve(&p, 1), -1);
+    util_pool_put(&p, objs[7]);
+    assert_int_equal(util_pool_reserve(&p, 1), 0);
+    assert_int_equal(p.n_chunks, 2);
+    util_pool_set_limit(&p, 0);
+    assert_int_equal(util_pool_reserve(&p, 5), 0); /* 1 free: one more chunk */
+    assert_int_equal(p.n_chunks, 3);
+    for (int i = 7; i < 12; i++)
+        assert_non_null(objs[i] = util_pool_get(&p));
+    for (int i = 0; i < 12; i++)
+        util_pool_put(&p, objs[i]);
+    assert_int_equal(p.in_use, 0);
+    util_pool_fini(&p);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_keep_holds),
         cmocka_unit_test(test_keep_trims_when_idle),
         cmocka_unit_test(test_within_keep),
+        cmocka_unit_test(test_reserve_and_limit),
     };
 
     return UNIT_MAIN(argc, argv, tests);

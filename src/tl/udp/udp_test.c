@@ -712,6 +712,45 @@ static void test_small_window_takes_largest_packet(void **state)
     pair_close(&a, &b);
 }
 
+/* A packet is sent whole or not at all: with no memory for all of its
+ * segments, not one goes (a part sent would leave the receiver half a
+ * packet), the send says AGAIN and leaves no state; once memory is back,
+ * it goes whole. */
+static void test_packet_whole_or_not_at_all(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab;
+    unsigned char *buf = malloc(UDP_MAX_PACKET);
+    struct iovec iov = {buf, UDP_MAX_PACKET};
+    uint64_t sent;
+    uint32_t seq;
+    want_t w;
+
+    (void)state;
+    assert_non_null(buf);
+    for (size_t i = 0; i < UDP_MAX_PACKET; i++)
+        buf[i] = (unsigned char)(i * 7);
+    pair_open(&a, &b);
+    ab = connect_to(&a, &b, UUID_B);
+    /* room for one chunk of segments: a packet of 256 KiB needs three */
+    util_pool_set_limit(&a.ui->segs, a.ui->segs.n_chunks > 0 ? a.ui->segs.n_chunks : 1);
+    sent = a.ui->stats.segs_sent;
+    seq = udp_ep_next_seq(ab, UDP_CH_DATA);
+    assert_int_equal(tl_udp_ops.send(&ab->super, &iov, 1), TMX_ERR_AGAIN);
+    assert_true(a.ui->stats.segs_sent == sent);
+    assert_int_equal(udp_ep_next_seq(ab, UDP_CH_DATA), seq);
+    assert_null(ab->fl);
+    /* a short packet still goes */
+    send_bytes(ab, 100);
+    util_pool_set_limit(&a.ui->segs, 0);
+    assert_int_equal(tl_udp_ops.send(&ab->super, &iov, 1), TMX_OK);
+    w = (want_t){&b, 2, ab};
+    assert_true(poll_until(&a, &b, got_packets, &w));
+    assert_int_equal(b.bytes, 100 + UDP_MAX_PACKET);
+    pair_close(&a, &b);
+    free(buf);
+}
+
 /* A burst grows a peer's send window; once all of it is acknowledged the
  * window is a first window's size again, and the next burst grows it
  * anew; the receiver's early-arrival array (filled by losses) goes too. */
@@ -1632,6 +1671,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_acks_reach_a_connected_sender),
         cmocka_unit_test(test_closing_peer_says_bye),
         cmocka_unit_test(test_small_window_takes_largest_packet),
+        cmocka_unit_test(test_packet_whole_or_not_at_all),
         cmocka_unit_test(test_window_shrinks_after_burst),
         cmocka_unit_test(test_idle_peer_holds_no_flow),
         cmocka_unit_test(test_read_stall_reports_paced),

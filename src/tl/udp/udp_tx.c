@@ -371,6 +371,21 @@ static void flow_unmake(udp_iface_t *ui, udp_ep_t *ep, int made)
  * memory, which stays until the reader's FIN, and the FIN comes after the
  * reader has every byte, its header acknowledging them all; a reader that
  * fails takes the segments' resending with it. */
+/* A packet is sent whole or not at all: the segments it takes are in
+ * their pool before the first goes (seg_build takes a full segment for a
+ * payload it copies, a header only for data it points at, and for an
+ * empty packet). */
+static int segs_reserve(udp_iface_t *ui, const udp_send_desc_t *d, size_t nseg)
+{
+    int zcopy = (d->flags & (UDP_FLAG_GET_DATA | UDP_FLAG_PUT_DATA)) && d->iovcnt == 1;
+    size_t full = zcopy || d->len == 0 ? 0 : nseg;
+
+    if (util_pool_reserve(&ui->segs, full) == 0 && util_pool_reserve(&ui->hsegs, nseg - full) == 0)
+        return 1;
+    util_debug("udp: no memory for the %zu segments of a packet of %zu bytes: it waits", nseg, d->len);
+    return 0;
+}
+
 tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t *d)
 {
     int ch = d->ch;
@@ -384,7 +399,8 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t 
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
     ui->super.quiet = 0;
-    if (nseg > UINT32_MAX || udp_flow(ui, ep) == NULL || udp_tx_reserve(ui, &ep->fl->tx[ch], (uint32_t)nseg) != TMX_OK) {
+    if (nseg > UINT32_MAX || udp_flow(ui, ep) == NULL || udp_tx_reserve(ui, &ep->fl->tx[ch], (uint32_t)nseg) != TMX_OK ||
+        !segs_reserve(ui, d, nseg)) {
         flow_unmake(ui, ep, made);
         return TMX_ERR_AGAIN;
     }
@@ -397,13 +413,7 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t 
     }
     now = udp_now_us(); /* one reading per send: in a VM it costs ~50 ns */
     for (size_t i = 0, nb = 0; i < nseg; i++) {
-        udp_seg_t *seg = seg_build(ui, ep, d, i, nseg, per);
-        if (seg == NULL) {
-            segs_transmit(ui, ep, batch, nb, now);
-            if (i == 0)
-                flow_unmake(ui, ep, made);
-            return i == 0 ? TMX_ERR_AGAIN : TMX_ERR_NOMEM;
-        }
+        udp_seg_t *seg = seg_build(ui, ep, d, i, nseg, per); /* never NULL: reserved */
         seg->lane = lane;
         udp_tx_track(ui, ep, ch, seg, now);
         batch[nb++] = seg;

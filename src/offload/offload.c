@@ -234,6 +234,9 @@ void off_engine_stats(off_engine_t *e, off_stats_t *s)
 {
     lock(e);
     *s = e->stats;
+    s->reading = 0;
+    for (uint32_t i = 0; i < e->caps.max_num_tags; i++)
+        s->reading += e->tb[i].state == TB_READING;
     unlock(e);
 }
 
@@ -516,6 +519,23 @@ void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status)
     /* The sender's buffer is released by FIN, whatever the read gave: a
      * failed read is reported here and not retried. */
     e->dev.fin(e->dev_arg, &req, status);
+}
+
+int off_read_abandon(off_engine_t *e, uint64_t token)
+{
+    uint32_t i;
+
+    lock(e);
+    i = token <= UINT32_MAX ? slot_of(e, (uint32_t)token) : NIL;
+    if (i == NIL || e->tb[i].state != TB_READING) {
+        unlock(e);
+        util_error("offload: a read abandoned that is not in flight (token 0x%llx)",
+                   (unsigned long long)token);
+        return -1;
+    }
+    slot_free(e, i);
+    unlock(e);
+    return 0;
 }
 
 /* ---------------------------------------------------------- completions */

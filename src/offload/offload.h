@@ -216,6 +216,12 @@ int off_arrive_inline(off_engine_t *e, const off_msg_t *m);
 /* The device's answer to dev->read. */
 void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status);
 
+/* The device gives up a read it started and the host ends that receive
+ * itself (its sender failed): the tagged buffer is free again at once,
+ * with no completion and no FIN. 0, or -1 (logged) for a token that
+ * names no read in flight. */
+int off_read_abandon(off_engine_t *e, uint64_t token);
+
 /* Takes up to n completions, oldest first. A tagged buffer's slot is
  * free again once its last completion (DATA_VALID, or RNDV_INCOMPLETE)
  * has been taken: until then a DEL of its handle fails with TM_ERR, so a
@@ -231,6 +237,7 @@ typedef struct off_stats {
     uint64_t unexpected;     /* messages passed to the host (its count) */
     uint64_t added_unsynced; /* ADDs that found the engine ahead of the host */
     uint32_t listed;         /* tagged buffers in the list now */
+    uint32_t reading;        /* tagged buffers whose read is in flight now */
 } off_stats_t;
 
 void off_engine_stats(off_engine_t *e, off_stats_t *s);

@@ -559,8 +559,18 @@ static tmx_status_t write_ask(proto_t *p, proto_req_t *req, const proto_peer_t *
     return TMX_OK;
 }
 
+/* Whether a matched rendezvous of len bytes is to be written by its
+ * sender rather than read: where the protocol table says write. At the
+ * bound of unexpected memory a WDONE could wait in the sender's queue
+ * behind messages we do not take: never then. */
+static int write_wanted(const proto_t *p, const tl_ep_t *ep, uint64_t len)
+{
+    return len != 0 && !p->unexp_full && proto_tl_kind(ep->iface->above, len) == PROTO_WRITE;
+}
+
 /* The receive has matched a rendezvous request: per the protocol table,
- * read straight into the user buffer, or have the sender write into it. */
+ * read straight into the user buffer, or have the sender write into it
+ * (write_wanted). */
 static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t app_ctx,
                        uint64_t va, uint64_t rkey, uint64_t len)
 {
@@ -574,10 +584,7 @@ static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t ap
     req->rndv_len = len;
     req->owner = p;
     req->get.done = rndv_get_done;
-    /* At the bound of unexpected memory a WDONE could wait in the
-     * sender's queue behind messages we do not take: read. */
-    if (req->comp.length != 0 && !p->unexp_full && p->up.peer_ep(p->up.arg, src, &ep, &pp) == TMX_OK &&
-        proto_tl_kind(ep->iface->above, req->comp.length) == PROTO_WRITE &&
+    if (p->up.peer_ep(p->up.arg, src, &ep, &pp) == TMX_OK && write_wanted(p, ep, req->comp.length) &&
         write_ask(p, req, pp) == TMX_OK)
         return;
     rndv_read(p, req);
@@ -680,6 +687,9 @@ tmx_status_t proto_put_data_cb(void *arg, uint64_t src_uuid, uint64_t addr, uint
     return TMX_OK;
 }
 
+static void off_get(proto_t *p, proto_req_t *req);
+static void off_drain(proto_t *p);
+
 /* WDONE must name a receive of ours that lent its buffer to this sender,
  * with the buffer's address, key and length. */
 static void wdone_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const proto_in_t *in,
@@ -697,7 +707,13 @@ static void wdone_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const pr
     }
     wr_wait_end(p, req);
     if (in->tmh.flags & WIRE_WDONE_NOWRITE) {
-        rndv_read(p, req);
+        if (p->off != NULL && req->off_wr) {
+            req->off_wr = 0;
+            off_get(p, req);
+            off_drain(p);
+        } else {
+            rndv_read(p, req);
+        }
         return;
     }
     /* Bytes that came as packets were counted; a path without one-sided
@@ -707,6 +723,12 @@ static void wdone_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const pr
         util_error("peer %u wrote %llu of %zu bytes of a rendezvous message", src,
                    (unsigned long long)req->wr_placed, req->comp.length);
         st = TMX_ERR_PROTO;
+    }
+    if (p->off != NULL && req->off_wr) { /* the engine's: it sends FIN and completes */
+        req->off_wr = 0;
+        off_read_done(p->off, req->off_token, st);
+        off_drain(p);
+        return;
     }
     fin_send(p, req->rndv_src, req->rndv_app_ctx, req->comp.tag, req->rndv_va, req->rndv_rkey,
              req->rndv_len, st != TMX_OK);
@@ -779,6 +801,7 @@ static void off_post(proto_t *p, proto_req_t *req)
 
     req->off_in = 0;
     req->off_host = 0;
+    req->off_wr = 0;
 
     if (req->len >= p->off_min && off_may_hold(p, r)) {
         off_op_t add = {.opcode = OFF_WR_TAG_ADD};
@@ -803,9 +826,30 @@ static void off_post(proto_t *p, proto_req_t *req)
 }
 
 static void off_get_done(tl_get_op_t *op, tmx_status_t st);
-static void off_drain(proto_t *p);
 
-/* The engine matched a rendezvous request: the transport reads. */
+/* The engine's read of the receive's rndv_ fields into its buffer; the
+ * engine hears of its end (off_read_done), which sends FIN. */
+static void off_get(proto_t *p, proto_req_t *req)
+{
+    tl_ep_t *ep;
+    proto_peer_t *pp;
+    tmx_status_t st = p->up.peer_ep(p->up.arg, req->rndv_src, &ep, &pp);
+
+    req->get.done = off_get_done;
+    if (st == TMX_OK)
+        st = ep->iface->ops->get(ep, req->buf, req->rndv_len, req->rndv_va, req->rndv_rkey,
+                                 read_kind(ep->iface, req->rndv_len), &req->get);
+    if (st == TMX_INPROGRESS)
+        return;
+    if (st != TMX_OK)
+        util_error("rendezvous read of %llu bytes from peer %u failed: %s",
+                   (unsigned long long)req->rndv_len, req->rndv_src, tmx_strerror(st));
+    off_read_done(p->off, req->off_token, st);
+}
+
+/* The engine matched a rendezvous request: the transport reads, or the
+ * sender is asked to write (write_wanted); either way the engine hears
+ * when the data is in place. */
 static void off_dev_read(void *arg, const off_msg_t *m, void *buf, uint64_t recv_wr_id,
                          uint64_t token)
 {
@@ -813,21 +857,30 @@ static void off_dev_read(void *arg, const off_msg_t *m, void *buf, uint64_t recv
     proto_req_t *req = (proto_req_t *)(uintptr_t)recv_wr_id;
     tl_ep_t *ep;
     proto_peer_t *pp;
-    tmx_status_t st;
 
+    (void)buf; /* the receive's own */
     req->off_token = token;
+    req->off_wr = 0;
     req->owner = p;
-    req->get.done = off_get_done;
-    st = p->up.peer_ep(p->up.arg, m->src, &ep, &pp);
-    if (st == TMX_OK)
-        st = ep->iface->ops->get(ep, buf, m->rlen, m->va, m->rkey, read_kind(ep->iface, m->rlen),
-                                 &req->get);
-    if (st == TMX_INPROGRESS)
-        return;
-    if (st != TMX_OK)
-        util_error("rendezvous read of %llu bytes from peer %u failed: %s",
-                   (unsigned long long)m->rlen, m->src, tmx_strerror(st));
-    off_read_done(p->off, token, st);
+    req->rndv_src = m->src;
+    req->rndv_app_ctx = m->app_ctx;
+    req->rndv_va = m->va;
+    req->rndv_rkey = m->rkey;
+    req->rndv_len = m->rlen;
+    if (p->up.peer_ep(p->up.arg, m->src, &ep, &pp) == TMX_OK && write_wanted(p, ep, m->rlen)) {
+        /* the receive's length and tag as the MATCH completion will set
+         * them (the engine took it: it holds all of m->rlen): WDONE is
+         * checked against them */
+        req->comp.length = m->rlen;
+        req->comp.tag = m->tag;
+        if (write_ask(p, req, pp) == TMX_OK) {
+            util_debug("offload: rendezvous of %llu bytes from peer %u matched: its sender writes",
+                       (unsigned long long)m->rlen, m->src);
+            req->off_wr = 1;
+            return;
+        }
+    }
+    off_get(p, req);
 }
 
 static void off_get_done(tl_get_op_t *op, tmx_status_t st)
@@ -1002,6 +1055,10 @@ void proto_req_abort(proto_t *p, proto_req_t *req)
             rndv_slot_put(p, req);
     } else if (req->wr_wait) {
         wr_wait_end(p, req); /* late writes and WDONE find no slot */
+        if (p->off != NULL && req->off_wr) { /* the engine forgets it: core completes it */
+            req->off_wr = 0;
+            off_read_abandon(p->off, req->off_token);
+        }
     } else if (match_recv_is_posted(&req->recv)) {
         recv_take(p, req);
     }

@@ -63,6 +63,7 @@ typedef struct proto_req {
     uint8_t off_host;           /* the host holds it alone (in off_host_only) */
     uint32_t off_handle;
     uint64_t off_token;         /* the engine's read in flight */
+    uint8_t off_wr;             /* that "read" is the sender's write (wr_wait) */
     util_dlist_t off_link;
     tl_get_op_t get;            /* rendezvous receives: the read */
     struct proto *owner;        /* rendezvous receives: for get.done */

@@ -20,6 +20,7 @@
 
 #include "unit.h"
 
+#include "offload/offload.h"
 #include "proto/proto.h"
 #include "proto/wire.h"
 
@@ -1156,6 +1157,95 @@ static void regcache_lends_live_memory(void **state)
     proto_req_abort(&W->p, &r);
 }
 
+/* With the offload engine in front of the matcher, a rendezvous the
+ * engine matches follows the protocol table too: read, or, where the
+ * table says write, the sender is asked to write, and the engine
+ * completes the receive on WDONE and sends FIN; a sender that cannot
+ * write gets a read; a writer that fails leaves the engine no tagged
+ * buffer held. */
+static void offload_follows_table(void **state)
+{
+    proto_req_t r;
+    char src[100], got[100];
+    off_stats_t st;
+    wire_ctsh_t c = {0};
+    uint32_t slot = 0;
+    proto_tl_t table = W->p.tls[0];
+
+    (void)state;
+    assert_int_equal(proto_offload_open(&W->p, NULL, 0), TMX_OK);
+    W->pp[0].hello_sent = 1;
+    for (int round = 0; round < 5; round++) {
+        int before = W->n_pkts, done = W->n_done, ask = round >= 1 && round <= 3;
+        memset(src, 'a' + round, sizeof(src));
+        memset(got, 0, sizeof(got));
+        if (ask)
+            table_write();
+        else
+            W->p.tls[0] = table;
+        req_recv(&r, got, sizeof(got), 0, 7);
+        assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+        W->get_kind = 0;
+        in_rvh(UUID_A, WIRE_OP_RNDV, 0, 60 + round, 7, (uintptr_t)src, 0x77, sizeof(src));
+        off_engine_stats(W->p.off, &st);
+        assert_int_equal(st.matched, round + 1); /* the engine took each */
+        if (!ask) { /* read at once, then FIN */
+            assert_int_equal(W->get_kind, TL_GET_DIRECT);
+            assert_int_equal(W->n_pkts, before + 1);
+            assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_FIN);
+            assert_int_equal(W->n_done, done + 1);
+            assert_int_equal(W->done_st[done], TMX_OK);
+            assert_memory_equal(got, src, sizeof(got));
+            continue;
+        }
+        assert_int_equal(W->get_kind, 0);
+        assert_int_equal(W->n_pkts, before + 1);
+        assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_CTS);
+        assert_int_equal(pkt_tmh(&W->pkts[before]).app_ctx, 60 + round);
+        c = pkt_ctsh(&W->pkts[before]);
+        assert_int_equal(c.va, (uintptr_t)got);
+        assert_int_equal(c.len, sizeof(src));
+        assert_int_equal(c.skey, 0x77);
+        assert_int_equal(W->n_done, done);
+        assert_true(proto_req_waiting(&r));
+        assert_int_equal(proto_req_writer(&r), 0);
+        off_engine_stats(W->p.off, &st);
+        assert_int_equal(st.reading, 1);
+        slot = reg_key_slot(c.rkey);
+        if (round == 1) { /* written: the engine completes it and sends FIN */
+            memcpy(got, src, sizeof(got));
+            in_rvh(UUID_A, WIRE_OP_WDONE, WIRE_WDONE_ACK, slot, 0, c.va, c.rkey, c.len);
+            assert_int_equal(W->n_pkts, before + 2);
+            assert_int_equal(pkt_tmh(&W->pkts[before + 1]).opcode, WIRE_OP_FIN);
+            assert_int_equal(pkt_tmh(&W->pkts[before + 1]).app_ctx, 61);
+            assert_int_equal(pkt_tmh(&W->pkts[before + 1]).flags, 0);
+            assert_int_equal(pkt_rvh(&W->pkts[before + 1]).rkey, 0x77);
+            assert_int_equal(W->n_done, done + 1);
+            assert_int_equal(W->done_st[done], TMX_OK);
+        } else if (round == 2) { /* the sender cannot write: the engine reads */
+            W->get_status = TMX_OK;
+            in_rvh(UUID_A, WIRE_OP_WDONE, WIRE_WDONE_NOWRITE, slot, 0, c.va, c.rkey, c.len);
+            assert_int_equal(W->get_kind, TL_GET_DIRECT);
+            assert_int_equal(pkt_tmh(&W->pkts[before + 1]).opcode, WIRE_OP_FIN);
+            assert_int_equal(W->n_done, done + 1);
+            assert_int_equal(W->done_st[done], TMX_OK);
+            assert_memory_equal(got, src, sizeof(got));
+        } else { /* the writer failed: core ends the receive, the engine forgets it */
+            proto_req_abort(&W->p, &r);
+            assert_int_equal(W->n_done, done);
+            assert_false(proto_req_waiting(&r));
+            in_rvh(UUID_A, WIRE_OP_WDONE, WIRE_WDONE_ACK, slot, 0, c.va, c.rkey, c.len);
+            assert_int_equal(W->n_done, done);
+            assert_int_equal(W->n_pkts, before + 1);
+        }
+        off_engine_stats(W->p.off, &st);
+        assert_int_equal(st.reading, 0);
+        assert_int_equal(st.listed, 0);
+        assert_false(proto_req_waiting(&r));
+    }
+    assert_int_equal(W->p.dropped, 1); /* the WDONE after the abort */
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1180,6 +1270,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(write_receiver_hostile),
         cmocka_unit_test(write_sender),
         cmocka_unit_test(regcache_lends_live_memory),
+        cmocka_unit_test(offload_follows_table),
     };
     return unit_main(argc, argv,
                      &(const unit_group_t){"", tests, sizeof(tests) / sizeof(tests[0]), setup, teardown},

@@ -24,7 +24,7 @@ cmake --build --preset tsan -j "$jobs" --target api_test match_test udp_mt_test 
 ctest --preset tsan -R '^(api_test|match_test|udp_mt_test|tl_conf_.*|shm_test|offload_test|rcache_test)$'
 echo "== ThreadSanitizer (shm across processes, multi-threaded contexts)"
 cmake --build --preset tsan -j "$jobs" --target mp_test tmxrun
-ctest --preset tsan -R '^mp_(threads|[a-z]+_mt|(pingpong|order|probe|lonely|threads)_offload|pingpong_udp_offload)$'
+ctest --preset tsan -R '^mp_(threads|[a-z]+_mt|(pingpong|order|probe|lonely|threads|pingpong_write)_offload|pingpong_udp_offload)$'
 echo "== valgrind"
 for t in api_test udp_test pool_test; do # the API over every transport; udp's sockets and filters
     valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \

@@ -486,20 +486,31 @@ int off_arrive_inline(off_engine_t *e, const off_msg_t *m)
     return arrive(e, m, 1);
 }
 
-void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status)
+/* The slot whose read token names, locked; NIL (unlocked, logged) when
+ * it names no read in flight. */
+static uint32_t reading_slot(off_engine_t *e, uint64_t token, const char *what)
 {
-    off_msg_t req;
-    off_cqe_t *c;
     uint32_t i;
 
     lock(e);
     i = token <= UINT32_MAX ? slot_of(e, (uint32_t)token) : NIL;
     if (i == NIL || e->tb[i].state != TB_READING) {
         unlock(e);
-        util_error("offload: a read completed for no read in flight (token 0x%llx)",
-                      (unsigned long long)token);
-        return;
+        util_error("offload: a read %s that is not in flight (token 0x%llx)", what,
+                   (unsigned long long)token);
+        return NIL;
     }
+    return i;
+}
+
+void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status)
+{
+    off_msg_t req;
+    off_cqe_t *c;
+    uint32_t i = reading_slot(e, token, "completed");
+
+    if (i == NIL)
+        return;
     req = e->tb[i].msg;
     if ((c = cq_push(e)) != NULL) {
         c->opcode = OFF_WC_TM_RECV;
@@ -523,16 +534,10 @@ void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status)
 
 int off_read_abandon(off_engine_t *e, uint64_t token)
 {
-    uint32_t i;
+    uint32_t i = reading_slot(e, token, "abandoned");
 
-    lock(e);
-    i = token <= UINT32_MAX ? slot_of(e, (uint32_t)token) : NIL;
-    if (i == NIL || e->tb[i].state != TB_READING) {
-        unlock(e);
-        util_error("offload: a read abandoned that is not in flight (token 0x%llx)",
-                   (unsigned long long)token);
+    if (i == NIL)
         return -1;
-    }
     slot_free(e, i);
     unlock(e);
     return 0;

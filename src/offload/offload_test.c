@@ -226,6 +226,57 @@ static void test_rndv_two_completions(void **state)
     dev_close(&d);
 }
 
+/* A read the device abandons (the host ends the receive itself): the
+ * tagged buffer is free at once, with no completion and no FIN; a later
+ * completion of that read, or a second abandon, is refused; the slot
+ * serves a new buffer. */
+static void test_read_abandoned(void **state)
+{
+    tdev_t d;
+    char src[16] = "abandoned", buf[16] = {0};
+    off_op_t add = op_add(1, buf, sizeof(buf), 3, 5, 0, 0);
+    off_msg_t m = {.op = OFF_TM_RNDV, .src = 3, .tag = 5, .va = (uintptr_t)src, .rkey = 9,
+                   .rlen = sizeof(src)};
+    off_caps_t caps = {.max_num_tags = 1};
+    off_stats_t st;
+    off_cqe_t c[2];
+    uint64_t token;
+
+    (void)state;
+    dev_open(&d, &caps);
+    d.defer = 1;
+    assert_int_equal(off_post_ops(d.e, &add, 1, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    off_arrive(d.e, &m);
+    assert_int_equal(poll_all(d.e, c, 2), 1); /* MATCH */
+    assert_int_equal(d.n_held, 1);
+    token = d.held[0].token;
+    d.n_held = 0;
+    off_engine_stats(d.e, &st);
+    assert_int_equal(st.reading, 1);
+    assert_int_equal(off_read_abandon(d.e, token), 0);
+    off_engine_stats(d.e, &st);
+    assert_int_equal(st.reading, 0);
+    assert_int_equal(poll_all(d.e, c, 2), 0);
+    assert_int_equal(d.fins, 0);
+    assert_int_equal(off_read_abandon(d.e, token), -1);
+    off_read_done(d.e, token, TMX_OK);
+    assert_int_equal(poll_all(d.e, c, 2), 0);
+    assert_int_equal(d.fins, 0);
+    /* the one slot takes a new buffer, which the next message fills */
+    add = op_add(2, buf, sizeof(buf), 3, 5, 0, 0);
+    assert_int_equal(off_post_ops(d.e, &add, 1, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    d.defer = 0;
+    off_arrive(d.e, &m);
+    assert_int_equal(poll_all(d.e, c, 2), 2);
+    assert_int_equal(c[1].wr_id, 2);
+    assert_true(c[1].flags & OFF_WC_TM_DATA_VALID);
+    assert_string_equal(buf, src);
+    assert_int_equal(d.fins, 1);
+    dev_close(&d);
+}
+
 static void test_rndv_incomplete(void **state)
 {
     tdev_t d;
@@ -1150,6 +1201,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_eager_match_and_unexpected),
         cmocka_unit_test(test_eager_truncated),
         cmocka_unit_test(test_rndv_two_completions),
+        cmocka_unit_test(test_read_abandoned),
         cmocka_unit_test(test_rndv_incomplete),
         cmocka_unit_test(test_rndv_header_too_big),
         cmocka_unit_test(test_stale_handle),

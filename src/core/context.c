@@ -14,7 +14,11 @@
 #include "util/log.h"
 
 #define TMX_API __attribute__((visibility("default")))
-#define CORE_POOL_CHUNK 256
+/* Requests and unexpected messages come from pools of chunks of this
+ * many; once none is in use, a pool that grew past two chunks gives all
+ * but one back (a burst of many at once is not held for ever, and a load
+ * of a few does not free and allocate a chunk each time it goes idle). */
+#define CORE_POOL_CHUNK 64
 /* What an unexpected message costs beyond its record and payload: the
  * matcher's bin and hash slot when its tag is its own, malloc's header. */
 #define CORE_UNEXP_INDEX_COST 96
@@ -277,6 +281,8 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     util_dlist_init(&ctx->msgs);
     util_pool_init(&ctx->req_pool, sizeof(struct tmx_request), CORE_POOL_CHUNK);
     util_pool_init(&ctx->msg_pool, sizeof(struct tmx_message), CORE_POOL_CHUNK);
+    util_pool_set_keep(&ctx->req_pool, 1);
+    util_pool_set_keep(&ctx->msg_pool, 1);
     up.arg = ctx;
     ctx->boot_join = !(params && (params->field_mask & TMX_CONTEXT_FIELD_BOOT) && params->boot == TMX_BOOT_NONE);
     if ((st = proto_init(&ctx->proto, &up, &ctx->cfg.proto)) != TMX_OK)

@@ -6,6 +6,7 @@
 
 #include "core/core.h"
 #include "proto/proto.h"
+#include "util/copy.h"
 #include "util/hash.h"
 #include "util/log.h"
 
@@ -35,7 +36,7 @@ struct tmx_request *core_req_alloc(tmx_context_h ctx, const tmx_op_params_t *par
         util_error("out of memory allocating a request");
         return NULL;
     }
-    memset(req, 0, offsetof(struct tmx_request, p));
+    util_zero(req, offsetof(struct tmx_request, p));
     proto_req_init(&req->p);
     req->ctx = ctx;
     req->p.comp.op = op;

@@ -30,6 +30,7 @@
 #include "reg/reg.h"
 #include "tl/tl.h"
 #include "tmx.h"
+#include "util/copy.h"
 #include "util/list.h"
 
 typedef struct proto proto_t;
@@ -186,7 +187,7 @@ static inline void proto_req_init(proto_req_t *req)
 {
     /* What follows recv is set before use: the receive entry when posted,
      * the rendezvous fields when a receive starts reading (rndv_start). */
-    memset(req, 0, offsetof(proto_req_t, recv));
+    util_zero(req, offsetof(proto_req_t, recv));
     req->recv.bin = NULL;
 }
 

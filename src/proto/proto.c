@@ -584,6 +584,7 @@ static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t ap
     req->rndv_len = len;
     req->owner = p;
     req->get.done = rndv_get_done;
+    req->off_wr = 0; /* software's, even with the engine on (off_post may never have run) */
     if (p->up.peer_ep(p->up.arg, src, &ep, &pp) == TMX_OK && write_wanted(p, ep, req->comp.length) &&
         write_ask(p, req, pp) == TMX_OK)
         return;
@@ -873,12 +874,13 @@ static void off_dev_read(void *arg, const off_msg_t *m, void *buf, uint64_t recv
          * checked against them */
         req->comp.length = m->rlen;
         req->comp.tag = m->tag;
+        req->off_wr = 1; /* before the CTS: its WDONE is the engine's */
         if (write_ask(p, req, pp) == TMX_OK) {
             util_debug("offload: rendezvous of %llu bytes from peer %u matched: its sender writes",
                        (unsigned long long)m->rlen, m->src);
-            req->off_wr = 1;
             return;
         }
+        req->off_wr = 0;
     }
     off_get(p, req);
 }

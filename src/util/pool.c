@@ -40,21 +40,29 @@ int util_pool_reserve(util_pool_t *pool, size_t n)
 
 void util_pool_trim(util_pool_t *pool)
 {
+    if (pool->keep != 0)
+        util_pool_trim_to(pool, pool->keep);
+}
+
+void util_pool_trim_to(util_pool_t *pool, size_t keep)
+{
     char *chunk = pool->chunks, *next;
     size_t n = 0;
 
-    if (pool->in_use != 0 || pool->keep == 0 || pool->n_chunks <= pool->keep)
+    if (keep == 0)
+        keep = 1;
+    if (pool->in_use != 0 || pool->n_chunks <= keep)
         return;
     /* the kept chunks' objects make the free list anew */
     pool->free_list = NULL;
-    while (chunk != NULL && n < pool->keep) {
+    while (chunk != NULL && n < keep) {
         for (size_t i = 0; i < pool->chunk_elems; i++) {
             void *obj = chunk + POOL_ALIGN + i * pool->elem_size;
             *(void **)obj = pool->free_list;
             pool->free_list = obj;
         }
         n++;
-        if (n == pool->keep) {
+        if (n == keep) {
             next = *(void **)chunk;
             *(void **)chunk = NULL;
             chunk = next;

@@ -35,6 +35,11 @@ void util_pool_set_keep(util_pool_t *pool, size_t keep);
 /* Frees the chunks beyond keep; only with no object in use. */
 void util_pool_trim(util_pool_t *pool);
 
+/* Frees the chunks beyond n (at least 1 stays); only with no object in
+ * use: for an owner that knows it has gone idle, where keep serves a
+ * load that comes and goes. */
+void util_pool_trim_to(util_pool_t *pool, size_t n);
+
 /* The pool grows to at most limit chunks (0: no bound): past it, a get
  * returns NULL as when memory is exhausted. */
 void util_pool_set_limit(util_pool_t *pool, size_t limit);

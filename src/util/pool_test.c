@@ -125,6 +125,34 @@ static void test_reserve_and_limit(void **state)
     util_pool_fini(&p);
 }
 
+/* trim_to gives back all but n chunks once idle, whatever keep says,
+ * never the last one, and nothing while an object is in use. */
+static void test_trim_to(void **state)
+{
+    util_pool_t p;
+    void *o[40];
+
+    (void)state;
+    util_pool_init(&p, 24, 8);
+    util_pool_set_keep(&p, 4);
+    for (int i = 0; i < 40; i++)
+        assert_non_null(o[i] = util_pool_get(&p));
+    for (int i = 1; i < 40; i++)
+        util_pool_put(&p, o[i]);
+    util_pool_trim_to(&p, 1);
+    assert_int_equal(p.n_chunks, 5); /* one still in use */
+    util_pool_put(&p, o[0]);
+    assert_int_equal(p.n_chunks, 5); /* within twice keep: kept */
+    util_pool_trim_to(&p, 0);
+    assert_int_equal(p.n_chunks, 1);
+    for (int i = 0; i < 8; i++) /* the kept chunk serves every object once */
+        assert_non_null(o[i] = util_pool_get(&p));
+    assert_int_equal(p.n_chunks, 1);
+    for (int i = 0; i < 8; i++)
+        util_pool_put(&p, o[i]);
+    util_pool_fini(&p);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -132,6 +160,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_keep_trims_when_idle),
         cmocka_unit_test(test_within_keep),
         cmocka_unit_test(test_reserve_and_limit),
+        cmocka_unit_test(test_trim_to),
     };
 
     return UNIT_MAIN(argc, argv, tests);

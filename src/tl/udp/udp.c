@@ -115,12 +115,14 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     util_pool_init(&ui->segs, sizeof(udp_seg_t) + ui->seg_cap, 64);
     util_pool_init(&ui->hsegs, sizeof(udp_seg_t) + sizeof(udp_hdr_t), 256);
     /* What a burst to many peers took (segments in flight to each) is
-     * given back once every segment is acknowledged: one chunk of each
-     * pool is kept (about 92 KiB and 56 KiB at the default MTU), so that
-     * what an idle process holds does not depend on how many peers its
-     * last burst reached. A load that keeps a flow going never trims. */
-    util_pool_set_keep(&ui->segs, 1);
-    util_pool_set_keep(&ui->hsegs, 1);
+     * given back once every segment is acknowledged: beyond twice about
+     * 256 KiB (and 4 chunks of headers), at once; down to one chunk of
+     * each (about 92 KiB and 36 KiB at an MTU of 1500) when the last flow
+     * ends (udp_flow_free), so that what an idle process holds does not
+     * depend on how many peers its last burst reached, while a stream of
+     * large messages does not give back and take again a chunk each. */
+    util_pool_set_keep(&ui->segs, 1 + (256u << 10) / (64 * (sizeof(udp_seg_t) + ui->seg_cap)));
+    util_pool_set_keep(&ui->hsegs, 4);
     util_info("udp: %s:%u, datagrams of %u bytes, window %u", inet_ntoa(ui->sock.self_sa.sin_addr),
               ntohs(ui->sock.self_sa.sin_port), ui->cfg.mtu, ui->cfg.window);
     *out = &ui->super;

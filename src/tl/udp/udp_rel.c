@@ -847,12 +847,11 @@ void udp_flow_free(udp_iface_t *ui, udp_ep_t *ep)
         util_dlist_unlink(&fl->ack_link);
     ep->fl = NULL;
     free(fl);
-    /* the last exchange is over: the segment buffers a burst took beyond
-     * the pools' keep go now, not when a later burst happens to end
-     * with more than twice keep */
+    /* the last exchange is over: the segment buffers go but a chunk of
+     * each pool, whatever a burst took */
     if (--ui->n_flows == 0) {
-        util_pool_trim(&ui->segs);
-        util_pool_trim(&ui->hsegs);
+        util_pool_trim_to(&ui->segs, 1);
+        util_pool_trim_to(&ui->hsegs, 1);
     }
 }
 

@@ -365,12 +365,6 @@ static void flow_unmake(udp_iface_t *ui, udp_ep_t *ep, int made)
         udp_flow_settle(ui, ep);
 }
 
-/* Cuts a packet into segments of one channel, all or nothing: if the window
- * cannot take every segment, nothing is sent and the caller retries.
- * Read data (GET_DATA) is not copied: its segments point into the owner's
- * memory, which stays until the reader's FIN, and the FIN comes after the
- * reader has every byte, its header acknowledging them all; a reader that
- * fails takes the segments' resending with it. */
 /* A packet is sent whole or not at all: the segments it takes are in
  * their pool before the first goes (seg_build takes a full segment for a
  * payload it copies, a header only for data it points at, and for an
@@ -386,6 +380,13 @@ static int segs_reserve(udp_iface_t *ui, const udp_send_desc_t *d, size_t nseg)
     return 0;
 }
 
+/* Cuts a packet into segments of one channel, all or nothing: if the window
+ * cannot take every segment, or their pools cannot (segs_reserve), nothing
+ * is sent and the caller retries.
+ * Read data (GET_DATA) is not copied: its segments point into the owner's
+ * memory, which stays until the reader's FIN, and the FIN comes after the
+ * reader has every byte, its header acknowledging them all; a reader that
+ * fails takes the segments' resending with it. */
 tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t *d)
 {
     int ch = d->ch;

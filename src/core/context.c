@@ -283,6 +283,15 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     util_pool_init(&ctx->msg_pool, sizeof(struct tmx_message), CORE_POOL_CHUNK);
     util_pool_set_keep(&ctx->req_pool, 1);
     util_pool_set_keep(&ctx->msg_pool, 1);
+    /* the chunk each keeps, from the start: what an idle context holds
+     * does not depend on whether a message ever came unexpected */
+    if (util_pool_grow(&ctx->req_pool) != 0 || util_pool_grow(&ctx->msg_pool) != 0) {
+        util_pool_fini(&ctx->req_pool);
+        util_pool_fini(&ctx->msg_pool);
+        pthread_mutex_destroy(&ctx->lock);
+        free(ctx);
+        return TMX_ERR_NOMEM;
+    }
     up.arg = ctx;
     ctx->boot_join = !(params && (params->field_mask & TMX_CONTEXT_FIELD_BOOT) && params->boot == TMX_BOOT_NONE);
     if ((st = proto_init(&ctx->proto, &up, &ctx->cfg.proto)) != TMX_OK)

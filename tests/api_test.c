@@ -491,6 +491,51 @@ static void test_probe_claim_discard(void **state)
     tmx_request_free(sr);
 }
 
+/* Handles used after they were freed are refused, also after a burst of
+ * many requests at once has come and gone (the memory of a handle stays
+ * the context's; under ASan a read of memory given back would fail this
+ * case), and so is a message handle already received. */
+static void test_stale_handles_after_burst(void **state)
+{
+    fixture_t *f = *state;
+    enum { N = 300 };
+    tmx_request_h r[N];
+    tmx_message_h msg;
+    tmx_completion_t info, c[64];
+    char buf[4];
+    size_t n;
+
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++)
+            assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, buf, sizeof(buf), 1000 + (uint64_t)i, 0, NULL,
+                                       &r[i]), TMX_OK);
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(tmx_request_cancel(r[i]), TMX_OK);
+            assert_int_equal(tmx_request_free(r[i]), TMX_OK);
+        }
+        do
+            assert_int_equal(tmx_cq_read(f->ctx, c, 64, &n), TMX_OK);
+        while (n > 0);
+        assert_int_equal(tmx_request_free(r[0]), TMX_ERR_INVALID);
+        assert_int_equal(tmx_request_free(r[N / 2]), TMX_ERR_INVALID);
+        assert_int_equal(tmx_request_free(r[N - 1]), TMX_ERR_INVALID);
+    }
+    /* many unexpected messages at once, all received: a stale message handle */
+    for (int i = 0; i < N; i++)
+        assert_int_equal(tmx_tinject(f->ctx, f->self, "m", 1, 5000 + (uint64_t)i, 0, 0), TMX_OK);
+    for (int i = 0; i < N; i++) {
+        while (tmx_tprobe(f->ctx, f->self, 5000 + (uint64_t)i, 0, TMX_PROBE_FLAG_CLAIM, &info, &msg) != TMX_OK)
+            tmx_progress(f->ctx);
+        assert_int_equal(tmx_mrecv(f->ctx, msg, buf, sizeof(buf), NULL, &r[0]), TMX_OK);
+        assert_int_equal(tmx_request_wait(r[0], -1, NULL), TMX_OK);
+        assert_int_equal(tmx_request_free(r[0]), TMX_OK);
+    }
+    assert_int_equal(tmx_message_discard(f->ctx, msg), TMX_ERR_INVALID);
+    do
+        assert_int_equal(tmx_cq_read(f->ctx, c, 64, &n), TMX_OK);
+    while (n > 0);
+}
+
 static void test_cancel(void **state)
 {
     fixture_t *f = *state;
@@ -1280,6 +1325,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_order_mixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_probe_claim_discard, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_handles_after_burst, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_by_context, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cq_errors_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shm_sender_slots_reused, setup, teardown),

@@ -15,9 +15,10 @@
 
 #define TMX_API __attribute__((visibility("default")))
 /* Requests and unexpected messages come from pools of chunks of this
- * many; once none is in use, a pool that grew past two chunks gives all
- * but one back (a burst of many at once is not held for ever, and a load
- * of a few does not free and allocate a chunk each time it goes idle). */
+ * many. The pools never give a chunk back before the context goes: a
+ * handle the application uses after freeing it (a request freed twice, a
+ * message already received) must still find mapped memory, so that it is
+ * refused (TMX_ERR_INVALID) rather than read from memory given back. */
 #define CORE_POOL_CHUNK 64
 /* What an unexpected message costs beyond its record and payload: the
  * matcher's bin and hash slot when its tag is its own, malloc's header. */
@@ -281,10 +282,8 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     util_dlist_init(&ctx->msgs);
     util_pool_init(&ctx->req_pool, sizeof(struct tmx_request), CORE_POOL_CHUNK);
     util_pool_init(&ctx->msg_pool, sizeof(struct tmx_message), CORE_POOL_CHUNK);
-    util_pool_set_keep(&ctx->req_pool, 1);
-    util_pool_set_keep(&ctx->msg_pool, 1);
-    /* the chunk each keeps, from the start: what an idle context holds
-     * does not depend on whether a message ever came unexpected */
+    /* a chunk each from the start: what a context holds does not depend
+     * on whether a message ever came unexpected */
     if (util_pool_grow(&ctx->req_pool) != 0 || util_pool_grow(&ctx->msg_pool) != 0) {
         util_pool_fini(&ctx->req_pool);
         util_pool_fini(&ctx->msg_pool);

@@ -46,7 +46,6 @@ struct tmx_request {
     util_dlist_t link;          /* in ctx->reqs: live requests */
     uint8_t state;              /* enum core_req_state */
     uint8_t handle_held;        /* the caller holds a handle */
-    uint8_t freed;              /* debug guard against double release */
     uint8_t big;                /* counted in ctx->off_big */
     proto_req_t p;
 };

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "offload/offload.h"
+#include "util/copy.h"
 #include "util/log.h"
 
 #define NIL UINT32_MAX
@@ -112,7 +113,7 @@ static off_cqe_t *cq_push(off_engine_t *e)
     if (cq_reserve(e) != 0)
         return NULL;
     c = &e->cq[(e->cq_head + e->cq_n++) & (e->cq_cap - 1)];
-    memset(c, 0, sizeof(*c));
+    util_zero(c, sizeof(*c));
     if (e->hw_unexp != e->sw_reported)
         c->flags = OFF_WC_TM_SYNC_REQ;
     return c;
@@ -394,7 +395,30 @@ static uint32_t list_match(const off_engine_t *e, const off_msg_t *m)
     return NIL;
 }
 
-static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host)
+/* An eager message that matched slot i, whose buffer takes it (as much of
+ * it as fits), completed in c: the buffer's one completion. */
+static void eager_complete(off_engine_t *e, const off_msg_t *m, uint32_t i, off_cqe_t *c)
+{
+    off_tagbuf_t *t = &e->tb[i];
+    size_t n = m->len < t->len ? m->len : t->len;
+
+    util_copy(t->buf, m->data, n);
+    c->opcode = OFF_WC_TM_RECV;
+    c->flags |= OFF_WC_TM_MATCH | OFF_WC_TM_DATA_VALID;
+    c->wr_id = t->recv_wr_id;
+    c->handle = handle_of(e, i);
+    c->src = m->src;
+    c->priv = m->app_ctx;
+    c->tag = m->tag;
+    c->byte_len = n;
+    c->msg.op = m->op;
+    c->msg.len = m->len;
+    c->msg.imm = m->imm;
+    c->msg.has_imm = m->has_imm;
+    c->status = n < m->len ? OFF_WC_TRUNCATED : OFF_WC_SUCCESS;
+}
+
+static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host, off_cqe_t *direct)
 {
     off_msg_t req;
     void *buf = NULL;
@@ -409,15 +433,18 @@ static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host)
         return 1;
     }
     lock(e);
-    if (cq_reserve(e) != 0) {
-        util_error("offload: no room for a completion: a message from %u lost", m->src);
-        goto out;
-    }
+    /* Room for the completion first, so that a message lost for want of
+     * memory leaves the engine as it was. None is needed for what an
+     * inline host takes in hand, nor for a direct completion. */
     if (m->op != OFF_TM_EAGER && m->op != OFF_TM_RNDV) {
+        if (cq_reserve(e) != 0)
+            goto lost;
         to_host(e, m, OFF_WC_TM_NO_TAG, NULL);
         goto out;
     }
     if ((i = list_match(e, m)) == NIL) {
+        if (!inline_host && cq_reserve(e) != 0)
+            goto lost;
         e->hw_unexp++;
         e->stats.unexpected++;
         if (inline_host)
@@ -426,11 +453,28 @@ static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host)
             to_host(e, m, OFF_WC_RECV, NULL);
         goto out;
     }
+    if (!(direct != NULL && m->op == OFF_TM_EAGER && e->cq_n == 0) && cq_reserve(e) != 0)
+        goto lost;
     e->stats.matched++;
     off_tagbuf_t *t = &e->tb[i];
     list_unlink(e, i);
     t->state = TB_DONE;
+    if (direct != NULL && m->op == OFF_TM_EAGER && e->cq_n == 0) {
+        /* nothing older waits in the ring: the completion goes straight
+         * to the host, which takes it as it would from the ring */
+        util_zero(direct, sizeof(*direct));
+        if (e->hw_unexp != e->sw_reported)
+            direct->flags = OFF_WC_TM_SYNC_REQ;
+        eager_complete(e, m, i, direct);
+        slot_free(e, i);
+        taken = 2;
+        goto out;
+    }
     c = cq_push(e); /* reserved above */
+    if (m->op == OFF_TM_EAGER) {
+        eager_complete(e, m, i, c);
+        goto out;
+    }
     c->opcode = OFF_WC_TM_RECV;
     c->flags |= OFF_WC_TM_MATCH;
     c->wr_id = t->recv_wr_id;
@@ -441,15 +485,7 @@ static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host)
     c->msg.op = m->op;
     c->msg.imm = m->imm;
     c->msg.has_imm = m->has_imm;
-    if (m->op == OFF_TM_EAGER) {
-        size_t n = m->len < t->len ? m->len : t->len;
-        if (n > 0)
-            memcpy(t->buf, m->data, n);
-        c->flags |= OFF_WC_TM_DATA_VALID;
-        c->byte_len = n;
-        c->msg.len = m->len;
-        c->status = n < m->len ? OFF_WC_TRUNCATED : OFF_WC_SUCCESS;
-    } else if (m->rlen > t->len || m->len > e->caps.max_rndv_hdr_size - OFF_RNDV_HDR_FIXED) {
+    if (m->rlen > t->len || m->len > e->caps.max_rndv_hdr_size - OFF_RNDV_HDR_FIXED) {
         /* The buffer is too small, or the request larger than the engine
          * parses: the tag is consumed all the same (an older message may
          * not overtake it), and the headers go to the host, which
@@ -474,16 +510,20 @@ out:
     if (read)
         e->dev.read(e->dev_arg, &req, buf, recv_wr_id, token);
     return taken;
+lost:
+    unlock(e);
+    util_error("offload: no room for a completion: a message from %u lost", m->src);
+    return 1;
 }
 
 void off_arrive(off_engine_t *e, const off_msg_t *m)
 {
-    arrive(e, m, 0);
+    arrive(e, m, 0, NULL);
 }
 
-int off_arrive_inline(off_engine_t *e, const off_msg_t *m)
+int off_arrive_inline(off_engine_t *e, const off_msg_t *m, off_cqe_t *direct)
 {
-    return arrive(e, m, 1);
+    return arrive(e, m, 1, direct);
 }
 
 /* The slot whose read token names, locked; NIL (unlocked, logged) when
@@ -544,6 +584,16 @@ int off_read_abandon(off_engine_t *e, uint64_t token)
 }
 
 /* ---------------------------------------------------------- completions */
+
+int off_cq_empty(off_engine_t *e)
+{
+    int empty;
+
+    lock(e);
+    empty = e->cq_n == 0;
+    unlock(e);
+    return empty;
+}
 
 size_t off_poll_cq(off_engine_t *e, off_cqe_t *out, size_t n)
 {

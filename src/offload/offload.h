@@ -210,8 +210,13 @@ void off_arrive(off_engine_t *e, const off_msg_t *m);
  * matchable tag takes m, which then counts as unexpected (the host's count
  * must take it into account as for an OFF_WC_RECV completion) but makes no
  * completion and no copy: the host has it in hand. 1 when the engine took
- * it (or refused it, logged), as off_arrive. */
-int off_arrive_inline(off_engine_t *e, const off_msg_t *m);
+ * it (or refused it, logged), as off_arrive. 2 when an eager message
+ * matched while no completion waited in the ring and direct is not NULL:
+ * its one completion is written to *direct instead of the ring (its tagged
+ * buffer is then already free), for the host to take as if it had polled
+ * it, before any later one: the order of completions is kept, without the
+ * trip through the ring. */
+int off_arrive_inline(off_engine_t *e, const off_msg_t *m, off_cqe_t *direct);
 
 /* The device's answer to dev->read. */
 void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status);
@@ -221,6 +226,9 @@ void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status);
  * with no completion and no FIN. 0, or -1 (logged) for a token that
  * names no read in flight. */
 int off_read_abandon(off_engine_t *e, uint64_t token);
+
+/* Whether no completion waits to be taken. */
+int off_cq_empty(off_engine_t *e);
 
 /* Takes up to n completions, oldest first. A tagged buffer's slot is
  * free again once its last completion (DATA_VALID, or RNDV_INCOMPLETE)

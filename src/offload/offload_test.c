@@ -630,21 +630,102 @@ static void test_arrive_inline(void **state)
     (void)state;
     dev_open(&d, NULL);
     off_engine_set_serialised(d.e);
-    assert_int_equal(off_arrive_inline(d.e, &m1), 0); /* no tag: the host's, in hand */
+    assert_int_equal(off_arrive_inline(d.e, &m1, NULL), 0); /* no tag: the host's, in hand */
     assert_int_equal(poll_all(d.e, c, 2), 0);
     assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK); /* count 0: one behind */
     off_engine_run(d.e, SIZE_MAX);
-    assert_int_equal(off_arrive_inline(d.e, &m2), 0); /* b1 not matchable yet */
+    assert_int_equal(off_arrive_inline(d.e, &m2, NULL), 0); /* b1 not matchable yet */
     op = (off_op_t){.opcode = OFF_WR_TAG_SYNC, .unexpected_cnt = 2};
     assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
     off_engine_run(d.e, SIZE_MAX);
-    assert_int_equal(off_arrive_inline(d.e, &m1), 1);
+    assert_int_equal(off_arrive_inline(d.e, &m1, NULL), 1);
     assert_int_equal(poll_all(d.e, c, 2), 1);
     assert_int_equal(c[0].opcode, OFF_WC_TM_RECV);
     assert_string_equal(b1, "m1");
     off_engine_stats(d.e, &s);
     assert_int_equal(s.unexpected, 2);
     assert_int_equal(s.matched, 1);
+    dev_close(&d);
+}
+
+/* An eager message matched while no completion waits gives its one
+ * completion to the host directly (off_arrive_inline's 2), with its
+ * buffer already free; with a completion waiting it goes behind it in the
+ * ring, so that the order of completions holds either way. */
+static void test_arrive_direct(void **state)
+{
+    tdev_t d;
+    char b1[8] = {0}, b2[2] = {0}, b3[8] = {0};
+    off_op_t op = op_add(1, b1, sizeof(b1), 5, 7, 0, 0);
+    off_msg_t m = msg_eager(5, 7, "m1", 3);
+    off_cqe_t c[3], direct;
+    uint32_t h1;
+
+    (void)state;
+    dev_open(&d, NULL);
+    off_engine_set_serialised(d.e);
+    assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
+    h1 = op.handle;
+    off_engine_run(d.e, SIZE_MAX);
+    memset(&direct, 0xa5, sizeof(direct));
+    assert_int_equal(off_arrive_inline(d.e, &m, &direct), 2);
+    assert_int_equal(direct.opcode, OFF_WC_TM_RECV);
+    assert_int_equal(direct.flags, OFF_WC_TM_MATCH | OFF_WC_TM_DATA_VALID);
+    assert_int_equal(direct.status, OFF_WC_SUCCESS);
+    assert_int_equal(direct.wr_id, 1);
+    assert_int_equal(direct.src, 5);
+    assert_int_equal(direct.tag, 7);
+    assert_int_equal(direct.byte_len, 3);
+    assert_int_equal(direct.msg.len, 3);
+    assert_null(direct.msg.data);
+    assert_string_equal(b1, "m1");
+    assert_int_equal(poll_all(d.e, c, 3), 0);
+    /* the buffer is free: its handle names nothing, its slot is reused */
+    op = (off_op_t){.opcode = OFF_WR_TAG_DEL, .handle = h1, .wr_id = 9};
+    assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    assert_int_equal(poll_all(d.e, c, 3), 1);
+    assert_int_equal(c[0].opcode, OFF_WC_TM_DEL);
+    assert_int_equal(c[0].status, OFF_WC_TM_ERR);
+
+    /* truncated: as much as fits, and said so */
+    op = op_add(2, b2, sizeof(b2), 5, 8, 0, 0);
+    assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    m = msg_eager(5, 8, "xyz", 3);
+    assert_int_equal(off_arrive_inline(d.e, &m, &direct), 2);
+    assert_int_equal(direct.status, OFF_WC_TRUNCATED);
+    assert_int_equal(direct.byte_len, 2);
+    assert_int_equal(direct.msg.len, 3);
+    assert_memory_equal(b2, "xy", 2);
+
+    /* a completion waits (a signaled ADD's): the match goes behind it */
+    op = op_add(3, b3, sizeof(b3), 5, 9, 0, 0);
+    op.flags = OFF_OPS_SIGNALED;
+    assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    m = msg_eager(5, 9, "m3", 3);
+    assert_int_equal(off_arrive_inline(d.e, &m, &direct), 1);
+    assert_int_equal(poll_all(d.e, c, 3), 2);
+    assert_int_equal(c[0].opcode, OFF_WC_TM_ADD);
+    assert_int_equal(c[1].opcode, OFF_WC_TM_RECV);
+    assert_int_equal(c[1].flags, OFF_WC_TM_MATCH | OFF_WC_TM_DATA_VALID);
+    assert_int_equal(c[1].wr_id, 3);
+    assert_string_equal(b3, "m3");
+
+    /* the engine is ahead of the host: a direct completion asks for SYNC */
+    m = msg_eager(6, 1, "u", 2);
+    assert_int_equal(off_arrive_inline(d.e, &m, &direct), 0);
+    op = op_add(4, b1, sizeof(b1), 5, 10, 0, 1); /* the host's count is 1 */
+    assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    op = (off_op_t){.opcode = OFF_WR_TAG_SYNC, .unexpected_cnt = 0}; /* a stale report */
+    assert_int_equal(off_post_ops(d.e, &op, 1, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    m = msg_eager(5, 10, "m4", 3);
+    assert_int_equal(off_arrive_inline(d.e, &m, &direct), 2);
+    assert_true(direct.flags & OFF_WC_TM_SYNC_REQ);
+    assert_string_equal(b1, "m4");
     dev_close(&d);
 }
 
@@ -1208,6 +1289,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_del_while_reading),
         cmocka_unit_test(test_sync_by_any_operation),
         cmocka_unit_test(test_arrive_inline),
+        cmocka_unit_test(test_arrive_direct),
         cmocka_unit_test(test_no_tag_and_fin_go_to_host),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_del_racing_consume),

@@ -967,6 +967,15 @@ static void off_completion(proto_t *p, off_cqe_t *c)
     }
 }
 
+/* A completion asked the host to catch up: it reports its count. */
+static void off_sync_if(proto_t *p, int sync)
+{
+    if (sync && p->off_reported != p->off_handled) {
+        off_op_t op = {.opcode = OFF_WR_TAG_SYNC};
+        off_op(p, &op);
+    }
+}
+
 /* Handles every completion the engine has made. */
 static void off_drain(proto_t *p)
 {
@@ -981,10 +990,7 @@ static void off_drain(proto_t *p)
             off_cqe_release(&c[i]);
         }
     }
-    if (sync && p->off_reported != p->off_handled) {
-        off_op_t op = {.opcode = OFF_WR_TAG_SYNC};
-        off_op(p, &op);
-    }
+    off_sync_if(p, sync);
 }
 
 void proto_msg_clear(proto_msg_t *msg)
@@ -1209,6 +1215,7 @@ static inline void tagged_match(proto_t *p, tmx_peer_t src, const proto_in_t *in
 static __attribute__((noinline)) void off_tagged_arrive(proto_t *p, tmx_peer_t src,
                                                         const proto_in_t *in)
 {
+    off_cqe_t c;
     off_msg_t m;
 
     m = (off_msg_t){.op = in->tmh.opcode == WIRE_OP_EAGER ? OFF_TM_EAGER : OFF_TM_RNDV,
@@ -1224,11 +1231,21 @@ static __attribute__((noinline)) void off_tagged_arrive(proto_t *p, tmx_peer_t s
         m.data = in->payload;
         m.len = in->payload_len;
     }
-    if (off_arrive_inline(p->off, &m) == 0) {
+    switch (off_arrive_inline(p->off, &m, &c)) {
+    case 0: /* no tag of the engine's: every short receive is the host's */
         p->off_handled++; /* the engine's, handed back at once */
         tagged_match(p, src, in);
+        break;
+    case 2: /* an expected eager message: its completion, direct */
+        off_completion(p, &c);
+        off_sync_if(p, (c.flags & OFF_WC_TM_SYNC_REQ) != 0);
+        break;
+    default:
+        off_drain(p);
+        return;
     }
-    off_drain(p);
+    if (!off_cq_empty(p->off)) /* made by something else meanwhile */
+        off_drain(p);
 }
 
 static inline void tagged_arrive(proto_t *p, tmx_peer_t src, const proto_in_t *in)

@@ -1088,35 +1088,49 @@ static void epoch_note(shm_iface_t *si, int events)
 
 static __attribute__((noinline)) int progress_full(shm_iface_t *si);
 
+/* The end of a poll that took the short way: with threads, what
+ * progress_full would note (epoch_note), out of line. */
+static __attribute__((noinline)) int progress_short_mt(shm_iface_t *si, int events)
+{
+    epoch_note(si, events);
+    return events;
+}
+
 /* The common polls in few instructions: with no box taken or freed since
- * the last look and nothing under way (one thread, no copy, no cell or
- * entry held), the boxes that hold entries are drained here and, if no
- * cell is published at the head, that is all; a poll that finds nothing
- * returns at once. Anything else is progress_full's, which would do the
- * same here. */
+ * the last look and nothing under way (no copy, no cell or entry held),
+ * the boxes that hold entries are drained here and, if no cell is
+ * published at the head, that is all; a poll that finds nothing returns
+ * at once (with threads, having noted the epoch as progress_full does).
+ * Anything else is progress_full's, which would do the same here. */
 static int shm_progress(tl_iface_t *iface)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
     uint64_t used = atomic_load_explicit(&si->seg->fbox_used, memory_order_acquire) & SHM_FBOX_ALL;
 
-    if (used != si->fb_seen || si->rx.on || si->mt || (si->held | si->fb_held) ||
+    if (used != si->fb_seen || si->rx.on || (si->held | si->fb_held) ||
         tl_emu_busy(&si->emu) || !util_dlist_empty(&si->helps))
         return progress_full(si);
     /* boxes first, as progress_full takes them: a short message on its
      * own, the usual arrival, is handed up from here */
     int fb_held = 0, events = si->fb_on != 0 ? fbox_poll(si, used, SHM_RECV_BUDGET, &fb_held) : 0;
 
-    if (fb_held) /* left at the bound of unexpected memory: progress_full notes it */
-        return events + progress_full(si);
-    if (atomic_load_explicit(&shm_cell(si->seg, si->head)->seq, memory_order_acquire) == shm_seq(si->head + 1))
-        return events + progress_full(si);
-    if (events != 0)
-        return events;
-    if (__builtin_expect(++si->empty_polls % SHM_STUCK_POLLS == 0, 0)) {
+    /* a box left at the bound of unexpected memory (progress_full notes
+     * it), or a cell published: progress_full's, and if only the boxes
+     * moved, the epoch moves for them */
+    if (fb_held ||
+        atomic_load_explicit(&shm_cell(si->seg, si->head)->seq, memory_order_acquire) == shm_seq(si->head + 1)) {
+        int more = progress_full(si);
+        if (__builtin_expect(si->mt, 0) && events != 0 && more == 0)
+            epoch_note(si, events);
+        return events + more;
+    }
+    if (__builtin_expect(events == 0 && ++si->empty_polls % SHM_STUCK_POLLS == 0, 0)) {
         si->empty_polls--; /* progress_full counts this poll, and looks for a dead claimant */
         return progress_full(si);
     }
-    return 0;
+    if (__builtin_expect(si->mt, 0))
+        return progress_short_mt(si, events);
+    return events;
 }
 
 static int progress_full(shm_iface_t *si)

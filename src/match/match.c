@@ -30,6 +30,7 @@ static tmx_status_t table_init(match_table_t *t)
     if (t->buckets == NULL)
         return TMX_ERR_NOMEM;
     t->n_buckets = MATCH_MIN_BUCKETS;
+    t->hot = NULL;
     t->n_bins = 0;
     util_dlist_init(&t->idle);
     t->n_idle = 0;
@@ -48,15 +49,19 @@ static inline uint64_t bin_hash(uint64_t mask, uint32_t src, uint64_t tag)
     return util_hash3(tag, mask, src);
 }
 
-static inline match_bin_t *table_lookup(const match_table_t *t, uint64_t mask, uint32_t src,
-                                        uint64_t tag)
+static inline match_bin_t *table_lookup(match_table_t *t, uint64_t mask, uint32_t src, uint64_t tag)
 {
-    uint64_t h = bin_hash(mask, src, tag);
-    match_bin_t *b = t->buckets[h & (t->n_buckets - 1)];
+    match_bin_t *b = t->hot;
+    uint64_t h;
 
-    for (; b != NULL; b = b->next) {
-        if (b->tag == tag && b->src == src && b->mask == mask)
+    if (b != NULL && b->tag == tag && b->src == src && b->mask == mask)
+        return b;
+    h = bin_hash(mask, src, tag);
+    for (b = t->buckets[h & (t->n_buckets - 1)]; b != NULL; b = b->next) {
+        if (b->tag == tag && b->src == src && b->mask == mask) {
+            t->hot = b;
             return b;
+        }
     }
     return NULL;
 }
@@ -111,6 +116,7 @@ static match_bin_t *table_get(match_engine_t *m, match_table_t *t, uint64_t mask
     idx = b->hash & (t->n_buckets - 1);
     b->next = t->buckets[idx];
     t->buckets[idx] = b;
+    t->hot = b;
     /* At most half a bin per bucket: once the table outgrows the cache,
      * every bin walked in a chain is a dependent cache miss. */
     if (++t->n_bins > t->n_buckets / 2)
@@ -126,6 +132,8 @@ static void table_drop(match_engine_t *m, match_table_t *t, match_bin_t *bin)
     while (*pp != bin)
         pp = &(*pp)->next;
     *pp = bin->next;
+    if (t->hot == bin)
+        t->hot = NULL;
     t->n_bins--;
     util_pool_put(&m->bin_pool, bin);
 }
@@ -278,7 +286,7 @@ static inline match_recv_t *bin_head_recv(const match_bin_t *bin)
     return util_container_of(bin->queue.next, match_recv_t, link);
 }
 
-static inline void consider_bin(const match_table_t *t, uint64_t mask, uint32_t src, uint64_t tag,
+static inline void consider_bin(match_table_t *t, uint64_t mask, uint32_t src, uint64_t tag,
                                 match_recv_t **best)
 {
     match_bin_t *bin = table_lookup(t, mask, src, tag & ~mask);

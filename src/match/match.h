@@ -100,6 +100,9 @@ typedef struct match_mask {
 
 typedef struct match_table {
     struct match_bin **buckets;
+    struct match_bin *hot; /* the bin found last: a window of receives on
+                              one key (and their messages) finds it without
+                              hashing; NULL, or a bin in the table */
     size_t n_buckets;  /* a power of two */
     size_t n_bins;
     util_dlist_t idle; /* posted side: emptied bins kept for reuse, oldest first */

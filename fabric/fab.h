@@ -157,7 +157,27 @@ typedef struct fab_op {
     struct fab_op *next, *prev; /* free list, or ep->claimed */
     void *context;              /* the application's */
     tmx_message_h msg;          /* the claimed message */
+    struct fab_urecv *u;        /* an untagged receive's message: its receive */
+    void *buf;                  /* and where in its buffer it went */
 } fab_op_t;
+
+/* An untagged receive of an endpoint with FI_MULTI_RECV (fab_msg.c): the
+ * provider keeps these in post order and hands each message, claimed from
+ * tmx, to the first; a multi-receive buffer takes message after message,
+ * packed, until less than the endpoint's minimum is left. */
+typedef struct fab_urecv {
+    struct fab_urecv *next, *prev; /* the endpoint's live receives */
+    char *buf;
+    size_t len, off;            /* off: the bytes its messages took */
+    void *context;              /* the application's */
+    unsigned inflight;          /* its messages not yet completed */
+    uint8_t multi;              /* FI_MULTI_RECV */
+    uint8_t quiet;              /* no completion for success (FI_SELECTIVE_COMPLETION) */
+    uint8_t released;           /* it takes no more: out of the queue */
+} fab_urecv_t;
+
+/* The minimum that FI_OPT_MIN_MULTI_RECV sets, until it does. */
+#define FAB_MIN_MULTI_RECV_DEFAULT 64
 
 struct fab_ep {
     struct fid_ep fid;
@@ -172,6 +192,11 @@ struct fab_ep {
     uint64_t msg_bit;           /* FAB_MSG_BIT with FI_MSG|FI_TAGGED, else 0 */
     int enabled;
     fab_op_t claimed;           /* claimed messages, by context */
+    /* With FI_MULTI_RECV: every untagged receive waits here, not in tmx */
+    int urq_on;
+    fab_urecv_t *urq_head;      /* the first that still takes messages */
+    fab_urecv_t urq_live;       /* every live one, queued first, in post order */
+    size_t min_multi_recv;      /* FI_OPT_MIN_MULTI_RECV */
     fab_op_t *free_ops;
     struct fab_op_chunk *chunks; /* every op ever allocated, freed at close */
     uint64_t caps;
@@ -340,5 +365,15 @@ static inline void fab_op_put(fab_ep_t *ep, fab_op_t *op)
 /* fab_msg.c */
 extern struct fi_ops_tagged fab_tagged_ops;
 extern struct fi_ops_msg fab_msg_ops;
+/* Hands the untagged messages tmx holds to the waiting receives (with
+ * FI_MULTI_RECV); the caller holds the domain lock. */
+void fab_urq_progress(fab_ep_t *ep);
+/* fi_cancel of a waiting untagged receive: 0, or -FI_ENOENT. */
+int fab_urq_cancel(fab_ep_t *ep, void *context);
+/* At close: frees every untagged receive. */
+void fab_urq_free(fab_ep_t *ep);
+/* fab_cq.c: the CQ entry of one of their messages; the CQ, or NULL for a
+ * success that wants no entry. */
+fab_cq_t *fab_urq_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e);
 
 #endif

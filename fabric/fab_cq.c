@@ -95,11 +95,51 @@ static fab_cq_t *recv_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_
     return ep->rx_cq;
 }
 
+/* A message an untagged receive of an endpoint with FI_MULTI_RECV took
+ * (fab_msg.c): its tmx user context is the provider's op, which names the
+ * receive and where in its buffer the message went. The receive's last
+ * message, once it takes no more, says so (FI_MULTI_RECV): its buffer is
+ * the application's again. */
+fab_cq_t *fab_urq_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e)
+{
+    fab_op_t *op = c->user_context;
+    fab_urecv_t *u = op->u;
+    int last, quiet;
+
+    *e = (fab_cqe_t){.e = {.op_context = u->context, .flags = FI_MSG | FI_RECV, .len = c->length,
+                           .buf = op->buf},
+                     .src = fab_av_valid(ep->av, c->source) ? c->source : FI_ADDR_NOTAVAIL};
+    if (c->has_data) {
+        e->e.data = c->data;
+        e->e.flags |= FI_REMOTE_CQ_DATA;
+    }
+    if (c->status != TMX_OK)
+        fill_error(c, e);
+    fab_op_put(ep, op);
+    last = --u->inflight == 0 && u->released;
+    if (last && u->multi)
+        e->e.flags |= FI_MULTI_RECV;
+    quiet = u->quiet && e->err == 0;
+    if (last) {
+        u->prev->next = u->next;
+        u->next->prev = u->prev;
+        free(u);
+    }
+    return quiet ? NULL : ep->rx_cq;
+}
+
 /* Turns a tmx completion into *e and counts it; returns the CQ it goes
  * to, NULL for a counted success that wants no CQ entry. */
 static fab_cq_t *ep_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e)
 {
     int send = c->op == TMX_OP_TSEND;
+
+    if (!send && ep->urq_on && tag_kind(ep, c->tag) == FI_MSG) {
+        fab_cq_t *to = fab_urq_complete(ep, c, e);
+        if (ep->rx_cntr != NULL)
+            fab_cntr_count(ep->rx_cntr, e->err != 0);
+        return to;
+    }
     fab_cq_t *cq = send ? send_complete(ep, c, e) : recv_complete(ep, c, e);
     fab_cntr_t *cntr = send ? ep->tx_cntr : ep->rx_cntr;
 
@@ -121,6 +161,8 @@ void fab_ep_drain(fab_ep_t *ep)
 
     if (!ep->enabled)
         return;
+    if (ep->urq_head != NULL)
+        fab_urq_progress(ep);
     do {
         if (tmx_cq_read(ep->tmx, c, FAB_DRAIN_BATCH, &n) != TMX_OK)
             return;
@@ -236,6 +278,8 @@ static size_t ep_read(fab_cq_t *cq, fab_ep_t *ep, char *out, size_t count, fi_ad
     tmx_completion_t c[FAB_DRAIN_BATCH];
     size_t got;
 
+    if (__builtin_expect(ep->urq_head != NULL, 0) && ep->enabled)
+        fab_urq_progress(ep);
     if (!ep->enabled || tmx_cq_read(ep->tmx, c, count < FAB_DRAIN_BATCH ? count : FAB_DRAIN_BATCH,
                                     &got) != TMX_OK || got == 0)
         return 0;

@@ -54,19 +54,43 @@ static ssize_t ep_cancel(fid_t fid, void *context)
     ssize_t ret;
 
     fab_lock(ep->dom);
-    ret = tmx_cancel(ep->tmx, context) == TMX_OK ? 0 : -FI_ENOENT;
+    if (ep->urq_on && fab_urq_cancel(ep, context) == 0)
+        ret = 0;
+    else
+        ret = tmx_cancel(ep->tmx, context) == TMX_OK ? 0 : -FI_ENOENT;
     fab_unlock(ep->dom);
     return ret;
 }
 
+/* FI_OPT_MIN_MULTI_RECV, on an endpoint with FI_MULTI_RECV: a multi-receive
+ * buffer is released once less than this is left in it. */
 static int ep_getopt(fid_t fid, int level, int optname, void *optval, size_t *optlen)
 {
-    return -FI_ENOPROTOOPT;
+    fab_ep_t *ep = (fab_ep_t *)fid;
+
+    if (level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV || !ep->urq_on)
+        return -FI_ENOPROTOOPT;
+    if (optval == NULL || optlen == NULL || *optlen < sizeof(size_t))
+        return -FI_ETOOSMALL;
+    *(size_t *)optval = ep->min_multi_recv;
+    *optlen = sizeof(size_t);
+    return 0;
 }
 
 static int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optlen)
 {
-    return -FI_ENOPROTOOPT;
+    fab_ep_t *ep = (fab_ep_t *)fid;
+
+    if (level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV || !ep->urq_on)
+        return -FI_ENOPROTOOPT;
+    if (optval == NULL || optlen != sizeof(size_t)) {
+        FAB_WARN(FI_LOG_EP_CTRL, "FI_OPT_MIN_MULTI_RECV: want a size_t\n");
+        return -FI_EINVAL;
+    }
+    fab_lock(ep->dom);
+    ep->min_multi_recv = *(const size_t *)optval;
+    fab_unlock(ep->dom);
+    return 0;
 }
 
 static int no_tx_ctx(struct fid_ep *sep, int index, struct fi_tx_attr *attr,
@@ -293,7 +317,7 @@ static int ep_control(struct fid *fid, int command, void *arg)
         if (*flags & FI_TRANSMIT)
             ep->tx_op_flags = *flags & FAB_TX_OP_FLAGS;
         else
-            ep->rx_op_flags = *flags & FAB_RX_OP_FLAGS;
+            ep->rx_op_flags = *flags & (FAB_RX_OP_FLAGS | (ep->urq_on ? FI_MULTI_RECV : 0));
         return 0;
     default:
         return -FI_ENOSYS;
@@ -320,6 +344,7 @@ static int ep_close(struct fid *fid)
     fab_unlock(ep->dom);
     fab_ns_close(ep);
     tmx_context_destroy(ep->tmx);
+    fab_urq_free(ep);
     while (ep->chunks) {
         struct fab_op_chunk *c = ep->chunks;
         ep->chunks = c->next;
@@ -373,6 +398,8 @@ static void ep_init(fab_ep_t *ep, fab_domain_t *dom, void *context)
     ep->fid.atomic = &fab_no_atomic_ops;
     ep->fid.collective = &fab_no_coll_ops;
     ep->claimed.next = ep->claimed.prev = &ep->claimed;
+    ep->urq_live.next = ep->urq_live.prev = &ep->urq_live;
+    ep->min_multi_recv = FAB_MIN_MULTI_RECV_DEFAULT;
 }
 
 static void ep_take_info(fab_ep_t *ep, const struct fi_info *info)
@@ -383,6 +410,9 @@ static void ep_take_info(fab_ep_t *ep, const struct fi_info *info)
     ep->msg_bit = (ep->caps & FI_TAGGED) && (ep->caps & FI_MSG) ? FAB_MSG_BIT : 0;
     ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags : 0;
     ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags : 0;
+    ep->urq_on = (ep->caps & FI_MULTI_RECV) && (ep->caps & FI_MSG);
+    if (!ep->urq_on)
+        ep->rx_op_flags &= ~(uint64_t)FI_MULTI_RECV;
     ep->addr_format = info->addr_format;
 }
 

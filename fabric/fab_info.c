@@ -24,7 +24,7 @@ static int refuse(const char *why)
  * the current API, only when asked for or when nothing was. */
 #define SECONDARY_CAPS (FI_SOURCE | COMM_CAPS)
 #define TX_CAPS (FI_TAGGED | FI_MSG | FI_SEND)
-#define RX_CAPS (FI_TAGGED | FI_MSG | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE)
+#define RX_CAPS (FI_TAGGED | FI_MSG | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE | FI_MULTI_RECV)
 
 /* The capabilities to report for the requested ones: with none asked
  * for, all of ours; else the primary ones asked for (tagged and message
@@ -32,7 +32,7 @@ static int refuse(const char *why)
  * for, and the secondary ones. */
 static uint64_t caps_for(uint64_t want)
 {
-    uint64_t caps = want & FAB_CAPS;
+    uint64_t caps = want & (FAB_CAPS | FI_MULTI_RECV);
 
     if (want == 0)
         return FAB_CAPS | COMM_CAPS;
@@ -125,15 +125,14 @@ static int check_rx(const struct fi_rx_attr *rx)
 {
     if (rx == NULL)
         return 0;
-    if (rx->caps & ~(FAB_CAPS | COMM_CAPS))
+    if (rx->caps & ~(FAB_CAPS | COMM_CAPS | FI_MULTI_RECV))
         return refuse("rx capabilities beyond tagged and message receives");
     if (rx->msg_order & ~(uint64_t)FI_ORDER_SAS)
         return refuse("rx ordering beyond FI_ORDER_SAS");
     if (rx->comp_order & ~(uint64_t)FI_ORDER_NONE)
         return refuse("ordered rx completions");
-    if (rx->op_flags & ~(uint64_t)(FAB_RX_OP_FLAGS | FI_MULTI_RECV) ||
-        (rx->op_flags & FI_MULTI_RECV))
-        return refuse("unsupported rx op_flags (FI_MULTI_RECV?)");
+    if (rx->op_flags & ~(uint64_t)(FAB_RX_OP_FLAGS | FI_MULTI_RECV))
+        return refuse("unsupported rx op_flags");
     if (rx->iov_limit > 1 || rx->total_buffered_recv > 0)
         return refuse("rx iov_limit or buffered receives");
     if (rx->size > FAB_QUEUE_SIZE)
@@ -145,8 +144,15 @@ static int check_hints(const struct fi_info *h)
 {
     int ret;
 
-    if (h->caps & ~(FAB_CAPS | COMM_CAPS))
-        return refuse("capabilities beyond FI_TAGGED/FI_MSG (RMA, atomics, multi-recv...)");
+    if (h->caps & ~(FAB_CAPS | COMM_CAPS | FI_MULTI_RECV))
+        return refuse("capabilities beyond FI_TAGGED/FI_MSG and FI_MULTI_RECV (RMA, atomics...)");
+    /* FI_MULTI_RECV's untagged receives wait in the provider, which hands
+     * them the oldest message of any source (fab_msg.c) */
+    if ((h->caps & FI_MULTI_RECV) && (h->caps & FI_DIRECTED_RECV))
+        return refuse("FI_MULTI_RECV with FI_DIRECTED_RECV");
+    if (h->rx_attr && (h->rx_attr->op_flags & FI_MULTI_RECV) && h->caps != 0 &&
+        !(h->caps & FI_MULTI_RECV))
+        return refuse("the FI_MULTI_RECV op flag without the FI_MULTI_RECV capability");
     if (!fab_fmt_ok(h->addr_format))
         return refuse("an address format other than tmx names, FI_SOCKADDR_IN or FI_ADDR_STR");
     if (h->nic != NULL)

@@ -4,6 +4,7 @@
  * messages are tagged messages in a space of their own: with FI_TAGGED and
  * FI_MSG both on, tag bit 63 marks them and tagged traffic keeps 63 bits.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "fab.h"
@@ -196,6 +197,144 @@ static ssize_t recv_post(fab_ep_t *ep, const xfer_t *x, tmx_peer_t peer, uint64_
     return -fab_errno(tmx_trecv(ep->tmx, peer, x->buf, x->len, tag, ignore, &p, NULL));
 }
 
+/* ------------------------------------------- untagged, with FI_MULTI_RECV */
+
+/* With FI_MULTI_RECV, untagged receives wait in the provider, in post
+ * order, and tmx keeps every untagged message as unexpected until the
+ * provider claims it (tmx_tprobe) for the first waiting receive and
+ * receives it there (tmx_mrecv): at its buffer's start, or for a
+ * multi-receive buffer right after the last message it took. That keeps
+ * a multi-receive buffer first in line for as long as it takes messages,
+ * which reposting its remainder to tmx would not. An endpoint with
+ * FI_MULTI_RECV has no FI_DIRECTED_RECV (fi_getinfo refuses both): every
+ * untagged receive takes a message from any source, so the first receive
+ * takes the oldest message. */
+
+static void urq_unlink(fab_ep_t *ep, fab_urecv_t *u)
+{
+    u->released = 1;
+    if (ep->urq_head == u) {
+        fab_urecv_t *n = u->next;
+        while (n != &ep->urq_live && n->released)
+            n = n->next;
+        ep->urq_head = n != &ep->urq_live ? n : NULL;
+    }
+}
+
+static void urq_free_one(fab_urecv_t *u)
+{
+    u->prev->next = u->next;
+    u->next->prev = u->prev;
+    free(u);
+}
+
+/* A receive that ends with no message in flight: its entry, now. */
+static void urq_end(fab_ep_t *ep, fab_urecv_t *u, int err)
+{
+    fab_cqe_t e = {.e = {.op_context = u->context, .flags = FI_MSG | FI_RECV},
+                   .src = FI_ADDR_NOTAVAIL, .err = err};
+
+    if (u->multi)
+        e.e.flags |= FI_MULTI_RECV;
+    if (err == FI_ECANCELED)
+        e.prov_errno = TMX_ERR_CANCELED;
+    if (err != 0 || !u->quiet)
+        fab_cq_push(ep->rx_cq, &e);
+    urq_free_one(u);
+}
+
+void fab_urq_progress(fab_ep_t *ep)
+{
+    while (ep->urq_head != NULL) {
+        fab_urecv_t *u = ep->urq_head;
+        fab_op_t *op = fab_op_get(ep, u->context);
+        tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_USER_CONTEXT};
+        tmx_completion_t info;
+        tmx_message_h msg;
+        tmx_status_t st;
+        size_t room;
+
+        if (op == NULL)
+            return; /* no memory now: the messages wait in tmx */
+        st = tmx_tprobe(ep->tmx, TMX_ANY_SOURCE, ep->msg_bit, 0, TMX_PROBE_FLAG_CLAIM, &info, &msg);
+        if (st != TMX_OK) {
+            fab_op_put(ep, op);
+            if (st != TMX_ERR_NO_MESSAGE)
+                FAB_WARN(FI_LOG_EP_DATA, "claiming an untagged message: %s\n", tmx_strerror(st));
+            return;
+        }
+        room = u->len - u->off;
+        op->u = u;
+        op->buf = u->buf + u->off;
+        u->off += info.msg_length < room ? info.msg_length : room;
+        u->inflight++;
+        if (!u->multi || u->off == u->len || u->len - u->off < ep->min_multi_recv)
+            urq_unlink(ep, u);
+        p.user_context = op;
+        st = tmx_mrecv(ep->tmx, msg, op->buf, room, &p, NULL);
+        if (st != TMX_OK) {
+            /* not taken: the receive reports the failure (its entry
+             * follows those of the messages it took) */
+            FAB_WARN(FI_LOG_EP_DATA, "receiving an untagged message: %s\n", tmx_strerror(st));
+            if (st == TMX_ERR_INVALID)
+                tmx_message_discard(ep->tmx, msg);
+            fab_op_put(ep, op);
+            urq_unlink(ep, u);
+            if (--u->inflight == 0)
+                urq_end(ep, u, fab_errno(st));
+        }
+    }
+}
+
+/* Queues an untagged receive of an endpoint with FI_MULTI_RECV. */
+static ssize_t urq_post(fab_ep_t *ep, const xfer_t *x)
+{
+    fab_urecv_t *u = calloc(1, sizeof(*u));
+
+    if (u == NULL)
+        return -FI_ENOMEM;
+    u->buf = x->buf;
+    u->len = x->len;
+    u->context = x->context;
+    u->multi = (x->flags & FI_MULTI_RECV) != 0;
+    u->quiet = !u->multi && ep->rx_selective && !(x->flags & FI_COMPLETION);
+    u->prev = ep->urq_live.prev;
+    u->next = &ep->urq_live;
+    u->prev->next = u;
+    ep->urq_live.prev = u;
+    if (u->multi && u->len < ep->min_multi_recv) {
+        /* too small to take anything: released at once */
+        u->released = 1;
+        urq_end(ep, u, 0);
+        return 0;
+    }
+    if (ep->urq_head == NULL)
+        ep->urq_head = u;
+    fab_urq_progress(ep);
+    return 0;
+}
+
+int fab_urq_cancel(fab_ep_t *ep, void *context)
+{
+    for (fab_urecv_t *u = ep->urq_live.next; u != &ep->urq_live; u = u->next) {
+        if (u->released || u->context != context)
+            continue;
+        urq_unlink(ep, u);
+        if (u->inflight == 0)
+            urq_end(ep, u, FI_ECANCELED);
+        /* else its last message's entry says it is released */
+        return 0;
+    }
+    return -FI_ENOENT;
+}
+
+void fab_urq_free(fab_ep_t *ep)
+{
+    while (ep->urq_live.next != &ep->urq_live)
+        urq_free_one(ep->urq_live.next);
+    ep->urq_head = NULL;
+}
+
 static ssize_t ep_recv(fab_ep_t *ep, const xfer_t *x)
 {
     uint64_t tag = 0, ignore = 0;
@@ -211,7 +350,10 @@ static ssize_t ep_recv(fab_ep_t *ep, const xfer_t *x)
         ret = -FI_EINVAL;
         goto out_unlock;
     }
-    ret = recv_post(ep, x, peer, tag, ignore);
+    if (ep->urq_on && !(x->flags & FI_TAGGED))
+        ret = urq_post(ep, x);
+    else
+        ret = recv_post(ep, x, peer, tag, ignore);
 out_unlock:
     fab_unlock(ep->dom);
     return ret;
@@ -581,8 +723,9 @@ static ssize_t m_recvv(struct fid_ep *fid, const struct iovec *iov, void **desc,
 static ssize_t m_recvmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t flags)
 {
     xfer_t x = {NULL, 0, msg ? msg->addr : 0, 0, 0, 0, FI_MSG | flags, msg ? msg->context : NULL, 0};
+    uint64_t ok = FI_COMPLETION | FI_REMOTE_CQ_DATA | (EP(fid)->urq_on ? FI_MULTI_RECV : 0);
 
-    if (msg == NULL || (flags & ~(uint64_t)(FI_COMPLETION | FI_REMOTE_CQ_DATA))) {
+    if (msg == NULL || (flags & ~ok)) {
         FAB_WARN(FI_LOG_EP_DATA, "fi_recvmsg: no message or flags 0x%llx\n",
                  (unsigned long long)flags);
         return msg == NULL ? -FI_EINVAL : -FI_EBADFLAGS;

@@ -721,13 +721,209 @@ static void test_hints_refused(void **state)
 
     h = hints_new(), h->ep_attr->type = FI_EP_MSG, expect_refused(h);
     h = hints_new(), h->caps |= FI_RMA, expect_refused(h);
-    h = hints_new(), h->caps |= FI_MULTI_RECV, expect_refused(h);
+    h = hints_new(), h->caps |= FI_MULTI_RECV, expect_refused(h); /* with FI_DIRECTED_RECV */
     h = hints_new(), h->domain_attr->data_progress = FI_PROGRESS_AUTO, expect_refused(h);
     h = hints_new(), h->tx_attr->inject_size = 1 << 20, expect_refused(h);
     h = hints_new(), h->tx_attr->iov_limit = 4, expect_refused(h);
     h = hints_new(), h->domain_attr->cq_data_size = 16, expect_refused(h);
     h = hints_new(), h->tx_attr->msg_order = FI_ORDER_RAW, expect_refused(h);
     h = hints_new(), h->addr_format = FI_SOCKADDR_IN6, expect_refused(h);
+}
+
+/* ------------------------------------------------------- FI_MULTI_RECV */
+
+#define MR_MAX 32
+
+/* What a multi-receive endpoint's CQ gave, errors included, in order. */
+typedef struct mr_log {
+    struct fi_cq_tagged_entry e[MR_MAX];
+    int err[MR_MAX];
+    int n;
+} mr_log_t;
+
+static void mr_poll(struct fid_cq *cq, mr_log_t *log)
+{
+    struct fi_cq_tagged_entry e;
+    struct fi_cq_err_entry err;
+    ssize_t ret = fi_cq_read(cq, &e, 1);
+
+    if (ret == 1) {
+        assert_true(log->n < MR_MAX);
+        log->err[log->n] = 0;
+        log->e[log->n++] = e;
+    } else if (ret == -FI_EAVAIL) {
+        memset(&err, 0, sizeof(err));
+        assert_int_equal(fi_cq_readerr(cq, &err, 0), 1);
+        assert_true(log->n < MR_MAX);
+        log->err[log->n] = err.err;
+        log->e[log->n++] = (struct fi_cq_tagged_entry){.op_context = err.op_context,
+                                                       .flags = err.flags, .len = err.len,
+                                                       .buf = err.buf};
+    } else {
+        assert_int_equal(ret, -FI_EAGAIN);
+    }
+}
+
+/* An untagged send from nodes[0], to its completion, while the receiver's
+ * CQ is read into log (a rendezvous needs the receiver's progress). */
+static void mr_send(fi_addr_t to, const void *buf, size_t len, struct fid_cq *rcq, mr_log_t *log)
+{
+    struct fi_cq_tagged_entry se;
+    int sctx;
+    int64_t end = now_ms() + WAIT_MS;
+    ssize_t ret;
+
+    assert_int_equal(fi_send(nodes[0].ep, buf, len, NULL, to, &sctx), 0);
+    for (;;) {
+        assert_true(now_ms() < end);
+        mr_poll(rcq, log);
+        if ((ret = fi_cq_read(nodes[0].cq, &se, 1)) == 1)
+            break;
+        assert_int_equal(ret, -FI_EAGAIN);
+    }
+    assert_ptr_equal(se.op_context, &sctx);
+}
+
+/* Reads rcq until log holds n entries. */
+static void mr_wait(struct fid_cq *rcq, mr_log_t *log, int n)
+{
+    int64_t end = now_ms() + WAIT_MS;
+
+    while (log->n < n) {
+        assert_true(now_ms() < end);
+        mr_poll(rcq, log);
+    }
+}
+
+static void mr_expect(const mr_log_t *log, int i, void *ctx, void *buf, size_t len, uint64_t flags,
+                      int err)
+{
+    assert_true(i < log->n);
+    assert_ptr_equal(log->e[i].op_context, ctx);
+    assert_int_equal(log->err[i], err);
+    if (err == 0) {
+        assert_ptr_equal(log->e[i].buf, buf);
+        assert_int_equal(log->e[i].len, len);
+    }
+    assert_int_equal(log->e[i].flags & (FI_MSG | FI_RECV | FI_MULTI_RECV | FI_TAGGED), flags);
+}
+
+/* A multi-receive buffer takes message after message, packed, first in
+ * line however many receives were posted after it, until less than the
+ * minimum is left: its last message's entry carries FI_MULTI_RECV. An
+ * ordinary untagged receive posted behind it waits its turn; messages
+ * that find no receive wait in tmx; a message larger than the room left
+ * is truncated and releases the buffer; a rendezvous lands in place; a
+ * cancel releases a buffer; tagged traffic is unaffected. */
+static void test_multi_recv(void **state)
+{
+    struct fi_info *h = hints_new(), *mi = NULL;
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_UNSPEC};
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    fi_addr_t addr;
+    char name[FI_NAME_MAX], a[100], b[64], c[50], d[50], t[8];
+    size_t len = sizeof(name), min = 16, got = 0, glen = sizeof(got);
+    int ca_, cb, cc, cd, ct, cbig;
+    mr_log_t log = {.n = 0};
+    struct fi_msg msg;
+    struct iovec iov;
+    char *big = malloc(3 * BIG), *src = malloc(BIG);
+
+    (void)state;
+    h->caps = FI_TAGGED | FI_MSG | FI_MULTI_RECV | FI_SOURCE;
+    h->rx_attr->op_flags = FI_MULTI_RECV;
+    assert_int_equal(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &mi), 0);
+    fi_freeinfo(h);
+    assert_true(mi->caps & FI_MULTI_RECV);
+    assert_false(mi->caps & FI_DIRECTED_RECV);
+    assert_true(mi->rx_attr->op_flags & FI_MULTI_RECV);
+    assert_int_equal(fi_endpoint(domain, mi, &ep, NULL), 0);
+    assert_int_equal(fi_cq_open(domain, &ca, &cq, NULL), 0);
+    assert_int_equal(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+    assert_int_equal(fi_ep_bind(ep, &av->fid, 0), 0);
+    assert_int_equal(fi_enable(ep), 0);
+    assert_int_equal(fi_getname(&ep->fid, name, &len), 0);
+    assert_int_equal(fi_av_insert(av, name, 1, &addr, 0, NULL), 1);
+    assert_int_equal(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &got, &glen), 0);
+    assert_int_equal(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof(min)),
+                     0);
+    assert_int_equal(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &got, &glen), 0);
+    assert_int_equal(got, 16);
+
+    /* a (multi, by the default op flag), then b (an ordinary receive) */
+    assert_int_equal(fi_recv(ep, a, sizeof(a), NULL, FI_ADDR_UNSPEC, &ca_), 0);
+    iov = (struct iovec){b, sizeof(b)};
+    msg = (struct fi_msg){.msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &cb};
+    assert_int_equal(fi_recvmsg(ep, &msg, FI_COMPLETION), 0);
+    for (int i = 0; i < 3; i++) {
+        char m[30];
+        memset(m, 'x' + i, sizeof(m));
+        mr_send(addr, m, sizeof(m), cq, &log);
+    }
+    mr_send(addr, "fifth", 5, cq, &log);
+    mr_send(addr, "twenty bytes message", 20, cq, &log); /* nothing posted: waits */
+    mr_wait(cq, &log, 4);
+    mr_expect(&log, 0, &ca_, a, 30, FI_MSG | FI_RECV, 0);
+    mr_expect(&log, 1, &ca_, a + 30, 30, FI_MSG | FI_RECV, 0);
+    mr_expect(&log, 2, &ca_, a + 60, 30, FI_MSG | FI_RECV | FI_MULTI_RECV, 0); /* 10 < 16 left */
+    mr_expect(&log, 3, &cb, b, 5, FI_MSG | FI_RECV, 0);
+    for (int i = 0; i < 90; i++)
+        assert_int_equal(a[i], 'x' + i / 30);
+    assert_memory_equal(b, "fifth", 5);
+    assert_int_equal(log.n, 4);
+
+    /* c takes the waiting message and the next; d waits behind it */
+    iov = (struct iovec){c, sizeof(c)};
+    msg = (struct fi_msg){.msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &cc};
+    assert_int_equal(fi_recvmsg(ep, &msg, FI_MULTI_RECV), 0);
+    assert_int_equal(fi_recv(ep, d, sizeof(d), NULL, FI_ADDR_UNSPEC, &cd), 0);
+    mr_send(addr, "0123456789", 10, cq, &log);
+    mr_wait(cq, &log, 6);
+    mr_expect(&log, 4, &cc, c, 20, FI_MSG | FI_RECV, 0);
+    mr_expect(&log, 5, &cc, c + 20, 10, FI_MSG | FI_RECV, 0);
+    assert_memory_equal(c, "twenty bytes message0123456789", 30);
+    /* 20 left, above the minimum: a message of 25 is truncated to 20 and
+     * releases c */
+    mr_send(addr, "twenty-five bytes message", 25, cq, &log);
+    mr_wait(cq, &log, 7);
+    mr_expect(&log, 6, &cc, NULL, 0, FI_MSG | FI_RECV | FI_MULTI_RECV, FI_ETRUNC);
+    /* d (multi as well: the default op flag) is next; a cancel releases it */
+    mr_send(addr, "dd", 2, cq, &log);
+    mr_wait(cq, &log, 8);
+    mr_expect(&log, 7, &cd, d, 2, FI_MSG | FI_RECV, 0);
+    assert_int_equal(fi_cancel(&ep->fid, &cd), 0);
+    mr_wait(cq, &log, 9);
+    mr_expect(&log, 8, &cd, NULL, 0, FI_MSG | FI_RECV | FI_MULTI_RECV, FI_ECANCELED);
+    assert_int_equal(fi_cancel(&ep->fid, &cd), -FI_ENOENT);
+
+    /* rendezvous messages land in place, one after the other */
+    assert_int_equal(fi_recv(ep, big, 3 * BIG, NULL, FI_ADDR_UNSPEC, &cbig), 0);
+    for (int i = 0; i < 2; i++) {
+        memset(src, 'A' + i, BIG);
+        mr_send(addr, src, BIG, cq, &log);
+        mr_wait(cq, &log, 10 + i);
+        mr_expect(&log, 9 + i, &cbig, big + (size_t)i * BIG, BIG, FI_MSG | FI_RECV, 0);
+        assert_int_equal(big[(size_t)i * BIG], 'A' + i);
+        assert_int_equal(big[(size_t)(i + 1) * BIG - 1], 'A' + i);
+    }
+
+    /* tagged traffic goes its own way */
+    assert_int_equal(fi_trecv(ep, t, sizeof(t), NULL, FI_ADDR_UNSPEC, 7, 0, &ct), 0);
+    assert_int_equal(fi_tinject(nodes[0].ep, "tag", 4, addr, 7), 0);
+    mr_wait(cq, &log, 12);
+    assert_ptr_equal(log.e[11].op_context, &ct);
+    assert_int_equal(log.e[11].flags & (FI_TAGGED | FI_MSG), FI_TAGGED);
+    assert_string_equal(t, "tag");
+    assert_int_equal(fi_cancel(&ep->fid, &cbig), 0); /* still takes: released */
+    mr_wait(cq, &log, 13);
+    mr_expect(&log, 12, &cbig, NULL, 0, FI_MSG | FI_RECV | FI_MULTI_RECV, FI_ECANCELED);
+
+    assert_int_equal(fi_close(&ep->fid), 0);
+    assert_int_equal(fi_close(&cq->fid), 0);
+    fi_freeinfo(mi);
+    free(big);
+    free(src);
 }
 
 /* With tmx's offload engine (TMX_OFFLOAD=1) data progress is automatic:
@@ -894,6 +1090,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tag_formats),
         cmocka_unit_test(test_hints_refused),
+        cmocka_unit_test(test_multi_recv),
         cmocka_unit_test(test_progress_auto_with_engine),
         cmocka_unit_test(test_tsend_trecv),
         cmocka_unit_test(test_directed_vs_any),

@@ -168,6 +168,8 @@ pairs=(
     "fi_multi_ep -e rdm -v"
     "fi_multi_mr -e rdm -V"
     "fi_multi_recv -e rdm -I 5"
+    "fi_multi_recv -e rdm -M -v -I 100"
+    "fi_multi_recv -e rdm -v -S 65536 -I 50"
     "fi_recv_cancel -e rdm -V"
     "fi_unexpected_msg -e rdm -I 10"
     "fi_msg_inject -e rdm -A inject -v"

@@ -47,8 +47,9 @@
 #define FAB_NS_TIMEOUT_MS 10000     /* fi_av_insert of an IPv4 name waits this long */
 #define FAB_NS_REFUSED_MS 2000      /* or this long once its port is refused */
 
-/* With FI_MSG and FI_TAGGED together, tag bit 63 marks untagged messages, so
- * tagged traffic has 63 bits. Without FI_MSG, all 64 bits are the app's. */
+/* Untagged messages are tagged FAB_MSG_BIT (bit 63, the rest 0) on every
+ * endpoint. With FI_MSG and FI_TAGGED together, tagged traffic therefore
+ * keeps 63 bits; without FI_MSG, all 64 bits are the app's. */
 #define FAB_MSG_BIT ((uint64_t)1 << 63)
 #define FAB_TAG_FORMAT_64 0xaaaaaaaaaaaaaaaaULL
 #define FAB_TAG_FORMAT_63 0x5555555555555555ULL
@@ -82,6 +83,7 @@ struct fab_domain {
     int ctx_mt;                 /* tmx contexts made TMX_THREAD_MULTIPLE */
     pthread_mutex_t lock;       /* guards provider state when mt */
     struct fi_info *info;
+    struct fab_ep *urq_eps;     /* its endpoints with FI_MULTI_RECV (under lock) */
 };
 
 typedef struct fab_av_entry {
@@ -178,6 +180,9 @@ typedef struct fab_urecv {
 
 /* The minimum that FI_OPT_MIN_MULTI_RECV sets, until it does. */
 #define FAB_MIN_MULTI_RECV_DEFAULT 64
+/* A blocking send (FI_INJECT with FI_DELIVERY_COMPLETE) waits in slices
+ * of this many microseconds, letting the domain's other endpoints in. */
+#define FAB_SYNC_SLICE_US 1000
 
 struct fab_ep {
     struct fid_ep fid;
@@ -197,6 +202,7 @@ struct fab_ep {
     fab_urecv_t *urq_head;      /* the first that still takes messages */
     fab_urecv_t urq_live;       /* every live one, queued first, in post order */
     size_t min_multi_recv;      /* FI_OPT_MIN_MULTI_RECV */
+    struct fab_ep *urq_next;    /* in dom->urq_eps */
     fab_op_t *free_ops;
     struct fab_op_chunk *chunks; /* every op ever allocated, freed at close */
     uint64_t caps;
@@ -372,6 +378,8 @@ void fab_urq_progress(fab_ep_t *ep);
 int fab_urq_cancel(fab_ep_t *ep, void *context);
 /* At close: frees every untagged receive. */
 void fab_urq_free(fab_ep_t *ep);
+/* fab_urq_progress on each endpoint of the domain that has FI_MULTI_RECV. */
+void fab_urq_progress_domain(fab_domain_t *dom);
 /* fab_cq.c: the CQ entry of one of their messages; the CQ, or NULL for a
  * success that wants no entry. */
 fab_cq_t *fab_urq_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e);

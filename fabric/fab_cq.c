@@ -119,7 +119,7 @@ fab_cq_t *fab_urq_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e
     last = --u->inflight == 0 && u->released;
     if (last && u->multi)
         e->e.flags |= FI_MULTI_RECV;
-    quiet = u->quiet && e->err == 0;
+    quiet = u->quiet && e->err == 0 && !(last && u->multi); /* a release is always said */
     if (last) {
         u->prev->next = u->next;
         u->next->prev = u->prev;

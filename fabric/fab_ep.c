@@ -341,6 +341,12 @@ static int ep_close(struct fid *fid)
         fab_cntr_detach(ep->tx_cntr, ep);
     if (ep->rx_cntr && ep->rx_cntr != ep->tx_cntr)
         fab_cntr_detach(ep->rx_cntr, ep);
+    for (fab_ep_t **pp = &ep->dom->urq_eps; *pp != NULL; pp = &(*pp)->urq_next) {
+        if (*pp == ep) {
+            *pp = ep->urq_next;
+            break;
+        }
+    }
     fab_unlock(ep->dom);
     fab_ns_close(ep);
     tmx_context_destroy(ep->tmx);
@@ -439,6 +445,12 @@ int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep *
         goto err_free_info;
     if ((ret = fab_ns_open(ep, info)) != 0)
         goto err_destroy_tmx;
+    if (ep->urq_on) {
+        fab_lock(dom);
+        ep->urq_next = dom->urq_eps;
+        dom->urq_eps = ep;
+        fab_unlock(dom);
+    }
     atomic_fetch_add(&dom->refs, 1);
     *out = &ep->fid;
     return 0;

@@ -150,9 +150,14 @@ static int check_hints(const struct fi_info *h)
      * them the oldest message of any source (fab_msg.c) */
     if ((h->caps & FI_MULTI_RECV) && (h->caps & FI_DIRECTED_RECV))
         return refuse("FI_MULTI_RECV with FI_DIRECTED_RECV");
-    if (h->rx_attr && (h->rx_attr->op_flags & FI_MULTI_RECV) && h->caps != 0 &&
-        !(h->caps & FI_MULTI_RECV))
+    if ((h->caps & FI_MULTI_RECV) && (h->caps & FI_TAGGED) && !(h->caps & FI_MSG))
+        return refuse("FI_MULTI_RECV for tagged receives (untagged ones only)");
+    if (h->rx_attr && (h->rx_attr->op_flags & FI_MULTI_RECV) && !(h->caps & FI_MULTI_RECV))
         return refuse("the FI_MULTI_RECV op flag without the FI_MULTI_RECV capability");
+    /* and the provider hands their messages over only when called */
+    if ((h->caps & FI_MULTI_RECV) && h->domain_attr &&
+        h->domain_attr->data_progress == FI_PROGRESS_AUTO)
+        return refuse("FI_MULTI_RECV with automatic data progress");
     if (!fab_fmt_ok(h->addr_format))
         return refuse("an address format other than tmx names, FI_SOCKADDR_IN or FI_ADDR_STR");
     if (h->nic != NULL)
@@ -198,7 +203,8 @@ static void fill_attrs(struct fi_info *fi, const struct fi_info *h)
     da->threading = h && h->domain_attr && h->domain_attr->threading ? h->domain_attr->threading
                                                                      : FI_THREAD_SAFE;
     da->control_progress = FI_PROGRESS_MANUAL;
-    da->data_progress = fab_offload_on() ? FI_PROGRESS_AUTO : FI_PROGRESS_MANUAL;
+    da->data_progress = fab_offload_on() && !(fi->caps & FI_MULTI_RECV) ? FI_PROGRESS_AUTO
+                                                                         : FI_PROGRESS_MANUAL;
     da->resource_mgmt = FI_RM_ENABLED;
     da->av_type = h && h->domain_attr ? h->domain_attr->av_type : FI_AV_UNSPEC;
     da->mr_mode = 0;

@@ -46,11 +46,14 @@ static int iov_one(const struct iovec *iov, size_t count, void **buf, size_t *le
     return 0;
 }
 
-/* The tmx tag of a transfer; tagged ones may not use the message bit. */
+/* The tmx tag of a transfer; tagged ones may not use the message bit.
+ * An untagged message is FAB_MSG_BIT on every endpoint, whatever its
+ * capabilities, so that one with FI_MSG alone and one with FI_MSG and
+ * FI_TAGGED understand each other. */
 static int xfer_tag(fab_ep_t *ep, const xfer_t *x, uint64_t *tag, uint64_t *ignore)
 {
     if (!(x->flags & FI_TAGGED)) {
-        *tag = ep->msg_bit;
+        *tag = FAB_MSG_BIT;
         *ignore = 0;
         return 0;
     }
@@ -83,7 +86,14 @@ static ssize_t send_inject(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_p
         p->flags |= TMX_OP_FLAG_NO_CQ;
         st = tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, &req);
         if (st == TMX_OK) {
-            tmx_request_wait(req, -1, NULL);
+            /* In slices: the receiver may be an endpoint of this domain
+             * with FI_MULTI_RECV, whose untagged messages only the
+             * provider hands to their receives, under the domain lock. */
+            while (tmx_request_wait(req, FAB_SYNC_SLICE_US, NULL) == TMX_ERR_TIMEOUT) {
+                fab_urq_progress_domain(ep->dom);
+                fab_unlock(ep->dom); /* and other threads may take the lock */
+                fab_lock(ep->dom);
+            }
             tmx_request_free(req);
         }
     }
@@ -228,17 +238,19 @@ static void urq_free_one(fab_urecv_t *u)
     free(u);
 }
 
-/* A receive that ends with no message in flight: its entry, now. */
-static void urq_end(fab_ep_t *ep, fab_urecv_t *u, int err)
+/* A receive that ends with no message in flight: its entry, now (a
+ * multi-receive buffer's release is reported even under selective
+ * completion). */
+static void urq_end(fab_ep_t *ep, fab_urecv_t *u, int err, int prov_errno)
 {
     fab_cqe_t e = {.e = {.op_context = u->context, .flags = FI_MSG | FI_RECV},
-                   .src = FI_ADDR_NOTAVAIL, .err = err};
+                   .src = FI_ADDR_NOTAVAIL, .err = err, .prov_errno = prov_errno};
 
     if (u->multi)
         e.e.flags |= FI_MULTI_RECV;
-    if (err == FI_ECANCELED)
-        e.prov_errno = TMX_ERR_CANCELED;
-    if (err != 0 || !u->quiet)
+    if (err != 0 && ep->rx_cntr != NULL)
+        fab_cntr_count(ep->rx_cntr, 1);
+    if (err != 0 || !u->quiet || u->multi)
         fab_cq_push(ep->rx_cq, &e);
     urq_free_one(u);
 }
@@ -256,7 +268,7 @@ void fab_urq_progress(fab_ep_t *ep)
 
         if (op == NULL)
             return; /* no memory now: the messages wait in tmx */
-        st = tmx_tprobe(ep->tmx, TMX_ANY_SOURCE, ep->msg_bit, 0, TMX_PROBE_FLAG_CLAIM, &info, &msg);
+        st = tmx_tprobe(ep->tmx, TMX_ANY_SOURCE, FAB_MSG_BIT, 0, TMX_PROBE_FLAG_CLAIM, &info, &msg);
         if (st != TMX_OK) {
             fab_op_put(ep, op);
             if (st != TMX_ERR_NO_MESSAGE)
@@ -265,7 +277,7 @@ void fab_urq_progress(fab_ep_t *ep)
         }
         room = u->len - u->off;
         op->u = u;
-        op->buf = u->buf + u->off;
+        op->buf = u->buf != NULL ? u->buf + u->off : NULL; /* an empty receive may have none */
         u->off += info.msg_length < room ? info.msg_length : room;
         u->inflight++;
         if (!u->multi || u->off == u->len || u->len - u->off < ep->min_multi_recv)
@@ -273,16 +285,31 @@ void fab_urq_progress(fab_ep_t *ep)
         p.user_context = op;
         st = tmx_mrecv(ep->tmx, msg, op->buf, room, &p, NULL);
         if (st != TMX_OK) {
-            /* not taken: the receive reports the failure (its entry
-             * follows those of the messages it took) */
+            /* the message is lost (and its sender released): the
+             * receive says so, and takes no more */
             FAB_WARN(FI_LOG_EP_DATA, "receiving an untagged message: %s\n", tmx_strerror(st));
-            if (st == TMX_ERR_INVALID)
+            if (st == TMX_ERR_INVALID) /* left claimed */
                 tmx_message_discard(ep->tmx, msg);
             fab_op_put(ep, op);
             urq_unlink(ep, u);
-            if (--u->inflight == 0)
-                urq_end(ep, u, fab_errno(st));
+            if (--u->inflight == 0) {
+                urq_end(ep, u, fab_errno(st), st);
+            } else {
+                fab_cqe_t e = {.e = {.op_context = u->context, .flags = FI_MSG | FI_RECV},
+                               .src = FI_ADDR_NOTAVAIL, .err = fab_errno(st), .prov_errno = st};
+                if (ep->rx_cntr != NULL)
+                    fab_cntr_count(ep->rx_cntr, 1);
+                fab_cq_push(ep->rx_cq, &e);
+            }
         }
+    }
+}
+
+void fab_urq_progress_domain(fab_domain_t *dom)
+{
+    for (fab_ep_t *ep = dom->urq_eps; ep != NULL; ep = ep->urq_next) {
+        if (ep->enabled && ep->urq_head != NULL)
+            fab_urq_progress(ep);
     }
 }
 
@@ -297,7 +324,7 @@ static ssize_t urq_post(fab_ep_t *ep, const xfer_t *x)
     u->len = x->len;
     u->context = x->context;
     u->multi = (x->flags & FI_MULTI_RECV) != 0;
-    u->quiet = !u->multi && ep->rx_selective && !(x->flags & FI_COMPLETION);
+    u->quiet = ep->rx_selective && !(x->flags & FI_COMPLETION);
     u->prev = ep->urq_live.prev;
     u->next = &ep->urq_live;
     u->prev->next = u;
@@ -305,7 +332,7 @@ static ssize_t urq_post(fab_ep_t *ep, const xfer_t *x)
     if (u->multi && u->len < ep->min_multi_recv) {
         /* too small to take anything: released at once */
         u->released = 1;
-        urq_end(ep, u, 0);
+        urq_end(ep, u, 0, 0);
         return 0;
     }
     if (ep->urq_head == NULL)
@@ -321,7 +348,7 @@ int fab_urq_cancel(fab_ep_t *ep, void *context)
             continue;
         urq_unlink(ep, u);
         if (u->inflight == 0)
-            urq_end(ep, u, FI_ECANCELED);
+            urq_end(ep, u, FI_ECANCELED, TMX_ERR_CANCELED);
         /* else its last message's entry says it is released */
         return 0;
     }

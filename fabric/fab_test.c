@@ -926,6 +926,130 @@ static void test_multi_recv(void **state)
     free(src);
 }
 
+/* A multi-receive endpoint of this domain, with FI_SELECTIVE_COMPLETION
+ * when selective; its address in the AV goes to *addr. */
+static void mr_open(int selective, struct fid_ep **ep, struct fid_cq **cq, fi_addr_t *addr,
+                    struct fi_info **mi)
+{
+    struct fi_info *h = hints_new();
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_UNSPEC};
+    char name[FI_NAME_MAX];
+    size_t len = sizeof(name);
+
+    h->caps = FI_MSG | FI_MULTI_RECV;
+    assert_int_equal(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, mi), 0);
+    fi_freeinfo(h);
+    assert_int_equal(fi_endpoint(domain, *mi, ep, NULL), 0);
+    assert_int_equal(fi_cq_open(domain, &ca, cq, NULL), 0);
+    assert_int_equal(fi_ep_bind(*ep, &(*cq)->fid,
+                                FI_TRANSMIT | FI_RECV | (selective ? FI_SELECTIVE_COMPLETION : 0)),
+                     0);
+    assert_int_equal(fi_ep_bind(*ep, &av->fid, 0), 0);
+    assert_int_equal(fi_enable(*ep), 0);
+    assert_int_equal(fi_getname(&(*ep)->fid, name, &len), 0);
+    assert_int_equal(fi_av_insert(av, name, 1, addr, 0, NULL), 1);
+}
+
+/* An endpoint with FI_MSG alone and one with FI_MSG and FI_TAGGED
+ * exchange untagged messages both ways. */
+static void test_msg_only_endpoint(void **state)
+{
+    struct fi_info *h = hints_new(), *mi = NULL;
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_UNSPEC};
+    struct fi_cq_tagged_entry e;
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    fi_addr_t addr;
+    char name[FI_NAME_MAX], b[16];
+    size_t len = sizeof(name);
+    int rctx, sctx;
+
+    (void)state;
+    h->caps = FI_MSG;
+    assert_int_equal(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &mi), 0);
+    fi_freeinfo(h);
+    assert_false(mi->caps & FI_TAGGED);
+    assert_int_equal(fi_endpoint(domain, mi, &ep, NULL), 0);
+    assert_int_equal(fi_cq_open(domain, &ca, &cq, NULL), 0);
+    assert_int_equal(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+    assert_int_equal(fi_ep_bind(ep, &av->fid, 0), 0);
+    assert_int_equal(fi_enable(ep), 0);
+    assert_int_equal(fi_getname(&ep->fid, name, &len), 0);
+    assert_int_equal(fi_av_insert(av, name, 1, &addr, 0, NULL), 1);
+
+    assert_int_equal(fi_recv(ep, b, sizeof(b), NULL, FI_ADDR_UNSPEC, &rctx), 0);
+    assert_int_equal(fi_inject(nodes[0].ep, "to msg-only", 12, addr), 0);
+    assert_int_equal(cq_wait(cq, &e, NULL), 1);
+    assert_ptr_equal(e.op_context, &rctx);
+    assert_int_equal(e.flags & (FI_MSG | FI_TAGGED | FI_RECV), FI_MSG | FI_RECV);
+    assert_string_equal(b, "to msg-only");
+
+    assert_int_equal(fi_recv(nodes[0].ep, b, sizeof(b), NULL, FI_ADDR_UNSPEC, &rctx), 0);
+    assert_int_equal(fi_send(ep, "back", 5, NULL, nodes[0].addr, &sctx), 0);
+    assert_int_equal(cq_wait(nodes[0].cq, &e, NULL), 1);
+    assert_ptr_equal(e.op_context, &rctx);
+    assert_string_equal(b, "back");
+    assert_int_equal(cq_wait(cq, &e, NULL), 1);
+    assert_ptr_equal(e.op_context, &sctx);
+
+    assert_int_equal(fi_close(&ep->fid), 0);
+    assert_int_equal(fi_close(&cq->fid), 0);
+    fi_freeinfo(mi);
+}
+
+/* The hints FI_MULTI_RECV cannot go with; a multi-receive buffer under
+ * selective completion still reports its release; a blocking send
+ * (FI_INJECT | FI_DELIVERY_COMPLETE) from one thread to a multi-receive
+ * endpoint of the same domain completes (the provider, not tmx, hands
+ * that endpoint its untagged messages). */
+static void test_multi_recv_rules(void **state)
+{
+    struct fi_info *h, *mi = NULL;
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    fi_addr_t addr;
+    char a[64];
+    int ca_;
+    size_t min = 10;
+    mr_log_t log = {.n = 0};
+    struct fi_msg msg;
+    struct iovec iov;
+
+    (void)state;
+    h = hints_new(), h->caps = FI_MSG, h->rx_attr->op_flags = FI_MULTI_RECV, expect_refused(h);
+    h = hints_new(), h->caps = 0, h->rx_attr->op_flags = FI_MULTI_RECV, expect_refused(h);
+    h = hints_new(), h->caps = FI_TAGGED | FI_MULTI_RECV, expect_refused(h);
+    h = hints_new(), h->caps = FI_MSG | FI_MULTI_RECV,
+    h->domain_attr->data_progress = FI_PROGRESS_AUTO, expect_refused(h);
+
+    mr_open(1, &ep, &cq, &addr, &mi);
+    assert_int_equal(mi->domain_attr->data_progress, FI_PROGRESS_MANUAL);
+    assert_int_equal(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof(min)),
+                     0);
+    iov = (struct iovec){a, sizeof(a)};
+    msg = (struct fi_msg){.msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &ca_};
+    assert_int_equal(fi_recvmsg(ep, &msg, FI_MULTI_RECV), 0); /* no FI_COMPLETION */
+    for (int i = 0; i < 3; i++) {
+        char m[20];
+        struct fi_msg sm;
+        struct iovec siov = {m, sizeof(m)};
+        memset(m, 'p' + i, sizeof(m));
+        sm = (struct fi_msg){.msg_iov = &siov, .iov_count = 1, .addr = addr};
+        /* blocks until delivered: this thread must hand it over itself */
+        assert_int_equal(fi_sendmsg(nodes[0].ep, &sm, FI_INJECT | FI_DELIVERY_COMPLETE), 0);
+    }
+    mr_wait(cq, &log, 1);
+    /* 64 - 60 = 4 left, below the minimum: released */
+    mr_expect(&log, 0, &ca_, a + 40, 20, FI_MSG | FI_RECV | FI_MULTI_RECV, 0);
+    for (int i = 0; i < 60; i++)
+        assert_int_equal(a[i], 'p' + i / 20);
+    mr_poll(cq, &log);
+    assert_int_equal(log.n, 1);
+    assert_int_equal(fi_close(&ep->fid), 0);
+    assert_int_equal(fi_close(&cq->fid), 0);
+    fi_freeinfo(mi);
+}
+
 /* With tmx's offload engine (TMX_OFFLOAD=1) data progress is automatic:
  * asked for, it is granted, and reported without being asked; control
  * progress stays manual. */
@@ -1091,6 +1215,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_tag_formats),
         cmocka_unit_test(test_hints_refused),
         cmocka_unit_test(test_multi_recv),
+        cmocka_unit_test(test_multi_recv_rules),
+        cmocka_unit_test(test_msg_only_endpoint),
         cmocka_unit_test(test_progress_auto_with_engine),
         cmocka_unit_test(test_tsend_trecv),
         cmocka_unit_test(test_directed_vs_any),

@@ -277,6 +277,11 @@ TMX_API tmx_status_t tmx_mrecv(tmx_context_h ctx, tmx_message_h msg, void *buf, 
         goto out_unlock;
     req = core_req_alloc(ctx, params, TMX_OP_TRECV);
     if (req == NULL) {
+        /* the handle is consumed whatever the result (tmx.h): the
+         * message is dropped, and a rendezvous sender released */
+        util_error("tmx_mrecv: no memory for the request: a %zu-byte message from peer %u dropped",
+                   msg->p.len, msg->p.m.src);
+        proto_msg_discard(&ctx->proto, &msg->p);
         st = TMX_ERR_NOMEM;
         goto out_unlock;
     }

@@ -372,8 +372,8 @@ static inline void fab_op_put(fab_ep_t *ep, fab_op_t *op)
 extern struct fi_ops_tagged fab_tagged_ops;
 extern struct fi_ops_msg fab_msg_ops;
 /* Hands the untagged messages tmx holds to the waiting receives (with
- * FI_MULTI_RECV); the caller holds the domain lock. */
-void fab_urq_progress(fab_ep_t *ep);
+ * FI_MULTI_RECV); the caller holds the domain lock. Returns how many. */
+int fab_urq_progress(fab_ep_t *ep);
 /* fi_cancel of a waiting untagged receive: 0, or -FI_ENOENT. */
 int fab_urq_cancel(fab_ep_t *ep, void *context);
 /* At close: frees every untagged receive. */

@@ -170,7 +170,9 @@ void fab_ep_drain(fab_ep_t *ep)
             if ((cq = ep_complete(ep, &c[i], &e)) != NULL)
                 fab_cq_push(cq, &e);
         }
-    } while (n == FAB_DRAIN_BATCH);
+        /* what that read's progress brought in, a caller about to sleep
+         * would otherwise leave for its next turn */
+    } while (n == FAB_DRAIN_BATCH || (ep->urq_head != NULL && fab_urq_progress(ep) > 0));
 }
 
 static void cq_progress(fab_cq_t *cq)
@@ -281,7 +283,14 @@ static size_t ep_read(fab_cq_t *cq, fab_ep_t *ep, char *out, size_t count, fi_ad
     if (__builtin_expect(ep->urq_head != NULL, 0) && ep->enabled)
         fab_urq_progress(ep);
     if (!ep->enabled || tmx_cq_read(ep->tmx, c, count < FAB_DRAIN_BATCH ? count : FAB_DRAIN_BATCH,
-                                    &got) != TMX_OK || got == 0)
+                                    &got) != TMX_OK)
+        return 0;
+    /* an untagged message that read's progress brought in, claimed now
+     * rather than after a sleep */
+    if (got == 0 && __builtin_expect(ep->urq_head != NULL, 0) && fab_urq_progress(ep) > 0 &&
+        tmx_cq_read(ep->tmx, c, count < FAB_DRAIN_BATCH ? count : FAB_DRAIN_BATCH, &got) != TMX_OK)
+        return 0;
+    if (got == 0)
         return 0;
     return cq_take(cq, ep, c, got, out, src);
 }

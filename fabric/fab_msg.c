@@ -255,8 +255,10 @@ static void urq_end(fab_ep_t *ep, fab_urecv_t *u, int err, int prov_errno)
     urq_free_one(u);
 }
 
-void fab_urq_progress(fab_ep_t *ep)
+int fab_urq_progress(fab_ep_t *ep)
 {
+    int taken = 0;
+
     while (ep->urq_head != NULL) {
         fab_urecv_t *u = ep->urq_head;
         fab_op_t *op = fab_op_get(ep, u->context);
@@ -267,14 +269,15 @@ void fab_urq_progress(fab_ep_t *ep)
         size_t room;
 
         if (op == NULL)
-            return; /* no memory now: the messages wait in tmx */
+            return taken; /* no memory now: the messages wait in tmx */
         st = tmx_tprobe(ep->tmx, TMX_ANY_SOURCE, FAB_MSG_BIT, 0, TMX_PROBE_FLAG_CLAIM, &info, &msg);
         if (st != TMX_OK) {
             fab_op_put(ep, op);
             if (st != TMX_ERR_NO_MESSAGE)
                 FAB_WARN(FI_LOG_EP_DATA, "claiming an untagged message: %s\n", tmx_strerror(st));
-            return;
+            return taken;
         }
+        taken++;
         room = u->len - u->off;
         op->u = u;
         op->buf = u->buf != NULL ? u->buf + u->off : NULL; /* an empty receive may have none */
@@ -303,6 +306,7 @@ void fab_urq_progress(fab_ep_t *ep)
             }
         }
     }
+    return taken;
 }
 
 void fab_urq_progress_domain(fab_domain_t *dom)

@@ -730,6 +730,24 @@ static void test_hints_refused(void **state)
     h = hints_new(), h->addr_format = FI_SOCKADDR_IN6, expect_refused(h);
 }
 
+/* An endpoint of the shared domain opened with info mi, its own CQ bound
+ * with bind_flags, in the AV at *addr. */
+static void extra_open(struct fi_info *mi, uint64_t bind_flags, struct fid_ep **ep,
+                       struct fid_cq **cq, fi_addr_t *addr)
+{
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_UNSPEC};
+    char name[FI_NAME_MAX];
+    size_t len = sizeof(name);
+
+    assert_int_equal(fi_endpoint(domain, mi, ep, NULL), 0);
+    assert_int_equal(fi_cq_open(domain, &ca, cq, NULL), 0);
+    assert_int_equal(fi_ep_bind(*ep, &(*cq)->fid, FI_TRANSMIT | FI_RECV | bind_flags), 0);
+    assert_int_equal(fi_ep_bind(*ep, &av->fid, 0), 0);
+    assert_int_equal(fi_enable(*ep), 0);
+    assert_int_equal(fi_getname(&(*ep)->fid, name, &len), 0);
+    assert_int_equal(fi_av_insert(av, name, 1, addr, 0, NULL), 1);
+}
+
 /* ------------------------------------------------------- FI_MULTI_RECV */
 
 #define MR_MAX 32
@@ -818,12 +836,11 @@ static void mr_expect(const mr_log_t *log, int i, void *ctx, void *buf, size_t l
 static void test_multi_recv(void **state)
 {
     struct fi_info *h = hints_new(), *mi = NULL;
-    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_UNSPEC};
     struct fid_ep *ep;
     struct fid_cq *cq;
     fi_addr_t addr;
-    char name[FI_NAME_MAX], a[100], b[64], c[50], d[50], t[8];
-    size_t len = sizeof(name), min = 16, got = 0, glen = sizeof(got);
+    char a[100], b[64], c[50], d[50], t[8];
+    size_t min = 16, got = 0, glen = sizeof(got);
     int ca_, cb, cc, cd, ct, cbig;
     mr_log_t log = {.n = 0};
     struct fi_msg msg;
@@ -838,13 +855,7 @@ static void test_multi_recv(void **state)
     assert_true(mi->caps & FI_MULTI_RECV);
     assert_false(mi->caps & FI_DIRECTED_RECV);
     assert_true(mi->rx_attr->op_flags & FI_MULTI_RECV);
-    assert_int_equal(fi_endpoint(domain, mi, &ep, NULL), 0);
-    assert_int_equal(fi_cq_open(domain, &ca, &cq, NULL), 0);
-    assert_int_equal(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
-    assert_int_equal(fi_ep_bind(ep, &av->fid, 0), 0);
-    assert_int_equal(fi_enable(ep), 0);
-    assert_int_equal(fi_getname(&ep->fid, name, &len), 0);
-    assert_int_equal(fi_av_insert(av, name, 1, &addr, 0, NULL), 1);
+    extra_open(mi, 0, &ep, &cq, &addr);
     assert_int_equal(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &got, &glen), 0);
     assert_int_equal(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof(min)),
                      0);
@@ -932,22 +943,11 @@ static void mr_open(int selective, struct fid_ep **ep, struct fid_cq **cq, fi_ad
                     struct fi_info **mi)
 {
     struct fi_info *h = hints_new();
-    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_UNSPEC};
-    char name[FI_NAME_MAX];
-    size_t len = sizeof(name);
 
     h->caps = FI_MSG | FI_MULTI_RECV;
     assert_int_equal(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, mi), 0);
     fi_freeinfo(h);
-    assert_int_equal(fi_endpoint(domain, *mi, ep, NULL), 0);
-    assert_int_equal(fi_cq_open(domain, &ca, cq, NULL), 0);
-    assert_int_equal(fi_ep_bind(*ep, &(*cq)->fid,
-                                FI_TRANSMIT | FI_RECV | (selective ? FI_SELECTIVE_COMPLETION : 0)),
-                     0);
-    assert_int_equal(fi_ep_bind(*ep, &av->fid, 0), 0);
-    assert_int_equal(fi_enable(*ep), 0);
-    assert_int_equal(fi_getname(&(*ep)->fid, name, &len), 0);
-    assert_int_equal(fi_av_insert(av, name, 1, addr, 0, NULL), 1);
+    extra_open(*mi, selective ? FI_SELECTIVE_COMPLETION : 0, ep, cq, addr);
 }
 
 /* An endpoint with FI_MSG alone and one with FI_MSG and FI_TAGGED
@@ -955,13 +955,11 @@ static void mr_open(int selective, struct fid_ep **ep, struct fid_cq **cq, fi_ad
 static void test_msg_only_endpoint(void **state)
 {
     struct fi_info *h = hints_new(), *mi = NULL;
-    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_UNSPEC};
     struct fi_cq_tagged_entry e;
     struct fid_ep *ep;
     struct fid_cq *cq;
     fi_addr_t addr;
-    char name[FI_NAME_MAX], b[16];
-    size_t len = sizeof(name);
+    char b[16];
     int rctx, sctx;
 
     (void)state;
@@ -969,13 +967,7 @@ static void test_msg_only_endpoint(void **state)
     assert_int_equal(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &mi), 0);
     fi_freeinfo(h);
     assert_false(mi->caps & FI_TAGGED);
-    assert_int_equal(fi_endpoint(domain, mi, &ep, NULL), 0);
-    assert_int_equal(fi_cq_open(domain, &ca, &cq, NULL), 0);
-    assert_int_equal(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
-    assert_int_equal(fi_ep_bind(ep, &av->fid, 0), 0);
-    assert_int_equal(fi_enable(ep), 0);
-    assert_int_equal(fi_getname(&ep->fid, name, &len), 0);
-    assert_int_equal(fi_av_insert(av, name, 1, &addr, 0, NULL), 1);
+    extra_open(mi, 0, &ep, &cq, &addr);
 
     assert_int_equal(fi_recv(ep, b, sizeof(b), NULL, FI_ADDR_UNSPEC, &rctx), 0);
     assert_int_equal(fi_inject(nodes[0].ep, "to msg-only", 12, addr), 0);

@@ -64,13 +64,20 @@ hosts_quiet() {
 }
 
 # Samples both hosts' receiving sockets while a job runs; writes, for the
-# sample with the most sockets on each host, "host sockets ports".
+# sample with the most sockets on each host, "host sockets ports". A
+# socket counts only if the sample before (50 ms earlier) saw it too: a
+# send socket is bound a moment before it is connected, and a sample in
+# between would count it (as happened under ASan, which widens the gap).
 sample_ports() {
     local best_a=0 best_b=0 line_a="" line_b="" h s p snap
+    local -A prev=()
     : >"$PORTS"
     while kill -0 "$1" 2>/dev/null; do
         for h in "${HOSTS[0]}" "${HOSTS[1]}"; do
-            snap="$(host_ports "$h")"
+            snap="$(host_ports "$h" | sort)"
+            local seen=${prev[$h]:-}
+            prev[$h]=$snap
+            snap="$(comm -12 <(printf '%s\n' "$seen") <(printf '%s\n' "$snap") | grep -v '^$' || true)"
             [ -n "$snap" ] || continue
             s=$(wc -l <<<"$snap")
             p=$(sort -u <<<"$snap" | wc -l)

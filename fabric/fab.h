@@ -376,6 +376,8 @@ extern struct fi_ops_msg fab_msg_ops;
 int fab_urq_progress(fab_ep_t *ep);
 /* fi_cancel of a waiting untagged receive: 0, or -FI_ENOENT. */
 int fab_urq_cancel(fab_ep_t *ep, void *context);
+/* Unlinks and frees one untagged receive. */
+void fab_urq_free_one(fab_urecv_t *u);
 /* At close: frees every untagged receive. */
 void fab_urq_free(fab_ep_t *ep);
 /* fab_urq_progress on each endpoint of the domain that has FI_MULTI_RECV. */

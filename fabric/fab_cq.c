@@ -120,11 +120,8 @@ fab_cq_t *fab_urq_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e
     if (last && u->multi)
         e->e.flags |= FI_MULTI_RECV;
     quiet = u->quiet && e->err == 0 && !(last && u->multi); /* a release is always said */
-    if (last) {
-        u->prev->next = u->next;
-        u->next->prev = u->prev;
-        free(u);
-    }
+    if (last)
+        fab_urq_free_one(u);
     return quiet ? NULL : ep->rx_cq;
 }
 

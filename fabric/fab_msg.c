@@ -231,7 +231,7 @@ static void urq_unlink(fab_ep_t *ep, fab_urecv_t *u)
     }
 }
 
-static void urq_free_one(fab_urecv_t *u)
+void fab_urq_free_one(fab_urecv_t *u)
 {
     u->prev->next = u->next;
     u->next->prev = u->prev;
@@ -252,7 +252,7 @@ static void urq_end(fab_ep_t *ep, fab_urecv_t *u, int err, int prov_errno)
         fab_cntr_count(ep->rx_cntr, 1);
     if (err != 0 || !u->quiet || u->multi)
         fab_cq_push(ep->rx_cq, &e);
-    urq_free_one(u);
+    fab_urq_free_one(u);
 }
 
 int fab_urq_progress(fab_ep_t *ep)
@@ -362,7 +362,7 @@ int fab_urq_cancel(fab_ep_t *ep, void *context)
 void fab_urq_free(fab_ep_t *ep)
 {
     while (ep->urq_live.next != &ep->urq_live)
-        urq_free_one(ep->urq_live.next);
+        fab_urq_free_one(ep->urq_live.next);
     ep->urq_head = NULL;
 }
 

@@ -425,7 +425,7 @@ static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host, off_cqe_
     uint64_t token = 0, recv_wr_id = 0;
     off_cqe_t *c;
     uint32_t i;
-    int read = 0, taken = 1;
+    int read = 0, taken = 1, to_direct;
 
     if ((m->len > 0 && m->data == NULL) || m->len > OFF_MSG_MAX) {
         util_error("offload: a %zu-byte message from %u %s: dropped", m->len, m->src,
@@ -453,15 +453,16 @@ static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host, off_cqe_
             to_host(e, m, OFF_WC_RECV, NULL);
         goto out;
     }
-    if (!(direct != NULL && m->op == OFF_TM_EAGER && e->cq_n == 0) && cq_reserve(e) != 0)
+    /* nothing older waits in the ring: an eager completion may go straight
+     * to the host, which takes it as it would from the ring */
+    to_direct = direct != NULL && m->op == OFF_TM_EAGER && e->cq_n == 0;
+    if (!to_direct && cq_reserve(e) != 0)
         goto lost;
     e->stats.matched++;
     off_tagbuf_t *t = &e->tb[i];
     list_unlink(e, i);
     t->state = TB_DONE;
-    if (direct != NULL && m->op == OFF_TM_EAGER && e->cq_n == 0) {
-        /* nothing older waits in the ring: the completion goes straight
-         * to the host, which takes it as it would from the ring */
+    if (to_direct) {
         util_zero(direct, sizeof(*direct));
         if (e->hw_unexp != e->sw_reported)
             direct->flags = OFF_WC_TM_SYNC_REQ;

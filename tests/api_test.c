@@ -503,22 +503,39 @@ static void test_stale_handles_after_burst(void **state)
     tmx_message_h msg;
     tmx_completion_t info, c[64];
     char buf[4];
-    size_t n;
+    size_t n, idle, mapped;
 
+    assert_int_equal(tmx_context_memory(f->ctx, &idle), TMX_OK);
+    assert_true(idle > 0);
+    assert_int_equal(tmx_context_memory(NULL, &idle), TMX_ERR_INVALID);
+    assert_int_equal(tmx_context_memory(f->ctx, NULL), TMX_ERR_INVALID);
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < N; i++)
             assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, buf, sizeof(buf), 1000 + (uint64_t)i, 0, NULL,
                                        &r[i]), TMX_OK);
         for (int i = 0; i < N; i++) {
+            if (i == 0) {
+                assert_int_equal(tmx_context_memory(f->ctx, &mapped), TMX_OK);
+                assert_true(mapped > idle); /* the burst took more chunks */
+            }
             assert_int_equal(tmx_request_cancel(r[i]), TMX_OK);
             assert_int_equal(tmx_request_free(r[i]), TMX_OK);
         }
+        /* the last request back: the pool gave the burst's chunks back */
+        assert_int_equal(tmx_context_memory(f->ctx, &mapped), TMX_OK);
+        assert_int_equal(mapped, idle);
         do
             assert_int_equal(tmx_cq_read(f->ctx, c, 64, &n), TMX_OK);
         while (n > 0);
         assert_int_equal(tmx_request_free(r[0]), TMX_ERR_INVALID);
         assert_int_equal(tmx_request_free(r[N / 2]), TMX_ERR_INVALID);
         assert_int_equal(tmx_request_free(r[N - 1]), TMX_ERR_INVALID);
+        for (int i = 0; i < N; i += 37) {
+            assert_int_equal(tmx_request_test(r[i], &info), TMX_ERR_INVALID);
+            assert_int_equal(tmx_request_wait(r[i], 0, &info), TMX_ERR_INVALID);
+            assert_int_equal(tmx_request_cancel(r[i]), TMX_ERR_INVALID);
+            assert_int_equal(tmx_request_free(r[i]), TMX_ERR_INVALID);
+        }
     }
     /* many unexpected messages at once, all received: a stale message handle */
     for (int i = 0; i < N; i++)
@@ -531,9 +548,12 @@ static void test_stale_handles_after_burst(void **state)
         assert_int_equal(tmx_request_free(r[0]), TMX_OK);
     }
     assert_int_equal(tmx_message_discard(f->ctx, msg), TMX_ERR_INVALID);
+    assert_int_equal(tmx_mrecv(f->ctx, msg, buf, sizeof(buf), NULL, &r[0]), TMX_ERR_INVALID);
     do
         assert_int_equal(tmx_cq_read(f->ctx, c, 64, &n), TMX_OK);
     while (n > 0);
+    assert_int_equal(tmx_context_memory(f->ctx, &mapped), TMX_OK);
+    assert_int_equal(mapped, idle);
 }
 
 static void test_cancel(void **state)

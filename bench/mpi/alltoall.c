@@ -85,16 +85,16 @@ int main(int argc, char **argv)
     double t0;
 
     MPI_Init(&argc, &argv);
-    mp_proc_mem(&m0);
+    mp_proc_mem(&m0, 0);
     MPI_Comm_rank(MPI_COMM_WORLD, &aa_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &aa_size);
     setvbuf(stdout, NULL, _IOLBF, 0);
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = MPI_Wtime();
     aa_round(AA_SMALL, 1);
-    mp_proc_mem(&m1);
+    mp_proc_mem(&m1, 0);
     aa_round(big, 2);
-    mp_proc_mem(&m2);
+    mp_proc_mem(&m2, 0);
     MPI_Barrier(MPI_COMM_WORLD);
     if (aa_rank == 0)
         printf("scale: %d ranks, %d B and %zu B to every other rank, %.2f s\n", aa_size, AA_SMALL,
@@ -103,7 +103,7 @@ int main(int argc, char **argv)
         int flag;
         MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
     }
-    mp_proc_mem(&m3);
+    mp_proc_mem(&m3, 0);
     mp_proc_sockets(&s);
     mp_proc_print("ompi", (unsigned)aa_rank, (unsigned)aa_size, &m0, &m1, &m2, &m3, &s);
     MPI_Barrier(MPI_COMM_WORLD);

@@ -280,17 +280,24 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     ctx->last_peer = TMX_PEER_NONE; /* the uuid cache starts empty */
     util_dlist_init(&ctx->reqs);
     util_dlist_init(&ctx->msgs);
-    util_pool_init(&ctx->req_pool, sizeof(struct tmx_request), CORE_POOL_CHUNK);
-    util_pool_init(&ctx->msg_pool, sizeof(struct tmx_message), CORE_POOL_CHUNK);
-    /* a chunk each from the start: what a context holds does not depend
-     * on whether a message ever came unexpected */
-    if (util_pool_grow(&ctx->req_pool) != 0 || util_pool_grow(&ctx->msg_pool) != 0) {
+    /* Handles point into these pools, and a stale handle must read as one
+     * (TMX_ERR_INVALID) even after a burst's chunks were given back:
+     * mapped pools keep the addresses and give the pages back, which then
+     * read as zeros (ctx NULL). So a pool goes back to one chunk once its
+     * last object is returned: the high water of a burst of requests is
+     * not held for ever. A chunk each from the start: what a context holds
+     * does not depend on whether a message ever came unexpected. */
+    if (util_pool_init_mapped(&ctx->req_pool, sizeof(struct tmx_request), CORE_POOL_CHUNK) != 0 ||
+        util_pool_init_mapped(&ctx->msg_pool, sizeof(struct tmx_message), CORE_POOL_CHUNK) != 0 ||
+        util_pool_grow(&ctx->req_pool) != 0 || util_pool_grow(&ctx->msg_pool) != 0) {
         util_pool_fini(&ctx->req_pool);
         util_pool_fini(&ctx->msg_pool);
         pthread_mutex_destroy(&ctx->lock);
         free(ctx);
         return TMX_ERR_NOMEM;
     }
+    util_pool_set_keep(&ctx->req_pool, 1);
+    util_pool_set_keep(&ctx->msg_pool, 1);
     up.arg = ctx;
     ctx->boot_join = !(params && (params->field_mask & TMX_CONTEXT_FIELD_BOOT) && params->boot == TMX_BOOT_NONE);
     if ((st = proto_init(&ctx->proto, &up, &ctx->cfg.proto)) != TMX_OK)
@@ -375,6 +382,18 @@ void core_msg_free(tmx_context_h ctx, struct tmx_message *msg)
     util_dlist_unlink(&msg->link);
     msg->ctx = NULL;
     util_pool_put(&ctx->msg_pool, msg);
+}
+
+TMX_API tmx_status_t tmx_context_memory(tmx_context_h ctx, size_t *mapped)
+{
+    if (ctx == NULL || mapped == NULL) {
+        util_error("tmx_context_memory: NULL %s", ctx == NULL ? "context" : "argument");
+        return TMX_ERR_INVALID;
+    }
+    core_lock(ctx);
+    *mapped = util_pool_bytes(&ctx->req_pool) + util_pool_bytes(&ctx->msg_pool);
+    core_unlock(ctx);
+    return TMX_OK;
 }
 
 TMX_API tmx_status_t tmx_job_info(tmx_context_h ctx, uint32_t *rank, uint32_t *size)

@@ -130,19 +130,48 @@ int core_progress(tmx_context_h ctx)
 
 /* ------------------------------------------------------------ public API */
 
+/* A handle the caller still holds. A handle to a request already released
+ * reads handle_held 0; one whose chunk the pool gave back reads all zeros
+ * (mapped pools), ctx NULL included. Neither is taken. The second look,
+ * under the lock, is what counts. */
+static tmx_status_t request_check(const char *fn, tmx_request_h req)
+{
+    if (req == NULL) {
+        util_error("%s: NULL request", fn);
+        return TMX_ERR_INVALID;
+    }
+    if (req->ctx == NULL || !req->handle_held) {
+        util_error("%s: request %p was already freed", fn, (void *)req);
+        return TMX_ERR_INVALID;
+    }
+    return TMX_OK;
+}
+
+static tmx_status_t request_check_locked(const char *fn, tmx_request_h req)
+{
+    if (!req->handle_held) {
+        util_error("%s: request %p was already freed", fn, (void *)req);
+        return TMX_ERR_INVALID;
+    }
+    return TMX_OK;
+}
+
 TMX_API tmx_status_t tmx_request_test(tmx_request_h req, tmx_completion_t *out)
 {
     tmx_status_t st;
 
-    if (req == NULL) {
-        util_error("tmx_request_test: NULL request");
-        return TMX_ERR_INVALID;
+    tmx_context_h ctx;
+
+    if ((st = request_check("tmx_request_test", req)) != TMX_OK)
+        return st;
+    ctx = req->ctx;
+    core_lock(ctx);
+    if ((st = request_check_locked("tmx_request_test", req)) == TMX_OK) {
+        st = req->state == CORE_REQ_DONE ? req->p.comp.status : TMX_INPROGRESS;
+        if (st != TMX_INPROGRESS && out != NULL)
+            *out = req->p.comp;
     }
-    core_lock(req->ctx);
-    st = req->state == CORE_REQ_DONE ? req->p.comp.status : TMX_INPROGRESS;
-    if (st != TMX_INPROGRESS && out != NULL)
-        *out = req->p.comp;
-    core_unlock(req->ctx);
+    core_unlock(ctx);
     return st;
 }
 
@@ -240,14 +269,16 @@ TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx
     int64_t deadline = timeout_us < 0 ? INT64_MAX : core_now_us() + timeout_us;
     tmx_status_t st;
 
-    if (req == NULL) {
-        util_error("tmx_request_wait: NULL request");
-        return TMX_ERR_INVALID;
-    }
+    if ((st = request_check("tmx_request_wait", req)) != TMX_OK)
+        return st;
     unsigned spins = 0;
     tmx_context_h ctx = req->ctx;
 
     core_lock(ctx);
+    if ((st = request_check_locked("tmx_request_wait", req)) != TMX_OK) {
+        core_unlock(ctx);
+        return st;
+    }
     while (req->state != CORE_REQ_DONE) {
         if (core_progress(ctx) > 0) {
             spins = 0;
@@ -280,13 +311,15 @@ TMX_API tmx_status_t tmx_request_cancel(tmx_request_h req)
 {
     tmx_status_t st;
 
-    if (req == NULL) {
-        util_error("tmx_request_cancel: NULL request");
-        return TMX_ERR_INVALID;
-    }
-    core_lock(req->ctx);
-    st = request_cancel_locked(req);
-    core_unlock(req->ctx);
+    tmx_context_h ctx;
+
+    if ((st = request_check("tmx_request_cancel", req)) != TMX_OK)
+        return st;
+    ctx = req->ctx;
+    core_lock(ctx);
+    if ((st = request_check_locked("tmx_request_cancel", req)) == TMX_OK)
+        st = request_cancel_locked(req);
+    core_unlock(ctx);
     return st;
 }
 
@@ -315,17 +348,15 @@ TMX_API tmx_status_t tmx_cancel(tmx_context_h ctx, void *user_context)
 TMX_API tmx_status_t tmx_request_free(tmx_request_h req)
 {
     tmx_context_h ctx;
+    tmx_status_t st;
 
-    if (req == NULL) {
-        util_error("tmx_request_free: NULL request");
-        return TMX_ERR_INVALID;
-    }
+    if ((st = request_check("tmx_request_free", req)) != TMX_OK)
+        return st;
     ctx = req->ctx;
     core_lock(ctx);
-    if (!req->handle_held) {
+    if ((st = request_check_locked("tmx_request_free", req)) != TMX_OK) {
         core_unlock(ctx);
-        util_error("tmx_request_free: request %p already released", (void *)req);
-        return TMX_ERR_INVALID;
+        return st;
     }
     req->handle_held = 0;
     if (req->state == CORE_REQ_DONE)

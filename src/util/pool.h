@@ -16,9 +16,28 @@ typedef struct util_pool {
     size_t keep;          /* chunks kept when the last object comes back
                              (0: all, always) */
     size_t limit;         /* chunks at most (0: no bound) */
+    size_t chunk_bytes;   /* bytes a chunk takes (mapped: whole pages) */
+    int mapped;           /* chunks are private mappings (util_pool_init_mapped) */
+    void **spare;         /* mapped: trimmed chunks, pages given back */
+    size_t n_spare, spare_cap;
 } util_pool_t;
 
 void util_pool_init(util_pool_t *pool, size_t elem_size, size_t chunk_elems);
+
+/* A pool whose chunks are private anonymous mappings that stay mapped
+ * until fini: a chunk it trims gives its pages back to the system
+ * (madvise MADV_DONTNEED) and is reused by a later grow. Memory that held
+ * an object stays readable, as zeros once given back, so a stale handle
+ * to a trimmed object can be recognised as such (its fields read 0)
+ * instead of reading memory malloc has handed to someone else. The chunk
+ * count is rounded up so that chunks fill whole pages. */
+int util_pool_init_mapped(util_pool_t *pool, size_t elem_size, size_t chunk_elems);
+
+/* Bytes the pool's live chunks take (what is given back is not counted). */
+static inline size_t util_pool_bytes(const util_pool_t *pool)
+{
+    return pool->n_chunks * pool->chunk_bytes;
+}
 
 /* Frees every chunk; objects still in use become invalid. */
 void util_pool_fini(util_pool_t *pool);

@@ -153,6 +153,49 @@ static void test_trim_to(void **state)
     util_pool_fini(&p);
 }
 
+/* A mapped pool fills whole pages; a chunk it trims reads as zeros (its
+ * objects' fields too) and is the next grow's, and a chunk that cannot be
+ * trimmed stays whole. */
+static void test_mapped(void **state)
+{
+    util_pool_t p;
+    unsigned char *o[N];
+    size_t one;
+
+    (void)state;
+    assert_int_equal(util_pool_init_mapped(&p, 320, 64), 0);
+    assert_int_equal(p.chunk_bytes % 4096, 0);
+    assert_true(p.chunk_elems >= 64);
+    util_pool_set_keep(&p, 1);
+    assert_int_equal(util_pool_grow(&p), 0);
+    one = util_pool_bytes(&p);
+    assert_int_equal(one, p.chunk_bytes);
+    for (int i = 0; i < N; i++) {
+        assert_non_null(o[i] = util_pool_get(&p));
+        memset(o[i] + sizeof(void *), 0xab, 320 - sizeof(void *));
+    }
+    assert_true(p.n_chunks > 2);
+    for (int i = 0; i < N; i++)
+        util_pool_put(&p, o[i]);
+    assert_int_equal(util_pool_bytes(&p), one); /* the rest given back */
+    assert_true(p.n_spare > 0);
+    size_t zeroed = 0;
+    for (int i = 0; i < N; i++)
+        zeroed += o[i][100] == 0; /* readable: zeros once given back, else as left */
+    assert_true(zeroed >= (size_t)N - p.chunk_elems);
+    /* a new burst reuses the spare mappings: no more than before */
+    size_t spare = p.n_spare;
+    for (int i = 0; i < N; i++)
+        assert_non_null(o[i] = util_pool_get(&p));
+    assert_true(p.n_spare < spare);
+    for (int i = 0; i < N; i++)
+        util_pool_put(&p, o[i]);
+    assert_int_equal(p.n_spare, spare);
+    util_pool_fini(&p);
+    assert_int_equal(p.n_spare, 0);
+    assert_null(p.spare);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -161,6 +204,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_within_keep),
         cmocka_unit_test(test_reserve_and_limit),
         cmocka_unit_test(test_trim_to),
+        cmocka_unit_test(test_mapped),
     };
 
     return UNIT_MAIN(argc, argv, tests);

@@ -33,7 +33,8 @@ typedef struct mp_proc_sockets {
 } mp_proc_sockets_t;
 
 typedef struct mp_proc_mem {
-    size_t heap;        /* malloc'd bytes in use: mallinfo2() uordblks + hblkhd */
+    size_t heap;        /* malloc'd bytes in use: mallinfo2() uordblks + hblkhd, and
+                           what the library maps privately for itself */
     size_t rss_kb;      /* VmRSS */
     size_t hwm_kb;      /* VmHWM: peak RSS */
 } mp_proc_mem_t;
@@ -145,11 +146,13 @@ static size_t mp_proc_status_kb(const char *name)
     return v;
 }
 
-static void mp_proc_mem(mp_proc_mem_t *m)
+/* extra: what the library holds outside malloc (tmx: the pools it maps
+ * privately, tmx_context_memory), counted in the heap figure too. */
+static void mp_proc_mem(mp_proc_mem_t *m, size_t extra)
 {
     struct mallinfo2 mi = mallinfo2();
 
-    m->heap = mi.uordblks + mi.hblkhd;
+    m->heap = mi.uordblks + mi.hblkhd + extra;
     m->rss_kb = mp_proc_status_kb("VmRSS");
     m->hwm_kb = mp_proc_status_kb("VmHWM");
 }

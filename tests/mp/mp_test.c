@@ -1442,6 +1442,16 @@ static void case_alltoall(void)
 #define SCALE_BIG_DEFAULT 65536
 #define SCALE_TAG UINT64_C(0x5ca1000000000000)
 
+/* What tmx holds outside malloc: its mapped pools. */
+static size_t scale_mapped(void)
+{
+    size_t mapped = 0;
+
+    if (tmx_context_memory(mp_ctx, &mapped) != TMX_OK)
+        mp_fail("tmx_context_memory");
+    return mapped;
+}
+
 static void case_scale(void)
 {
     const char *v = getenv("MP_SCALE_BYTES");
@@ -1451,19 +1461,19 @@ static void case_scale(void)
     int64_t t0, settle;
 
     mp_barrier("before the all-to-all");
-    mp_proc_mem(&m0);
+    mp_proc_mem(&m0, scale_mapped());
     t0 = mp_now_us();
     aa_burst(SCALE_SMALL, SCALE_TAG);
-    mp_proc_mem(&m1);
+    mp_proc_mem(&m1, scale_mapped());
     aa_burst(big, SCALE_TAG | 1u << 20);
-    mp_proc_mem(&m2);
+    mp_proc_mem(&m2, scale_mapped());
     mp_barrier("after the all-to-all");
     if (mp_rank == 0)
         printf("scale: %u ranks, %d B and %zu B to every other rank, %.2f s\n", mp_size,
                SCALE_SMALL, big, (double)(mp_now_us() - t0) / 1e6);
     for (settle = mp_now_us() + MP_PROC_SETTLE_US; mp_now_us() < settle;)
         tmx_wait(mp_ctx, 1000);
-    mp_proc_mem(&m3);
+    mp_proc_mem(&m3, scale_mapped());
     mp_proc_sockets(&s);
     mp_proc_print("tmx", mp_rank, mp_size, &m0, &m1, &m2, &m3, &s);
 }

@@ -23,14 +23,14 @@
 #define CORE_SPIN_POLLS_SHARED 16   /* more ranks than cores: yield early */
 
 typedef struct core_peer {
-    uint64_t uuid;              /* the remote context's identity */
-    int failed;                 /* its process died or stopped answering */
-    const tl_ops_t *tl;         /* the transport that reaches it */
-    tl_iface_t *iface;
     tl_ep_t *ep;                /* created on first use */
-    unsigned char *addr;        /* the transport's address section */
-    size_t addr_len;
-    proto_peer_t proto;         /* proto's state for it */
+    unsigned char *addr;        /* the transport's address section, kept
+                                   until the endpoint is made */
+    proto_peer_t proto;         /* proto's state for it; proto.uuid is the
+                                   remote context's identity */
+    uint16_t addr_len;
+    uint8_t iface;              /* the transport that reaches it: ctx->ifaces[iface] */
+    uint8_t failed;             /* its process died or stopped answering */
 } core_peer_t;
 
 enum core_req_state {
@@ -82,8 +82,8 @@ struct tmx_context {
     uint32_t n_ipeers;
     uint32_t cap_ipeers;
     tmx_peer_t self_peer;       /* first peer naming this context */
-    uint64_t *uuid_keys;        /* uuid -> first peer: open addressing */
-    tmx_peer_t *uuid_vals;
+    tmx_peer_t *uuid_vals;      /* uuid -> first peer: open addressing, the
+                                   key the peer's own uuid */
     uint32_t uuid_cap;          /* a power of two, or 0 */
     uint64_t uuid_seed;         /* secret: peers cannot aim uuids at one chain */
     uint64_t last_uuid;         /* one-entry cache in front of the table */

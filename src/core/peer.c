@@ -91,19 +91,18 @@ static tmx_status_t addr_pick(tmx_context_h ctx, const unsigned char *p, size_t 
         sec.len = le16toh(sec.len);
         if (len - off < sec.len || memchr(sec.name, '\0', ADDR_NAME_LEN) == NULL)
             goto err_parse;
-        for (int k = 0; k < ctx->n_ifaces && peer->tl == NULL; k++) {
+        for (int k = 0; k < ctx->n_ifaces && peer->addr == NULL; k++) {
             tl_iface_t *iface = ctx->ifaces[k];
             if (iface != ctx->self_iface && strcmp(iface->ops->name, sec.name) == 0 &&
-                iface->ops->reachable(iface, p + off, sec.len) == TMX_OK) {
-                peer->tl = iface->ops;
-                peer->iface = iface;
+                sec.len != 0 && iface->ops->reachable(iface, p + off, sec.len) == TMX_OK) {
+                peer->iface = (uint8_t)k;
                 peer->addr = (unsigned char *)p + off;
                 peer->addr_len = sec.len;
             }
         }
         off += sec.len;
     }
-    return peer->tl != NULL ? TMX_OK : TMX_ERR_UNREACHABLE;
+    return peer->addr != NULL ? TMX_OK : TMX_ERR_UNREACHABLE;
 
 err_parse:
     util_error("tmx_peer_add: a transport section of the address is malformed");
@@ -126,11 +125,11 @@ static tmx_status_t addr_parse(tmx_context_h ctx, const void *addr, size_t len, 
         return TMX_ERR_INVALID;
     }
     memset(peer, 0, sizeof(*peer));
-    peer->uuid = le64toh(hdr.uuid);
-    peer->proto = (proto_peer_t){peer->uuid, 0};
-    if (peer->uuid == ctx->uuid && ctx->self_iface != NULL) {
-        peer->tl = ctx->self_iface->ops;
-        peer->iface = ctx->self_iface;
+    peer->proto.uuid = le64toh(hdr.uuid);
+    if (peer->proto.uuid == ctx->uuid && ctx->self_iface != NULL) {
+        for (int k = 0; k < ctx->n_ifaces; k++)
+            if (ctx->ifaces[k] == ctx->self_iface)
+                peer->iface = (uint8_t)k;
         return TMX_OK;
     }
     return addr_pick(ctx, addr, len, hdr.n_sections, peer);
@@ -138,12 +137,13 @@ static tmx_status_t addr_parse(tmx_context_h ctx, const void *addr, size_t len, 
 
 /* ------------------------------------------------------- uuid -> peer map */
 
+/* The map keeps peer numbers only: a slot's key is its peer's uuid. */
 static uint32_t uuid_slot(const tmx_context_h ctx, uint64_t uuid)
 {
     uint32_t mask = ctx->uuid_cap - 1;
     uint32_t i = (uint32_t)util_hash64(uuid ^ ctx->uuid_seed) & mask;
 
-    while (ctx->uuid_vals[i] != TMX_PEER_NONE && ctx->uuid_keys[i] != uuid)
+    while (ctx->uuid_vals[i] != TMX_PEER_NONE && core_peer_get(ctx, ctx->uuid_vals[i])->proto.uuid != uuid)
         i = (i + 1) & mask;
     return i;
 }
@@ -151,15 +151,9 @@ static uint32_t uuid_slot(const tmx_context_h ctx, uint64_t uuid)
 static tmx_status_t uuid_grow(tmx_context_h ctx)
 {
     uint32_t old_cap = ctx->uuid_cap, cap = old_cap ? old_cap * 2 : 64;
-    uint64_t *old_keys = ctx->uuid_keys;
     tmx_peer_t *old_vals = ctx->uuid_vals;
 
-    ctx->uuid_keys = malloc(cap * sizeof(*ctx->uuid_keys));
-    ctx->uuid_vals = malloc(cap * sizeof(*ctx->uuid_vals));
-    if (ctx->uuid_keys == NULL || ctx->uuid_vals == NULL) {
-        free(ctx->uuid_keys);
-        free(ctx->uuid_vals);
-        ctx->uuid_keys = old_keys;
+    if ((ctx->uuid_vals = malloc(cap * sizeof(*ctx->uuid_vals))) == NULL) {
         ctx->uuid_vals = old_vals;
         return TMX_ERR_NOMEM;
     }
@@ -167,13 +161,9 @@ static tmx_status_t uuid_grow(tmx_context_h ctx)
     for (uint32_t i = 0; i < cap; i++)
         ctx->uuid_vals[i] = TMX_PEER_NONE;
     for (uint32_t i = 0; i < old_cap; i++) {
-        if (old_vals[i] != TMX_PEER_NONE) {
-            uint32_t j = uuid_slot(ctx, old_keys[i]);
-            ctx->uuid_keys[j] = old_keys[i];
-            ctx->uuid_vals[j] = old_vals[i];
-        }
+        if (old_vals[i] != TMX_PEER_NONE)
+            ctx->uuid_vals[uuid_slot(ctx, core_peer_get(ctx, old_vals[i])->proto.uuid)] = old_vals[i];
     }
-    free(old_keys);
     free(old_vals);
     return TMX_OK;
 }
@@ -188,10 +178,8 @@ static tmx_status_t uuid_insert(tmx_context_h ctx, uint64_t uuid, tmx_peer_t pee
     if ((ctx->n_peers + ctx->n_ipeers + 1) * 2 > ctx->uuid_cap && uuid_grow(ctx) != TMX_OK)
         return TMX_ERR_NOMEM;
     i = uuid_slot(ctx, uuid);
-    if (ctx->uuid_vals[i] == TMX_PEER_NONE || override) {
-        ctx->uuid_keys[i] = uuid;
+    if (ctx->uuid_vals[i] == TMX_PEER_NONE || override)
         ctx->uuid_vals[i] = peer;
-    }
     if (ctx->last_uuid == uuid)
         ctx->last_peer = TMX_PEER_NONE;
     return TMX_OK;
@@ -230,15 +218,14 @@ static tmx_status_t peers_reserve(core_peer_t **arr, uint32_t n, uint32_t *cap_i
     return TMX_OK;
 }
 
-/* The parsed address points into the caller's buffer: keep a copy. */
+/* The parsed address points into the caller's buffer: keep a copy, until
+ * the endpoint is made from it. */
 static tmx_status_t addr_keep(core_peer_t *peer)
 {
     unsigned char *copy;
 
-    if (peer->addr_len == 0) {
-        peer->addr = NULL;
+    if (peer->addr == NULL)
         return TMX_OK;
-    }
     if ((copy = malloc(peer->addr_len)) == NULL)
         return TMX_ERR_NOMEM;
     memcpy(copy, peer->addr, peer->addr_len);
@@ -275,15 +262,15 @@ tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_
 
     if (st != TMX_OK || (st = addr_keep(&peer)) != TMX_OK)
         return st;
-    old = core_peer_by_uuid(ctx, peer.uuid);
+    old = core_peer_by_uuid(ctx, peer.proto.uuid);
     if ((st = peers_reserve(&ctx->peers, ctx->n_peers, &ctx->cap_peers)) != TMX_OK ||
-        (st = uuid_insert(ctx, peer.uuid, ctx->n_peers,
+        (st = uuid_insert(ctx, peer.proto.uuid, ctx->n_peers,
                           old != TMX_PEER_NONE && (old & TMX_PEER_IMPLICIT))) != TMX_OK) {
         util_error("tmx_peer_add: cannot grow the peer table past %u", ctx->n_peers);
         free(peer.addr);
         return st;
     }
-    if (peer.uuid == ctx->uuid && ctx->self_peer == TMX_PEER_NONE)
+    if (peer.proto.uuid == ctx->uuid && ctx->self_peer == TMX_PEER_NONE)
         ctx->self_peer = ctx->n_peers;
     ctx->peers[ctx->n_peers] = peer;
     ctx->watch_all = 0;
@@ -302,18 +289,18 @@ tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void
 
     if (st != TMX_OK)
         return st;
-    if (peer.uuid != uuid) {
+    if (peer.proto.uuid != uuid) {
         util_error("an address names context %016llx, but came from %016llx",
-                   (unsigned long long)peer.uuid, (unsigned long long)uuid);
+                   (unsigned long long)peer.proto.uuid, (unsigned long long)uuid);
         return TMX_ERR_INVALID;
     }
-    if ((*out = core_peer_by_uuid(ctx, peer.uuid)) != TMX_PEER_NONE)
+    if ((*out = core_peer_by_uuid(ctx, uuid)) != TMX_PEER_NONE)
         return TMX_OK;
     num = TMX_PEER_IMPLICIT | ctx->n_ipeers;
     if ((st = addr_keep(&peer)) != TMX_OK)
         return st;
     if ((st = peers_reserve(&ctx->ipeers, ctx->n_ipeers, &ctx->cap_ipeers)) != TMX_OK ||
-        (st = uuid_insert(ctx, peer.uuid, num, 0)) != TMX_OK) {
+        (st = uuid_insert(ctx, uuid, num, 0)) != TMX_OK) {
         free(peer.addr);
         return st;
     }
@@ -363,34 +350,38 @@ tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
     if (p->failed)
         return TMX_ERR_PEER_FAILED;
     if (p->ep == NULL) {
-        st = p->tl->ep_create(p->iface, p->addr, p->addr_len, peer, p->uuid, &p->ep);
+        tl_iface_t *iface = ctx->ifaces[p->iface];
+        st = iface->ops->ep_create(iface, p->addr, p->addr_len, peer, p->proto.uuid, &p->ep);
         if (st != TMX_OK) {
-            util_error("cannot reach peer %u over %s: %s", peer, p->tl->name, tmx_strerror(st));
+            util_error("cannot reach peer %u over %s: %s", peer, iface->ops->name, tmx_strerror(st));
             return st;
         }
+        /* the endpoint holds what it needs of the address */
+        free(p->addr);
+        p->addr = NULL;
     }
     *ep = p->ep;
     return TMX_OK;
 }
 
-static void peers_close(core_peer_t *arr, uint32_t n)
+static void peers_close(tmx_context_h ctx, core_peer_t *arr, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
         if (arr[i].ep != NULL)
-            arr[i].tl->ep_destroy(arr[i].ep);
+            ctx->ifaces[arr[i].iface]->ops->ep_destroy(arr[i].ep);
         arr[i].ep = NULL;
     }
 }
 
 void core_peers_close(tmx_context_h ctx)
 {
-    peers_close(ctx->peers, ctx->n_peers);
-    peers_close(ctx->ipeers, ctx->n_ipeers);
+    peers_close(ctx, ctx->peers, ctx->n_peers);
+    peers_close(ctx, ctx->ipeers, ctx->n_ipeers);
 }
 
-static void peers_free(core_peer_t *arr, uint32_t n)
+static void peers_free(tmx_context_h ctx, core_peer_t *arr, uint32_t n)
 {
-    peers_close(arr, n);
+    peers_close(ctx, arr, n);
     for (uint32_t i = 0; i < n; i++)
         free(arr[i].addr);
     free(arr);
@@ -398,13 +389,11 @@ static void peers_free(core_peer_t *arr, uint32_t n)
 
 void core_peers_fini(tmx_context_h ctx)
 {
-    peers_free(ctx->peers, ctx->n_peers);
-    peers_free(ctx->ipeers, ctx->n_ipeers);
+    peers_free(ctx, ctx->peers, ctx->n_peers);
+    peers_free(ctx, ctx->ipeers, ctx->n_ipeers);
     ctx->ipeers = NULL;
     ctx->n_ipeers = ctx->cap_ipeers = 0;
-    free(ctx->uuid_keys);
     free(ctx->uuid_vals);
-    ctx->uuid_keys = NULL;
     ctx->uuid_vals = NULL;
     ctx->uuid_cap = 0;
     ctx->peers = NULL;

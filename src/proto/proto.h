@@ -38,7 +38,7 @@ typedef struct proto proto_t;
 /* proto's state for one peer number; core keeps it with its peer. */
 typedef struct proto_peer {
     uint64_t uuid;              /* the remote context */
-    int hello_sent;             /* our address went to it */
+    uint8_t hello_sent;         /* our address went to it */
 } proto_peer_t;
 
 /* proto's part of a request. Core fills comp (op, user context, remote

@@ -7,6 +7,7 @@
 #include "util/log.h"
 
 #define MATCH_MIN_BUCKETS 64
+#define MATCH_KEEP_BUCKETS 128 /* shrinks stop here */
 #define MATCH_BIN_CHUNK 256
 
 /* A FIFO of entries sharing one key: (mask, src or ANY, tag & ~mask). */
@@ -66,11 +67,10 @@ static inline match_bin_t *table_lookup(match_table_t *t, uint64_t mask, uint32_
     return NULL;
 }
 
-/* Doubles the bucket array; on allocation failure keeps the old one, which
- * stays correct, only slower. */
-static void table_grow(match_table_t *t)
+/* Rehashes into n buckets; on allocation failure keeps the old array,
+ * which stays correct, only slower (or larger). */
+static void table_resize(match_table_t *t, size_t n)
 {
-    size_t n = t->n_buckets * 2;
     match_bin_t **nb = calloc(n, sizeof(*nb));
 
     if (nb == NULL)
@@ -120,7 +120,7 @@ static match_bin_t *table_get(match_engine_t *m, match_table_t *t, uint64_t mask
     /* At most half a bin per bucket: once the table outgrows the cache,
      * every bin walked in a chain is a dependent cache miss. */
     if (++t->n_bins > t->n_buckets / 2)
-        table_grow(t);
+        table_resize(t, t->n_buckets * 2);
     return b;
 }
 
@@ -136,6 +136,12 @@ static void table_drop(match_engine_t *m, match_table_t *t, match_bin_t *bin)
         t->hot = NULL;
     t->n_bins--;
     util_pool_put(&m->bin_pool, bin);
+    /* A burst's bins gone, a large array follows, halving at an eighth
+     * full: it doubled at half full, so a load that hovers does not
+     * rehash again and again, and one that comes and goes in hundreds of
+     * keys rehashes once each way. */
+    if (t->n_bins <= t->n_buckets / 8 && t->n_buckets > MATCH_KEEP_BUCKETS)
+        table_resize(t, t->n_buckets / 2);
 }
 
 tmx_status_t match_init(match_engine_t *m)

@@ -859,6 +859,9 @@ static void test_growth_posted_mixed_cancel(void **state)
         assert_int_equal(m->n_posted, i);
     }
     assert_empty(m);
+    /* the bins beyond the idle ones went, and the array with them */
+    assert_true(m->posted.n_bins <= MATCH_IDLE_BINS);
+    assert_true(m->posted.n_buckets <= 8 * MATCH_IDLE_BINS);
     free(r);
 }
 
@@ -874,9 +877,13 @@ static void test_growth_unexp_distinct_tags(void **state)
     for (size_t i = 0; i < GROWTH_N; i += 1000)
         assert_ptr_equal(match_find_msg(m, (uint32_t)(i % 5), i, 0), &msg[i]);
     assert_true(m->unexp.n_buckets >= GROWTH_N);
-    for (size_t i = 0; i < GROWTH_N; i++)
+    for (size_t i = 0; i < GROWTH_N; i++) {
         claim_expect(m, ANY, 0, ALL, &msg[i]);
+        /* the bucket array shrinks as the bins go, never below half full / 4 */
+        assert_true(m->unexp.n_bins > m->unexp.n_buckets / 16 || m->unexp.n_buckets <= 128);
+    }
     assert_empty(m);
+    assert_int_equal(m->unexp.n_buckets, 128); /* where shrinking stops */
     free(msg);
 }
 

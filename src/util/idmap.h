@@ -1,5 +1,5 @@
 /*
- * A map from 64-bit identities (context uuids) to pointers: open
+ * A map from 64-bit identities (context uuids) to objects that carry them: open
  * addressing with linear probing, O(1) per lookup. Identities come from
  * the wire, so the slot is a hash of the identity mixed with a secret
  * seed drawn per map: a peer cannot choose identities that pile up on one
@@ -13,24 +13,45 @@
 #include <stdint.h>
 
 typedef struct util_idmap {
-    uint64_t *keys;
     void **vals;            /* NULL: an empty slot */
     uint32_t cap;           /* a power of two, or 0 before the first put */
     uint32_t n;
     uint64_t seed;
+    size_t key_off;         /* a value's key: the uint64_t at this offset */
 } util_idmap_t;
 
-void util_idmap_init(util_idmap_t *m);
+/* Values carry their own key (a uint64_t at key_off in the object), so a
+ * slot is one pointer: 8 bytes per slot, two to four slots per entry. */
+void util_idmap_init(util_idmap_t *m, size_t key_off);
 void util_idmap_fini(util_idmap_t *m);
+
+static inline uint64_t util_idmap_key(const util_idmap_t *m, const void *val)
+{
+    return *(const uint64_t *)((const char *)val + m->key_off);
+}
 
 /* The value stored under id, or NULL. */
 void *util_idmap_get(const util_idmap_t *m, uint64_t id);
 
-/* Stores val (not NULL) under id, replacing any value there. -1 when out
- * of memory (the map is unchanged), else 0. */
-int util_idmap_put(util_idmap_t *m, uint64_t id, void *val);
+/* Stores val (not NULL) under its key, replacing any value there. -1 when
+ * out of memory (the map is unchanged), else 0. */
+int util_idmap_put(util_idmap_t *m, void *val);
 
 /* Removes id if present. */
 void util_idmap_del(util_idmap_t *m, uint64_t id);
+
+/* Iteration in slot order: the value at slot *i or after, and *i past
+ * it; NULL at the end. Start with *i = 0. A map changed meanwhile (a put
+ * that grows it, a del that moves later values back) may make the walk
+ * skip or repeat values, never give a removed one. */
+static inline void *util_idmap_next(const util_idmap_t *m, uint32_t *i)
+{
+    while (*i < m->cap) {
+        void *v = m->vals[(*i)++];
+        if (v != NULL)
+            return v;
+    }
+    return NULL;
+}
 
 #endif

@@ -15,17 +15,26 @@
 
 enum { POOL = 3000, OPS = 400000 };
 
+/* A value: its key, and something else before it (the key is at an offset). */
+typedef struct obj {
+    int other;
+    uint64_t id;
+} obj_t;
+
 static void random_against_array(void **state)
 {
     static uint64_t ids[POOL];
+    static obj_t objs[2][POOL]; /* two objects per id: put replaces */
     static void *ref[POOL];
     util_idmap_t m;
     uint64_t r = 42;
     uint32_t live = 0;
 
-    util_idmap_init(&m);
-    for (int i = 0; i < POOL; i++)
+    util_idmap_init(&m, offsetof(obj_t, id));
+    for (int i = 0; i < POOL; i++) {
         ids[i] = util_hash64((uint64_t)i) & ~0xfffull; /* low bits alike */
+        objs[0][i].id = objs[1][i].id = ids[i];
+    }
     for (int op = 0; op < OPS; op++) {
         uint32_t k = (uint32_t)((r = util_hash64(r + op)) % POOL);
         switch (r >> 62) {
@@ -35,8 +44,8 @@ static void random_against_array(void **state)
             break;
         case 2:
             live += ref[k] == NULL;
-            ref[k] = &ids[(k + op) % POOL];
-            assert_int_equal(util_idmap_put(&m, ids[k], ref[k]), 0);
+            ref[k] = &objs[op & 1][k];
+            assert_int_equal(util_idmap_put(&m, ref[k]), 0);
             break;
         default:
             live -= ref[k] != NULL;
@@ -54,12 +63,12 @@ static void random_against_array(void **state)
 static void empty_and_absent(void **state)
 {
     util_idmap_t m;
-    int x;
+    obj_t x = {0, 7};
 
-    util_idmap_init(&m);
+    util_idmap_init(&m, offsetof(obj_t, id));
     assert_null(util_idmap_get(&m, 7));
     util_idmap_del(&m, 7);
-    assert_int_equal(util_idmap_put(&m, 7, &x), 0);
+    assert_int_equal(util_idmap_put(&m, &x), 0);
     assert_ptr_equal(util_idmap_get(&m, 7), &x);
     assert_null(util_idmap_get(&m, 8));
     util_idmap_del(&m, 7);
@@ -72,8 +81,8 @@ static void seeds_differ(void **state)
 {
     util_idmap_t a, b;
 
-    util_idmap_init(&a);
-    util_idmap_init(&b);
+    util_idmap_init(&a, 0);
+    util_idmap_init(&b, 0);
     assert_true(a.seed != b.seed);
     util_idmap_fini(&a);
     util_idmap_fini(&b);

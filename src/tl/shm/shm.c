@@ -152,7 +152,7 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     si->super.put_kinds = si->cma == SHM_CMA_ON ? TL_PUT_DIRECT : 0;
     tl_put_cbs_set(&si->super, params);
     util_dlist_init(&si->eps);
-    util_idmap_init(&si->ep_map);
+    util_idmap_init(&si->ep_map, offsetof(shm_ep_t, uuid));
     util_dlist_init(&si->closed_eps);
     if (si->super.stream == NULL && (si->bounce = malloc(SHM_MAX_PACKET)) == NULL) {
         free(si);
@@ -378,7 +378,7 @@ static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t le
         if (other != NULL) /* the same context twice: no boxes for either */
             fbox_share_order(other, ep);
     }
-    if (util_idmap_put(&si->ep_map, uuid, ep) != 0) {
+    if (util_idmap_put(&si->ep_map, ep) != 0) {
         slot_give_back(ep);
         ep_unmap(ep);
         free(ep);
@@ -426,7 +426,7 @@ static void ep_map_forget(shm_iface_t *si, uint64_t uuid)
     util_dlist_foreach(pos, &si->eps) {
         shm_ep_t *other = util_container_of(pos, shm_ep_t, link);
         if (other->uuid == uuid) {
-            util_idmap_put(&si->ep_map, uuid, other); /* a slot was just freed */
+            util_idmap_put(&si->ep_map, other); /* a slot was just freed */
             return;
         }
     }

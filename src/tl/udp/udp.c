@@ -97,8 +97,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->job_key = params->job_key;
     ui->cfg.set = params->settings->udp;
     ui->in_job = params->in_job;
-    util_dlist_init(&ui->eps);
-    util_idmap_init(&ui->ep_map);
+    util_idmap_init(&ui->ep_map, offsetof(udp_ep_t, uuid));
     util_dlist_init(&ui->acks);
     util_wheel_init(&ui->wheel, UDP_TICK_US, udp_now_us());
     udp_faults_init(&ui->faults, &ui->cfg.set.faults, params->uuid);
@@ -131,10 +130,9 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
 
 static int tx_idle(udp_iface_t *ui)
 {
-    util_dlist_t *pos;
+    udp_ep_t *ep;
 
-    util_dlist_foreach(pos, &ui->eps) {
-        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+    for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
         for (int ch = 0; ch < UDP_N_CH && !ep->failed && ep->fl != NULL; ch++) {
             if (ep->fl->tx[ch].una != ep->fl->tx[ch].next_seq)
                 return 0;
@@ -177,8 +175,14 @@ static void udp_iface_close(tl_iface_t *iface)
               (unsigned long long)ui->stats.stalls_sent, (unsigned long long)ui->stats.dgrams_in,
               (unsigned long long)ui->stats.dropped, (unsigned long long)ui->stats.misrouted);
     tl_emu_abandon(&ui->emu); /* refusals of reads asked meanwhile */
-    while (!util_dlist_empty(&ui->eps))
-        udp_ep_free(ui, util_container_of(ui->eps.next, udp_ep_t, link));
+    /* a free moves later values back, maybe behind the walk: walk again */
+    while (ui->n_eps != 0) {
+        udp_ep_t *ep;
+        for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
+            udp_ep_free(ui, ep);
+            it--; /* a value moved back into the slot just freed */
+        }
+    }
     util_idmap_fini(&ui->ep_map);
     udp_faults_fini(&ui->faults);
     util_pool_fini(&ui->segs);

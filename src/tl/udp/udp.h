@@ -87,15 +87,21 @@ typedef struct udp_rx {
     size_t reasm_total;
 } udp_rx_t;
 
-/* A socket connected to one remote address, for sending: with a port per
- * node, every process of a remote node is at that address, and the
- * socket is the node's (seed 002: state per remote node, not per remote
- * process). */
+/* A remote address: with a port per node, every process of a remote node
+ * is at it, and this is the node's state (seed 002: state per remote
+ * node, not per remote process): the address, the path's round-trip
+ * estimates, and a socket connected to it when one could be had. */
 typedef struct udp_conn {
-    struct sockaddr_in sa;       /* the address it is connected to */
-    int fd;
-    uint32_t refs;               /* endpoints that send through it */
-    int errq;                    /* its error queue may name a refusal */
+    struct sockaddr_in sa;       /* the address */
+    uint64_t key;                /* sa as a key of udp_sock_t.conns */
+    int fd;                      /* a socket connected to sa, or -1 */
+    uint32_t refs;               /* endpoints at this address */
+    uint32_t users;              /* of those, the ones that send through fd */
+    int errq;                    /* fd's error queue may name a refusal */
+    uint32_t srtt_us, rttvar_us; /* smoothed round trip and its deviation,
+                                    both channels, every process there;
+                                    srtt 0 until a sample */
+    uint32_t min_rtt_us;         /* the smallest sample: the path unloaded */
 } udp_conn_t;
 
 /* What a peer's reliable exchange needs while it is under way (seed 001)
@@ -125,25 +131,20 @@ typedef struct udp_flow {
  * interface closes. */
 typedef struct udp_ep {
     tl_ep_t super;
-    util_dlist_t link;           /* in udp_iface_t.eps */
     uint64_t uuid;
     udp_flow_t *fl;              /* NULL while idle */
-    udp_conn_t *conn;            /* the socket connected to sa, shared with
-                                    the endpoints of the same node, or NULL */
-    struct sockaddr_in sa;
+    udp_conn_t *conn;            /* its address, shared with the endpoints of
+                                    the same node: never NULL */
     uint64_t last_rx_us;         /* when the peer was last heard */
     uint64_t probe_us;           /* when it was last probed while silent */
     uint32_t next_seq[UDP_N_CH]; /* while idle: the next segment's number */
     uint32_t expected[UDP_N_CH]; /* while idle: the next segment due */
-    uint32_t srtt_us, rttvar_us; /* smoothed round trip and its deviation,
-                                    both channels; srtt 0 until a sample */
-    uint32_t min_rtt_us;         /* the smallest sample: the path unloaded */
-    uint32_t lane;               /* 1 + the lane its bulk data takes, 0
+    uint8_t lane;                /* 1 + the lane its bulk data takes, 0
                                     before its first (udp_node.c, lanes) */
-    int fd;                      /* conn's socket, or -1: the interface's sends */
     uint16_t index;              /* its node index: our datagrams' dst_index */
     uint8_t n_refused;           /* refusals in a row, nothing heard between */
     uint8_t connected : 1;       /* the core made it (not just a receive) */
+    uint8_t sock : 1;            /* it sends through conn->fd */
     uint8_t failed : 1;
     uint8_t refused : 1;         /* a checked refusal to act on (udp_live.c) */
     uint8_t bye : 1;             /* the peer said bye: it sends no more */
@@ -254,8 +255,8 @@ typedef struct udp_iface {
     uint64_t uuid;
     uint64_t job_key;
     /* peers */
-    util_idmap_t ep_map;         /* uuid -> udp_ep_t of eps */
-    util_dlist_t eps;
+    util_idmap_t ep_map;         /* uuid -> udp_ep_t: every endpoint
+                                    (udp_ep_next walks them) */
     uint32_t n_eps;
     uint32_t n_flows;            /* endpoints with a flow (udp_flow_t) */
     util_dlist_t acks;           /* endpoints owing an ACK */
@@ -332,6 +333,14 @@ int udp_sock_recv(udp_iface_t *ui);
  * interface's socket sends), and ep's end of it. */
 void udp_sock_ep_connect(udp_iface_t *ui, udp_ep_t *ep);
 void udp_sock_ep_disconnect(udp_iface_t *ui, udp_ep_t *ep);
+/* The state of a remote address, made if need be, with one more
+ * endpoint counted at it; NULL when out of memory. */
+udp_conn_t *udp_conn_get(udp_iface_t *ui, const struct sockaddr_in *sa);
+/* One endpoint less at c: freed with the last. */
+void udp_conn_put(udp_iface_t *ui, udp_conn_t *c);
+/* ep's address is sa from now on (the one it published); -1 when out of
+ * memory (it keeps the old one). */
+int udp_ep_move(udp_iface_t *ui, udp_ep_t *ep, const struct sockaddr_in *sa);
 /* GRO on or off (a system call when it changes). */
 void udp_gro_set(udp_iface_t *ui, int on);
 
@@ -550,11 +559,29 @@ static inline void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h)
 static inline int udp_ep_dest(const udp_iface_t *ui, const udp_ep_t *ep, const struct sockaddr_in **sa)
 {
     if (__builtin_expect(ui->sock.tx_lane >= 0, 0)) { /* bulk data: the lane's socket, unconnected */
-        *sa = &ep->sa;
+        *sa = &ep->conn->sa;
         return ui->sock.lane_fd[ui->sock.tx_lane];
     }
-    *sa = ep->fd >= 0 ? NULL : &ep->sa;
-    return ep->fd >= 0 ? ep->fd : ui->sock.fd;
+    if (ep->sock) {
+        *sa = NULL;
+        return ep->conn->fd;
+    }
+    *sa = &ep->conn->sa;
+    return ui->sock.fd;
+}
+
+/* Every endpoint, one at a time: for (it = 0; (ep = udp_ep_next(ui,
+ * &it)) != NULL;). An endpoint made or freed meanwhile may be missed or
+ * met twice (util_idmap_next). */
+static inline udp_ep_t *udp_ep_next(udp_iface_t *ui, uint32_t *it)
+{
+    return util_idmap_next(&ui->ep_map, it);
+}
+
+/* The connected socket ep sends through, or -1 (the interface's). */
+static inline int udp_ep_fd(const udp_ep_t *ep)
+{
+    return ep->sock ? ep->conn->fd : -1;
 }
 
 static inline int udp_faults_active(const udp_faults_t *f)

@@ -14,14 +14,15 @@
 
 void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep)
 {
-    util_debug("udp: peer %u: round trip %u us (deviation %u us)", ep->super.peer, ep->srtt_us,
-               ep->rttvar_us);
     udp_flow_free(ui, ep);
-    util_dlist_unlink(&ep->link);
     if (util_idmap_get(&ui->ep_map, ep->uuid) == ep)
         util_idmap_del(&ui->ep_map, ep->uuid);
     ui->n_eps--;
     udp_sock_ep_disconnect(ui, ep);
+    if (ep->conn->refs == 1)
+        util_debug("udp: node at %s:%u: round trip %u us (deviation %u us)", inet_ntoa(ep->conn->sa.sin_addr),
+                   ntohs(ep->conn->sa.sin_port), ep->conn->srtt_us, ep->conn->rttvar_us);
+    udp_conn_put(ui, ep->conn);
     free(ep);
 }
 
@@ -62,18 +63,22 @@ udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *s
 {
     udp_ep_t *ep = calloc(1, sizeof(*ep));
 
-    if (ep == NULL || util_idmap_put(&ui->ep_map, uuid, ep) != 0) {
+    if (ep == NULL)
+        return NULL;
+    ep->uuid = uuid;
+    if ((ep->conn = udp_conn_get(ui, sa)) == NULL) {
+        free(ep);
+        return NULL;
+    }
+    if (util_idmap_put(&ui->ep_map, ep) != 0) {
+        udp_conn_put(ui, ep->conn);
         free(ep);
         return NULL;
     }
     ep->super.iface = &ui->super;
     ep->super.peer = TMX_PEER_NONE;
-    ep->uuid = uuid;
-    ep->sa = *sa;
     ep->index = index;
-    ep->fd = -1;
     ep->last_rx_us = udp_now_us();
-    util_dlist_push_tail(&ui->eps, &ep->link);
     ui->n_eps++;
     return ep;
 }
@@ -99,10 +104,10 @@ tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_
     ep->index = ntohs(a.index);
     ep->super.peer = peer;
     ep->connected = 1;
-    if (ep->conn == NULL || memcmp(&ep->sa, &sa, sizeof(sa)) != 0) {
-        ep->sa = sa; /* the address published is the one that counts */
-        udp_sock_ep_connect(ui, ep);
-    }
+    /* the address published is the one that counts */
+    if (udp_ep_move(ui, ep, &sa) != 0)
+        return TMX_ERR_NOMEM;
+    udp_sock_ep_connect(ui, ep);
     *out = &ep->super;
     return TMX_OK;
 }
@@ -129,8 +134,8 @@ void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why)
 {
     if (ep->failed)
         return;
-    util_warn("udp: peer %u at %s:%u failed: %s", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
-              ntohs(ep->sa.sin_port), why);
+    util_warn("udp: peer %u at %s:%u failed: %s", ep->super.peer, inet_ntoa(ep->conn->sa.sin_addr),
+              ntohs(ep->conn->sa.sin_port), why);
     ep_end(ui, ep, 0);
 }
 
@@ -138,8 +143,8 @@ void udp_ep_gone(udp_iface_t *ui, udp_ep_t *ep)
 {
     if (ep->failed)
         return;
-    util_debug("udp: peer %u at %s:%u closed its context", ep->super.peer, inet_ntoa(ep->sa.sin_addr),
-               ntohs(ep->sa.sin_port));
+    util_debug("udp: peer %u at %s:%u closed its context", ep->super.peer, inet_ntoa(ep->conn->sa.sin_addr),
+               ntohs(ep->conn->sa.sin_port));
     ep_end(ui, ep, 1);
 }
 
@@ -148,10 +153,9 @@ void udp_ep_gone(udp_iface_t *ui, udp_ep_t *ep)
  * not acknowledged: if it is lost, the refusal decides. */
 void udp_bye_all(udp_iface_t *ui)
 {
-    util_dlist_t *pos;
+    udp_ep_t *ep;
 
-    util_dlist_foreach(pos, &ui->eps) {
-        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+    for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
         if (!ep->failed && (ep->rx_data_seen || udp_ep_next_seq(ep, UDP_CH_DATA) != 0 ||
                             udp_ep_next_seq(ep, UDP_CH_PRIO) != 0))
             udp_bye_send(ui, ep);

@@ -125,10 +125,9 @@ void udp_put_rx_end(udp_iface_t *ui, udp_ep_t *ep)
  * the writer's timeout. */
 void udp_put_rx_check(udp_iface_t *ui, uint64_t now)
 {
-    util_dlist_t *pos;
+    udp_ep_t *ep;
 
-    util_dlist_foreach(pos, &ui->eps) {
-        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+    for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
         if (ep->put_rx)
             udp_rx_stall_check(ui, ep, ep->fl->put_rx_us, now, &ep->fl->stall_sent_us);
     }

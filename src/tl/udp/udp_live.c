@@ -73,7 +73,7 @@ void udp_live_send_error(udp_iface_t *ui, udp_ep_t *ep, int fd, int err)
 {
     if (err != ECONNREFUSED && err != EHOSTUNREACH && err != ENETUNREACH)
         return;
-    if (ep != NULL && ep->conn != NULL && fd == ep->conn->fd)
+    if (ep != NULL && ep->sock && fd == ep->conn->fd)
         ep->conn->errq = 1; /* its error queue quotes what was refused */
     ui->sock.errq = 1;
 }
@@ -121,8 +121,8 @@ static udp_ep_t *quote_ep(udp_iface_t *ui, const unsigned char *q, ssize_t n, co
     if (h.version != UDP_WIRE_VERSION || le64toh(h.job_key) != ui->job_key || le64toh(h.src_id) != ui->uuid)
         return NULL;
     ep = udp_ep_find(ui, le64toh(h.dst_id));
-    if (ep == NULL || ep->failed || ep->sa.sin_addr.s_addr != dst->sin_addr.s_addr ||
-        ep->sa.sin_port != dst->sin_port)
+    if (ep == NULL || ep->failed || ep->conn->sa.sin_addr.s_addr != dst->sin_addr.s_addr ||
+        ep->conn->sa.sin_port != dst->sin_port)
         return NULL;
     return ep;
 }
@@ -160,15 +160,14 @@ static int errq_read_one(udp_iface_t *ui, int fd)
 /* The error queues that may hold refusals, a batch at most. */
 static void errq_read(udp_iface_t *ui)
 {
-    util_dlist_t *pos;
+    udp_ep_t *ep;
     int n = 0;
 
     while (n < UDP_ERRQ_BATCH && errq_read_one(ui, ui->sock.fd))
         n++;
     ui->sock.errq = n == UDP_ERRQ_BATCH; /* more next time */
-    util_dlist_foreach(pos, &ui->eps) {
-        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
-        if (ep->conn == NULL || !ep->conn->errq)
+    for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
+        if (!ep->sock || !ep->conn->errq)
             continue;
         ep->conn->errq = 0; /* once for the endpoints that share it */
         for (n = 0; n < UDP_ERRQ_BATCH && errq_read_one(ui, ep->conn->fd); n++)
@@ -214,7 +213,7 @@ static int ep_bye_step(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
  * refused, and ends the byes that waited long enough. From progress. */
 void udp_live_progress(udp_iface_t *ui)
 {
-    util_dlist_t *pos;
+    udp_ep_t *ep;
     uint64_t now;
     int refusals = 0, byes = 0;
 
@@ -223,8 +222,7 @@ void udp_live_progress(udp_iface_t *ui)
     if (!ui->refusals && !ui->byes)
         return;
     now = udp_now_us();
-    util_dlist_foreach(pos, &ui->eps) {
-        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+    for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
         refusals += ep_refusal_step(ui, ep, now);
         byes += ep_bye_step(ui, ep, now);
     }
@@ -281,7 +279,7 @@ static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
     if (fl == NULL)
         return; /* no memory now: the next check probes */
     tx = &fl->tx[UDP_CH_PRIO];
-    if (ep->conn != NULL)
+    if (ep->sock)
         ep->conn->errq = ui->sock.errq = 1; /* a refusal pending there would eat the probe */
     if (ui->sock.errq)
         errq_read(ui);
@@ -294,13 +292,12 @@ static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
 
 void udp_live_check(udp_iface_t *ui, uint64_t now)
 {
-    util_dlist_t *pos;
+    udp_ep_t *ep;
     uint64_t first = ui->cfg.peer_timeout_us / 4 < UDP_PROBE_MIN_US ? ui->cfg.peer_timeout_us / 4 : UDP_PROBE_MIN_US;
 
     ui->sock.errq = 1; /* one system call when the queue is empty */
     udp_node_check(ui, now, 0); /* the node's processes that died */
-    util_dlist_foreach(pos, &ui->eps) {
-        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+    for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
         uint64_t silence = now > ep->last_rx_us ? now - ep->last_rx_us : 0;
         if (ep->failed || !ep->connected || silence < first ||
             now - ep->probe_us < udp_probe_interval(silence))

@@ -134,18 +134,18 @@ static void rtt_sample(udp_ep_t *ep, uint64_t m)
 
     if (m > UINT32_MAX / 8)
         m = UINT32_MAX / 8; /* the sums below stay in 32 bits */
-    if (ep->min_rtt_us == 0 || m < ep->min_rtt_us)
-        ep->min_rtt_us = m > 0 ? (uint32_t)m : 1;
-    if (ep->srtt_us == 0) {
-        ep->srtt_us = m > 0 ? (uint32_t)m : 1;
-        ep->rttvar_us = (uint32_t)(m / 2);
+    if (ep->conn->min_rtt_us == 0 || m < ep->conn->min_rtt_us)
+        ep->conn->min_rtt_us = m > 0 ? (uint32_t)m : 1;
+    if (ep->conn->srtt_us == 0) {
+        ep->conn->srtt_us = m > 0 ? (uint32_t)m : 1;
+        ep->conn->rttvar_us = (uint32_t)(m / 2);
         return;
     }
-    err = m > ep->srtt_us ? m - ep->srtt_us : ep->srtt_us - m;
-    ep->rttvar_us = (uint32_t)((3 * (uint64_t)ep->rttvar_us + err) / 4);
-    ep->srtt_us = (uint32_t)((7 * (uint64_t)ep->srtt_us + m) / 8);
-    if (ep->srtt_us == 0)
-        ep->srtt_us = 1;
+    err = m > ep->conn->srtt_us ? m - ep->conn->srtt_us : ep->conn->srtt_us - m;
+    ep->conn->rttvar_us = (uint32_t)((3 * (uint64_t)ep->conn->rttvar_us + err) / 4);
+    ep->conn->srtt_us = (uint32_t)((7 * (uint64_t)ep->conn->srtt_us + m) / 8);
+    if (ep->conn->srtt_us == 0)
+        ep->conn->srtt_us = 1;
 }
 
 /* The timeout before backoff: the setting until the first RTT sample;
@@ -156,9 +156,9 @@ uint64_t udp_rto_base(const udp_iface_t *ui, const udp_ep_t *ep)
 {
     uint64_t rto;
 
-    if (ep->srtt_us == 0)
+    if (ep->conn->srtt_us == 0)
         return ui->cfg.rto_us;
-    rto = ep->srtt_us + 4 * (uint64_t)ep->rttvar_us + ui->cfg.ack_delay_us;
+    rto = ep->conn->srtt_us + 4 * (uint64_t)ep->conn->rttvar_us + ui->cfg.ack_delay_us;
     if (rto < UDP_RTO_MIN_US)
         rto = UDP_RTO_MIN_US;
     return rto > ui->cfg.rto_us ? ui->cfg.rto_us : rto;
@@ -172,9 +172,9 @@ static uint64_t pto(const udp_iface_t *ui, const udp_ep_t *ep)
 {
     uint64_t t;
 
-    if (ep->srtt_us == 0)
+    if (ep->conn->srtt_us == 0)
         return ui->cfg.rto_us;
-    t = (uint64_t)ep->srtt_us + ep->srtt_us / 2 + ui->cfg.ack_delay_us;
+    t = (uint64_t)ep->conn->srtt_us + ep->conn->srtt_us / 2 + ui->cfg.ack_delay_us;
     return t < UDP_PTO_MIN_US ? UDP_PTO_MIN_US : t;
 }
 
@@ -739,10 +739,9 @@ static int rx_leave(udp_iface_t *ui, udp_ep_t *ep, const udp_rx_t *rx, const udp
  * did not take instead of waiting for its timeout. */
 void udp_rx_resume(udp_iface_t *ui)
 {
-    util_dlist_t *pos;
+    udp_ep_t *ep;
 
-    util_dlist_foreach(pos, &ui->eps) {
-        udp_ep_t *ep = util_container_of(pos, udp_ep_t, link);
+    for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
         if (!ep->rx_left)
             continue;
         ep->rx_left = 0;

@@ -139,56 +139,85 @@ static uint64_t conn_key(const struct sockaddr_in *sa)
 }
 
 /* ep sends through the interface's socket again; the connected socket
- * closes with its last endpoint. */
+ * closes with its last user (the address's state stays while endpoints
+ * are at it). */
 void udp_sock_ep_disconnect(udp_iface_t *ui, udp_ep_t *ep)
 {
     udp_conn_t *c = ep->conn;
 
-    ep->conn = NULL;
-    ep->fd = -1;
-    if (c == NULL || --c->refs > 0)
+    if (!ep->sock)
         return;
-    util_idmap_del(&ui->sock.conns, conn_key(&c->sa));
+    ep->sock = 0;
+    if (--c->users > 0)
+        return;
     close(c->fd);
-    free(c);
+    c->fd = -1;
     ui->sock.n_conn--;
 }
 
-/* A socket bound to our address and connected to sa, or NULL. */
-static udp_conn_t *conn_new(udp_iface_t *ui, const udp_ep_t *ep)
+udp_conn_t *udp_conn_get(udp_iface_t *ui, const struct sockaddr_in *sa)
+{
+    udp_conn_t *c = util_idmap_get(&ui->sock.conns, conn_key(sa));
+
+    if (c == NULL) {
+        if ((c = calloc(1, sizeof(*c))) == NULL)
+            return NULL;
+        c->sa = *sa;
+        c->key = conn_key(sa);
+        c->fd = -1;
+        if (util_idmap_put(&ui->sock.conns, c) != 0) {
+            free(c);
+            return NULL;
+        }
+    }
+    c->refs++;
+    return c;
+}
+
+void udp_conn_put(udp_iface_t *ui, udp_conn_t *c)
+{
+    if (--c->refs > 0)
+        return;
+    util_idmap_del(&ui->sock.conns, c->key);
+    free(c);
+}
+
+int udp_ep_move(udp_iface_t *ui, udp_ep_t *ep, const struct sockaddr_in *sa)
+{
+    udp_conn_t *c;
+
+    if (conn_key(sa) == ep->conn->key)
+        return 0;
+    if ((c = udp_conn_get(ui, sa)) == NULL)
+        return -1;
+    udp_sock_ep_disconnect(ui, ep);
+    udp_conn_put(ui, ep->conn);
+    ep->conn = c;
+    return 0;
+}
+
+/* A socket bound to our address and connected to c's; -1 when none. */
+static int conn_sock_open(udp_iface_t *ui, const udp_conn_t *c, tmx_peer_t peer)
 {
     struct sockaddr_in me = ui->sock.self_sa;
-    udp_conn_t *c = calloc(1, sizeof(*c));
-    int sz = UDP_SOCKBUF;
+    int sz = UDP_SOCKBUF, fd;
 
-    if (c == NULL)
-        return NULL;
     me.sin_port = 0;
-    c->sa = ep->sa;
-    if ((c->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0) {
-        util_info("udp: no socket of its own for peer %u (%s): the shared one sends", ep->super.peer,
-                  strerror(errno));
-        goto err_free;
+    if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0) {
+        util_info("udp: no socket of its own for peer %u (%s): the shared one sends", peer, strerror(errno));
+        return -1;
     }
-    if (setsockopt(c->fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
-        setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-    if (bind(c->fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
-        connect(c->fd, (struct sockaddr *)&c->sa, sizeof(c->sa)) != 0) {
-        util_info("udp: cannot connect a socket to peer %u at %s:%u (%s): the shared one sends",
-                  ep->super.peer, inet_ntoa(c->sa.sin_addr), ntohs(c->sa.sin_port), strerror(errno));
-        goto err_close;
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+    if (bind(fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
+        connect(fd, (struct sockaddr *)&c->sa, sizeof(c->sa)) != 0) {
+        util_info("udp: cannot connect a socket to peer %u at %s:%u (%s): the shared one sends", peer,
+                  inet_ntoa(c->sa.sin_addr), ntohs(c->sa.sin_port), strerror(errno));
+        close(fd);
+        return -1;
     }
-    if (util_idmap_put(&ui->sock.conns, conn_key(&c->sa), c) != 0)
-        goto err_close;
-    udp_live_ep_socket(c->fd);
-    ui->sock.n_conn++;
-    return c;
-
-err_close:
-    close(c->fd);
-err_free:
-    free(c);
-    return NULL;
+    udp_live_ep_socket(fd);
+    return fd;
 }
 
 /* A socket for sending to a peer, bound to our address and connected to
@@ -202,15 +231,17 @@ err_free:
  * sends. */
 void udp_sock_ep_connect(udp_iface_t *ui, udp_ep_t *ep)
 {
-    udp_conn_t *c;
+    udp_conn_t *c = ep->conn;
 
-    udp_sock_ep_disconnect(ui, ep);
-    c = util_idmap_get(&ui->sock.conns, conn_key(&ep->sa));
-    if (c == NULL && (ui->sock.n_conn >= ui->cfg.conn_max || (c = conn_new(ui, ep)) == NULL))
+    if (ep->sock)
         return;
-    c->refs++;
-    ep->conn = c;
-    ep->fd = c->fd;
+    if (c->fd < 0) {
+        if (ui->sock.n_conn >= ui->cfg.conn_max || (c->fd = conn_sock_open(ui, c, ep->super.peer)) < 0)
+            return;
+        ui->sock.n_conn++;
+    }
+    c->users++;
+    ep->sock = 1;
 }
 
 /* The size of the datagrams the kernel coalesced into this buffer (UDP
@@ -323,7 +354,7 @@ tmx_status_t udp_sock_open(udp_iface_t *ui, uint32_t *ifmtu)
     ui->sock.tx_lane = -1;
     for (int i = 0; i < UDP_LANES_MAX; i++)
         ui->sock.lane_fd[i] = -1;
-    util_idmap_init(&ui->sock.conns);
+    util_idmap_init(&ui->sock.conns, offsetof(udp_conn_t, key));
     if ((ui->sock.rbufs = malloc((size_t)UDP_RECV_BATCH * 65536)) == NULL)
         return TMX_ERR_NOMEM;
     if ((st = sock_bind(ui, ifmtu)) != TMX_OK) {

@@ -208,7 +208,7 @@ static void test_acks_reach_a_connected_sender(void **state)
     (void)state;
     pair_open(&a, &b);
     ab = connect_to(&a, &b, UUID_B);
-    assert_true(ab->fd >= 0);
+    assert_true(udp_ep_fd(ab) >= 0);
     for (int i = 0; i < 3; i++)
         send_bytes(ab, 100);
     w = (want_t){&b, 3, ab};
@@ -216,7 +216,7 @@ static void test_acks_reach_a_connected_sender(void **state)
     ba = udp_ep_find(b.ui, UUID_A);
     assert_non_null(ba);
     assert_false(ba->connected); /* made by the datagrams, not by a connect */
-    assert_int_equal(ba->sa.sin_port, a.ui->sock.self_sa.sin_port);
+    assert_int_equal(ba->conn->sa.sin_port, a.ui->sock.self_sa.sin_port);
     assert_true(poll_until(&a, &b, all_acked, &w));
     assert_int_equal(b.ui->stats.dropped, 0);
     pair_close(&a, &b);
@@ -233,7 +233,7 @@ static void test_both_connected(void **state)
     pair_open(&a, &b);
     ab = connect_to(&a, &b, UUID_B);
     ba = connect_to(&b, &a, UUID_A);
-    assert_true(ab->fd >= 0 && ba->fd >= 0);
+    assert_true(udp_ep_fd(ab) >= 0 && udp_ep_fd(ba) >= 0);
     assert_int_equal(a.ui->sock.n_conn, 1);
     for (int i = 0; i < 10; i++) {
         send_bytes(ab, 8);
@@ -263,7 +263,7 @@ static void test_connect_max(void **state)
     unsetenv("TMX_UDP_CONNECT_MAX");
     side_open(&b, UUID_B);
     ab = connect_to(&a, &b, UUID_B);
-    assert_int_equal(ab->fd, -1);
+    assert_int_equal(udp_ep_fd(ab), -1);
     assert_int_equal(a.ui->sock.n_conn, 0);
     send_bytes(ab, 64);
     w = (want_t){&b, 1, ab};
@@ -636,7 +636,7 @@ static void test_failed_peer_gives_socket_back(void **state)
     assert_int_equal(a.ui->sock.n_conn, 1);
     udp_ep_fail(a.ui, ab, "the test says so");
     assert_int_equal(a.failures, 1);
-    assert_int_equal(ab->fd, -1);
+    assert_int_equal(udp_ep_fd(ab), -1);
     assert_int_equal(a.ui->sock.n_conn, 0);
     a.failures = 0;
     pair_close(&a, &b);
@@ -674,7 +674,7 @@ static void refused(const char *connect_max)
     pair_open(&a, &b);
     unsetenv("TMX_UDP_CONNECT_MAX");
     ab = connect_to(&a, &b, UUID_B);
-    assert_int_equal(ab->fd >= 0, connect_max[0] != '0');
+    assert_int_equal(udp_ep_fd(ab) >= 0, connect_max[0] != '0');
     send_bytes(ab, 64);
     w = (want_t){&b, 1, ab};
     assert_true(poll_until(&a, &b, got_packets, &w));
@@ -994,7 +994,7 @@ static void test_node_port_shared(void **state)
     assert_null(c.tx.ui->node.tab); /* not in a job: a port of its own */
     assert_int_equal(c.tx.ui->sock.n_conn, 1); /* one connected socket for the node */
     for (int i = 0; i < NODE_SIDES; i++)
-        assert_int_equal(c.ep[i]->fd, c.ep[0]->fd);
+        assert_int_equal(udp_ep_fd(c.ep[i]), udp_ep_fd(c.ep[0]));
     assert_int_not_equal(c.tx.ui->sock.self_sa.sin_port, c.m[0].ui->sock.self_sa.sin_port);
     node_exchange(&c, NODE_SIDES, want, had);
     for (int i = 0; i < NODE_SIDES; i++)
@@ -1421,7 +1421,7 @@ static void test_node_lanes_shared(void **state)
         c.ep[i] = connect_to(&c.m[i], &c.tx, 0x5e0d);
         send_bytes(c.ep[i], 20000);
         send_bytes(c.ep[i], 100);
-        assert_non_null(c.ep[i]->conn);
+        assert_true(c.ep[i]->sock);
         conn_port[i] = local_port(c.ep[i]->conn->fd);
         assert_int_equal(c.ep[i]->lane, 1 + (unsigned)i % 3); /* a node's first peers spread: index i, lane i */
     }
@@ -1614,7 +1614,7 @@ static void test_node_handed_on_first_contact(void **state)
     assert_int_equal(c.m[1].packets, 1);
     ep = udp_ep_find(c.m[1].ui, 0x7777);
     assert_non_null(ep);
-    assert_int_equal(ep->sa.sin_addr.s_addr, far.sin_addr.s_addr);
+    assert_int_equal(ep->conn->sa.sin_addr.s_addr, far.sin_addr.s_addr);
     assert_true(got_ack);
     close(peer);
     for (int i = 0; i < 2; i++)

@@ -409,7 +409,7 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t 
      * every piece of a read's or a write's data (the last may be short) */
     if (ch == UDP_CH_DATA && ui->sock.lanes > 0 && (nseg > 1 || (d->flags & (UDP_FLAG_GET_DATA | UDP_FLAG_PUT_DATA)))) {
         if (ep->lane == 0)
-            ep->lane = 1 + ui->sock.lane_next++ % ui->sock.lanes;
+            ep->lane = (uint8_t)(1 + ui->sock.lane_next++ % ui->sock.lanes);
         lane = ep->lane;
     }
     now = udp_now_us(); /* one reading per send: in a VM it costs ~50 ns */

@@ -521,12 +521,16 @@ static void test_stale_handles_after_burst(void **state)
             assert_int_equal(tmx_request_cancel(r[i]), TMX_OK);
             assert_int_equal(tmx_request_free(r[i]), TMX_OK);
         }
-        /* the last request back: the pool gave the burst's chunks back */
-        assert_int_equal(tmx_context_memory(f->ctx, &mapped), TMX_OK);
-        assert_int_equal(mapped, idle);
         do
             assert_int_equal(tmx_cq_read(f->ctx, c, 64, &n), TMX_OK);
         while (n > 0);
+        /* the burst's chunks stay while the caller is busy... */
+        assert_int_equal(tmx_context_memory(f->ctx, &mapped), TMX_OK);
+        assert_true(mapped > idle);
+        /* ...and go back once a wait finds nothing to do */
+        assert_int_equal(tmx_wait(f->ctx, 100000), 0);
+        assert_int_equal(tmx_context_memory(f->ctx, &mapped), TMX_OK);
+        assert_int_equal(mapped, idle);
         assert_int_equal(tmx_request_free(r[0]), TMX_ERR_INVALID);
         assert_int_equal(tmx_request_free(r[N / 2]), TMX_ERR_INVALID);
         assert_int_equal(tmx_request_free(r[N - 1]), TMX_ERR_INVALID);
@@ -547,13 +551,43 @@ static void test_stale_handles_after_burst(void **state)
         assert_int_equal(tmx_request_wait(r[0], -1, NULL), TMX_OK);
         assert_int_equal(tmx_request_free(r[0]), TMX_OK);
     }
-    assert_int_equal(tmx_message_discard(f->ctx, msg), TMX_ERR_INVALID);
-    assert_int_equal(tmx_mrecv(f->ctx, msg, buf, sizeof(buf), NULL, &r[0]), TMX_ERR_INVALID);
     do
         assert_int_equal(tmx_cq_read(f->ctx, c, 64, &n), TMX_OK);
     while (n > 0);
+    assert_int_equal(tmx_wait(f->ctx, 100000), 0);
     assert_int_equal(tmx_context_memory(f->ctx, &mapped), TMX_OK);
     assert_int_equal(mapped, idle);
+    assert_int_equal(tmx_message_discard(f->ctx, msg), TMX_ERR_INVALID);
+    assert_int_equal(tmx_mrecv(f->ctx, msg, buf, sizeof(buf), NULL, &r[0]), TMX_ERR_INVALID);
+}
+
+/* A request that fails to start goes back to the pool: a handle freed
+ * before it, whose slot it took, is still refused. */
+static void test_stale_handle_after_failed_start(void **state)
+{
+    fixture_t *f = *state;
+    tmx_context_h gone;
+    unsigned char addr[TMX_ADDRESS_MAX];
+    size_t len = sizeof(addr);
+    tmx_peer_t dead;
+    tmx_request_h r, r2 = NULL;
+    char buf[4] = "abc";
+
+    assert_int_equal(tmx_context_create(NULL, &gone), TMX_OK);
+    assert_int_equal(tmx_address(gone, addr, &len), TMX_OK);
+    assert_int_equal(tmx_context_destroy(gone), TMX_OK);
+    assert_int_equal(tmx_peer_add(f->ctx, addr, len, &dead), TMX_OK);
+    assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, buf, sizeof(buf), 9, 0, NULL, &r), TMX_OK);
+    assert_int_equal(tmx_request_cancel(r), TMX_OK);
+    assert_int_equal(tmx_request_free(r), TMX_OK);
+    assert_int_equal(tmx_request_free(r), TMX_ERR_INVALID);
+    /* its shared memory is gone: the send cannot start */
+    assert_int_not_equal(tmx_tsend(f->ctx, dead, buf, sizeof(buf), 9, NULL, &r2), TMX_OK);
+    assert_null(r2);
+    assert_int_equal(tmx_request_free(r), TMX_ERR_INVALID);
+    assert_int_equal(tmx_request_test(r, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_request_wait(r, 0, NULL), TMX_ERR_INVALID);
+    assert_int_equal(tmx_cq_read(f->ctx, (tmx_completion_t[4]){0}, 4, &len), TMX_OK);
 }
 
 static void test_cancel(void **state)
@@ -1346,6 +1380,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_probe_claim_discard, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_handles_after_burst, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_handle_after_failed_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_by_context, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cq_errors_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shm_sender_slots_reused, setup, teardown),

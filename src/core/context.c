@@ -283,10 +283,11 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     /* Handles point into these pools, and a stale handle must read as one
      * (TMX_ERR_INVALID) even after a burst's chunks were given back:
      * mapped pools keep the addresses and give the pages back, which then
-     * read as zeros (ctx NULL). So a pool goes back to one chunk once its
-     * last object is returned: the high water of a burst of requests is
-     * not held for ever. A chunk each from the start: what a context holds
-     * does not depend on whether a message ever came unexpected. */
+     * read as zeros (ctx NULL). So a pool can go back to one chunk once no
+     * object is in use (core_check_peers, from a wait gone idle): the high
+     * water of a burst of requests is not held for ever. A chunk each from
+     * the start: what a context holds does not depend on whether a
+     * message ever came unexpected. */
     if (util_pool_init_mapped(&ctx->req_pool, sizeof(struct tmx_request), CORE_POOL_CHUNK) != 0 ||
         util_pool_init_mapped(&ctx->msg_pool, sizeof(struct tmx_message), CORE_POOL_CHUNK) != 0 ||
         util_pool_grow(&ctx->req_pool) != 0 || util_pool_grow(&ctx->msg_pool) != 0) {
@@ -296,8 +297,6 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
         free(ctx);
         return TMX_ERR_NOMEM;
     }
-    util_pool_set_keep(&ctx->req_pool, 1);
-    util_pool_set_keep(&ctx->msg_pool, 1);
     up.arg = ctx;
     ctx->boot_join = !(params && (params->field_mask & TMX_CONTEXT_FIELD_BOOT) && params->boot == TMX_BOOT_NONE);
     if ((st = proto_init(&ctx->proto, &up, &ctx->cfg.proto)) != TMX_OK)

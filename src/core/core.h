@@ -202,7 +202,8 @@ static inline void core_poll_idle(tmx_context_h ctx, int events)
         core_poll_yield(ctx);
 }
 
-/* Looks for dead peers, every CORE_PEER_CHECK_US at most. Locked. */
+/* Looks for dead peers, and gives idle pools' chunks back, every
+ * CORE_PEER_CHECK_US at most: from a wait gone idle. Locked. */
 void core_check_peers(tmx_context_h ctx, int64_t now);
 /* Sleeps in the transports, unlocked, up to timeout_us. */
 void core_idle_sleep(tmx_context_h ctx, int64_t timeout_us);

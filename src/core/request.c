@@ -56,6 +56,7 @@ struct tmx_request *core_req_alloc(tmx_context_h ctx, const tmx_op_params_t *par
 
 void core_req_release(struct tmx_request *req)
 {
+    req->handle_held = 0; /* a handle to it, kept by mistake, is stale now */
     util_dlist_unlink(&req->link);
     util_pool_put(&req->ctx->req_pool, req);
 }
@@ -189,6 +190,13 @@ void core_check_peers(tmx_context_h ctx, int64_t now)
         return;
     ctx->next_peer_check_us = now + CORE_PEER_CHECK_US;
     core_watch_for_wildcards(ctx);
+    /* Idle, and no request or message left: the pools give a burst's
+     * chunks back. Here, not when the last one is returned: a loop of
+     * bursts would give them back and fault them in again every time. */
+    if (ctx->req_pool.in_use == 0)
+        util_pool_trim_to(&ctx->req_pool, 1);
+    if (ctx->msg_pool.in_use == 0)
+        util_pool_trim_to(&ctx->msg_pool, 1);
     for (int i = 0; i < ctx->n_ifaces; i++)
         ctx->ifaces[i]->ops->check_peers(ctx->ifaces[i]);
 }

@@ -2,8 +2,12 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <errno.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include "util/log.h"
 
 #define POOL_ALIGN 16
 
@@ -23,6 +27,7 @@ void util_pool_init(util_pool_t *pool, size_t elem_size, size_t chunk_elems)
     pool->mapped = 0;
     pool->spare = NULL;
     pool->n_spare = pool->spare_cap = 0;
+    pool->stuck = 0;
 }
 
 int util_pool_init_mapped(util_pool_t *pool, size_t elem_size, size_t chunk_elems)
@@ -65,9 +70,14 @@ static int chunk_retire(util_pool_t *pool, void *chunk)
         pool->spare_cap = cap;
     }
     /* MADV_DONTNEED on private anonymous memory: the pages are freed and
-     * read as zeros from now on */
-    if (madvise(chunk, pool->chunk_bytes, MADV_DONTNEED) != 0)
+     * read as zeros from now on. Locked memory (mlockall) refuses: the
+     * pool then stops trying. */
+    if (madvise(chunk, pool->chunk_bytes, MADV_DONTNEED) != 0) {
+        util_info("a pool cannot give its memory back (%s): from now on it keeps what it grew to",
+                  strerror(errno));
+        pool->stuck = 1;
         return -1;
+    }
     pool->spare[pool->n_spare++] = chunk;
     return 0;
 }
@@ -104,7 +114,7 @@ void util_pool_trim_to(util_pool_t *pool, size_t keep)
 
     if (keep == 0)
         keep = 1;
-    if (pool->in_use != 0 || pool->n_chunks <= keep)
+    if (pool->in_use != 0 || pool->n_chunks <= keep || pool->stuck)
         return;
     /* the kept chunks' objects make the free list anew */
     pool->free_list = NULL;

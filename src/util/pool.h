@@ -19,6 +19,8 @@ typedef struct util_pool {
     size_t chunk_bytes;   /* bytes a chunk takes (mapped: whole pages) */
     int mapped;           /* chunks are private mappings (util_pool_init_mapped) */
     void **spare;         /* mapped: trimmed chunks, pages given back */
+    int stuck;            /* mapped: pages could not be given back (locked
+                             memory): no more trims */
     size_t n_spare, spare_cap;
 } util_pool_t;
 

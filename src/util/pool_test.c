@@ -6,6 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -196,6 +199,57 @@ static void test_mapped(void **state)
     assert_null(p.spare);
 }
 
+/* With every page locked (mlockall), pages cannot be given back: the
+ * first trim finds out, the chunks stay whole and live, and the pool
+ * stops trying. In a child, which the lock does not outlive. */
+static void test_mapped_locked(void **state)
+{
+    pid_t pid;
+    int status;
+
+    (void)state;
+    if ((pid = fork()) == 0) {
+        util_pool_t p;
+        void *o[N];
+        char *probe;
+        if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0)
+            _exit(77); /* not allowed here (RLIMIT_MEMLOCK): nothing to see */
+        probe = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (probe == MAP_FAILED)
+            _exit(6);
+        probe[0] = 1;
+        if (madvise(probe, 4096, MADV_DONTNEED) == 0)
+            _exit(77); /* nothing locked after all (ASan makes mlockall a no-op) */
+        if (util_pool_init_mapped(&p, 320, 64) != 0)
+            _exit(1);
+        for (int i = 0; i < N; i++)
+            if ((o[i] = util_pool_get(&p)) == NULL)
+                _exit(2);
+        size_t n = p.n_chunks;
+        for (int i = 0; i < N; i++)
+            util_pool_put(&p, o[i]);
+        util_pool_trim_to(&p, 1);
+        if (!p.stuck || p.n_chunks != n || p.n_spare != 0)
+            _exit(3);
+        util_pool_trim_to(&p, 1); /* no second try */
+        for (int i = 0; i < N; i++) /* every object still there, once each */
+            if ((o[i] = util_pool_get(&p)) == NULL)
+                _exit(4);
+        if (p.n_chunks != n)
+            _exit(5);
+        util_pool_fini(&p);
+        _exit(0);
+    }
+    assert_true(pid > 0);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77) {
+        print_message("memory cannot be locked here: the locked case is not tried\n");
+        return;
+    }
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -205,6 +259,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reserve_and_limit),
         cmocka_unit_test(test_trim_to),
         cmocka_unit_test(test_mapped),
+        cmocka_unit_test(test_mapped_locked),
     };
 
     return UNIT_MAIN(argc, argv, tests);

@@ -101,7 +101,6 @@ typedef struct udp_conn {
     uint32_t srtt_us, rttvar_us; /* smoothed round trip and its deviation,
                                     both channels, every process there;
                                     srtt 0 until a sample */
-    uint32_t min_rtt_us;         /* the smallest sample: the path unloaded */
 } udp_conn_t;
 
 /* What a peer's reliable exchange needs while it is under way (seed 001)

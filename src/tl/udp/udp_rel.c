@@ -134,8 +134,6 @@ static void rtt_sample(udp_ep_t *ep, uint64_t m)
 
     if (m > UINT32_MAX / 8)
         m = UINT32_MAX / 8; /* the sums below stay in 32 bits */
-    if (ep->conn->min_rtt_us == 0 || m < ep->conn->min_rtt_us)
-        ep->conn->min_rtt_us = m > 0 ? (uint32_t)m : 1;
     if (ep->conn->srtt_us == 0) {
         ep->conn->srtt_us = m > 0 ? (uint32_t)m : 1;
         ep->conn->rttvar_us = (uint32_t)(m / 2);

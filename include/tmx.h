@@ -159,7 +159,7 @@ tmx_status_t tmx_peer_count(tmx_context_h ctx, uint32_t *count);
 
 /* Bytes of private memory the context has mapped for itself and not given
  * back: its request and message pools, which go back to one chunk each
- * when a wait finds nothing to do and no request or message is left.
+ * when progress finds no request or message left (every 20 ms at most).
  * What it allocates with malloc is not counted here (malloc's own
  * figures, mallinfo2(), count it). */
 tmx_status_t tmx_context_memory(tmx_context_h ctx, size_t *mapped);

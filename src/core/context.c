@@ -284,7 +284,7 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
      * (TMX_ERR_INVALID) even after a burst's chunks were given back:
      * mapped pools keep the addresses and give the pages back, which then
      * read as zeros (ctx NULL). So a pool can go back to one chunk once no
-     * object is in use (core_check_peers, from a wait gone idle): the high
+     * object is in use (core_pools_trim, from progress): the high
      * water of a burst of requests is not held for ever. A chunk each from
      * the start: what a context holds does not depend on whether a
      * message ever came unexpected. */

@@ -89,6 +89,7 @@ struct tmx_context {
     uint64_t last_uuid;         /* one-entry cache in front of the table */
     tmx_peer_t last_peer;
     int64_t next_peer_check_us;
+    int64_t pool_trim_us;       /* core_pools_trim's last look */
     unsigned spin_polls;        /* fruitless polls before yielding */
     unsigned idle_polls;        /* fruitless tmx_cq_read/tmx_progress calls in a row */
     unsigned polls;             /* core_progress calls, for quiet transports */
@@ -202,9 +203,13 @@ static inline void core_poll_idle(tmx_context_h ctx, int events)
         core_poll_yield(ctx);
 }
 
-/* Looks for dead peers, and gives idle pools' chunks back, every
- * CORE_PEER_CHECK_US at most: from a wait gone idle. Locked. */
+/* Looks for dead peers, every CORE_PEER_CHECK_US at most: from a wait
+ * gone idle. Locked. */
 void core_check_peers(tmx_context_h ctx, int64_t now);
+/* Gives the request and message pools' extra chunks back when none of
+ * their objects is in use; at most every 20 ms (from progress and idle
+ * waits). Locked. */
+void core_pools_trim(tmx_context_h ctx, int64_t now);
 /* Sleeps in the transports, unlocked, up to timeout_us. */
 void core_idle_sleep(tmx_context_h ctx, int64_t timeout_us);
 

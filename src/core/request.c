@@ -13,6 +13,7 @@
 #define TMX_API __attribute__((visibility("default")))
 #define CORE_YIELD_POLLS 200      /* polls with sched_yield before sleeping */
 #define CORE_PEER_CHECK_US 20000  /* dead-peer checks while idle */
+#define CORE_POOL_TRIM_US 20000   /* idle pools trimmed at most this often */
 #define CORE_SHARED_SLEEP_US 500  /* slice per transport when several sleep */
 #define CORE_YIELD_SHARED_US 2    /* a yield this long ran someone else */
 
@@ -78,12 +79,29 @@ void core_req_complete(struct tmx_request *req, tmx_status_t status)
 
 /* -------------------------------------------------------------- progress */
 
+/* No request or message left: the pools give a burst's chunks back. At
+ * most every CORE_POOL_TRIM_US, not whenever the last one is returned:
+ * a loop of bursts would give them back and fault them in again every
+ * time round. */
+void core_pools_trim(tmx_context_h ctx, int64_t now)
+{
+    if (now - ctx->pool_trim_us < CORE_POOL_TRIM_US)
+        return;
+    ctx->pool_trim_us = now;
+    if (ctx->req_pool.in_use == 0)
+        util_pool_trim_to(&ctx->req_pool, 1);
+    if (ctx->msg_pool.in_use == 0)
+        util_pool_trim_to(&ctx->msg_pool, 1);
+}
+
 /* Every TL_QUIET_POLL_EVERY polls: the quiet transports too, if it is
  * time to look at them. */
 static __attribute__((noinline)) int progress_look(tmx_context_h ctx)
 {
     int events = 0, look_all = 0;
     int64_t now = core_now_us();
+
+    core_pools_trim(ctx, now);
 
     if (now - ctx->quiet_look_us >= (ctx->busy_polls != 0 ? TL_QUIET_BUSY_LOOK_US : TL_QUIET_LOOK_US)) {
         ctx->quiet_look_us = now;
@@ -190,13 +208,7 @@ void core_check_peers(tmx_context_h ctx, int64_t now)
         return;
     ctx->next_peer_check_us = now + CORE_PEER_CHECK_US;
     core_watch_for_wildcards(ctx);
-    /* Idle, and no request or message left: the pools give a burst's
-     * chunks back. Here, not when the last one is returned: a loop of
-     * bursts would give them back and fault them in again every time. */
-    if (ctx->req_pool.in_use == 0)
-        util_pool_trim_to(&ctx->req_pool, 1);
-    if (ctx->msg_pool.in_use == 0)
-        util_pool_trim_to(&ctx->msg_pool, 1);
+    core_pools_trim(ctx, now);
     for (int i = 0; i < ctx->n_ifaces; i++)
         ctx->ifaces[i]->ops->check_peers(ctx->ifaces[i]);
 }

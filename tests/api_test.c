@@ -17,6 +17,8 @@
 #include "proto/wire.h"
 #include "reg/reg.h"
 #include "tl/shm/shm_layout.h"
+#include <time.h>
+
 #include "tmx.h"
 #if __has_include(<valgrind/valgrind.h>)
 #include <valgrind/valgrind.h>
@@ -556,6 +558,40 @@ static void test_stale_handles_after_burst(void **state)
     assert_int_equal(mapped, idle);
     assert_int_equal(tmx_message_discard(f->ctx, msg), TMX_ERR_INVALID);
     assert_int_equal(tmx_mrecv(f->ctx, msg, buf, sizeof(buf), NULL, &r[0]), TMX_ERR_INVALID);
+}
+
+/* A program that only waits on its requests (no completion queue, no
+ * tmx_wait) gets a burst's chunks back too: the return of the last
+ * request trims, 20 ms after the last trim at most. */
+static void test_pool_trim_wait_only(void **state)
+{
+    fixture_t *f = *state;
+    enum { N = 300 };
+    tmx_request_h r[N];
+    tmx_op_params_t p = {.field_mask = TMX_OP_FIELD_FLAGS, .flags = TMX_OP_FLAG_NO_CQ};
+    char buf[N][4], out[4] = "abc";
+    size_t idle, mapped;
+    struct timespec ms30 = {0, 30 * 1000 * 1000};
+
+    assert_int_equal(tmx_context_memory(f->ctx, &idle), TMX_OK);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(tmx_trecv(f->ctx, f->self, buf[i], 4, (uint64_t)i, 0, &p, &r[i]), TMX_OK);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(tmx_tsend(f->ctx, f->self, out, 4, (uint64_t)i, &p, NULL), TMX_OK);
+    assert_int_equal(tmx_context_memory(f->ctx, &mapped), TMX_OK);
+    assert_true(mapped > idle);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(tmx_request_wait(r[i], -1, NULL), TMX_OK);
+        assert_int_equal(tmx_request_free(r[i]), TMX_OK);
+    }
+    /* past the trims' rate limit, one more request: its return trims */
+    nanosleep(&ms30, NULL);
+    assert_int_equal(tmx_trecv(f->ctx, f->self, buf[0], 4, 7, 0, &p, &r[0]), TMX_OK);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, out, 4, 7, &p, NULL), TMX_OK);
+    assert_int_equal(tmx_request_wait(r[0], -1, NULL), TMX_OK);
+    assert_int_equal(tmx_request_free(r[0]), TMX_OK);
+    assert_int_equal(tmx_context_memory(f->ctx, &mapped), TMX_OK);
+    assert_int_equal(mapped, idle);
 }
 
 /* A request that fails to start goes back to the pool: a handle freed
@@ -1378,6 +1414,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_handles_after_burst, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_handle_after_failed_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_trim_wait_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_by_context, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cq_errors_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shm_sender_slots_reused, setup, teardown),

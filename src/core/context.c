@@ -381,6 +381,8 @@ void core_msg_free(tmx_context_h ctx, struct tmx_message *msg)
     util_dlist_unlink(&msg->link);
     msg->ctx = NULL;
     util_pool_put(&ctx->msg_pool, msg);
+    if (__builtin_expect(ctx->msg_pool.in_use == 0 && ctx->msg_pool.n_chunks > 1, 0))
+        core_pools_trim(ctx, core_now_us());
 }
 
 TMX_API tmx_status_t tmx_context_memory(tmx_context_h ctx, size_t *mapped)

@@ -207,8 +207,8 @@ static inline void core_poll_idle(tmx_context_h ctx, int events)
  * gone idle. Locked. */
 void core_check_peers(tmx_context_h ctx, int64_t now);
 /* Gives the request and message pools' extra chunks back when none of
- * their objects is in use; at most every 20 ms (from progress and idle
- * waits). Locked. */
+ * their objects is in use; at most every 20 ms (from progress, idle
+ * waits, and the return of a pool's last object). Locked. */
 void core_pools_trim(tmx_context_h ctx, int64_t now);
 /* Sleeps in the transports, unlocked, up to timeout_us. */
 void core_idle_sleep(tmx_context_h ctx, int64_t timeout_us);

@@ -57,9 +57,13 @@ struct tmx_request *core_req_alloc(tmx_context_h ctx, const tmx_op_params_t *par
 
 void core_req_release(struct tmx_request *req)
 {
+    tmx_context_h ctx = req->ctx;
+
     req->handle_held = 0; /* a handle to it, kept by mistake, is stale now */
     util_dlist_unlink(&req->link);
-    util_pool_put(&req->ctx->req_pool, req);
+    util_pool_put(&ctx->req_pool, req);
+    if (__builtin_expect(ctx->req_pool.in_use == 0 && ctx->req_pool.n_chunks > 1, 0))
+        core_pools_trim(ctx, core_now_us());
 }
 
 void core_req_complete(struct tmx_request *req, tmx_status_t status)
@@ -309,6 +313,12 @@ TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx
             return TMX_ERR_TIMEOUT;
         }
         core_idle(ctx, &spins, deadline);
+        /* the lock was dropped: another thread may have freed the handle
+         * (a misuse TMX_THREAD_MULTIPLE still answers) */
+        if ((st = request_check_locked("tmx_request_wait", req)) != TMX_OK) {
+            core_unlock(ctx);
+            return st;
+        }
     }
     st = req->p.comp.status;
     if (out != NULL)

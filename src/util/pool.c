@@ -61,6 +61,8 @@ static int chunk_retire(util_pool_t *pool, void *chunk)
         free(chunk);
         return 0;
     }
+    if (pool->stuck)
+        return -1; /* a chunk before this one could not be given back */
     if (pool->n_spare == pool->spare_cap) {
         size_t cap = pool->spare_cap ? pool->spare_cap * 2 : 8;
         void **spare = realloc(pool->spare, cap * sizeof(*spare));

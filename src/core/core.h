@@ -23,14 +23,17 @@
 #define CORE_SPIN_POLLS_SHARED 16   /* more ranks than cores: yield early */
 
 typedef struct core_peer {
-    tl_ep_t *ep;                /* created on first use */
-    unsigned char *addr;        /* the transport's address section, kept
-                                   until the endpoint is made */
+    union {
+        tl_ep_t *ep;            /* has_ep: made on first use */
+        unsigned char *addr;    /* until then: the transport's address
+                                   section (a copy; NULL for self) */
+    };
     proto_peer_t proto;         /* proto's state for it; proto.uuid is the
                                    remote context's identity */
     uint16_t addr_len;
     uint8_t iface;              /* the transport that reaches it: ctx->ifaces[iface] */
-    uint8_t failed;             /* its process died or stopped answering */
+    uint8_t has_ep : 1;
+    uint8_t failed : 1;         /* its process died or stopped answering */
 } core_peer_t;
 
 enum core_req_state {
@@ -251,7 +254,7 @@ static inline tmx_status_t core_peer_ready(tmx_context_h ctx, tmx_peer_t peer, t
     core_peer_t *p = core_peer_get(ctx, peer);
     tmx_status_t st;
 
-    if (p != NULL && p->ep != NULL && !p->failed) {
+    if (p != NULL && p->has_ep && !p->failed) {
         *ep = p->ep;
         *pp = &p->proto;
         return TMX_OK;

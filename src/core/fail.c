@@ -73,12 +73,12 @@ void core_watch_for_wildcards(tmx_context_h ctx)
         return;
     ctx->watch_all = 1;
     for (uint32_t i = 0; i < ctx->n_peers; i++) {
-        if (ctx->peers[i].ep == NULL && !ctx->peers[i].failed &&
+        if (!ctx->peers[i].has_ep && !ctx->peers[i].failed &&
             core_peer_ep(ctx, i, &ep) == TMX_ERR_PEER_FAILED)
             core_peer_failed_cb(ctx, ctx->peers[i].proto.uuid, 0);
     }
     for (uint32_t i = 0; i < ctx->n_ipeers; i++) {
-        if (ctx->ipeers[i].ep == NULL && !ctx->ipeers[i].failed &&
+        if (!ctx->ipeers[i].has_ep && !ctx->ipeers[i].failed &&
             core_peer_ep(ctx, TMX_PEER_IMPLICIT | i, &ep) == TMX_ERR_PEER_FAILED)
             core_peer_failed_cb(ctx, ctx->ipeers[i].proto.uuid, 0);
     }

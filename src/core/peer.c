@@ -349,16 +349,18 @@ tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
     }
     if (p->failed)
         return TMX_ERR_PEER_FAILED;
-    if (p->ep == NULL) {
+    if (!p->has_ep) {
         tl_iface_t *iface = ctx->ifaces[p->iface];
-        st = iface->ops->ep_create(iface, p->addr, p->addr_len, peer, p->proto.uuid, &p->ep);
+        tl_ep_t *made;
+        st = iface->ops->ep_create(iface, p->addr, p->addr_len, peer, p->proto.uuid, &made);
         if (st != TMX_OK) {
             util_error("cannot reach peer %u over %s: %s", peer, iface->ops->name, tmx_strerror(st));
             return st;
         }
         /* the endpoint holds what it needs of the address */
         free(p->addr);
-        p->addr = NULL;
+        p->ep = made;
+        p->has_ep = 1;
     }
     *ep = p->ep;
     return TMX_OK;
@@ -367,9 +369,11 @@ tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
 static void peers_close(tmx_context_h ctx, core_peer_t *arr, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
-        if (arr[i].ep != NULL)
+        if (arr[i].has_ep) {
             ctx->ifaces[arr[i].iface]->ops->ep_destroy(arr[i].ep);
-        arr[i].ep = NULL;
+            arr[i].has_ep = 0;
+            arr[i].ep = NULL; /* no address either */
+        }
     }
 }
 

@@ -134,8 +134,8 @@ typedef struct udp_ep {
     udp_flow_t *fl;              /* NULL while idle */
     udp_conn_t *conn;            /* its address, shared with the endpoints of
                                     the same node: never NULL */
-    uint64_t last_rx_us;         /* when the peer was last heard */
-    uint64_t probe_us;           /* when it was last probed while silent */
+    uint32_t last_rx;            /* when the peer was last heard (udp_live_stamp) */
+    uint32_t probe;              /* when it was last probed while silent */
     uint32_t next_seq[UDP_N_CH]; /* while idle: the next segment's number */
     uint32_t expected[UDP_N_CH]; /* while idle: the next segment due */
     uint8_t lane;                /* 1 + the lane its bulk data takes, 0
@@ -567,6 +567,21 @@ static inline int udp_ep_dest(const udp_iface_t *ui, const udp_ep_t *ep, const s
     }
     *sa = &ep->conn->sa;
     return ui->sock.fd;
+}
+
+/* Liveness times: 32 bits in units of 1024 us, differences exact to a
+ * unit for 25 days (udp_live_age saturates a stamp in the future to 0). */
+#define UDP_LIVE_SHIFT 10
+static inline uint32_t udp_live_stamp(uint64_t us)
+{
+    return (uint32_t)(us >> UDP_LIVE_SHIFT);
+}
+
+static inline uint64_t udp_live_age(uint64_t now_us, uint32_t stamp)
+{
+    uint32_t d = udp_live_stamp(now_us) - stamp;
+
+    return d > INT32_MAX ? 0 : (uint64_t)d << UDP_LIVE_SHIFT;
 }
 
 /* Every endpoint, one at a time: for (it = 0; (ep = udp_ep_next(ui,

@@ -78,7 +78,7 @@ udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *s
     ep->super.iface = &ui->super;
     ep->super.peer = TMX_PEER_NONE;
     ep->index = index;
-    ep->last_rx_us = udp_now_us();
+    ep->last_rx = udp_live_stamp(udp_now_us());
     ui->n_eps++;
     return ep;
 }

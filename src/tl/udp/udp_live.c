@@ -188,7 +188,7 @@ static int ep_refusal_step(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
         return 0;
     }
     if (ep->refused || now - ep->fl->refused_us >= udp_rto_base(ui, ep)) {
-        if (ep->refused || now - ep->probe_us >= udp_rto_base(ui, ep))
+        if (ep->refused || udp_live_age(now, ep->probe) >= udp_rto_base(ui, ep))
             ep_probe(ui, ep, now);
         ep->refused = 0;
     }
@@ -275,7 +275,7 @@ static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
     udp_tx_t *tx;
     udp_send_desc_t keepalive = {.ch = UDP_CH_PRIO}; /* an empty segment, acknowledged */
 
-    ep->probe_us = now;
+    ep->probe = udp_live_stamp(now);
     if (fl == NULL)
         return; /* no memory now: the next check probes */
     tx = &fl->tx[UDP_CH_PRIO];
@@ -298,9 +298,9 @@ void udp_live_check(udp_iface_t *ui, uint64_t now)
     ui->sock.errq = 1; /* one system call when the queue is empty */
     udp_node_check(ui, now, 0); /* the node's processes that died */
     for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
-        uint64_t silence = now > ep->last_rx_us ? now - ep->last_rx_us : 0;
+        uint64_t silence = udp_live_age(now, ep->last_rx);
         if (ep->failed || !ep->connected || silence < first ||
-            now - ep->probe_us < udp_probe_interval(silence))
+            udp_live_age(now, ep->probe) < udp_probe_interval(silence))
             continue;
         ep_probe(ui, ep, now);
     }

@@ -322,7 +322,8 @@ static void tx_timer_fire(util_timer_t *t)
     }
     /* Silence is what counts: a peer that still answers, even only with
      * ACKs of duplicates, is alive however lossy the path. */
-    if (now - tx->ep->last_rx_us > ui->cfg.peer_timeout_us && now - tx->last_progress_us > ui->cfg.peer_timeout_us) {
+    if (udp_live_age(now, tx->ep->last_rx) > ui->cfg.peer_timeout_us &&
+        now - tx->last_progress_us > ui->cfg.peer_timeout_us) {
         udp_ep_fail(ui, tx->ep, "silent for longer than TMX_UDP_PEER_TIMEOUT_MS");
         return;
     }
@@ -338,7 +339,7 @@ static void tx_timer_fire(util_timer_t *t)
                tx->ep->super.peer, (unsigned long long)(now - tx->last_progress_us),
                (unsigned long long)tx->rto_us);
     rto_resend(ui, tx, now);
-    tx->rto_us = rto_backoff(tx->rto_us, now - tx->ep->last_rx_us);
+    tx->rto_us = rto_backoff(tx->rto_us, udp_live_age(now, tx->ep->last_rx));
     util_timer_arm(&ui->wheel, &tx->timer, now + tx->rto_us);
 }
 

@@ -130,7 +130,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         dgram_drop(ui, "peer declared failed", len);
         return;
     }
-    ep->last_rx_us = ui->rx_now_us;
+    ep->last_rx = udp_live_stamp(ui->rx_now_us);
     udp_live_heard(ep);
     if (ep->fl != NULL) { /* without a flow nothing is in flight: the ACKs are old */
         for (int ch = 0; ch < UDP_N_CH; ch++)

@@ -569,9 +569,12 @@ static inline int udp_ep_dest(const udp_iface_t *ui, const udp_ep_t *ep, const s
     return ui->sock.fd;
 }
 
-/* Liveness times: 32 bits in units of 1024 us, differences exact to a
- * unit for 25 days (udp_live_age saturates a stamp in the future to 0). */
+/* Liveness times: 32 bits in units of 1024 us, so ages are exact to a
+ * unit up to 50 days and wrap beyond. A stamp up to UDP_LIVE_AHEAD units
+ * in the future (a datagram's arrival time, read after the clock of the
+ * caller) has age 0. */
 #define UDP_LIVE_SHIFT 10
+#define UDP_LIVE_AHEAD 1024u /* about a second */
 static inline uint32_t udp_live_stamp(uint64_t us)
 {
     return (uint32_t)(us >> UDP_LIVE_SHIFT);
@@ -581,7 +584,13 @@ static inline uint64_t udp_live_age(uint64_t now_us, uint32_t stamp)
 {
     uint32_t d = udp_live_stamp(now_us) - stamp;
 
-    return d > INT32_MAX ? 0 : (uint64_t)d << UDP_LIVE_SHIFT;
+    return d > UINT32_MAX - UDP_LIVE_AHEAD ? 0 : (uint64_t)d << UDP_LIVE_SHIFT;
+}
+
+/* A stamp half the range ago: "never", for a probe not yet sent. */
+static inline uint32_t udp_live_long_ago(uint64_t now_us)
+{
+    return udp_live_stamp(now_us) - (UINT32_MAX / 2);
 }
 
 /* Every endpoint, one at a time: for (it = 0; (ep = udp_ep_next(ui,

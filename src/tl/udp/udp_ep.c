@@ -79,6 +79,7 @@ udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *s
     ep->super.peer = TMX_PEER_NONE;
     ep->index = index;
     ep->last_rx = udp_live_stamp(udp_now_us());
+    ep->probe = udp_live_long_ago(udp_now_us()); /* never probed */
     ui->n_eps++;
     return ep;
 }

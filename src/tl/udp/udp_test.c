@@ -1665,9 +1665,30 @@ static void test_node_handed_on_no_false_death(void **state)
     side_close(&c.tx);
 }
 
+/* Liveness stamps: ages right whatever the clock's value (a host up for
+ * more than 25 days included), a stamp a little ahead reads as now, and
+ * "never probed" reads as long ago. */
+static void test_live_stamps(void **state)
+{
+    static const uint64_t nows[] = {5000000ull, 3000000000000ull /* 35 days */,
+                                    (1ull << 42) - 1000 /* a stamp's wrap */, 1ull << 50};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(nows) / sizeof(nows[0]); i++) {
+        uint64_t now = nows[i];
+        uint64_t a = udp_live_age(now, udp_live_stamp(now - 2000000));
+        assert_true(a >= 1990000 && a <= 2010000);
+        assert_true(udp_live_age(now, udp_live_stamp(now)) < 1100);
+        assert_int_equal(udp_live_age(now, udp_live_stamp(now + 500000)), 0);
+        assert_true(udp_live_age(now, udp_live_long_ago(now)) > 20ull * 86400 * 1000000);
+        assert_true(udp_live_age(now + 5000000, udp_live_long_ago(now)) > 20ull * 86400 * 1000000);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_live_stamps),
         cmocka_unit_test(test_acks_reach_a_connected_sender),
         cmocka_unit_test(test_closing_peer_says_bye),
         cmocka_unit_test(test_small_window_takes_largest_packet),

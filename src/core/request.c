@@ -84,9 +84,9 @@ void core_req_complete(struct tmx_request *req, tmx_status_t status)
 /* -------------------------------------------------------------- progress */
 
 /* No request or message left: the pools give a burst's chunks back. At
- * most every CORE_POOL_TRIM_US, not whenever the last one is returned:
- * a loop of bursts would give them back and fault them in again every
- * time round. */
+ * most every CORE_POOL_TRIM_US (from progress, idle waits and the return
+ * of a pool's last object): more often, a loop of bursts would give them
+ * back and fault them in again every time round. */
 void core_pools_trim(tmx_context_h ctx, int64_t now)
 {
     if (now - ctx->pool_trim_us < CORE_POOL_TRIM_US)
@@ -182,7 +182,6 @@ static tmx_status_t request_check_locked(const char *fn, tmx_request_h req)
 TMX_API tmx_status_t tmx_request_test(tmx_request_h req, tmx_completion_t *out)
 {
     tmx_status_t st;
-
     tmx_context_h ctx;
 
     if ((st = request_check("tmx_request_test", req)) != TMX_OK)

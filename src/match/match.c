@@ -273,10 +273,26 @@ void match_index_posted(match_engine_t *m)
     }
 }
 
+static inline int pend_key_is(const match_engine_t *m, const match_recv_t *r)
+{
+    return r->src == m->pend_src && r->ignore == m->pend_ignore &&
+           (r->tag & ~r->ignore) == m->pend_tag;
+}
+
 tmx_status_t match_post(match_engine_t *m, match_recv_t *r)
 {
-    if (m->n_pending >= m->pending_max)
+    int same = m->n_pending != 0 && m->pend_one_key && pend_key_is(m, r);
+
+    if (!same && m->n_pending >= m->pending_max)
         match_index_posted(m);
+    if (m->n_pending == 0) {
+        m->pend_one_key = 1;
+        m->pend_src = r->src;
+        m->pend_ignore = r->ignore;
+        m->pend_tag = r->tag & ~r->ignore;
+    } else if (!same) {
+        m->pend_one_key = 0;
+    }
     r->bin = pending_bin;
     r->seq = m->post_seq++;
     util_dlist_push_tail(&m->pending, &r->link);
@@ -325,6 +341,8 @@ match_recv_t *match_find_recv(match_engine_t *m, uint32_t src, uint64_t tag)
         match_recv_t *r = util_container_of(pos, match_recv_t, link);
         if (match_matches(r->src, r->tag, r->ignore, src, tag))
             return r;
+        if (m->pend_one_key)
+            break; /* the others have the first one's key */
     }
     return NULL;
 }
@@ -356,6 +374,8 @@ int match_any_source_posted(const match_engine_t *m)
     for (pos = m->pending.next; pos != &m->pending; pos = pos->next) {
         if (util_container_of(pos, match_recv_t, link)->src == TMX_ANY_SOURCE)
             return 1;
+        if (m->pend_one_key)
+            break;
     }
     return 0;
 }

@@ -112,11 +112,19 @@ typedef struct match_table {
 /* Posted receives go first to a short list scanned in post order, which
  * costs no hashing while few receives wait (a ping-pong has one); once
  * more than pending_max wait, all of them go into the bins, in order. So
- * every receive in a bin is older than every receive in the list. */
+ * every receive in a bin is older than every receive in the list. While
+ * every receive in the list has one key (source, ignore mask and masked
+ * tag: a window of receives from one peer on one tag), the list may grow
+ * past pending_max: a message then matches either its first receive or
+ * none of them, so a look at the first is the whole scan. */
 typedef struct match_engine {
     util_dlist_t pending;     /* posted receives not in bins, post order */
     size_t n_pending;
     size_t pending_max;       /* MATCH_PENDING_MAX; 0 puts every receive in a bin */
+    int pend_one_key;         /* every receive in the list has the key below */
+    uint32_t pend_src;
+    uint64_t pend_tag;        /* masked */
+    uint64_t pend_ignore;
     match_table_t posted;
     match_table_t unexp;
     util_dlist_t unexp_all;   /* every unexpected message, arrival order */

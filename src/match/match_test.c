@@ -717,6 +717,55 @@ static void test_pending_cancel(void **state)
     assert_empty(m);
 }
 
+/* A window of receives on one key (one source, one mask, one masked tag:
+ * the bits under the mask may differ) stays in the list past
+ * MATCH_PENDING_MAX, with no bin; a message of another key matches none of
+ * them, one of that key takes the oldest; a receive on another key then
+ * puts the whole window into bins, in order, and the oldest still wins. */
+static void test_pending_one_key_window(void **state)
+{
+    match_engine_t *m = *state;
+    match_recv_t r[4 * MATCH_PENDING_MAX], other, any;
+    size_t n = ARRAY_LEN(r);
+
+    for (size_t i = 0; i < n; i++)
+        post(m, &r[i], 3, 0x50 | (i & 0xf), 0xf);
+    assert_int_equal(m->n_pending, n);
+    assert_int_equal(m->posted.n_bins, 0);
+    assert_false(match_any_source_posted(m));
+    arrive_expect(m, 4, 0x51, NULL);
+    arrive_expect(m, 3, 0x61, NULL);
+    arrive_expect(m, 3, 0x5e, &r[0]);
+    match_remove_recv(m, &r[5]); /* cancelled in the middle */
+    assert_int_equal(m->n_pending, n - 2);
+    post(m, &other, 3, 0x51, 0); /* another mask: the window goes into bins */
+    assert_int_equal(m->n_pending, 1);
+    assert_true(m->posted.n_bins > 0);
+    for (size_t i = 1; i < n; i++) {
+        if (i != 5)
+            arrive_expect(m, 3, 0x51, &r[i]);
+    }
+    arrive_expect(m, 3, 0x51, &other);
+    assert_empty(m);
+
+    /* a window of any-source receives: seen as such, and a receive on
+     * another key after a short one-key list joins it unindexed */
+    for (size_t i = 0; i < 2 * MATCH_PENDING_MAX; i++)
+        post(m, &r[i], ANY, 9, 0);
+    assert_true(match_any_source_posted(m));
+    arrive_expect(m, 7, 9, &r[0]);
+    for (size_t i = 1; i < 2 * MATCH_PENDING_MAX; i++)
+        arrive_expect(m, 1, 9, &r[i]);
+    assert_false(match_any_source_posted(m));
+    post(m, &r[0], 2, 9, 0);
+    post(m, &any, ANY, 9, 0);
+    assert_int_equal(m->n_pending, 2);
+    assert_true(match_any_source_posted(m));
+    arrive_expect(m, 1, 9, &any);
+    arrive_expect(m, 2, 9, &r[0]);
+    assert_empty(m);
+}
+
 /* A wildcard receive is seen whether it waits in the list or in a bin. */
 static void test_any_source_posted(void **state)
 {
@@ -1240,6 +1289,7 @@ int main(int argc, char **argv)
         TP(test_pending_then_indexed),
         TP(test_indexed_older_beats_pending),
         TP(test_pending_cancel),
+        TP(test_pending_one_key_window),
         TP(test_any_source_posted),
     };
     const struct CMUnitTest tests[] = {

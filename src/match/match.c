@@ -90,8 +90,10 @@ static void table_resize(match_table_t *t, size_t n)
     t->n_buckets = n;
 }
 
+/* The bin of a key, made if need be: from *spare if given and set (a bin
+ * set aside), else from the pool. */
 static match_bin_t *table_get(match_engine_t *m, match_table_t *t, uint64_t mask, uint32_t src,
-                              uint64_t tag, uint32_t slot)
+                              uint64_t tag, uint32_t slot, match_bin_t **spare)
 {
     match_bin_t *b = table_lookup(t, mask, src, tag);
     size_t idx;
@@ -103,9 +105,12 @@ static match_bin_t *table_get(match_engine_t *m, match_table_t *t, uint64_t mask
         }
         return b;
     }
-    b = util_pool_get(&m->bin_pool);
-    if (b == NULL)
+    if (spare != NULL && *spare != NULL) {
+        b = *spare;
+        *spare = NULL;
+    } else if ((b = util_pool_get(&m->bin_pool)) == NULL) {
         return NULL;
+    }
     b->hash = bin_hash(mask, src, tag);
     b->mask = mask;
     b->tag = tag;
@@ -188,20 +193,28 @@ static match_mask_t *mask_find(match_engine_t *m, uint64_t mask)
     return NULL;
 }
 
+/* Room for one more mask; -1 without memory. */
+static int masks_room(match_engine_t *m)
+{
+    if (m->n_masks == m->cap_masks) {
+        size_t cap = m->cap_masks ? m->cap_masks * 2 : 8;
+        match_mask_t *nm = realloc(m->masks, cap * sizeof(*nm));
+        if (nm == NULL)
+            return -1;
+        m->masks = nm;
+        m->cap_masks = cap;
+    }
+    return 0;
+}
+
 static match_mask_t *mask_get(match_engine_t *m, uint64_t mask)
 {
     match_mask_t *mm = mask_find(m, mask);
 
     if (mm != NULL)
         return mm;
-    if (m->n_masks == m->cap_masks) {
-        size_t cap = m->cap_masks ? m->cap_masks * 2 : 8;
-        match_mask_t *nm = realloc(m->masks, cap * sizeof(*nm));
-        if (nm == NULL)
-            return NULL;
-        m->masks = nm;
-        m->cap_masks = cap;
-    }
+    if (masks_room(m) != 0)
+        return NULL;
     mm = &m->masks[m->n_masks++];
     mm->mask = mask;
     mm->n_src = 0;
@@ -245,7 +258,7 @@ static tmx_status_t recv_index(match_engine_t *m, match_recv_t *r)
 
     if (mm == NULL)
         return TMX_ERR_NOMEM;
-    bin = table_get(m, &m->posted, r->ignore, r->src, r->tag & ~r->ignore, 0);
+    bin = table_get(m, &m->posted, r->ignore, r->src, r->tag & ~r->ignore, 0, NULL);
     if (bin == NULL) {
         if (mm->n_any == 0 && mm->n_src == 0)
             *mm = m->masks[--m->n_masks];
@@ -262,14 +275,63 @@ static tmx_status_t recv_index(match_engine_t *m, match_recv_t *r)
     return TMX_OK;
 }
 
+/* A pending list of one key goes into its bin in one step: the list is
+ * spliced onto the bin's queue, after any older receives on that key. The
+ * mask's room and a bin were set aside (window_reserve), so only a
+ * window too short to have needed them can fail. */
+static tmx_status_t window_index(match_engine_t *m)
+{
+    match_mask_t *mm = mask_get(m, m->pend_ignore);
+    match_bin_t *bin;
+    util_dlist_t *pos;
+
+    if (mm == NULL)
+        return TMX_ERR_NOMEM;
+    bin = table_get(m, &m->posted, m->pend_ignore, m->pend_src, m->pend_tag, 0, &m->spare_bin);
+    if (bin == NULL) {
+        if (mm->n_any == 0 && mm->n_src == 0)
+            *mm = m->masks[--m->n_masks];
+        return TMX_ERR_NOMEM;
+    }
+    util_dlist_foreach(pos, &m->pending)
+        util_container_of(pos, match_recv_t, link)->bin = bin;
+    util_dlist_splice_tail(&bin->queue, &m->pending);
+    if (m->pend_src == TMX_ANY_SOURCE)
+        mm->n_any += m->n_pending;
+    else
+        mm->n_src += m->n_pending;
+    m->n_pending = 0;
+    return TMX_OK;
+}
+
+/* Sets aside what window_index will need, as a one-key window passes
+ * pending_max: room for its mask and a bin. Until the window goes into
+ * the bins no mask is added (any other receive sends it there first), so
+ * the room stays. -1 without memory. */
+static int window_reserve(match_engine_t *m)
+{
+    if (mask_find(m, m->pend_ignore) == NULL && masks_room(m) != 0)
+        return -1;
+    if (m->spare_bin == NULL && (m->spare_bin = util_pool_get(&m->bin_pool)) == NULL)
+        return -1;
+    return 0;
+}
+
 void match_index_posted(match_engine_t *m)
 {
+    if (m->pend_one_key && m->n_pending > 1 && window_index(m) == TMX_OK)
+        goto out;
     while (!util_dlist_empty(&m->pending)) {
         match_recv_t *r = util_container_of(m->pending.next, match_recv_t, link);
         if (recv_index(m, r) != TMX_OK) {
             util_warn("out of memory indexing posted receives: %zu scanned in order", m->n_pending);
-            return;
+            break;
         }
+    }
+out:
+    if (m->spare_bin != NULL) { /* not needed, or already spent */
+        util_pool_put(&m->bin_pool, m->spare_bin);
+        m->spare_bin = NULL;
     }
 }
 
@@ -283,6 +345,8 @@ tmx_status_t match_post(match_engine_t *m, match_recv_t *r)
 {
     int same = m->n_pending != 0 && m->pend_one_key && pend_key_is(m, r);
 
+    if (same && m->n_pending == m->pending_max && window_reserve(m) != 0)
+        same = 0; /* nothing set aside for a long window: into the bins now */
     if (!same && m->n_pending >= m->pending_max)
         match_index_posted(m);
     if (m->n_pending == 0) {
@@ -355,7 +419,10 @@ void match_remove_recv(match_engine_t *m, match_recv_t *r)
     r->bin = NULL;
     m->n_posted--;
     if (bin == pending_bin) {
-        m->n_pending--;
+        if (--m->n_pending == 0 && m->spare_bin != NULL) { /* the window is gone */
+            util_pool_put(&m->bin_pool, m->spare_bin);
+            m->spare_bin = NULL;
+        }
         return;
     }
     if (util_dlist_empty(&bin->queue))
@@ -414,7 +481,7 @@ static tmx_status_t msg_index(match_engine_t *m, match_msg_t *msg)
 
     for (int i = 0; i < MATCH_LINK_BINS; i++) {
         uint32_t src = any[i] ? TMX_ANY_SOURCE : msg->src;
-        match_bin_t *bin = table_get(m, &m->unexp, masks[i], src, msg->tag & ~masks[i], i);
+        match_bin_t *bin = table_get(m, &m->unexp, masks[i], src, msg->tag & ~masks[i], i, NULL);
         if (bin == NULL) {
             msg_unbin(m, msg, i);
             util_error("out of memory indexing an unexpected message (%zu stored)", m->n_unexp);

@@ -95,7 +95,8 @@ typedef struct match_mask {
 #define MATCH_IDLE_BINS 64
 /* Masks whose receives are all gone stay listed, up to this many. */
 #define MATCH_MASKS_KEPT 8
-/* Receives kept out of the bins while at most this many wait. */
+/* Receives kept out of the bins while at most this many wait, unless
+ * they all have one key (see match_engine_t). */
 #define MATCH_PENDING_MAX 8
 
 typedef struct match_table {
@@ -112,19 +113,31 @@ typedef struct match_table {
 /* Posted receives go first to a short list scanned in post order, which
  * costs no hashing while few receives wait (a ping-pong has one); once
  * more than pending_max wait, all of them go into the bins, in order. So
- * every receive in a bin is older than every receive in the list. While
- * every receive in the list has one key (source, ignore mask and masked
- * tag: a window of receives from one peer on one tag), the list may grow
- * past pending_max: a message then matches either its first receive or
- * none of them, so a look at the first is the whole scan. */
+ * every receive in a bin is older than every receive in the list.
+ *
+ * While every receive in the list has one key (source, ignore mask and
+ * masked tag: a window of receives from one peer on one tag), the list
+ * may grow past pending_max: a message then matches either its first
+ * receive or none of them, so a look at the first is the whole scan. Such
+ * a window goes into the bins when a receive on another key comes, in one
+ * step: it is all one bin's, so the list is spliced onto that bin's queue
+ * (a pointer written per receive, no hashing). The bin, and room for its
+ * mask, are set aside when the window first passes pending_max (spare_bin),
+ * so that running out of memory then cannot leave a long window of one
+ * key mixed with another and scanned whole by every arrival: a window that
+ * finds no memory for them goes into the bins at once, as before. */
 typedef struct match_engine {
     util_dlist_t pending;     /* posted receives not in bins, post order */
     size_t n_pending;
     size_t pending_max;       /* MATCH_PENDING_MAX; 0 puts every receive in a bin */
-    int pend_one_key;         /* every receive in the list has the key below */
+    int pend_one_key;         /* every receive in the list has the key below
+                                 (0 may also leave it so; the key is stale
+                                 while the list is empty) */
     uint32_t pend_src;
     uint64_t pend_tag;        /* masked */
     uint64_t pend_ignore;
+    struct match_bin *spare_bin; /* set aside for a one-key window longer than
+                                    pending_max; in no table, NULL otherwise */
     match_table_t posted;
     match_table_t unexp;
     util_dlist_t unexp_all;   /* every unexpected message, arrival order */
@@ -157,8 +170,10 @@ match_recv_t *match_find_recv(match_engine_t *m, uint32_t src, uint64_t tag);
 void match_remove_recv(match_engine_t *m, match_recv_t *r);
 
 /* Moves every pending receive into its bin (done by match_post when the
- * list is full); a receive that finds no memory for a bin stays pending,
- * which is slower but as correct. */
+ * list is full: pending_max wait and a receive on another key comes, or
+ * they already have several keys); a receive that finds no memory for a
+ * bin stays pending, which is slower but as correct (a one-key window
+ * longer than pending_max has its bin set aside, so it never stays). */
 void match_index_posted(match_engine_t *m);
 
 /* Whether a receive from TMX_ANY_SOURCE is posted. */

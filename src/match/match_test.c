@@ -738,9 +738,9 @@ static void test_pending_one_key_window(void **state)
     arrive_expect(m, 3, 0x5e, &r[0]);
     match_remove_recv(m, &r[5]); /* cancelled in the middle */
     assert_int_equal(m->n_pending, n - 2);
-    post(m, &other, 3, 0x51, 0); /* another mask: the window goes into bins */
+    post(m, &other, 3, 0x51, 0); /* another mask: the window goes into its bin */
     assert_int_equal(m->n_pending, 1);
-    assert_true(m->posted.n_bins > 0);
+    assert_int_equal(m->posted.n_bins, 1);
     for (size_t i = 1; i < n; i++) {
         if (i != 5)
             arrive_expect(m, 3, 0x51, &r[i]);
@@ -763,6 +763,64 @@ static void test_pending_one_key_window(void **state)
     assert_true(match_any_source_posted(m));
     arrive_expect(m, 1, 9, &any);
     arrive_expect(m, 2, 9, &r[0]);
+    assert_empty(m);
+}
+
+/* Takes every bin the pool has and lets it grow no more: the next bin
+ * the engine asks for finds no memory. */
+static size_t bins_exhaust(match_engine_t *m, void **held, size_t cap)
+{
+    size_t n = 0;
+
+    util_pool_set_limit(&m->bin_pool, m->bin_pool.n_chunks);
+    while (n < cap && (held[n] = util_pool_get(&m->bin_pool)) != NULL)
+        n++;
+    assert_true(n < cap);
+    return n;
+}
+
+static void bins_release(match_engine_t *m, void **held, size_t n)
+{
+    while (n > 0)
+        util_pool_put(&m->bin_pool, held[--n]);
+    util_pool_set_limit(&m->bin_pool, 0);
+}
+
+/* Out of memory when a receive on another key comes: the long window
+ * still goes into its bin (set aside when it passed MATCH_PENDING_MAX),
+ * so arrivals do not scan it; and a window that found no memory to set
+ * aside as it passed the bound stays correct, only slower. */
+static void test_pending_one_key_window_nomem(void **state)
+{
+    match_engine_t *m = *state;
+    match_recv_t r[4 * MATCH_PENDING_MAX], other;
+    size_t n = ARRAY_LEN(r), k;
+    static void *held[4096];
+
+    for (size_t i = 0; i < n; i++)
+        post(m, &r[i], 6, 40, 0);
+    k = bins_exhaust(m, held, ARRAY_LEN(held));
+    post(m, &other, 6, 41, 0);
+    assert_int_equal(m->n_pending, 1);
+    assert_int_equal(m->posted.n_bins, 1);
+    arrive_expect(m, 6, 41, &other);
+    for (size_t i = 0; i < n; i++)
+        arrive_expect(m, 6, 40, &r[i]);
+    bins_release(m, held, k);
+    assert_empty(m);
+
+    /* nothing to set aside as the window passes the bound */
+    for (size_t i = 0; i < MATCH_PENDING_MAX; i++)
+        post(m, &r[i], 6, 40, 0);
+    k = bins_exhaust(m, held, ARRAY_LEN(held));
+    for (size_t i = MATCH_PENDING_MAX; i < n; i++)
+        post(m, &r[i], 6, 40, 0);
+    post(m, &other, 6, 41, 0);
+    arrive_expect(m, 6, 41, &other);
+    arrive_expect(m, 6, 42, NULL);
+    for (size_t i = 0; i < n; i++)
+        arrive_expect(m, 6, 40, &r[i]);
+    bins_release(m, held, k);
     assert_empty(m);
 }
 
@@ -1290,6 +1348,7 @@ int main(int argc, char **argv)
         TP(test_indexed_older_beats_pending),
         TP(test_pending_cancel),
         TP(test_pending_one_key_window),
+        TP(test_pending_one_key_window_nomem),
         TP(test_any_source_posted),
     };
     const struct CMUnitTest tests[] = {

@@ -47,6 +47,21 @@ static inline void util_dlist_unlink(util_dlist_t *node)
     node->prev = node;
 }
 
+/* Moves every node of from, in order, to the tail of head; from is left
+ * empty. O(1). */
+static inline void util_dlist_splice_tail(util_dlist_t *head, util_dlist_t *from)
+{
+    util_dlist_t *first = from->next, *last = from->prev;
+
+    if (first == from)
+        return;
+    first->prev = head->prev;
+    head->prev->next = first;
+    last->next = head;
+    head->prev = last;
+    util_dlist_init(from);
+}
+
 /* First node, or NULL when empty. */
 static inline util_dlist_t *util_dlist_first(const util_dlist_t *head)
 {

@@ -13,9 +13,16 @@
 
 void util_pool_init(util_pool_t *pool, size_t elem_size, size_t chunk_elems)
 {
+    util_pool_init_align(pool, elem_size, chunk_elems, POOL_ALIGN);
+}
+
+void util_pool_init_align(util_pool_t *pool, size_t elem_size, size_t chunk_elems, size_t align)
+{
+    if (align < sizeof(void *) || align > POOL_ALIGN || (align & (align - 1)) != 0)
+        align = POOL_ALIGN;
     if (elem_size < sizeof(void *))
         elem_size = sizeof(void *);
-    pool->elem_size = (elem_size + POOL_ALIGN - 1) & ~(size_t)(POOL_ALIGN - 1);
+    pool->elem_size = (elem_size + align - 1) & ~(size_t)(align - 1);
     pool->chunk_elems = chunk_elems ? chunk_elems : 64;
     pool->free_list = NULL;
     pool->chunks = NULL;
@@ -197,6 +204,7 @@ int util_pool_grow(util_pool_t *pool)
         void *obj = chunk + POOL_ALIGN + i * pool->elem_size;
         *(void **)obj = pool->free_list;
         pool->free_list = obj;
+        util_pool_poison(pool, obj, 1);
     }
     return 0;
 }

@@ -6,6 +6,22 @@
 
 #include <stddef.h>
 
+/* Under AddressSanitizer, an object on a pool's free list is poisoned
+ * (all but its first word, the free-list link), so that a use after
+ * util_pool_put is reported as one after free() would be. Mapped pools
+ * are left alone: the API reads a freed request's fields on purpose, to
+ * refuse a stale handle (util_pool_init_mapped). */
+#if defined(__SANITIZE_ADDRESS__)
+#define UTIL_POOL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UTIL_POOL_ASAN 1
+#endif
+#endif
+#ifdef UTIL_POOL_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 typedef struct util_pool {
     size_t elem_size;     /* bytes per object, rounded up for alignment */
     size_t chunk_elems;   /* objects per chunk */
@@ -25,6 +41,11 @@ typedef struct util_pool {
 } util_pool_t;
 
 void util_pool_init(util_pool_t *pool, size_t elem_size, size_t chunk_elems);
+
+/* The same, objects aligned to align (a power of two from 8 to 16)
+ * instead of 16: a pool of many small objects whose type needs no more
+ * (an object of 72 bytes then takes 72, not 80). */
+void util_pool_init_align(util_pool_t *pool, size_t elem_size, size_t chunk_elems, size_t align);
 
 /* A pool whose chunks are private anonymous mappings that stay mapped
  * until fini: a chunk it trims gives its pages back to the system
@@ -69,6 +90,24 @@ void util_pool_set_limit(util_pool_t *pool, size_t limit);
  * succeed; -1 (and the pool as it was or larger) when it cannot. */
 int util_pool_reserve(util_pool_t *pool, size_t n);
 
+/* Marks a free object unusable (poison 1) or usable again (0), under
+ * AddressSanitizer; nothing otherwise. */
+static inline void util_pool_poison(const util_pool_t *pool, void *obj, int poison)
+{
+#ifdef UTIL_POOL_ASAN
+    if (pool->mapped)
+        return;
+    if (poison)
+        ASAN_POISON_MEMORY_REGION((char *)obj + sizeof(void *), pool->elem_size - sizeof(void *));
+    else
+        ASAN_UNPOISON_MEMORY_REGION((char *)obj + sizeof(void *), pool->elem_size - sizeof(void *));
+#else
+    (void)pool;
+    (void)obj;
+    (void)poison;
+#endif
+}
+
 /* Returns an uninitialised object, or NULL when memory is exhausted.
  * Inline: every message takes and gives back a few. */
 static inline void *util_pool_get(util_pool_t *pool)
@@ -80,6 +119,7 @@ static inline void *util_pool_get(util_pool_t *pool)
     obj = pool->free_list;
     pool->free_list = *(void **)obj;
     pool->in_use++;
+    util_pool_poison(pool, obj, 0);
     return obj;
 }
 
@@ -87,6 +127,7 @@ static inline void util_pool_put(util_pool_t *pool, void *obj)
 {
     *(void **)obj = pool->free_list;
     pool->free_list = obj;
+    util_pool_poison(pool, obj, 1);
     if (--pool->in_use == 0 && __builtin_expect(pool->keep != 0 && pool->n_chunks > 2 * pool->keep, 0))
         util_pool_trim(pool);
 }

@@ -250,6 +250,81 @@ static void test_mapped_locked(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* Under AddressSanitizer a returned object is poisoned past its first
+ * word (the free-list link) until the pool hands it out again, and stays
+ * usable while handed out; a mapped pool's objects are never poisoned
+ * (freed requests are read on purpose). Without ASan there is nothing to
+ * see: the case says so. */
+static void test_poisoned_when_free(void **state)
+{
+#ifdef UTIL_POOL_ASAN
+    util_pool_t p, mp;
+    char *a, *b;
+
+    (void)state;
+    util_pool_init(&p, 40, 4);
+    a = util_pool_get(&p);
+    b = util_pool_get(&p);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_false(__asan_region_is_poisoned(a, 40));
+    memset(a, 1, 48); /* the whole rounded-up object */
+    util_pool_put(&p, a);
+    assert_false(__asan_address_is_poisoned(a));
+    assert_true(__asan_address_is_poisoned(a + 8));
+    assert_true(__asan_address_is_poisoned(a + 47));
+    assert_false(__asan_region_is_poisoned(b, 48)); /* its neighbour is untouched */
+    assert_ptr_equal(util_pool_get(&p), a);
+    assert_false(__asan_region_is_poisoned(a, 48));
+    /* the chunk's other objects, never handed out, are poisoned too */
+    {
+        char *c = util_pool_get(&p);
+        util_pool_put(&p, c);
+        assert_true(__asan_address_is_poisoned(c + 8));
+    }
+    util_pool_put(&p, a);
+    util_pool_put(&p, b);
+    util_pool_fini(&p);
+
+    assert_int_equal(util_pool_init_mapped(&mp, 40, 4), 0);
+    a = util_pool_get(&mp);
+    util_pool_put(&mp, a);
+    assert_false(__asan_region_is_poisoned(a, 40));
+    util_pool_fini(&mp);
+#else
+    (void)state;
+    print_message("not built with AddressSanitizer: nothing is poisoned\n");
+#endif
+}
+
+/* Objects aligned to 8 take their size rounded to 8, not 16: 72 bytes
+ * each, 8-aligned, and none overlaps the next. */
+static void test_align8(void **state)
+{
+    util_pool_t p;
+    char *o[40];
+
+    (void)state;
+    util_pool_init_align(&p, 72, 16, 8);
+    assert_int_equal(p.elem_size, 72);
+    for (int i = 0; i < 40; i++) {
+        o[i] = util_pool_get(&p);
+        assert_non_null(o[i]);
+        assert_int_equal((uintptr_t)o[i] % 8, 0);
+        memset(o[i], i, 72);
+    }
+    for (int i = 0; i < 40; i++) {
+        for (int k = 0; k < 72; k++)
+            assert_int_equal((unsigned char)o[i][k], i);
+        util_pool_put(&p, o[i]);
+    }
+    assert_int_equal(p.n_chunks, 3);
+    util_pool_fini(&p);
+    util_pool_init_align(&p, 72, 16, 12); /* not a power of two: 16 */
+    assert_int_equal(p.elem_size, 80);
+    util_pool_fini(&p);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -260,6 +335,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_trim_to),
         cmocka_unit_test(test_mapped),
         cmocka_unit_test(test_mapped_locked),
+        cmocka_unit_test(test_poisoned_when_free),
+        cmocka_unit_test(test_align8),
     };
 
     return UNIT_MAIN(argc, argv, tests);

@@ -98,6 +98,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->cfg.set = params->settings->udp;
     ui->in_job = params->in_job;
     util_idmap_init(&ui->ep_map, offsetof(udp_ep_t, uuid));
+    util_pool_init_align(&ui->ep_pool, sizeof(udp_ep_t), 16, _Alignof(udp_ep_t));
     util_dlist_init(&ui->acks);
     util_wheel_init(&ui->wheel, UDP_TICK_US, udp_now_us());
     udp_faults_init(&ui->faults, &ui->cfg.set.faults, params->uuid);
@@ -184,6 +185,7 @@ static void udp_iface_close(tl_iface_t *iface)
         }
     }
     util_idmap_fini(&ui->ep_map);
+    util_pool_fini(&ui->ep_pool);
     udp_faults_fini(&ui->faults);
     util_pool_fini(&ui->segs);
     util_pool_fini(&ui->hsegs);

@@ -256,6 +256,8 @@ typedef struct udp_iface {
     /* peers */
     util_idmap_t ep_map;         /* uuid -> udp_ep_t: every endpoint
                                     (udp_ep_next walks them) */
+    util_pool_t ep_pool;         /* the endpoints, 16 to a chunk: no
+                                    allocator header per remote process */
     uint32_t n_eps;
     uint32_t n_flows;            /* endpoints with a flow (udp_flow_t) */
     util_dlist_t acks;           /* endpoints owing an ACK */

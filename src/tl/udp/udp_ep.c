@@ -23,7 +23,7 @@ void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep)
         util_debug("udp: node at %s:%u: round trip %u us (deviation %u us)", inet_ntoa(ep->conn->sa.sin_addr),
                    ntohs(ep->conn->sa.sin_port), ep->conn->srtt_us, ep->conn->rttvar_us);
     udp_conn_put(ui, ep->conn);
-    free(ep);
+    util_pool_put(&ui->ep_pool, ep);
 }
 
 tmx_status_t udp_address(tl_iface_t *iface, void *buf, size_t *len)
@@ -61,18 +61,19 @@ udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid)
  * over (udp_flow_settle). */
 udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa, uint16_t index)
 {
-    udp_ep_t *ep = calloc(1, sizeof(*ep));
+    udp_ep_t *ep = util_pool_get(&ui->ep_pool);
 
     if (ep == NULL)
         return NULL;
+    memset(ep, 0, sizeof(*ep));
     ep->uuid = uuid;
     if ((ep->conn = udp_conn_get(ui, sa)) == NULL) {
-        free(ep);
+        util_pool_put(&ui->ep_pool, ep);
         return NULL;
     }
     if (util_idmap_put(&ui->ep_map, ep) != 0) {
         udp_conn_put(ui, ep->conn);
-        free(ep);
+        util_pool_put(&ui->ep_pool, ep);
         return NULL;
     }
     ep->super.iface = &ui->super;

@@ -35,7 +35,8 @@ typedef struct core_peer {
     uint8_t has_ep : 1;
     uint8_t failed : 1;         /* its process died or stopped answering */
 } core_peer_t;
-_Static_assert(sizeof(core_peer_t) == 24, "a peer entry is 24 bytes: one per remote process");
+_Static_assert(sizeof(void *) != 8 || sizeof(core_peer_t) == 24,
+               "a peer entry is 24 bytes on 64-bit targets: one per remote process");
 
 enum core_req_state {
     CORE_REQ_PENDING = 0,  /* with proto: waiting in the matcher, for the wire or a FIN */

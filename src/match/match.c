@@ -305,9 +305,9 @@ static tmx_status_t window_index(match_engine_t *m)
 }
 
 /* Sets aside what window_index will need, as a one-key window passes
- * pending_max: room for its mask and a bin. Until the window goes into
- * the bins no mask is added (any other receive sends it there first), so
- * the room stays. -1 without memory. */
+ * pending_max: room for its mask and a bin. Masks are added only when
+ * the pending list goes into the bins, so the room stays until then (a
+ * mask that goes only makes more). -1 without memory. */
 static int window_reserve(match_engine_t *m)
 {
     if (mask_find(m, m->pend_ignore) == NULL && masks_room(m) != 0)

@@ -136,8 +136,10 @@ typedef struct match_engine {
     uint32_t pend_src;
     uint64_t pend_tag;        /* masked */
     uint64_t pend_ignore;
-    struct match_bin *spare_bin; /* set aside for a one-key window longer than
-                                    pending_max; in no table, NULL otherwise */
+    struct match_bin *spare_bin; /* set aside when a one-key window reached
+                                    pending_max, in no table; given back when
+                                    the list empties or goes into the bins
+                                    (so at most one bin, held meanwhile) */
     match_table_t posted;
     match_table_t unexp;
     util_dlist_t unexp_all;   /* every unexpected message, arrival order */

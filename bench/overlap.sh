@@ -3,8 +3,10 @@
 # the offload engine (TMX_OFFLOAD, docs/offload.md) costs small messages.
 #
 # Overlap: two ranks on cores 0 and 1 exchange a message each way; alone
-# that takes x on rank 0 (median); then rank 0 computes for x between
-# posting and waiting, without calling the library, and the exchange takes
+# that takes x on rank 0 (median); then rank 0 computes between posting
+# and waiting, without calling the library, work that takes x on a core of
+# its own (a fixed amount, calibrated: a library thread that takes the
+# computing core lengthens it rather than hiding in it), and the exchange takes
 # t; overlap = 1 - (t - x) / x (100 %: the transfer hid entirely behind the
 # computation). Sizes 64 KiB to 16 MiB, in interleaved rounds, over
 #   tmx            tmx-perf -t overlap, shm, TMX_OFFLOAD=0
@@ -118,8 +120,10 @@ MD=$TMP/overlap.md
     echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), both ranks on cores 0 and 1;"
     echo "load average $LOAD_START at the start, $LOAD_END at the end. Open MPI $(ompi_info 2>/dev/null | awk '/Open MPI:/ {print $3; exit}')."
     echo
-    echo "Both ranks exchange a message each way; rank 0 computes, between posting and waiting, for as"
-    echo "long as the exchange alone takes (x), while rank 1 waits as usual. Overlap = 1 - (t - x) / x,"
+    echo "Both ranks exchange a message each way; rank 0 computes, between posting and waiting, work that"
+    echo "takes as long as the exchange alone (x) on a core of its own (a fixed amount of work, calibrated"
+    echo "alone, not a stretch of time: a library thread that takes the computing core lengthens it), while"
+    echo "rank 1 waits as usual. Overlap = 1 - (t - x) / x,"
     echo "t the exchange with the computation; median over rounds, in percent [every round]."
     echo "Only rank 0 computes: on two cores a copy needs a core that is not computing."
     echo

@@ -1,0 +1,37 @@
+#!/bin/bash
+# tmx-perf runs every test it offers, over shm and udp, briefly and with
+# every payload checked (-c): a crash, a hang (tmxrun's timeout), a
+# corrupt payload or a row missing from its output fails.
+#   usage: perf_smoke.sh PATH/TO/tmxrun PATH/TO/tmx-perf
+set -u
+TMXRUN=$1 PERF=$2
+fail=0
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+for x in shm udp; do
+    for t in lat bw bibw rate overlap; do
+        case $t in
+        lat) sizes=0,1,8k,100k want="lat lat_p50 lat_p99" ;;
+        overlap) sizes=64k,300k want="overlap xfer total" ;;
+        rate) sizes=8 want=rate ;;
+        *) sizes=1,8k,100k want=$t ;;
+        esac
+        if ! TMX_TRANSPORTS=self,$x "$TMXRUN" -n 2 --timeout 60 "$PERF" -t "$t" -s "$sizes" -n 20 -w 8 -x "$x" -c \
+            --csv >"$out" 2>&1; then
+            echo "FAIL: tmx-perf -t $t -x $x exited non-zero:"
+            cat "$out"
+            fail=1
+            continue
+        fi
+        for w in $want; do
+            n=$(grep -c "^$w,$x," "$out")
+            if [ "$n" != "$(echo "$sizes" | tr ',' '\n' | wc -l)" ]; then
+                echo "FAIL: tmx-perf -t $t -x $x: $n rows of $w, one per size expected:"
+                cat "$out"
+                fail=1
+            fi
+        done
+        [ "$fail" = 0 ] && echo "ok: tmx-perf -t $t -x $x"
+    done
+done
+exit $fail

@@ -4,7 +4,10 @@
  * configuration it compares).
  *
  *   lat   ping-pong, one way = round trip / 2: mean, median, 99th
- *         percentile and minimum over the timed round trips (osu_latency)
+ *         percentile and minimum over the timed round trips (osu_latency);
+ *         with -e rank 1 answers with the buffer it just received (whose
+ *         lines its cache holds, written, as an application's freshly
+ *         made data), not with a send buffer nobody writes
  *   bw    rank 0 posts a window of MPI_Isend, rank 1 as many MPI_Irecv;
  *         rank 1 answers each window with a 4-byte ack (osu_bw); MB/s
  *   rate  the bw loop at one small size, reported in messages/s (osu_mbw_mr):
@@ -45,6 +48,7 @@ typedef struct opts {
     size_t rate_size;
     long div;            /* iteration counts divided by this (--quick) */
     int pin;             /* rank r on core r */
+    int echo;            /* lat: the answer is the buffer just received */
 } opts_t;
 
 typedef struct bench {
@@ -70,12 +74,13 @@ static double now_s(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mpirun -n 2 osu_p2p [-t lat,bw,rate] [-s SIZE[,SIZE...]] [-w WINDOW]\n"
-               "               [-r RATE_SIZE] [-d DIVISOR] [-p]\n"
+               "               [-r RATE_SIZE] [-d DIVISOR] [-p] [-e]\n"
                "       mpirun -n 2N osu_p2p -t rate ...   (N pairs)\n"
                "  -s  sizes (suffixes k, m); default 1 B to 16 MiB in powers of two\n"
                "  -d  divide every iteration count by DIVISOR (at least 20 remain)\n"
                "  -p  pin rank r to core r modulo the cores online (sched_setaffinity,\n"
-               "      before MPI_Init)\n");
+               "      before MPI_Init)\n"
+               "  -e  lat: rank 1 answers with the buffer it received (written data)\n");
 }
 
 static int parse_size(const char *s, size_t *out)
@@ -129,7 +134,7 @@ static int parse_opts(int argc, char **argv, opts_t *o)
     o->div = 1;
     for (size_t s = 1; s <= (16u << 20); s *= 2)
         o->sizes[o->n_sizes++] = s;
-    while ((c = getopt(argc, argv, "t:s:w:r:d:p")) != -1) {
+    while ((c = getopt(argc, argv, "t:s:w:r:d:pe")) != -1) {
         switch (c) {
         case 't': if (parse_list(optarg, o, 0) != 0) return -1; break;
         case 's': if (parse_list(optarg, o, 1) != 0) return -1; break;
@@ -137,6 +142,7 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         case 'r': if (parse_size(optarg, &o->rate_size) != 0) return -1; break;
         case 'd': if ((o->div = atol(optarg)) <= 0) return -1; break;
         case 'p': o->pin = 1; break;
+        case 'e': o->echo = 1; break;
         default: return -1;
         }
     }
@@ -276,7 +282,7 @@ static void ping_pong(bench_t *b, size_t size)
         MPI_Recv(b->rbuf, (int)size, MPI_BYTE, b->peer, TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     } else {
         MPI_Recv(b->rbuf, (int)size, MPI_BYTE, b->peer, TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        MPI_Send(b->sbuf, (int)size, MPI_BYTE, b->peer, TAG_DATA, MPI_COMM_WORLD);
+        MPI_Send(b->o.echo ? b->rbuf : b->sbuf, (int)size, MPI_BYTE, b->peer, TAG_DATA, MPI_COMM_WORLD);
     }
 }
 

@@ -83,7 +83,6 @@ struct fab_domain {
     int ctx_mt;                 /* tmx contexts made TMX_THREAD_MULTIPLE */
     pthread_mutex_t lock;       /* guards provider state when mt */
     struct fi_info *info;
-    struct fab_ep *urq_eps;     /* its endpoints with FI_MULTI_RECV (under lock) */
 };
 
 typedef struct fab_av_entry {
@@ -180,15 +179,14 @@ typedef struct fab_urecv {
 
 /* The minimum that FI_OPT_MIN_MULTI_RECV sets, until it does. */
 #define FAB_MIN_MULTI_RECV_DEFAULT 64
-/* A blocking send (FI_INJECT with FI_DELIVERY_COMPLETE) waits in slices
- * of this many microseconds, letting the domain's other endpoints in. */
-#define FAB_SYNC_SLICE_US 1000
 
 struct fab_ep {
     struct fid_ep fid;
     fab_domain_t *dom;
     struct fi_info *info;
     tmx_context_h tmx;
+    atomic_int sleepers;        /* threads in tmx_wait on tmx, unlocked
+                                   (cq_sleep): its close waits for them */
     fab_av_t *av;
     fab_cq_t *tx_cq, *rx_cq;
     fab_cntr_t *tx_cntr, *rx_cntr; /* FI_SEND and FI_RECV counters */
@@ -202,7 +200,6 @@ struct fab_ep {
     fab_urecv_t *urq_head;      /* the first that still takes messages */
     fab_urecv_t urq_live;       /* every live one, queued first, in post order */
     size_t min_multi_recv;      /* FI_OPT_MIN_MULTI_RECV */
-    struct fab_ep *urq_next;    /* in dom->urq_eps */
     fab_op_t *free_ops;
     struct fab_op_chunk *chunks; /* every op ever allocated, freed at close */
     uint64_t caps;
@@ -380,8 +377,6 @@ int fab_urq_cancel(fab_ep_t *ep, void *context);
 void fab_urq_free_one(fab_urecv_t *u);
 /* At close: frees every untagged receive. */
 void fab_urq_free(fab_ep_t *ep);
-/* fab_urq_progress on each endpoint of the domain that has FI_MULTI_RECV. */
-void fab_urq_progress_domain(fab_domain_t *dom);
 /* fab_cq.c: the CQ entry of one of their messages; the CQ, or NULL for a
  * success that wants no entry. */
 fab_cq_t *fab_urq_complete(fab_ep_t *ep, const tmx_completion_t *c, fab_cqe_t *e);

@@ -107,23 +107,26 @@ static int av_reserve(fab_av_t *av, size_t more)
     return 0;
 }
 
-/* Checks a name before it takes a slot: a blob a tmx context accepts. */
+/* Checks a name before it takes a slot: a well-formed tmx address. A
+ * slot is the tmx peer number of every bound endpoint, so a name that
+ * took one and then failed would shift the numbers of all later ones. */
 static int name_ok(const unsigned char *name)
 {
     unsigned char blob[TMX_ADDRESS_MAX];
     size_t len;
 
-    return fab_name_decode(name, blob, &len) == 0 && len >= 8 && memcmp(blob, "TMXA", 4) == 0;
+    return fab_name_decode(name, blob, &len) == 0 && tmx_address_check(blob, len) == TMX_OK;
 }
 
-/* The entry holding name, or av->n. Linear: the AV is filled once per job
- * and names differ early (their first bytes hold the host's address). */
+/* The entry holding name, removed or not, or av->n. Linear: the AV is
+ * filled once per job and names differ early (their first bytes hold the
+ * host's address). */
 static size_t av_find(const fab_av_t *av, const unsigned char *name)
 {
     size_t i;
 
     for (i = 0; i < av->n; i++) {
-        if (av->ent[i].valid && memcmp(av->ent[i].name, name, (size_t)name[0] + 1) == 0)
+        if (memcmp(av->ent[i].name, name, (size_t)name[0] + 1) == 0)
             break;
     }
     return i;
@@ -193,6 +196,9 @@ static int av_insert_one(fab_av_t *av, const fab_av_entry_t *e, fi_addr_t *out)
         FAB_WARN(FI_LOG_AV, "fi_av_insert: address %zu is not a tmx address\n", av->n);
         return -FI_EINVAL;
     }
+    /* An address inserted again, even after fi_av_remove, gets its
+     * slot back: tmx reports a process's messages under the first number
+     * it was added with, and a second slot would never see them. */
     if ((i = av_find(av, e->name)) < av->n) {
         av->ent[i].valid++;
         *out = i;
@@ -205,6 +211,8 @@ static int av_insert_one(fab_av_t *av, const fab_av_entry_t *e, fi_addr_t *out)
     for (int k = 0; k < av->n_eps; k++) {
         if (ep_add_peer(av->eps[k], av->ent[i].name, i) != 0) {
             av->ent[i].valid = 0;
+            if (k == 0)
+                av->n--; /* no endpoint took it: the slot is free again */
             return -FI_EINVAL;
         }
     }
@@ -309,6 +317,10 @@ static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint6
     fab_av_t *av = (fab_av_t *)fid;
     int ret = 0;
 
+    if (fi_addr == NULL && count > 0) {
+        FAB_WARN(FI_LOG_AV, "fi_av_remove: NULL addresses\n");
+        return -FI_EINVAL;
+    }
     fab_lock(av->dom);
     for (size_t i = 0; i < count; i++) {
         if (!fab_av_valid(av, fi_addr[i])) {
@@ -330,7 +342,7 @@ static int entry_lookup(const fab_av_t *av, const fab_av_entry_t *e, void *addr,
 {
     char str[2 * FAB_ADDR_LEN + 16];
     const void *src = e->name;
-    size_t need = FAB_ADDR_LEN, room = *addrlen;
+    size_t need = FAB_ADDR_LEN, room = addr != NULL ? *addrlen : 0;
 
     if (av->addr_format == FI_SOCKADDR_IN) {
         src = &e->sa;
@@ -344,7 +356,8 @@ static int entry_lookup(const fab_av_t *av, const fab_av_entry_t *e, void *addr,
         }
         src = str;
     }
-    memcpy(addr, src, room < need ? room : need);
+    if (room > 0)
+        memcpy(addr, src, room < need ? room : need);
     *addrlen = need;
     return room < need ? -FI_ETOOSMALL : 0;
 }
@@ -354,6 +367,10 @@ static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *
     fab_av_t *av = (fab_av_t *)fid;
     int ret = 0;
 
+    if (addrlen == NULL) {
+        FAB_WARN(FI_LOG_AV, "fi_av_lookup: NULL length\n");
+        return -FI_EINVAL;
+    }
     fab_lock(av->dom);
     if (!fab_av_valid(av, fi_addr)) {
         ret = -FI_ENOENT;
@@ -386,6 +403,10 @@ static const char *av_straddr(struct fid_av *fid, const void *addr, char *buf, s
     char tmp[64];
     size_t need;
 
+    if (addr == NULL || len == NULL || (buf == NULL && *len > 0)) {
+        FAB_WARN(FI_LOG_AV, "fi_av_straddr: NULL %s\n", addr == NULL ? "address" : len == NULL ? "length" : "buffer");
+        return NULL;
+    }
     if (av->addr_format == FI_ADDR_STR) {
         need = strlen(addr) + 1;
         if (*len > 0)

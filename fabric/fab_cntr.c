@@ -74,10 +74,11 @@ static int cntr_seterr(struct fid_cntr *fid, uint64_t value)
 static void cntr_sleep(fab_cntr_t *cntr, int64_t us)
 {
     tmx_context_h ctx = NULL;
+    fab_ep_t *ep = NULL;
 
     fab_lock(cntr->dom);
     if (cntr->n_eps > 0)
-        ctx = cntr->eps[0]->tmx;
+        ctx = (ep = cntr->eps[0])->tmx;
     if (cntr->n_eps > 1 && us > 1000)
         us = 1000;
     if (ctx != NULL && cntr->dom->mt && !cntr->dom->ctx_mt) {
@@ -86,11 +87,15 @@ static void cntr_sleep(fab_cntr_t *cntr, int64_t us)
         fab_unlock(cntr->dom);
         return;
     }
+    if (ep != NULL)
+        atomic_fetch_add(&ep->sleepers, 1); /* its close waits for us */
     fab_unlock(cntr->dom);
-    if (ctx == NULL)
+    if (ctx == NULL) {
         sched_yield();
-    else
-        tmx_wait(ctx, us < CNTR_SLEEP_SLICE_US ? us : CNTR_SLEEP_SLICE_US);
+        return;
+    }
+    tmx_wait(ctx, us < CNTR_SLEEP_SLICE_US ? us : CNTR_SLEEP_SLICE_US);
+    atomic_fetch_sub(&ep->sleepers, 1);
 }
 
 /* Until the count reaches threshold (0), an error is counted (-FI_EAVAIL)
@@ -156,7 +161,7 @@ static int cntr_close(struct fid *fid)
     fab_cntr_t *cntr = (fab_cntr_t *)fid;
 
     if (atomic_load(&cntr->refs) != 0) {
-        FAB_WARN(FI_LOG_CNTR, "counter closed while %d endpoints use it\n",
+        FAB_WARN(FI_LOG_CNTR, "counter closed while %d endpoints or poll sets use it\n",
                  atomic_load(&cntr->refs));
         return -FI_EBUSY;
     }

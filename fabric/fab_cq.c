@@ -324,7 +324,9 @@ static ssize_t cq_readfrom_locked(fab_cq_t *cq, void *buf, size_t count, fi_addr
     }
     if (n > 0)
         return (ssize_t)n;
-    return cq->count > 0 ? -FI_EAVAIL : -FI_EAGAIN;
+    /* -FI_EAVAIL only for an error entry at the head: a read of 0
+     * entries with successes waiting reads none, as any other */
+    return cq->count > 0 && cq->ring[cq->head].err != 0 ? -FI_EAVAIL : -FI_EAGAIN;
 }
 
 static ssize_t cq_readfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src)
@@ -403,10 +405,11 @@ static ssize_t cq_readerr(struct fid_cq *fid, struct fi_cq_err_entry *buf, uint6
 static void cq_sleep(fab_cq_t *cq, int64_t us)
 {
     tmx_context_h ctx = NULL;
+    fab_ep_t *ep = NULL;
 
     fab_lock(cq->dom);
     if (cq->n_eps > 0)
-        ctx = cq->eps[0]->tmx;
+        ctx = (ep = cq->eps[0])->tmx;
     if (cq->n_eps > 1 && us > 1000)
         us = 1000;
     if (ctx != NULL && cq->dom->mt && !cq->dom->ctx_mt) {
@@ -416,11 +419,15 @@ static void cq_sleep(fab_cq_t *cq, int64_t us)
         fab_unlock(cq->dom);
         return;
     }
+    if (ep != NULL)
+        atomic_fetch_add(&ep->sleepers, 1); /* its close waits for us */
     fab_unlock(cq->dom);
-    if (ctx == NULL)
+    if (ctx == NULL) {
         sched_yield();
-    else
-        tmx_wait(ctx, us < CQ_SLEEP_SLICE_US ? us : CQ_SLEEP_SLICE_US);
+        return;
+    }
+    tmx_wait(ctx, us < CQ_SLEEP_SLICE_US ? us : CQ_SLEEP_SLICE_US);
+    atomic_fetch_sub(&ep->sleepers, 1);
 }
 
 static ssize_t cq_sreadfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src,
@@ -652,7 +659,7 @@ static int cq_close(struct fid *fid)
     fab_cq_t *cq = (fab_cq_t *)fid;
 
     if (atomic_load(&cq->refs) != 0) {
-        FAB_WARN(FI_LOG_CQ, "CQ closed while %d endpoints use it\n", atomic_load(&cq->refs));
+        FAB_WARN(FI_LOG_CQ, "CQ closed while %d endpoints or poll sets use it\n", atomic_load(&cq->refs));
         return -FI_EBUSY;
     }
     waiter_close(cq);
@@ -664,6 +671,10 @@ static int cq_close(struct fid *fid)
 
 int fab_wait_control(int fd, int command, void *arg)
 {
+    if (arg == NULL && (command == FI_GETWAIT || command == FI_GETWAITOBJ)) {
+        FAB_WARN(FI_LOG_CQ, "fi_control: NULL argument\n");
+        return -FI_EINVAL;
+    }
     switch (command) {
     case FI_GETWAIT:
         if (fd < 0)

@@ -176,8 +176,12 @@ int fab_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_
         return -FI_ENOMEM;
     if ((dom->info = fi_dupinfo(info)) == NULL)
         goto err_free_dom;
-    dom->mt = info->domain_attr == NULL || info->domain_attr->threading == FI_THREAD_SAFE ||
-              info->domain_attr->threading == FI_THREAD_UNSPEC;
+    /* Only FI_THREAD_DOMAIN and FI_THREAD_COMPLETION have the application
+     * serialise an endpoint with its CQ; under FI_THREAD_FID and
+     * FI_THREAD_ENDPOINT one thread may send on an endpoint while another
+     * reads its CQ (fi_domain(3)), so those lock as FI_THREAD_SAFE does. */
+    dom->mt = info->domain_attr == NULL || (info->domain_attr->threading != FI_THREAD_DOMAIN &&
+                                            info->domain_attr->threading != FI_THREAD_COMPLETION);
     dom->ctx_mt = dom->mt;
     pthread_mutex_init(&dom->lock, NULL);
     dom->fab = fab;

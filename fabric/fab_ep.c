@@ -3,6 +3,7 @@
  * address vector supplies the peers. Messages claimed with FI_CLAIM wait
  * for their receive in a fab_op from the endpoint's pool.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,9 +128,14 @@ static int ep_getname(fid_t fid, void *addr, size_t *addrlen)
 {
     fab_ep_t *ep = (fab_ep_t *)fid;
     unsigned char blob[TMX_ADDRESS_MAX], name[FAB_ADDR_LEN];
-    size_t len = sizeof(blob), room = *addrlen;
+    size_t len = sizeof(blob), room;
     tmx_status_t st;
 
+    if (addrlen == NULL) {
+        FAB_WARN(FI_LOG_EP_CTRL, "fi_getname: NULL length\n");
+        return -FI_EINVAL;
+    }
+    room = addr != NULL ? *addrlen : 0; /* no buffer: a query of the length */
     if (ep->ns_fd >= 0)
         return fab_ns_getname(ep, addr, addrlen);
     if ((st = tmx_address(ep->tmx, blob, &len)) != TMX_OK) {
@@ -212,6 +218,12 @@ static int bind_cq(fab_ep_t *ep, fab_cq_t *cq, uint64_t flags)
         FAB_WARN(FI_LOG_EP_CTRL, "CQ bind flags 0x%llx\n", (unsigned long long)flags);
         return -FI_EBADFLAGS;
     }
+    if (!(flags & (FI_TRANSMIT | FI_RECV))) {
+        /* fi_endpoint(3): FI_SELECTIVE_COMPLETION goes with one of them */
+        FAB_WARN(FI_LOG_EP_CTRL, "CQ bind flags 0x%llx name no direction (FI_TRANSMIT, FI_RECV)\n",
+                 (unsigned long long)flags);
+        return -FI_EBADFLAGS;
+    }
     if (((flags & FI_TRANSMIT) && ep->tx_cq) || ((flags & FI_RECV) && ep->rx_cq)) {
         FAB_WARN(FI_LOG_EP_CTRL, "a CQ is already bound for that direction\n");
         return -FI_EINVAL;
@@ -251,6 +263,10 @@ static int bind_cntr(fab_ep_t *ep, fab_cntr_t *cntr, uint64_t flags)
         FAB_WARN(FI_LOG_EP_CTRL, "counter bind flags 0x%llx: only FI_SEND and FI_RECV count\n",
                  (unsigned long long)flags);
         return -FI_EBADFLAGS;
+    }
+    if (((flags & FI_SEND) && ep->tx_cntr) || ((flags & FI_RECV) && ep->rx_cntr)) {
+        FAB_WARN(FI_LOG_EP_CTRL, "a counter is already bound for that direction\n");
+        return -FI_EINVAL;
     }
     if ((ret = fab_cntr_attach(cntr, ep)) != 0)
         return ret;
@@ -307,6 +323,10 @@ static int ep_control(struct fid *fid, int command, void *arg)
     fab_ep_t *ep = (fab_ep_t *)fid;
     uint64_t *flags = arg;
 
+    if (arg == NULL && (command == FI_GETOPSFLAG || command == FI_SETOPSFLAG)) {
+        FAB_WARN(FI_LOG_EP_CTRL, "fi_control: NULL flags\n");
+        return -FI_EINVAL;
+    }
     switch (command) {
     case FI_ENABLE:
         return ep_enable(ep);
@@ -341,13 +361,11 @@ static int ep_close(struct fid *fid)
         fab_cntr_detach(ep->tx_cntr, ep);
     if (ep->rx_cntr && ep->rx_cntr != ep->tx_cntr)
         fab_cntr_detach(ep->rx_cntr, ep);
-    for (fab_ep_t **pp = &ep->dom->urq_eps; *pp != NULL; pp = &(*pp)->urq_next) {
-        if (*pp == ep) {
-            *pp = ep->urq_next;
-            break;
-        }
-    }
     fab_unlock(ep->dom);
+    /* a thread asleep in fi_cq_sread or fi_cntr_wait on its context
+     * (cq_sleep) wakes within a slice; no other can start, detached */
+    while (atomic_load(&ep->sleepers) != 0)
+        sched_yield();
     fab_ns_close(ep);
     tmx_context_destroy(ep->tmx);
     fab_urq_free(ep);
@@ -445,12 +463,6 @@ int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep *
         goto err_free_info;
     if ((ret = fab_ns_open(ep, info)) != 0)
         goto err_destroy_tmx;
-    if (ep->urq_on) {
-        fab_lock(dom);
-        ep->urq_next = dom->urq_eps;
-        dom->urq_eps = ep;
-        fab_unlock(dom);
-    }
     atomic_fetch_add(&dom->refs, 1);
     *out = &ep->fid;
     return 0;

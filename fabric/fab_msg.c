@@ -74,29 +74,21 @@ static int xfer_tag(fab_ep_t *ep, const xfer_t *x, uint64_t *tag, uint64_t *igno
  * also be delivered first (FI_DELIVERY_COMPLETE) is a synchronous send
  * waited for here. The completion of a send*msg with FI_INJECT is written
  * at once. */
+static ssize_t send_op(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_params_t *p);
+
+/* An injected send: tmx's inject, which keeps nothing; with
+ * FI_DELIVERY_COMPLETE, tmx's copying synchronous send, whose completion
+ * comes through the CQ once the receiver matched it (never a wait here:
+ * a data call must not block, and two peers that each sent so before
+ * posting receives would wait for each other). */
 static ssize_t send_inject(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_params_t *p)
 {
-    tmx_request_h req;
     tmx_status_t st;
 
-    if (!(p->flags & TMX_OP_FLAG_SYNC)) {
-        p->flags |= TMX_OP_FLAG_INJECT;
-        st = tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, NULL);
-    } else {
-        p->flags |= TMX_OP_FLAG_NO_CQ;
-        st = tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, &req);
-        if (st == TMX_OK) {
-            /* In slices: the receiver may be an endpoint of this domain
-             * with FI_MULTI_RECV, whose untagged messages only the
-             * provider hands to their receives, under the domain lock. */
-            while (tmx_request_wait(req, FAB_SYNC_SLICE_US, NULL) == TMX_ERR_TIMEOUT) {
-                fab_urq_progress_domain(ep->dom);
-                fab_unlock(ep->dom); /* and other threads may take the lock */
-                fab_lock(ep->dom);
-            }
-            tmx_request_free(req);
-        }
-    }
+    p->flags |= TMX_OP_FLAG_INJECT;
+    if (p->flags & TMX_OP_FLAG_SYNC)
+        return send_op(ep, x, tag, p);
+    st = tmx_tsend(ep->tmx, (tmx_peer_t)x->addr, x->buf, x->len, tag, p, NULL);
     if (st != TMX_OK)
         return -fab_errno(st);
     if (ep->tx_cntr)
@@ -133,7 +125,7 @@ static int send_check(fab_ep_t *ep, const xfer_t *x)
  * reports a failure. */
 static ssize_t send_op(fab_ep_t *ep, const xfer_t *x, uint64_t tag, tmx_op_params_t *p)
 {
-    int quiet = ep->tx_selective && !(x->flags & FI_COMPLETION);
+    int quiet = x->quiet || (ep->tx_selective && !(x->flags & FI_COMPLETION));
 
     if (quiet && !ep->tx_cntr)
         p->flags |= TMX_OP_FLAG_CQ_ERRORS_ONLY;
@@ -156,7 +148,7 @@ static ssize_t ep_send(fab_ep_t *ep, const xfer_t *x)
         p.field_mask |= TMX_OP_FIELD_DATA;
         p.data = x->data;
     }
-    if (x->flags & FI_DELIVERY_COMPLETE)
+    if (x->flags & (FI_DELIVERY_COMPLETE | FI_MATCH_COMPLETE))
         p.flags |= TMX_OP_FLAG_SYNC;
     ret = (x->flags & FI_INJECT) ? send_inject(ep, x, tag, &p) : send_op(ep, x, tag, &p);
 out_unlock:
@@ -307,14 +299,6 @@ int fab_urq_progress(fab_ep_t *ep)
         }
     }
     return taken;
-}
-
-void fab_urq_progress_domain(fab_domain_t *dom)
-{
-    for (fab_ep_t *ep = dom->urq_eps; ep != NULL; ep = ep->urq_next) {
-        if (ep->enabled && ep->urq_head != NULL)
-            fab_urq_progress(ep);
-    }
 }
 
 /* Queues an untagged receive of an endpoint with FI_MULTI_RECV. */
@@ -547,12 +531,13 @@ static ssize_t t_recvv(struct fid_ep *fid, const struct iovec *iov, void **desc,
     return t_recv(fid, buf, len, NULL, src, tag, ignore, context);
 }
 
-#define RECVMSG_FLAGS (FI_COMPLETION | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_REMOTE_CQ_DATA)
+/* FI_MORE, a hint that more receives follow, is taken and ignored. */
+#define RECVMSG_FLAGS (FI_COMPLETION | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_REMOTE_CQ_DATA | FI_MORE)
 
 static ssize_t t_recvmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg, uint64_t flags)
 {
     xfer_t x = {NULL, 0, msg ? msg->addr : 0, msg ? msg->tag : 0, msg ? msg->ignore : 0, 0,
-                FI_TAGGED | flags, msg ? msg->context : NULL, 0};
+                FI_TAGGED | (flags & ~(uint64_t)FI_MORE), msg ? msg->context : NULL, 0};
 
     if (msg == NULL || (flags & ~(uint64_t)RECVMSG_FLAGS)) {
         FAB_WARN(FI_LOG_EP_DATA, "fi_trecvmsg: no message or flags 0x%llx\n",
@@ -635,7 +620,7 @@ static ssize_t t_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc,
     return t_send(fid, buf, len, NULL, dest, tag, context);
 }
 
-#define SENDMSG_FLAGS (FAB_TX_OP_FLAGS | FI_MORE | FI_FENCE)
+#define SENDMSG_FLAGS (FAB_TX_OP_FLAGS | FI_MORE | FI_FENCE | FI_MATCH_COMPLETE)
 
 static ssize_t t_sendmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg, uint64_t flags)
 {
@@ -753,8 +738,9 @@ static ssize_t m_recvv(struct fid_ep *fid, const struct iovec *iov, void **desc,
 
 static ssize_t m_recvmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t flags)
 {
-    xfer_t x = {NULL, 0, msg ? msg->addr : 0, 0, 0, 0, FI_MSG | flags, msg ? msg->context : NULL, 0};
-    uint64_t ok = FI_COMPLETION | FI_REMOTE_CQ_DATA | (EP(fid)->urq_on ? FI_MULTI_RECV : 0);
+    xfer_t x = {NULL, 0, msg ? msg->addr : 0, 0, 0, 0, FI_MSG | (flags & ~(uint64_t)FI_MORE),
+                msg ? msg->context : NULL, 0};
+    uint64_t ok = FI_COMPLETION | FI_REMOTE_CQ_DATA | FI_MORE | (EP(fid)->urq_on ? FI_MULTI_RECV : 0);
 
     if (msg == NULL || (flags & ~ok)) {
         FAB_WARN(FI_LOG_EP_DATA, "fi_recvmsg: no message or flags 0x%llx\n",

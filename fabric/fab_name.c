@@ -666,7 +666,7 @@ void fab_ns_resolve(fab_ns_name_t *names, size_t n, fab_ep_t *const *eps, int n_
 int fab_ns_getname(fab_ep_t *ep, void *addr, size_t *addrlen)
 {
     char str[64];
-    size_t need = sizeof(ep->ns_sa), room = *addrlen;
+    size_t need = sizeof(ep->ns_sa), room = addr != NULL ? *addrlen : 0;
     const void *src = &ep->ns_sa;
 
     if (ep->addr_format == FI_ADDR_STR) {

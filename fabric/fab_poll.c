@@ -47,6 +47,13 @@ static int poll_poll(struct fid_poll *fid, void **context, int count)
     return n;
 }
 
+/* A CQ or counter in a poll set is referenced by it: it cannot be closed
+ * (-FI_EBUSY) until the set drops it or is closed itself. */
+static atomic_int *member_refs(struct fid *f)
+{
+    return f->fclass == FI_CLASS_CQ ? &((fab_cq_t *)f)->refs : &((fab_cntr_t *)f)->refs;
+}
+
 static int poll_add(struct fid_poll *fid, struct fid *event_fid, uint64_t flags)
 {
     fab_poll_t *ps = (fab_poll_t *)fid;
@@ -63,6 +70,7 @@ static int poll_add(struct fid_poll *fid, struct fid *event_fid, uint64_t flags)
     } else {
         ps->seen[ps->n] = 0;
         ps->fids[ps->n++] = event_fid;
+        atomic_fetch_add(member_refs(event_fid), 1);
     }
     pthread_mutex_unlock(&ps->lock);
     return ret;
@@ -76,6 +84,7 @@ static int poll_del(struct fid_poll *fid, struct fid *event_fid, uint64_t flags)
     pthread_mutex_lock(&ps->lock);
     for (int i = 0; i < ps->n; i++) {
         if (ps->fids[i] == event_fid) {
+            atomic_fetch_sub(member_refs(event_fid), 1);
             ps->n--;
             ps->fids[i] = ps->fids[ps->n];
             ps->seen[i] = ps->seen[ps->n];
@@ -98,6 +107,8 @@ static int poll_close(struct fid *fid)
 {
     fab_poll_t *ps = (fab_poll_t *)fid;
 
+    for (int i = 0; i < ps->n; i++)
+        atomic_fetch_sub(member_refs(ps->fids[i]), 1);
     atomic_fetch_sub(&ps->dom->refs, 1);
     pthread_mutex_destroy(&ps->lock);
     free(ps);

@@ -107,7 +107,15 @@ static int fabric_trywait(struct fid_fabric *fabric, struct fid **fids, int coun
 {
     int ret = 0;
 
+    if (fids == NULL && count > 0) {
+        FAB_WARN(FI_LOG_FABRIC, "fi_trywait: NULL fids\n");
+        return -FI_EINVAL;
+    }
     for (int i = 0; i < count && ret == 0; i++) {
+        if (fids[i] == NULL) {
+            FAB_WARN(FI_LOG_FABRIC, "fi_trywait: NULL fid\n");
+            return -FI_EINVAL;
+        }
         switch (fids[i]->fclass) {
         case FI_CLASS_CQ:
             ret = fab_cq_trywait((fab_cq_t *)fids[i]);

@@ -154,6 +154,12 @@ tmx_status_t tmx_address(tmx_context_h ctx, void *buf, size_t *len);
  * reported with the first. */
 tmx_status_t tmx_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_peer_t *peer);
 
+/* TMX_OK when addr is a well-formed address blob (its header, and
+ * transport sections that add up to len), TMX_ERR_INVALID otherwise; no
+ * context needed, nothing logged. tmx_peer_add() may still refuse a
+ * well-formed blob that no transport of its context reaches. */
+tmx_status_t tmx_address_check(const void *addr, size_t len);
+
 /* Number of peers added so far. */
 tmx_status_t tmx_peer_count(tmx_context_h ctx, uint32_t *count);
 
@@ -193,8 +199,11 @@ enum tmx_op_flag {
     /* Send: the payload (at most TMX_INJECT_MAX bytes) is copied or on the
      * wire when tmx_tsend returns TMX_OK, and nothing is kept: no request
      * (req must be NULL) and no completion. TMX_ERR_AGAIN: nothing was
-     * sent; progress and retry. Not with TMX_OP_FLAG_SYNC. libfabric's
-     * fi_inject. */
+     * sent; progress and retry. libfabric's fi_inject. With
+     * TMX_OP_FLAG_SYNC: the payload is copied and the caller's buffer is
+     * free on return, and the send is otherwise a synchronous one, with a
+     * request if req is given and a completion once the receiver matched
+     * it (libfabric's FI_INJECT with FI_DELIVERY_COMPLETE). */
     TMX_OP_FLAG_INJECT = 1u << 3,
     /* A completion-queue entry only if the operation fails; a success is
      * seen through the request handle only (libfabric's

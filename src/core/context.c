@@ -204,6 +204,11 @@ static void context_free(tmx_context_h ctx)
     util_dlist_foreach_safe(pos, tmp, &ctx->msgs) {
         proto_msg_clear(&util_container_of(pos, struct tmx_message, link)->p);
     }
+    util_dlist_foreach_safe(pos, tmp, &ctx->reqs) {
+        struct tmx_request *req = util_container_of(pos, struct tmx_request, link);
+        if (req->owns_buf)
+            free(req->p.buf); /* a copying synchronous send never matched */
+    }
     proto_fini(&ctx->proto);
     core_peers_fini(ctx);
     util_pool_fini(&ctx->req_pool);

@@ -52,6 +52,8 @@ struct tmx_request {
     uint8_t state;              /* enum core_req_state */
     uint8_t handle_held;        /* the caller holds a handle */
     uint8_t big;                /* counted in ctx->off_big */
+    uint8_t owns_buf;           /* p.buf is a copy it frees (a copying
+                                   synchronous send: INJECT with SYNC) */
     proto_req_t p;
 };
 

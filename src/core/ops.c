@@ -1,4 +1,7 @@
 /* The public operations: argument checks, then the protocols. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "core/core.h"
 #include "proto/proto.h"
 #include "util/log.h"
@@ -59,8 +62,8 @@ static tmx_status_t send_inject(tmx_context_h ctx, tmx_peer_t peer, const void *
     uint64_t f = params->field_mask;
     int has_data = (f & TMX_OP_FIELD_DATA) || (params->flags & TMX_OP_FLAG_DATA);
 
-    if (out != NULL || (params->flags & TMX_OP_FLAG_SYNC) || len > TMX_INJECT_MAX) {
-        util_error("tmx_tsend: an injected send takes no request, no SYNC and at most %d bytes "
+    if (out != NULL || len > TMX_INJECT_MAX) {
+        util_error("tmx_tsend: an injected send takes no request and at most %d bytes "
                    "(%zu given)", TMX_INJECT_MAX, len);
         return TMX_ERR_INVALID;
     }
@@ -89,19 +92,37 @@ TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *b
     struct tmx_request *req;
     tl_ep_t *ep;
     proto_peer_t *pp;
+    void *copy = NULL;
     tmx_status_t st = send_check(ctx, peer, buf, len, params);
 
     if (st != TMX_OK)
         return st;
     if (params != NULL && (params->field_mask & TMX_OP_FIELD_FLAGS) &&
-        (params->flags & TMX_OP_FLAG_INJECT))
-        return send_inject(ctx, peer, buf, len, tag, params, out);
+        (params->flags & TMX_OP_FLAG_INJECT)) {
+        if (!(params->flags & TMX_OP_FLAG_SYNC))
+            return send_inject(ctx, peer, buf, len, tag, params, out);
+        /* copying and synchronous: the payload is the request's own, the
+         * caller's buffer free on return, the completion on the match */
+        if (len > TMX_INJECT_MAX) {
+            util_error("tmx_tsend: an injected send takes at most %d bytes (%zu given)", TMX_INJECT_MAX,
+                       len);
+            return TMX_ERR_INVALID;
+        }
+        if ((copy = malloc(len ? len : 1)) == NULL) {
+            util_error("tmx_tsend: out of memory copying a synchronous injected send");
+            return TMX_ERR_NOMEM;
+        }
+        memcpy(copy, buf, len);
+        buf = copy;
+    }
     core_lock(ctx);
     req = core_req_alloc(ctx, params, TMX_OP_TSEND);
     if (req == NULL) {
         core_unlock(ctx);
+        free(copy);
         return TMX_ERR_NOMEM;
     }
+    req->owns_buf = copy != NULL;
     req->handle_held = out != NULL;
     req->p.comp.source = peer;
     req->p.comp.tag = tag;

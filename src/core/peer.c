@@ -76,6 +76,30 @@ TMX_API tmx_status_t tmx_address(tmx_context_h ctx, void *buf, size_t *len)
     return st;
 }
 
+TMX_API tmx_status_t tmx_address_check(const void *addr, size_t len)
+{
+    const unsigned char *p = addr;
+    addr_hdr_t hdr;
+    size_t off = sizeof(hdr);
+
+    if (addr == NULL || len < sizeof(hdr) || len > TMX_ADDRESS_MAX)
+        return TMX_ERR_INVALID;
+    memcpy(&hdr, p, sizeof(hdr));
+    if (le32toh(hdr.magic) != ADDR_MAGIC || hdr.version != ADDR_VERSION || hdr.reserved != 0)
+        return TMX_ERR_INVALID;
+    for (unsigned i = 0; i < hdr.n_sections; i++) {
+        addr_section_t sec;
+        if (len - off < sizeof(sec))
+            return TMX_ERR_INVALID;
+        memcpy(&sec, p + off, sizeof(sec));
+        off += sizeof(sec);
+        if (len - off < le16toh(sec.len) || memchr(sec.name, '\0', ADDR_NAME_LEN) == NULL)
+            return TMX_ERR_INVALID;
+        off += le16toh(sec.len);
+    }
+    return off == len ? TMX_OK : TMX_ERR_INVALID;
+}
+
 /* Finds the first section of a transport this context has open. */
 static tmx_status_t addr_pick(tmx_context_h ctx, const unsigned char *p, size_t len,
                               unsigned n_sections, core_peer_t *peer)

@@ -60,6 +60,10 @@ void core_req_release(struct tmx_request *req)
     tmx_context_h ctx = req->ctx;
 
     req->handle_held = 0; /* a handle to it, kept by mistake, is stale now */
+    if (req->owns_buf) {
+        free(req->p.buf);
+        req->owns_buf = 0;
+    }
     util_dlist_unlink(&req->link);
     util_pool_put(&ctx->req_pool, req);
     if (__builtin_expect(ctx->req_pool.in_use == 0 && ctx->req_pool.n_chunks > 1, 0))
@@ -285,6 +289,9 @@ void core_poll_yield(tmx_context_h ctx)
 {
     ctx->idle_polls = 0;
     idle_yield(ctx);
+    /* Such a caller never waits in tmx either, and a peer that died must
+     * still fail what names it (every CORE_PEER_CHECK_US at most). */
+    core_check_peers(ctx, core_now_us());
 }
 
 TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx_completion_t *out)

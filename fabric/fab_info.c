@@ -30,13 +30,17 @@ static int refuse(const char *why)
  * for, all of ours; else the primary ones asked for (tagged and message
  * when only secondary ones were), both directions unless one was asked
  * for, and the secondary ones. */
+/* CQs, endpoints, contexts and counters suggested per domain (a domain
+ * holds as many as memory allows). */
+#define FAB_OBJ_CNT 1024
+
 static uint64_t caps_for(uint64_t want)
 {
     uint64_t caps = want & (FAB_CAPS | FI_MULTI_RECV);
 
     if (want == 0)
         return FAB_CAPS | COMM_CAPS;
-    if (!(caps & (PRIMARY_CAPS | FI_DIRECTED_RECV)))
+    if (!(caps & PRIMARY_CAPS))
         caps |= PRIMARY_CAPS;
     if (!(caps & DIR_CAPS))
         caps |= DIR_CAPS;
@@ -84,6 +88,14 @@ static int check_domain(const struct fi_domain_attr *da)
     if (da->max_ep_tx_ctx > 1 || da->max_ep_rx_ctx > 1 || da->max_ep_stx_ctx > 0 ||
         da->max_ep_srx_ctx > 0)
         return refuse("scalable or shared contexts");
+    if ((unsigned)da->threading > FI_THREAD_ENDPOINT || (unsigned)da->av_type > FI_AV_TABLE ||
+        (unsigned)da->resource_mgmt > FI_RM_ENABLED)
+        return refuse("threading, av_type or resource_mgmt not a value libfabric defines");
+    if (da->auth_key_size > 0 || da->auth_key != NULL)
+        return refuse("authorization keys");
+    if (da->cq_cnt > FAB_OBJ_CNT || da->ep_cnt > FAB_OBJ_CNT || da->tx_ctx_cnt > FAB_OBJ_CNT ||
+        da->rx_ctx_cnt > FAB_OBJ_CNT || da->cntr_cnt > FAB_OBJ_CNT)
+        return refuse("more CQs, endpoints, contexts or counters than it suggests");
     return 0;
 }
 
@@ -99,6 +111,10 @@ static int check_ep(const struct fi_ep_attr *ea)
         return refuse("more than one tx or rx context");
     if (ea->msg_prefix_size > 0)
         return refuse("message prefixes");
+    if (ea->protocol != FI_PROTO_UNSPEC)
+        return refuse("a wire protocol of libfabric's list (tmx's own is not one)");
+    if (ea->auth_key_size > 0 || ea->auth_key != NULL)
+        return refuse("authorization keys");
     return 0;
 }
 
@@ -209,10 +225,11 @@ static void fill_attrs(struct fi_info *fi, const struct fi_info *h)
     da->av_type = h && h->domain_attr ? h->domain_attr->av_type : FI_AV_UNSPEC;
     da->mr_mode = 0;
     da->cq_data_size = FAB_CQ_DATA_SIZE;
-    da->cq_cnt = 1024;
-    da->ep_cnt = 1024;
-    da->tx_ctx_cnt = 1024;
-    da->rx_ctx_cnt = 1024;
+    da->cq_cnt = FAB_OBJ_CNT;
+    da->ep_cnt = FAB_OBJ_CNT;
+    da->tx_ctx_cnt = FAB_OBJ_CNT;
+    da->rx_ctx_cnt = FAB_OBJ_CNT;
+    da->cntr_cnt = FAB_OBJ_CNT;
     da->max_ep_tx_ctx = 1;
     da->max_ep_rx_ctx = 1;
     da->mr_cnt = 1024;

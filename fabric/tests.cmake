@@ -20,6 +20,18 @@ add_dependencies(fab_addr_test tmx-fi)
 add_test(NAME fab_addr_test COMMAND fab_addr_test)
 set_tests_properties(fab_addr_test PROPERTIES TIMEOUT 300 ENVIRONMENT "${FAB_TEST_ENV}")
 
+# Edge cases of libfabric's API, each program a list of cases run in
+# forked children with a watchdog (tests/fi_edge/fe_common.h): bad
+# arguments, close order, flags, CQ formats and reads, AV abuse, the
+# threading levels, a peer that dies.
+foreach(p fe_args fe_getinfo fe_tagged fe_av fe_thread fe_fork fe_hostile)
+  add_executable(${p} ${CMAKE_SOURCE_DIR}/tests/fi_edge/${p}.c)
+  target_link_libraries(${p} PRIVATE PkgConfig::LIBFABRIC Threads::Threads)
+  add_dependencies(${p} tmx-fi)
+  add_test(NAME fab_edge_${p} COMMAND ${p})
+  set_tests_properties(fab_edge_${p} PROPERTIES TIMEOUT 300 ENVIRONMENT "${FAB_TEST_ENV}")
+endforeach()
+
 # Debian's fi_info and fi_pingpong are not built with sanitizers: to load an
 # ASan provider they need the sanitizer runtimes preloaded.
 set(FAB_FOREIGN_ENV ${FAB_TEST_ENV})

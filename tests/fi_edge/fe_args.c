@@ -1,0 +1,357 @@
+/*
+ * Bad arguments and object lifecycle: close order, operations before
+ * fi_enable, bind of wrong classes and flags, a CQ bound without a
+ * direction, two counters for one direction, getname/setname, getopt and
+ * setopt, fi_control, memory regions, NULL pointers.
+ * Each case runs in a child; "./fe_args CASE" runs one case in-process.
+ */
+#include "fe_common.h"
+
+#include <rdma/fi_eq.h>
+
+#define CAPS (FI_TAGGED | FI_MSG | FI_DIRECTED_RECV | FI_SOURCE | FI_REMOTE_CQ_DATA)
+
+static void close_order(void)
+{
+    fe_t f;
+    fe_ep_t a;
+    char buf[64];
+
+    fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_TABLE);
+    fe_ep_open(&f, &a, FI_CQ_FORMAT_TAGGED, 0);
+    fe_ep_insert(&f, &a);
+    CHECK_RET(fi_close(&f.domain->fid), -FI_EBUSY);
+    CHECK_RET(fi_close(&f.fabric->fid), -FI_EBUSY);
+    CHECK_RET(fi_close(&f.av->fid), -FI_EBUSY);
+    CHECK_RET(fi_close(&a.cq->fid), -FI_EBUSY);
+    /* an endpoint with posted receives, one of them never matched */
+    CHECK_RET(fi_trecv(a.ep, buf, sizeof(buf), NULL, FI_ADDR_UNSPEC, 5, 0, (void *)1), 0);
+    CHECK_RET(fi_recv(a.ep, buf, sizeof(buf), NULL, FI_ADDR_UNSPEC, (void *)2), 0);
+    /* an unexpected message, and a claimed one */
+    CHECK_RET(fi_tsend(a.ep, "x", 1, NULL, a.addr, 77, (void *)3), 0);
+    CHECK_RET(fi_tsend(a.ep, "y", 1, NULL, a.addr, 78, (void *)4), 0);
+    fe_drain(a.cq, NULL, 50);
+    {
+        struct fi_msg_tagged m = {.addr = FI_ADDR_UNSPEC, .tag = 78, .context = (void *)5};
+        CHECK_RET(fi_trecvmsg(a.ep, &m, FI_PEEK | FI_CLAIM), 0);
+        fe_drain(a.cq, NULL, 50);
+    }
+    CHECK_RET(fi_close(&a.ep->fid), 0);
+    CHECK_RET(fi_close(&a.cq->fid), 0);
+    fe_close(&f);
+}
+
+static void before_enable(void)
+{
+    fe_t f;
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED};
+    char buf[16] = "abc";
+    struct fi_cq_tagged_entry e;
+
+    fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_MAP);
+    MUST(fi_endpoint(f.domain, f.info, &ep, NULL));
+    CHECK_RET(fi_enable(ep), -FI_ENOAV);
+    CHECK_RET(fi_tsend(ep, buf, 3, NULL, 0, 1, NULL) < 0, 1);
+    CHECK_RET(fi_tinject(ep, buf, 3, 0, 1) < 0, 1);
+    CHECK_RET(fi_tsenddata(ep, buf, 3, NULL, 7, 0, 1, NULL) < 0, 1);
+    CHECK_RET(fi_tinjectdata(ep, buf, 3, 7, 0, 1) < 0, 1);
+    CHECK_RET(fi_trecv(ep, buf, 3, NULL, FI_ADDR_UNSPEC, 1, 0, NULL) < 0, 1);
+    CHECK_RET(fi_send(ep, buf, 3, NULL, 0, NULL) < 0, 1);
+    CHECK_RET(fi_recv(ep, buf, 3, NULL, 0, NULL) < 0, 1);
+    CHECK_RET(fi_inject(ep, buf, 3, 0) < 0, 1);
+    CHECK_RET(fi_cancel(&ep->fid, (void *)1), -FI_ENOENT);
+    MUST(fi_ep_bind(ep, &f.av->fid, 0));
+    CHECK_RET(fi_enable(ep), -FI_ENOCQ);
+    MUST(fi_cq_open(f.domain, &ca, &cq, NULL));
+    /* an operation before enable with a CQ bound */
+    MUST(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
+    CHECK_RET(fi_tsend(ep, buf, 3, NULL, 0, 1, NULL) < 0, 1);
+    CHECK_RET(fi_cq_read(cq, &e, 1), -FI_EAGAIN);
+    CHECK_RET(fi_enable(ep), 0);
+    CHECK_RET(fi_enable(ep), 0); /* twice: fine, or an error, never a crash */
+    CHECK_RET(fi_close(&ep->fid), 0);
+    CHECK_RET(fi_close(&cq->fid), 0);
+    fe_close(&f);
+}
+
+static void bind_bad(void)
+{
+    fe_t f;
+    struct fid_ep *ep, *ep2;
+    struct fid_cq *cq, *cq2;
+    struct fid_eq *eq;
+    struct fi_eq_attr ea = {.size = 8};
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED};
+
+    fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_MAP);
+    MUST(fi_endpoint(f.domain, f.info, &ep, NULL));
+    MUST(fi_endpoint(f.domain, f.info, &ep2, NULL));
+    MUST(fi_cq_open(f.domain, &ca, &cq, NULL));
+    MUST(fi_cq_open(f.domain, &ca, &cq2, NULL));
+    MUST(fi_eq_open(f.fabric, &ea, &eq, NULL));
+    CHECK_RET(fi_ep_bind(ep, NULL, 0), -FI_EINVAL);
+    CHECK_RET(fi_ep_bind(ep, &f.domain->fid, 0) < 0, 1);
+    CHECK_RET(fi_ep_bind(ep, &ep2->fid, 0) < 0, 1);
+    CHECK_RET(fi_ep_bind(ep, &f.fabric->fid, 0) < 0, 1);
+    CHECK_RET(fi_ep_bind(ep, &eq->fid, 0) < 0, 1);
+    CHECK_RET(fi_ep_bind(ep, &cq->fid, FI_REMOTE_WRITE), -FI_EBADFLAGS);
+    CHECK_RET(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT), 0);
+    CHECK_RET(fi_ep_bind(ep, &cq2->fid, FI_TRANSMIT), -FI_EINVAL);
+    CHECK_RET(fi_ep_bind(ep, &cq2->fid, FI_RECV), 0);
+    CHECK_RET(fi_ep_bind(ep, &f.av->fid, 0), 0);
+    CHECK_RET(fi_ep_bind(ep, &f.av->fid, 0), -FI_EINVAL);
+    CHECK_RET(fi_enable(ep), 0);
+    CHECK_RET(fi_close(&ep->fid), 0);
+    CHECK_RET(fi_close(&ep2->fid), 0);
+    CHECK_RET(fi_close(&cq->fid), 0);
+    CHECK_RET(fi_close(&cq2->fid), 0);
+    CHECK_RET(fi_close(&eq->fid), 0);
+    fe_close(&f);
+}
+
+/* fi_endpoint(3): FI_SELECTIVE_COMPLETION must be OR'ed with FI_TRANSMIT
+ * and/or FI_RECV. A bind with no direction must fail, or at least not
+ * leave the CQ holding the endpoint after it closed. */
+static void bind_cq_nodir(uint64_t flags)
+{
+    fe_t f;
+    fe_ep_t a;
+    struct fid_cq *cq2;
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED};
+    struct fi_cq_tagged_entry e;
+    int r;
+
+    fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_MAP);
+    MUST(fi_cq_open(f.domain, &ca, &cq2, NULL));
+    fe_ep_open(&f, &a, FI_CQ_FORMAT_TAGGED, 0);
+    r = fi_ep_bind(a.ep, &cq2->fid, flags);
+    CHECK(r < 0, "fi_ep_bind(ep, cq, 0x%llx) with no direction = %d (want an error)",
+          (unsigned long long)flags, r);
+    CHECK_RET(fi_close(&a.ep->fid), 0);
+    CHECK_RET(fi_close(&a.cq->fid), 0);
+    CHECK_RET(fi_cq_read(cq2, &e, 1), -FI_EAGAIN); /* the closed endpoint must not be driven */
+    CHECK_RET(fi_close(&cq2->fid), 0);
+    fe_close(&f);
+}
+
+static void bind_cq_flags0(void)
+{
+    bind_cq_nodir(0);
+}
+
+static void bind_cq_selective_only(void)
+{
+    bind_cq_nodir(FI_SELECTIVE_COMPLETION);
+}
+
+/* "An endpoint may only be bound to a single CQ or counter for a given
+ * type of operation" (fi_endpoint(3)). */
+static void bind_two_cntrs(void)
+{
+    fe_t f;
+    fe_ep_t a;
+    struct fid_cntr *c1, *c2;
+    struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP};
+    int r;
+
+    fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_MAP);
+    MUST(fi_cntr_open(f.domain, &ca, &c1, NULL));
+    MUST(fi_cntr_open(f.domain, &ca, &c2, NULL));
+    MUST(fi_endpoint(f.domain, f.info, &a.ep, NULL));
+    {
+        struct fi_cq_attr qa = {.format = FI_CQ_FORMAT_TAGGED};
+        MUST(fi_cq_open(f.domain, &qa, &a.cq, NULL));
+    }
+    MUST(fi_ep_bind(a.ep, &a.cq->fid, FI_TRANSMIT | FI_RECV));
+    MUST(fi_ep_bind(a.ep, &f.av->fid, 0));
+    CHECK_RET(fi_ep_bind(a.ep, &c1->fid, FI_SEND), 0);
+    r = fi_ep_bind(a.ep, &c2->fid, FI_SEND);
+    CHECK(r < 0, "second counter bound for FI_SEND = %d (want an error)", r);
+    MUST(fi_enable(a.ep));
+    fe_ep_insert(&f, &a);
+    CHECK_RET(fi_close(&a.ep->fid), 0);
+    CHECK_RET(fi_close(&a.cq->fid), 0);
+    CHECK_RET(fi_cntr_read(c1), 0); /* must not drive the closed endpoint */
+    CHECK_RET(fi_close(&c1->fid), 0);
+    CHECK_RET(fi_close(&c2->fid), 0);
+    fe_close(&f);
+}
+
+static void names_opts(void)
+{
+    fe_t f;
+    fe_ep_t a;
+    char name[128];
+    size_t len = 0, v = 0, vl;
+    int b;
+
+    fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_MAP);
+    fe_ep_open(&f, &a, FI_CQ_FORMAT_TAGGED, 0);
+    CHECK_RET(fi_getname(&a.ep->fid, NULL, &len), -FI_ETOOSMALL);
+    CHECK(len == FI_NAME_MAX, "getname size query: len %zu", len);
+    len = 10;
+    CHECK_RET(fi_getname(&a.ep->fid, name, &len), -FI_ETOOSMALL);
+    CHECK(len == FI_NAME_MAX, "getname short buffer: len %zu", len);
+    len = sizeof(name);
+    CHECK_RET(fi_getname(&a.ep->fid, name, &len), 0);
+    CHECK_RET(fi_setname(&a.ep->fid, name, len) < 0, 1);
+    vl = sizeof(v);
+    CHECK_RET(fi_getopt(&a.ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &v, &vl), -FI_ENOPROTOOPT);
+    v = 128;
+    CHECK_RET(fi_setopt(&a.ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &v, sizeof(v)), -FI_ENOPROTOOPT);
+    b = 0;
+    CHECK_RET(fi_setopt(&a.ep->fid, FI_OPT_ENDPOINT, FI_OPT_FI_HMEM_P2P, &b, sizeof(b)),
+              -FI_ENOPROTOOPT);
+    vl = sizeof(v);
+    CHECK_RET(fi_getopt(&a.ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &v, &vl), -FI_ENOPROTOOPT);
+    CHECK_RET(fi_getopt(&a.ep->fid, 12345, 0, &v, &vl), -FI_ENOPROTOOPT);
+    CHECK_RET(fi_setopt(&a.ep->fid, FI_OPT_ENDPOINT, 9999, &v, sizeof(v)), -FI_ENOPROTOOPT);
+    /* fi_control */
+    CHECK_RET(fi_control(&a.ep->fid, 9999, NULL) < 0, 1);
+    CHECK_RET(fi_control(&f.domain->fid, 9999, NULL) < 0, 1);
+    CHECK_RET(fi_control(&a.cq->fid, 9999, NULL) < 0, 1);
+    CHECK_RET(fi_control(&f.av->fid, 9999, NULL) < 0, 1);
+    {
+        int fd = -1;
+        enum fi_wait_obj wo = 99;
+        CHECK_RET(fi_control(&a.cq->fid, FI_GETWAIT, &fd) < 0, 1);
+        CHECK_RET(fi_control(&a.cq->fid, FI_GETWAITOBJ, &wo), 0);
+        CHECK(wo == FI_WAIT_NONE, "FI_GETWAITOBJ of a CQ with FI_WAIT_UNSPEC: %d", wo);
+    }
+    {
+        uint64_t fl = FI_TRANSMIT;
+        CHECK_RET(fi_control(&a.ep->fid, FI_GETOPSFLAG, &fl), 0);
+        fl = FI_TRANSMIT | FI_COMPLETION;
+        CHECK_RET(fi_control(&a.ep->fid, FI_SETOPSFLAG, &fl), 0);
+        fl = FI_RECV | FI_MULTI_RECV; /* not offered on this endpoint */
+        CHECK_RET(fi_control(&a.ep->fid, FI_SETOPSFLAG, &fl), 0);
+        fl = FI_RECV;
+        CHECK_RET(fi_control(&a.ep->fid, FI_GETOPSFLAG, &fl), 0);
+        CHECK(!(fl & FI_MULTI_RECV), "rx op flags 0x%llx", (unsigned long long)fl);
+    }
+    /* alias */
+    CHECK_RET(1, 1);
+    {
+        struct fid_ep *alias = NULL;
+        CHECK_RET(fi_ep_alias(a.ep, &alias, 0) < 0, 1);
+    }
+    fe_ep_close(&a);
+    fe_close(&f);
+}
+
+static void nulls(void)
+{
+    fe_t f;
+    fe_ep_t a;
+    struct fid_cq *cq;
+    struct fid_av *av;
+    struct fid_ep *ep;
+    struct fi_cq_tagged_entry e;
+    char buf[8];
+
+    fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_MAP);
+    fe_ep_open(&f, &a, FI_CQ_FORMAT_TAGGED, 0);
+    fe_ep_insert(&f, &a);
+    CHECK_RET(fi_cq_open(f.domain, NULL, &cq, NULL), -FI_EINVAL);
+    CHECK_RET(fi_av_open(f.domain, NULL, &av, NULL), -FI_EINVAL);
+    CHECK_RET(fi_endpoint(f.domain, NULL, &ep, NULL), -FI_EINVAL);
+    CHECK_RET(fi_cq_read(a.cq, NULL, 1), -FI_EINVAL);
+    CHECK_RET(fi_cq_readerr(a.cq, NULL, 0), -FI_EINVAL);
+    CHECK_RET(fi_tsendmsg(a.ep, NULL, 0), -FI_EINVAL);
+    CHECK_RET(fi_trecvmsg(a.ep, NULL, 0), -FI_EINVAL);
+    CHECK_RET(fi_sendmsg(a.ep, NULL, 0), -FI_EINVAL);
+    CHECK_RET(fi_recvmsg(a.ep, NULL, 0), -FI_EINVAL);
+    CHECK_RET(fi_tsend(a.ep, NULL, 5, NULL, a.addr, 1, NULL), -FI_EINVAL);
+    CHECK_RET(fi_trecv(a.ep, NULL, 5, NULL, FI_ADDR_UNSPEC, 1, 0, NULL), -FI_EINVAL);
+    CHECK_RET(fi_tinject(a.ep, NULL, 5, a.addr, 1), -FI_EINVAL);
+    CHECK_RET(fi_tinjectdata(a.ep, NULL, 5, 1, a.addr, 1), -FI_EINVAL);
+    CHECK_RET(fi_tsenddata(a.ep, NULL, 5, NULL, 1, a.addr, 1, NULL), -FI_EINVAL);
+    CHECK_RET(fi_tsend(a.ep, buf, 1, NULL, 12345, 1, NULL), -FI_EINVAL);
+    CHECK_RET(fi_tsend(a.ep, buf, 1, NULL, FI_ADDR_UNSPEC, 1, NULL), -FI_EINVAL);
+    CHECK_RET(fi_tsend(a.ep, buf, 1, NULL, FI_ADDR_NOTAVAIL, 1, NULL), -FI_EINVAL);
+    CHECK_RET(fi_tinject(a.ep, buf, 1, 12345, 1), -FI_EINVAL);
+    CHECK_RET(fi_tsend(a.ep, buf, 1, NULL, a.addr, 1ULL << 63, NULL), -FI_EINVAL);
+    CHECK_RET(fi_trecv(a.ep, buf, 1, NULL, 12345, 1, 0, NULL), -FI_EINVAL);
+    CHECK_RET(fi_av_insert(f.av, NULL, 1, NULL, 0, NULL), -FI_EINVAL);
+    CHECK_RET(fi_av_insert(f.av, NULL, 0, NULL, 0, NULL), 0);
+    CHECK_RET(fi_av_remove(f.av, NULL, 0, 0), 0);
+    CHECK_RET(fi_cq_read(a.cq, &e, 1), -FI_EAGAIN);
+    CHECK_RET(fi_cq_readfrom(a.cq, &e, 1, NULL), -FI_EAGAIN);
+    fe_ep_close(&a);
+    fe_close(&f);
+}
+
+static void mr(void)
+{
+    fe_t f;
+    struct fid_mr *m1, *m2, *m3 = NULL;
+    char buf[64];
+
+    fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_MAP);
+    CHECK_RET(fi_mr_reg(f.domain, buf, sizeof(buf), FI_SEND | FI_RECV, 0, 42, 0, &m1, NULL), 0);
+    CHECK_RET(fi_mr_reg(f.domain, buf, sizeof(buf), FI_SEND | FI_RECV, 0, 42, 0, &m2, NULL), 0);
+    (void)fi_mr_desc(m1);
+    (void)fi_mr_key(m1);
+    CHECK_RET(fi_mr_reg(f.domain, buf, sizeof(buf), FI_REMOTE_READ, 0, 1, 0, &m3, NULL) < 0, 1);
+    CHECK_RET(fi_close(&f.domain->fid), -FI_EBUSY);
+    CHECK_RET(fi_mr_bind(m1, &f.av->fid, 0) < 0, 1);
+    CHECK_RET(fi_mr_enable(m1) < 0 || 1, 1);
+    CHECK_RET(fi_close(&m1->fid), 0);
+    CHECK_RET(fi_close(&m2->fid), 0);
+    fe_close(&f);
+}
+
+/* An endpoint opened with FI_SEND only (no FI_RECV): fi_endpoint(3) asks
+ * for CQs "capable of reporting completions for any asynchronous
+ * operation initiated on the endpoint" - a transmit CQ. */
+static void send_only_ep(void)
+{
+    struct fi_info *info;
+    struct fi_info *h = fe_hints(FI_TAGGED | FI_SEND, FI_THREAD_SAFE);
+    struct fid_fabric *fab;
+    struct fid_domain *dom;
+    struct fid_av *av;
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    struct fi_av_attr aa = {.type = FI_AV_MAP};
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED};
+    int r;
+
+    MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &info));
+    CHECK(!(info->caps & FI_RECV), "caps with FI_SEND asked: 0x%llx", (unsigned long long)info->caps);
+    MUST(fi_fabric(info->fabric_attr, &fab, NULL));
+    MUST(fi_domain(fab, info, &dom, NULL));
+    MUST(fi_av_open(dom, &aa, &av, NULL));
+    MUST(fi_endpoint(dom, info, &ep, NULL));
+    MUST(fi_cq_open(dom, &ca, &cq, NULL));
+    MUST(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT));
+    MUST(fi_ep_bind(ep, &av->fid, 0));
+    r = fi_enable(ep);
+    CHECK(r == 0, "fi_enable of a send-only endpoint with a transmit CQ = %d (%s)", r, fi_strerror(-r));
+    fi_close(&ep->fid);
+    fi_close(&cq->fid);
+    fi_close(&av->fid);
+    fi_close(&dom->fid);
+    fi_close(&fab->fid);
+    fi_freeinfo(info);
+    fi_freeinfo(h);
+}
+
+int main(int argc, char **argv)
+{
+    static const fe_case_t cases[] = {
+        {"close_order", close_order},
+        {"before_enable", before_enable},
+        {"bind_bad", bind_bad},
+        {"bind_cq_flags0", bind_cq_flags0},
+        {"bind_cq_selective_only", bind_cq_selective_only},
+        {"bind_two_cntrs", bind_two_cntrs},
+        {"names_opts", names_opts},
+        {"nulls", nulls},
+        {"mr", mr},
+        {"send_only_ep", send_only_ep},
+    };
+    return fe_run(cases, sizeof(cases) / sizeof(cases[0]), argc, argv, 30);
+}

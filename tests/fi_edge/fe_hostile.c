@@ -1,0 +1,177 @@
+/*
+ * Hostile or careless callers: NULL out-pointers, a poll set holding a
+ * closed CQ, a CQ's endpoint closed while another thread sleeps in
+ * fi_cq_sread, an injected send with FI_DELIVERY_COMPLETE that nobody
+ * receives (fi_tsendmsg must not block). Each case runs in a child; a
+ * crash or a hang (alarm) is reported per case.
+ */
+#include "fe_common.h"
+
+#include <pthread.h>
+
+#define CAPS (FI_TAGGED | FI_MSG | FI_DIRECTED_RECV | FI_SOURCE)
+
+static fe_t f;
+static fe_ep_t a;
+
+static void setup(enum fi_threading th)
+{
+    fe_open(&f, fe_hints(CAPS, th), FI_AV_TABLE);
+    fe_ep_open(&f, &a, FI_CQ_FORMAT_TAGGED, 0);
+    fe_ep_insert(&f, &a);
+}
+
+static void getname_null_len(void)
+{
+    char buf[64];
+    setup(FI_THREAD_SAFE);
+    CHECK_RET(fi_getname(&a.ep->fid, buf, NULL), -FI_EINVAL);
+}
+
+static void getname_null_buf(void)
+{
+    size_t len = 64;
+    setup(FI_THREAD_SAFE);
+    CHECK_RET(fi_getname(&a.ep->fid, NULL, &len) < 0, 1);
+}
+
+static void getopsflag_null(void)
+{
+    setup(FI_THREAD_SAFE);
+    CHECK_RET(fi_control(&a.ep->fid, FI_GETOPSFLAG, NULL), -FI_EINVAL);
+}
+
+static void getwait_null(void)
+{
+    setup(FI_THREAD_SAFE);
+    CHECK_RET(fi_control(&a.cq->fid, FI_GETWAITOBJ, NULL), -FI_EINVAL);
+}
+
+static void av_lookup_null_len(void)
+{
+    char buf[64];
+    setup(FI_THREAD_SAFE);
+    CHECK_RET(fi_av_lookup(f.av, a.addr, buf, NULL), -FI_EINVAL);
+}
+
+static void av_remove_null(void)
+{
+    setup(FI_THREAD_SAFE);
+    CHECK_RET(fi_av_remove(f.av, NULL, 1, 0), -FI_EINVAL);
+}
+
+static void straddr_null_buf(void)
+{
+    char name[64];
+    size_t len = 64, sl = 100;
+    setup(FI_THREAD_SAFE);
+    fi_getname(&a.ep->fid, name, &len);
+    CHECK(fi_av_straddr(f.av, name, NULL, &sl) == NULL || 1, "straddr NULL buf len 100");
+}
+
+static void trywait_null(void)
+{
+    setup(FI_THREAD_SAFE);
+    CHECK_RET(fi_trywait(f.fabric, NULL, 1), -FI_EINVAL);
+}
+
+static void cntr_open_null_attr(void)
+{
+    struct fid_cntr *c;
+    setup(FI_THREAD_SAFE);
+    CHECK_RET(fi_cntr_open(f.domain, NULL, &c, NULL), 0);
+    CHECK_RET(fi_close(&c->fid), 0);
+}
+
+/* fi_poll(3): a CQ in a poll set, then closed */
+static void poll_closed_cq(void)
+{
+    struct fid_poll *ps;
+    struct fi_poll_attr pa = {0};
+    struct fid_cq *cq;
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED};
+    void *ctx[4];
+    setup(FI_THREAD_SAFE);
+    MUST(fi_poll_open(f.domain, &pa, &ps));
+    MUST(fi_cq_open(f.domain, &ca, &cq, NULL));
+    MUST(fi_poll_add(ps, &cq->fid, 0));
+    int r = fi_close(&cq->fid);
+    CHECK(r == -FI_EBUSY, "fi_close of a CQ still in a poll set: %d", r);
+    if (r == 0)
+        CHECK_RET(fi_poll(ps, ctx, 4) >= 0, 1);
+}
+
+static void *sreader(void *arg)
+{
+    struct fi_cq_tagged_entry e;
+    fi_cq_sread(a.cq, &e, 1, NULL, 1500);
+    return arg;
+}
+
+/* The endpoint is closed while another thread sleeps in fi_cq_sread on
+ * its CQ (FI_THREAD_SAFE): the sleep must not touch the closed endpoint. */
+static void close_during_sread(void)
+{
+    pthread_t t;
+    setup(FI_THREAD_SAFE);
+    pthread_create(&t, NULL, sreader, NULL);
+    usleep(200000);
+    CHECK_RET(fi_close(&a.ep->fid), 0);
+    pthread_join(t, NULL);
+    CHECK_RET(fi_close(&a.cq->fid), 0);
+}
+
+/* fi_tsendmsg(FI_INJECT | FI_DELIVERY_COMPLETE) of a message nobody has
+ * a receive for: the call must return (its completion comes later). */
+static void inject_delivery_nobody(void)
+{
+    struct iovec iov = {"x", 1};
+    struct fi_msg_tagged m = {.msg_iov = &iov, .iov_count = 1, .tag = 5, .context = (void *)1};
+    int64_t t0;
+    ssize_t r;
+    setup(getenv("FE_THREADING") ? FI_THREAD_DOMAIN : FI_THREAD_SAFE);
+    m.addr = a.addr;
+    t0 = fe_now_ms();
+    alarm(5);
+    r = fi_tsendmsg(a.ep, &m, FI_INJECT | FI_DELIVERY_COMPLETE);
+    alarm(0);
+    CHECK(fe_now_ms() - t0 < 1000, "fi_tsendmsg(FI_INJECT|FI_DELIVERY_COMPLETE) returned %zd after %lld ms",
+          r, (long long)(fe_now_ms() - t0));
+}
+
+/* Flags libfabric defines for these calls: FI_MATCH_COMPLETE on a send
+ * (the provider handles it in send_tagged), FI_MORE on a receive. */
+static void msg_flags(void)
+{
+    struct iovec iov = {"x", 1};
+    char rb[4];
+    struct iovec riov = {rb, sizeof(rb)};
+    struct fi_msg_tagged m = {.msg_iov = &iov, .iov_count = 1, .tag = 6, .context = (void *)1};
+    struct fi_msg_tagged rm = {.msg_iov = &riov, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .tag = 6,
+                               .context = (void *)2};
+    setup(FI_THREAD_SAFE);
+    m.addr = a.addr;
+    CHECK_RET(fi_trecvmsg(a.ep, &rm, FI_MORE), 0);
+    CHECK_RET(fi_tsendmsg(a.ep, &m, FI_MATCH_COMPLETE), 0);
+    fe_drain(a.cq, NULL, 100);
+}
+
+int main(int argc, char **argv)
+{
+    static const fe_case_t cases[] = {
+        {"getname_null_len", getname_null_len},
+        {"getname_null_buf", getname_null_buf},
+        {"getopsflag_null", getopsflag_null},
+        {"getwait_null", getwait_null},
+        {"av_lookup_null_len", av_lookup_null_len},
+        {"av_remove_null", av_remove_null},
+        {"straddr_null_buf", straddr_null_buf},
+        {"trywait_null", trywait_null},
+        {"cntr_open_null_attr", cntr_open_null_attr},
+        {"poll_closed_cq", poll_closed_cq},
+        {"close_during_sread", close_during_sread},
+        {"inject_delivery_nobody", inject_delivery_nobody},
+        {"msg_flags", msg_flags},
+    };
+    return fe_run(cases, sizeof(cases) / sizeof(cases[0]), argc, argv, 20);
+}

@@ -83,6 +83,7 @@ struct fab_domain {
     int ctx_mt;                 /* tmx contexts made TMX_THREAD_MULTIPLE */
     pthread_mutex_t lock;       /* guards provider state when mt */
     struct fi_info *info;
+    struct fab_poll *polls;     /* its poll sets (fab_poll.c), under lock */
 };
 
 typedef struct fab_av_entry {
@@ -311,6 +312,8 @@ int fab_offload_on(void);
 
 /* fab_poll.c */
 int fab_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr, struct fid_poll **ps);
+/* A CQ or counter being closed leaves its domain's poll sets (lock held). */
+void fab_poll_forget(fab_domain_t *dom, struct fid *member);
 
 /* fab_cntr.c */
 int fab_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr, struct fid_cntr **cntr,

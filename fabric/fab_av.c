@@ -118,15 +118,17 @@ static int name_ok(const unsigned char *name)
     return fab_name_decode(name, blob, &len) == 0 && tmx_address_check(blob, len) == TMX_OK;
 }
 
-/* The entry holding name, removed or not, or av->n. Linear: the AV is
- * filled once per job and names differ early (their first bytes hold the
- * host's address). */
+/* The entry holding name, or av->n; in an FI_AV_MAP, a removed one too
+ * (an FI_AV_TABLE gives each insertion the next index, fi_av(3)). Linear:
+ * the AV is filled once per job and names differ early (their first bytes
+ * hold the host's address). */
 static size_t av_find(const fab_av_t *av, const unsigned char *name)
 {
     size_t i;
 
     for (i = 0; i < av->n; i++) {
-        if (memcmp(av->ent[i].name, name, (size_t)name[0] + 1) == 0)
+        if ((av->ent[i].valid || av->type == FI_AV_MAP) &&
+            memcmp(av->ent[i].name, name, (size_t)name[0] + 1) == 0)
             break;
     }
     return i;
@@ -196,9 +198,10 @@ static int av_insert_one(fab_av_t *av, const fab_av_entry_t *e, fi_addr_t *out)
         FAB_WARN(FI_LOG_AV, "fi_av_insert: address %zu is not a tmx address\n", av->n);
         return -FI_EINVAL;
     }
-    /* An address inserted again, even after fi_av_remove, gets its
-     * slot back: tmx reports a process's messages under the first number
-     * it was added with, and a second slot would never see them. */
+    /* An address inserted again, in an FI_AV_MAP even after
+     * fi_av_remove, gets its slot back: tmx reports a process's messages
+     * under the first number it was added with, and a second slot would
+     * never see them (an FI_AV_TABLE's new index does not, docs). */
     if ((i = av_find(av, e->name)) < av->n) {
         av->ent[i].valid++;
         *out = i;
@@ -213,6 +216,8 @@ static int av_insert_one(fab_av_t *av, const fab_av_entry_t *e, fi_addr_t *out)
             av->ent[i].valid = 0;
             if (k == 0)
                 av->n--; /* no endpoint took it: the slot is free again */
+            else
+                av->ent[i].name[0] = 0; /* half added: never found again */
             return -FI_EINVAL;
         }
     }

@@ -161,10 +161,13 @@ static int cntr_close(struct fid *fid)
     fab_cntr_t *cntr = (fab_cntr_t *)fid;
 
     if (atomic_load(&cntr->refs) != 0) {
-        FAB_WARN(FI_LOG_CNTR, "counter closed while %d endpoints or poll sets use it\n",
+        FAB_WARN(FI_LOG_CNTR, "counter closed while %d endpoints use it\n",
                  atomic_load(&cntr->refs));
         return -FI_EBUSY;
     }
+    fab_lock(cntr->dom);
+    fab_poll_forget(cntr->dom, fid);
+    fab_unlock(cntr->dom);
     atomic_fetch_sub(&cntr->dom->refs, 1);
     free(cntr);
     return 0;

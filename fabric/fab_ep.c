@@ -310,12 +310,10 @@ static int ep_enable(fab_ep_t *ep)
         FAB_WARN(FI_LOG_EP_CTRL, "fi_enable without an AV\n");
         return -FI_ENOAV;
     }
-    /* a CQ for each direction it may use (both, unless its capabilities
-     * name one of FI_SEND and FI_RECV only) */
-    int dirs = !(ep->caps & (FI_SEND | FI_RECV));
-    if (((dirs || (ep->caps & FI_SEND)) && ep->tx_cq == NULL) ||
-        ((dirs || (ep->caps & FI_RECV)) && ep->rx_cq == NULL)) {
-        FAB_WARN(FI_LOG_EP_CTRL, "fi_enable without a CQ for each direction it may use\n");
+    /* both, even for an endpoint whose capabilities name one direction:
+     * the fast paths of either take both for granted */
+    if (ep->tx_cq == NULL || ep->rx_cq == NULL) {
+        FAB_WARN(FI_LOG_EP_CTRL, "fi_enable without CQs for both directions\n");
         return -FI_ENOCQ;
     }
     ep->enabled = 1;

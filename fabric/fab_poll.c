@@ -17,7 +17,27 @@ typedef struct fab_poll {
     struct fid *fids[POLL_MAX];
     uint64_t seen[POLL_MAX];    /* counters: the value last reported */
     int n;
+    struct fab_poll *next;      /* in dom->polls */
 } fab_poll_t;
+
+/* A CQ or counter being closed leaves every poll set of its domain (fi_poll
+ * then no longer sees it); the sets hold no reference, so members may be
+ * closed before their set, as fabtests do. Under the domain's lock. */
+void fab_poll_forget(fab_domain_t *dom, struct fid *member)
+{
+    for (fab_poll_t *ps = dom->polls; ps != NULL; ps = ps->next) {
+        pthread_mutex_lock(&ps->lock);
+        for (int i = 0; i < ps->n; i++) {
+            if (ps->fids[i] == member) {
+                ps->n--;
+                ps->fids[i] = ps->fids[ps->n];
+                ps->seen[i] = ps->seen[ps->n];
+                i--;
+            }
+        }
+        pthread_mutex_unlock(&ps->lock);
+    }
+}
 
 static int poll_has_news(fab_poll_t *ps, int i)
 {
@@ -47,13 +67,6 @@ static int poll_poll(struct fid_poll *fid, void **context, int count)
     return n;
 }
 
-/* A CQ or counter in a poll set is referenced by it: it cannot be closed
- * (-FI_EBUSY) until the set drops it or is closed itself. */
-static atomic_int *member_refs(struct fid *f)
-{
-    return f->fclass == FI_CLASS_CQ ? &((fab_cq_t *)f)->refs : &((fab_cntr_t *)f)->refs;
-}
-
 static int poll_add(struct fid_poll *fid, struct fid *event_fid, uint64_t flags)
 {
     fab_poll_t *ps = (fab_poll_t *)fid;
@@ -70,7 +83,6 @@ static int poll_add(struct fid_poll *fid, struct fid *event_fid, uint64_t flags)
     } else {
         ps->seen[ps->n] = 0;
         ps->fids[ps->n++] = event_fid;
-        atomic_fetch_add(member_refs(event_fid), 1);
     }
     pthread_mutex_unlock(&ps->lock);
     return ret;
@@ -84,7 +96,6 @@ static int poll_del(struct fid_poll *fid, struct fid *event_fid, uint64_t flags)
     pthread_mutex_lock(&ps->lock);
     for (int i = 0; i < ps->n; i++) {
         if (ps->fids[i] == event_fid) {
-            atomic_fetch_sub(member_refs(event_fid), 1);
             ps->n--;
             ps->fids[i] = ps->fids[ps->n];
             ps->seen[i] = ps->seen[ps->n];
@@ -107,8 +118,14 @@ static int poll_close(struct fid *fid)
 {
     fab_poll_t *ps = (fab_poll_t *)fid;
 
-    for (int i = 0; i < ps->n; i++)
-        atomic_fetch_sub(member_refs(ps->fids[i]), 1);
+    fab_lock(ps->dom);
+    for (fab_poll_t **pp = (fab_poll_t **)&ps->dom->polls; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == ps) {
+            *pp = ps->next;
+            break;
+        }
+    }
+    fab_unlock(ps->dom);
     atomic_fetch_sub(&ps->dom->refs, 1);
     pthread_mutex_destroy(&ps->lock);
     free(ps);
@@ -139,6 +156,10 @@ int fab_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr, struct f
     ps->fid.fid.fclass = FI_CLASS_POLL;
     ps->fid.fid.ops = &poll_fi_ops;
     ps->fid.ops = &poll_ops;
+    fab_lock(dom);
+    ps->next = dom->polls;
+    dom->polls = ps;
+    fab_unlock(dom);
     atomic_fetch_add(&dom->refs, 1);
     *out = &ps->fid;
     return 0;

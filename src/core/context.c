@@ -23,6 +23,11 @@
 /* What an unexpected message costs beyond its record and payload: the
  * matcher's bin and hash slot when its tag is its own, malloc's header. */
 #define CORE_UNEXP_INDEX_COST 96
+/* Below the bound max, where senders are told to send rendezvous
+ * (unexp_update): 8 MiB and an eighth of max before it, which covers
+ * shm's ring and udp's windows of a few senders each, or half of a small
+ * max. */
+#define CORE_UNEXP_SLACK(max) ((size_t)(8u << 20) + (max) / 8 < (max) / 2 ? (size_t)(8u << 20) + (max) / 8 : (max) / 2)
 
 static const uint64_t ctx_field_mask = TMX_CONTEXT_FIELD_THREAD_MODE | TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_SETTINGS |
                                        TMX_CONTEXT_FIELD_NAME | TMX_CONTEXT_FIELD_BOOT |
@@ -356,11 +361,31 @@ struct tmx_message *core_msg_alloc(tmx_context_h ctx)
     return msg;
 }
 
-/* Tells every transport when the bound is reached or left again. */
+/* Tells every transport when the bounds are reached or left again. Past
+ * the soft bound, CORE_UNEXP_SLACK below TMX_UNEXPECTED_MAX, senders are
+ * told to send every message with a payload above PROTO_PRESSED_EAGER_MAX
+ * (and a completion to report) as rendezvous, whose header alone waits
+ * here; at the bound itself the transports leave what no receive takes
+ * where its sender put it. The slack holds what senders had under way
+ * when they were told (shm: at most the ring; udp: the windows), so that
+ * a message behind them that a posted receive takes is not held up by
+ * payloads nobody asked for yet; only a sender that goes on sending eager
+ * past the soft bound, or a flood of headers, meets the bound. */
 static void unexp_update(tmx_context_h ctx)
 {
+    int soft = ctx->unexp_max != 0 && ctx->unexp_bytes >= ctx->unexp_max - CORE_UNEXP_SLACK(ctx->unexp_max);
     int full = ctx->unexp_max != 0 && ctx->unexp_bytes >= ctx->unexp_max;
 
+    if (soft != ctx->ifaces_pressed) {
+        ctx->ifaces_pressed = soft;
+        for (int i = 0; i < ctx->n_ifaces; i++) {
+            ctx->ifaces[i]->rx_pressure = soft;
+            if (ctx->ifaces[i]->ops->pressure_changed != NULL)
+                ctx->ifaces[i]->ops->pressure_changed(ctx->ifaces[i]);
+        }
+        util_debug("unexpected messages hold %zu bytes: %s", ctx->unexp_bytes,
+                   soft ? "past the soft bound, senders send rendezvous" : "below the soft bound again");
+    }
     if (full == ctx->proto.unexp_full)
         return;
     ctx->proto.unexp_full = full;

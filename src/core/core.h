@@ -96,6 +96,7 @@ struct tmx_context {
     uint64_t last_uuid;         /* one-entry cache in front of the table */
     tmx_peer_t last_peer;
     int64_t next_peer_check_us;
+    int64_t next_poll_check_us; /* the same, from a poll loop (core_poll_yield) */
     int64_t pool_trim_us;       /* core_pools_trim's last look */
     unsigned spin_polls;        /* fruitless polls before yielding */
     unsigned idle_polls;        /* fruitless tmx_cq_read/tmx_progress calls in a row */
@@ -112,6 +113,7 @@ struct tmx_context {
     util_dlist_t msgs;
     size_t unexp_bytes;         /* held by unexpected messages (core_unexp_charge) */
     size_t unexp_max;           /* TMX_UNEXPECTED_MAX; 0: no bound */
+    int ifaces_pressed;         /* past unexp_max: the transports' rx_pressure */
     config_t cfg;               /* the settings, parsed at creation */
     core_cq_t cq;
     /* The offload engine's thread (engine.c), when TMX_OFFLOAD is on. */

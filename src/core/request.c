@@ -290,8 +290,16 @@ void core_poll_yield(tmx_context_h ctx)
     ctx->idle_polls = 0;
     idle_yield(ctx);
     /* Such a caller never waits in tmx either, and a peer that died must
-     * still fail what names it (every CORE_PEER_CHECK_US at most). */
-    core_check_peers(ctx, core_now_us());
+     * still fail what names it: the transports look (every
+     * CORE_PEER_CHECK_US at most). Not the watch of a wildcard receive
+     * (core_watch_for_wildcards), which connects to every peer: a waiter
+     * pays that once, a poller would on every idle turn. */
+    int64_t now = core_now_us();
+    if (now >= ctx->next_poll_check_us) {
+        ctx->next_poll_check_us = now + CORE_PEER_CHECK_US;
+        for (int i = 0; i < ctx->n_ifaces; i++)
+            ctx->ifaces[i]->ops->check_peers(ctx->ifaces[i]);
+    }
 }
 
 TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx_completion_t *out)

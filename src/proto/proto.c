@@ -349,8 +349,14 @@ tmx_status_t proto_send_ep(proto_t *p, proto_req_t *req, tmx_peer_t peer, tl_ep_
 
     if (!pp->hello_sent && (st = hello_send(p, pp, ep)) != TMX_OK)
         return st;
+    /* To a peer past its soft bound, a send that will say when it is done
+     * goes as rendezvous; one that says nothing (no completion entry: its
+     * caller reuses the buffer when the call returns, as eager allows)
+     * stays eager */
     if (req->len < ((const proto_tl_t *)ep->iface->above)->eager_end &&
-        !(req->flags & TMX_OP_FLAG_SYNC)) {
+        !(req->flags & TMX_OP_FLAG_SYNC) &&
+        (req->len <= PROTO_PRESSED_EAGER_MAX || (req->flags & (TMX_OP_FLAG_NO_CQ | TMX_OP_FLAG_CQ_ERRORS_ONLY)) ||
+         ep->iface->ops->peer_pressed == NULL || !ep->iface->ops->peer_pressed(ep))) {
         util_debug("send %zu bytes to peer %u: eager", req->len, peer);
         st = send_eager(ep, req->buf, req->len, tag, req->comp.has_data, req->comp.data);
         if (st == TMX_OK)

@@ -161,6 +161,11 @@ struct proto {
  * writes receives wait for (proto_admit_cb). */
 #define PROTO_WR_ADMIT_MAX (16u << 20)
 
+/* To a peer past its soft bound of unexpected memory (tl_ops_t's
+ * peer_pressed), a message of more bytes goes as rendezvous: its header
+ * is as large as that. */
+#define PROTO_PRESSED_EAGER_MAX 256
+
 /* Puts the offload engine (src/offload) in front of the matcher: posted
  * receives of min bytes or more go to its list where they can
  * (docs/offload.md, "How the host uses it") and tagged packets go through

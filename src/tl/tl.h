@@ -197,6 +197,12 @@ struct tl_iface {
      * admit_cb before taking each one while it is set, so that the sender
      * finds no room and slows down; one that cannot ignores it. */
     int rx_full;
+    /* Set and cleared by the layer above: set while the memory it holds
+     * for unexpected messages is past its soft bound, below rx_full's. A
+     * transport tells its senders (peer_pressed), which then send what
+     * has a payload of any size as rendezvous, so that only headers wait
+     * and no payload stands in front of a message a receive takes. */
+    int rx_pressure;
     /* Set by the transport when polling it would find nothing for a while
      * (nothing queued, pending or recently arrived); the core then polls
      * it only after every sleep and once TL_QUIET_LOOK_US (while others
@@ -380,6 +386,17 @@ struct tl_ops {
      * milliseconds, not on the fast path.
      * Blocks: no. Upcalls: fail_cb only. In upcall: no. */
     void (*check_peers)(tl_iface_t *iface);
+
+    /* Optional (NULL: never). Whether the peer said it is past its soft
+     * bound of unexpected memory (rx_pressure), as far as we know: its
+     * sends with payload should be rendezvous. Blocks: no. Upcalls: none.
+     * In upcall: yes. */
+    int (*peer_pressed)(tl_ep_t *ep);
+
+    /* Optional (NULL: nothing to publish, or published otherwise). Told
+     * when rx_pressure changes, for a transport that publishes it to its
+     * senders through shared state. Blocks: no. Upcalls: none. */
+    void (*pressure_changed)(tl_iface_t *iface);
 
     /* Optional (NULL: nothing to do). Removes what processes of this
      * transport that all died left on the host (shared files, segments),

@@ -1302,6 +1302,20 @@ static void shm_check_peers(tl_iface_t *iface)
     }
 }
 
+/* The soft bound (tl.h: rx_pressure), in our segment's header, where
+ * every sender reads it before a send with payload. */
+static void shm_pressure_changed(tl_iface_t *iface)
+{
+    shm_iface_t *si = (shm_iface_t *)iface;
+
+    atomic_store_explicit(&si->seg->pressure, (uint32_t)iface->rx_pressure, memory_order_relaxed);
+}
+
+static int shm_peer_pressed(tl_ep_t *tep)
+{
+    return atomic_load_explicit(&((shm_ep_t *)tep)->seg->pressure, memory_order_relaxed) != 0;
+}
+
 const tl_ops_t tl_shm_ops = {
     .name = "shm",
     .iface_open = shm_iface_open,
@@ -1316,4 +1330,6 @@ const tl_ops_t tl_shm_ops = {
     .progress = shm_progress,
     .wait = shm_wait,
     .check_peers = shm_check_peers,
+    .peer_pressed = shm_peer_pressed,
+    .pressure_changed = shm_pressure_changed,
 };

@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x4d48534du   /* "MSHM" */
-#define SHM_VERSION 10
+#define SHM_VERSION 11
 #define SHM_CACHE_LINE 64
 #define SHM_CELL_SIZE 8320      /* bytes per cell, header included: 8 KiB of payload and its headers */
 #define SHM_N_CELLS 128         /* a power of two */
@@ -150,7 +150,9 @@ typedef struct shm_seg_hdr {
     uint32_t cell_size;         /* bytes per cell */
     _Atomic uint32_t closed;    /* set when the owner closed it cleanly */
     _Atomic uint64_t fbox_used; /* bit i: fbox[i] has a producer (read at each poll) */
-    uint8_t pad0[SHM_CACHE_LINE - 40];
+    _Atomic uint32_t pressure;  /* the owner is past its soft bound of unexpected
+                                   memory: senders send rendezvous (tl.h) */
+    uint8_t pad0[SHM_CACHE_LINE - 44];
     _Atomic uint64_t tail;      /* next position producers claim */
     uint8_t pad1[SHM_CACHE_LINE - 8];
     _Atomic uint32_t sleeping;  /* consumer threads asleep, or about to be */

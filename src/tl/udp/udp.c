@@ -307,6 +307,12 @@ static void udp_wait(tl_iface_t *iface, int64_t timeout_us)
 
 /* Called while someone waits: keepalives to silent peers, and the
  * kernel's refusals read (udp_live.c). */
+/* The peer's datagrams carry its soft bound (UDP_FLAG_PRESSURE). */
+static int udp_peer_pressed(tl_ep_t *tep)
+{
+    return ((const udp_ep_t *)tep)->pressed;
+}
+
 static void udp_check_peers(tl_iface_t *iface)
 {
     udp_live_check((udp_iface_t *)iface, udp_now_us());
@@ -326,6 +332,7 @@ const tl_ops_t tl_udp_ops = {
     .progress = udp_progress,
     .wait = udp_wait,
     .check_peers = udp_check_peers,
+    .peer_pressed = udp_peer_pressed,
     .sweep = udp_node_sweep,
 };
 

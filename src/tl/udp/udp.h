@@ -154,6 +154,8 @@ typedef struct udp_ep {
                                     are not kept early until it is in */
     uint8_t put_rx : 1;          /* it writes into our memory: written data
                                     came and no packet since (its WDONE) */
+    uint8_t pressed : 1;         /* its last datagram said it is past its soft
+                                    bound (UDP_FLAG_PRESSURE) */
 } udp_ep_t;
 
 typedef struct udp_faults {

@@ -428,7 +428,8 @@ static void ack_send(udp_iface_t *ui, udp_ep_t *ep, uint16_t extra)
     size_t n = ep->fl != NULL ? sack_fill(ui, &ep->fl->rx[UDP_CH_DATA], (udp_sack_t *)(buf + sizeof(h))) : 0;
 
     udp_hdr_fill_acks(ep, &h);
-    h.flags = htole16(UDP_FLAG_ACK_ONLY | (n != 0 ? UDP_FLAG_SACK : 0) | extra);
+    h.flags = htole16(UDP_FLAG_ACK_ONLY | (n != 0 ? UDP_FLAG_SACK : 0) | extra |
+                      (ui->super.rx_pressure ? UDP_FLAG_PRESSURE : 0));
     h.len = htole16((uint16_t)n);
     memcpy(buf, &h, sizeof(h));
     h.csum = htole32(util_crc32c(0, buf, sizeof(h) + n));

@@ -47,7 +47,8 @@ static int dgram_misrouted(udp_iface_t *ui, const udp_hdr_t *h, unsigned char *b
  * with its SACK, STALL, BYE or NOBODY) is no segment and carries a
  * payload only as a SACK; a segment is at most one of a read request,
  * read data and written data, and data of a read or a write is a piece
- * at an offset, never a packet's FIRST or LAST. (HANDED goes with any.) */
+ * at an offset, never a packet's FIRST or LAST. (HANDED and PRESSURE go
+ * with any.) */
 static int flags_consistent(uint16_t f, size_t payload)
 {
     const uint16_t ack_kinds = UDP_FLAG_SACK | UDP_FLAG_STALL | UDP_FLAG_BYE | UDP_FLAG_NOBODY;
@@ -110,7 +111,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
     if (dgram_parse(ui, buf, len, &h, from) != 0)
         return;
     if (h.flags & UDP_FLAG_NOBODY) { /* from a process of the peer's node, not from the peer */
-        if ((h.flags & ~UDP_FLAG_HANDED) == (UDP_FLAG_NOBODY | UDP_FLAG_ACK_ONLY))
+        if ((h.flags & ~(UDP_FLAG_HANDED | UDP_FLAG_PRESSURE)) == (UDP_FLAG_NOBODY | UDP_FLAG_ACK_ONLY))
             udp_live_nobody(ui, h.src_id);
         return;
     }
@@ -131,6 +132,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         return;
     }
     ep->last_rx = udp_live_stamp(ui->rx_now_us);
+    ep->pressed = (h.flags & UDP_FLAG_PRESSURE) != 0;
     udp_live_heard(ep);
     if (ep->fl != NULL) { /* without a flow nothing is in flight: the ACKs are old */
         for (int ch = 0; ch < UDP_N_CH; ch++)

@@ -98,7 +98,7 @@ static inline void hdr_fill(const udp_iface_t *ui, const udp_ep_t *ep, udp_seg_t
     seg->lane = 0;
     h->version = UDP_WIRE_VERSION;
     h->channel = (uint8_t)sd->ch;
-    h->flags = htole16(sd->flags);
+    h->flags = htole16(sd->flags | (ui->super.rx_pressure ? UDP_FLAG_PRESSURE : 0));
     h->len = htole16((uint16_t)sd->n);
     h->port = ui->sock.self_sa.sin_port;
     h->job_key = htole64(ui->job_key);

@@ -48,7 +48,10 @@ enum udp_flag {
                                      halves of the target's key */
     UDP_FLAG_HANDED = 1u << 10,  /* handed on by a node-mate (udp_node.c): pad is the
                                      IPv4 address it first came from */
-    UDP_FLAG_MASK = 0x7ff
+    UDP_FLAG_PRESSURE = 1u << 11, /* the sender of this datagram is past its soft
+                                     bound of unexpected memory: send it
+                                     rendezvous (tl.h: rx_pressure) */
+    UDP_FLAG_MASK = 0xfff
 };
 
 typedef struct udp_hdr {

@@ -45,8 +45,9 @@ static const cfg_entry_t cfg_table[] = {
     {"TMX_TRANSPORTS", CFG_LIST, "self,shm,udp", 0, 0, NULL, CFG_FIELD(transports),
      "transports a context opens, in order of preference (self, shm, udp)"},
     {"TMX_UNEXPECTED_MAX", CFG_UINT, "67108864", 0, 1ull << 48, NULL, CFG_FIELD(unexpected_max),
-     "bytes that unexpected messages (received before their receive was posted) may hold; at the "
-     "bound shm and udp senders wait until receives take some (0: no bound)"},
+     "bytes that unexpected messages (received before their receive was posted) may hold; 8 MiB "
+     "and an eighth (at most half) below it senders are told to send rendezvous, at it shm and udp "
+     "senders wait until receives take some (0: no bound)"},
     {"TMX_OFFLOAD", CFG_ENUM, "0", 0, 0, bool_words, CFG_FIELD(offload),
      "1 runs the offload engine: a thread of the context's own that advances its traffic (eager "
      "deliveries, rendezvous reads and FIN, acknowledgements) while the application computes "

@@ -55,8 +55,8 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS -x MPI_TEST_V
         -x MPI_TEST_SECONDS)
 TMX=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tmx --mca mtl_base_verbose 1
      -x FI_PROVIDER_PATH="$PROV_DIR")
-# The offload engine's settings reach the ranks when the test sets them.
-for v in TMX_OFFLOAD TMX_OFFLOAD_MIN TMX_OFFLOAD_TAGS; do
+# The offload engine's settings and the transports reach the ranks when the test sets them.
+for v in TMX_OFFLOAD TMX_OFFLOAD_MIN TMX_OFFLOAD_TAGS TMX_TRANSPORTS; do
     [ -n "${!v:-}" ] && TMX+=(-x "$v")
 done
 OB1=(--mca pml ob1 --mca btl "self,vader")

@@ -27,11 +27,6 @@ static int ep_ready(fab_ep_t *ep, uint64_t flags)
         FAB_WARN(FI_LOG_EP_DATA, "endpoint not enabled\n");
         return -FI_EOPBADSTATE;
     }
-    if ((flags & FI_RECV) ? ep->rx_cq == NULL : ep->tx_cq == NULL) {
-        FAB_WARN(FI_LOG_EP_DATA, "a %s on an endpoint that cannot %s (no CQ bound for it)\n",
-                 (flags & FI_RECV) ? "receive" : "send", (flags & FI_RECV) ? "receive" : "send");
-        return -FI_EOPNOTSUPP;
-    }
     if (!(ep->caps & flags & (FI_TAGGED | FI_MSG))) {
         FAB_WARN(FI_LOG_EP_DATA, "%s operation on an endpoint without that capability\n",
                  (flags & FI_TAGGED) ? "tagged" : "message");
@@ -362,7 +357,7 @@ static ssize_t ep_recv(fab_ep_t *ep, const xfer_t *x)
     ssize_t ret;
 
     fab_lock(ep->dom);
-    if ((ret = ep_ready(ep, x->flags | FI_RECV)) || (ret = recv_source(ep, x->addr, &peer)) ||
+    if ((ret = ep_ready(ep, x->flags)) || (ret = recv_source(ep, x->addr, &peer)) ||
         (ret = xfer_tag(ep, x, &tag, &ignore)))
         goto out_unlock;
     if (x->buf == NULL && x->len > 0) {
@@ -477,7 +472,7 @@ static ssize_t ep_trecvmsg_flags(fab_ep_t *ep, const xfer_t *x)
     ssize_t ret;
 
     fab_lock(ep->dom);
-    if ((ret = ep_ready(ep, x->flags | FI_RECV)))
+    if ((ret = ep_ready(ep, x->flags)))
         goto out_unlock;
     if ((x->flags & FI_CLAIM) && !(x->flags & FI_PEEK)) {
         ret = claim_recv(ep, x);

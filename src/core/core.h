@@ -113,7 +113,8 @@ struct tmx_context {
     util_dlist_t msgs;
     size_t unexp_bytes;         /* held by unexpected messages (core_unexp_charge) */
     size_t unexp_max;           /* TMX_UNEXPECTED_MAX; 0: no bound */
-    int ifaces_pressed;         /* past unexp_max: the transports' rx_pressure */
+    int ifaces_pressed;         /* past the soft bound (unexp_update): the
+                                   transports' rx_pressure */
     config_t cfg;               /* the settings, parsed at creation */
     core_cq_t cq;
     /* The offload engine's thread (engine.c), when TMX_OFFLOAD is on. */

@@ -200,8 +200,9 @@ struct tl_iface {
     /* Set and cleared by the layer above: set while the memory it holds
      * for unexpected messages is past its soft bound, below rx_full's. A
      * transport tells its senders (peer_pressed), which then send what
-     * has a payload of any size as rendezvous, so that only headers wait
-     * and no payload stands in front of a message a receive takes. */
+     * has more than a few hundred bytes as rendezvous, so that only
+     * headers wait and no payload stands in front of a message a receive
+     * takes. */
     int rx_pressure;
     /* Set by the transport when polling it would find nothing for a while
      * (nothing queued, pending or recently arrived); the core then polls

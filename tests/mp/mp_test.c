@@ -48,6 +48,7 @@
  * failed check prints "mp_test FAIL case=C rank=R: what, with the values"
  * on stderr and exits 1, which makes tmxrun stop the job and exit non-zero.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -1597,6 +1598,67 @@ static void case_pollwait(void)
     free(buf);
 }
 
+/* -------------------------------------------------------------- pollany */
+
+#define PA_TAG UINT64_C(0x9a00000000000000)
+#define PA_POLL_US 300000
+
+static unsigned pa_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    unsigned n = 0;
+
+    if (d == NULL)
+        mp_fail("pollany: /proc/self/fd: %s", strerror(errno));
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* Rank 0 posts a receive from any source and then only polls
+ * (tmx_cq_read), as MPI over the provider does: it must not connect to
+ * every rank of the job meanwhile (the wildcard's watch belongs to
+ * waits), which would cost descriptors per peer; the message rank 1
+ * then sends completes it. */
+static void case_pollany(void)
+{
+    uint64_t v = 0;
+    tmx_completion_t c;
+
+    if (mp_rank != 0) {
+        mp_barrier("before polling");
+        mp_barrier("after polling");
+        if (mp_rank == 1) {
+            v = 0xfeed;
+            mp_wait(mp_send(0, &v, sizeof(v), PA_TAG), &c, "send to the wildcard");
+        }
+        return;
+    }
+    mp_barrier("before polling");
+    unsigned before = pa_fds();
+    tmx_request_h r = mp_recv(TMX_ANY_SOURCE, &v, sizeof(v), PA_TAG, TMX_TAG_EXACT);
+    int64_t t0 = mp_now_us();
+    size_t n;
+    while (mp_now_us() - t0 < PA_POLL_US) {
+        if (tmx_cq_read(mp_ctx, &c, 1, &n) != TMX_OK)
+            mp_fail("pollany: tmx_cq_read failed");
+        if (n != 0)
+            mp_fail("pollany: a completion before anything was sent");
+    }
+    unsigned after = pa_fds();
+    if (after > before + 2)
+        mp_fail("pollany: polling with a wildcard receive posted opened %u descriptors (%u -> %u): "
+                "it connected to the job's ranks", after - before, before, after);
+    mp_barrier("after polling");
+    mp_check_recv("wildcard receive", mp_wait(r, &c, "wildcard receive"), &c, 1, PA_TAG, sizeof(v),
+                  sizeof(v));
+    if (v != 0xfeed)
+        mp_fail("pollany: payload 0x%" PRIx64, v);
+    printf("pollany: %u descriptors before polling, %u after %d ms of polls\n", before, after,
+           PA_POLL_US / 1000);
+}
+
 /* -------------------------------------------------------------- deadclaim */
 
 /* Whether the process whose /proc/PID/stat is path has stopped itself
@@ -2177,6 +2239,7 @@ static const mp_case_t mp_cases[] = {
     {"flood", 2, 64, case_flood, 1},
     {"pollwait", 2, 2, case_pollwait, 1}, {"helpstop", 2, 2, case_helpstop, 0},
     {"stale", 2, 2, case_stale, 1},       {"writebound", 2, 2, case_writebound, 1},
+    {"pollany", 3, 64, case_pollany, 1},
 };
 
 static const mp_case_t *mp_find(const char *name)

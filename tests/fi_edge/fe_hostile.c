@@ -125,11 +125,15 @@ static void close_during_sread(void)
 }
 
 /* fi_tsendmsg(FI_INJECT | FI_DELIVERY_COMPLETE) of a message nobody has
- * a receive for: the call must return (its completion comes later). */
+ * a receive for: the call must return at once, the caller's buffer is
+ * free on return, and the send's completion comes only once a receive
+ * has taken the message, with the payload as it was at the call. */
 static void inject_delivery_nobody(void)
 {
-    struct iovec iov = {"x", 1};
+    char sb[2] = "x", rb[4] = {0};
+    struct iovec iov = {sb, 1};
     struct fi_msg_tagged m = {.msg_iov = &iov, .iov_count = 1, .tag = 5, .context = (void *)1};
+    struct fi_cq_tagged_entry e;
     int64_t t0;
     ssize_t r;
     setup(getenv("FE_THREADING") ? FI_THREAD_DOMAIN : FI_THREAD_SAFE);
@@ -138,8 +142,22 @@ static void inject_delivery_nobody(void)
     alarm(5);
     r = fi_tsendmsg(a.ep, &m, FI_INJECT | FI_DELIVERY_COMPLETE);
     alarm(0);
-    CHECK(fe_now_ms() - t0 < 1000, "fi_tsendmsg(FI_INJECT|FI_DELIVERY_COMPLETE) returned %zd after %lld ms",
-          r, (long long)(fe_now_ms() - t0));
+    CHECK(r == 0 && fe_now_ms() - t0 < 1000,
+          "fi_tsendmsg(FI_INJECT|FI_DELIVERY_COMPLETE) returned %zd after %lld ms", r,
+          (long long)(fe_now_ms() - t0));
+    sb[0] = 'y'; /* reusable on return: the message keeps "x" */
+    CHECK_RET(fe_cq_wait(a.cq, &e, NULL, 200), -FI_EAGAIN); /* nothing matched it yet */
+    CHECK_RET(fi_trecv(a.ep, rb, sizeof(rb), NULL, FI_ADDR_UNSPEC, 5, 0, (void *)2), 0);
+    int got_send = 0, got_recv = 0;
+    for (int i = 0; i < 2; i++) {
+        if (fe_cq_wait(a.cq, &e, NULL, 2000) != 1)
+            break;
+        got_send += e.op_context == (void *)1;
+        got_recv += e.op_context == (void *)2 && e.len == 1;
+    }
+    CHECK(got_send == 1 && got_recv == 1, "completions once matched: send %d, receive %d", got_send,
+          got_recv);
+    CHECK(rb[0] == 'x', "the payload as it was at the call: '%c'", rb[0]);
 }
 
 /* Flags libfabric defines for these calls: FI_MATCH_COMPLETE on a send

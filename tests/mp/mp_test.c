@@ -1110,12 +1110,17 @@ static void pd_survivors(void)
 
 /* Rank 0 sends to rank 2 before it dies, so it holds an endpoint to it,
  * and waits for it by name and by wildcard; rank 1 has never touched rank
- * 2 and waits only with a wildcard receive: it must fail all the same. */
+ * 2 and waits only with a wildcard receive: it must fail all the same.
+ * Rank 0 also leaves a copying synchronous send (INJECT | SYNC: the
+ * payload is the request's) unmatched at rank 2: it fails, and its copy
+ * is freed with the request (sanitized builds would report a leak). */
 static void case_peerdeath(void)
 {
     struct sigaction sa = {.sa_handler = pd_on_term};
     unsigned char *sbuf, rbuf[64], abuf[64];
-    tmx_request_h from2, any, to2 = NULL;
+    tmx_request_h from2, any, to2 = NULL, sync2 = NULL;
+    tmx_op_params_t sync_inject = {.field_mask = TMX_OP_FIELD_FLAGS,
+                                   .flags = TMX_OP_FLAG_NO_CQ | TMX_OP_FLAG_INJECT | TMX_OP_FLAG_SYNC};
     int64_t t0;
 
     if (mp_rank == 2) {
@@ -1131,11 +1136,14 @@ static void case_peerdeath(void)
     if (mp_rank == 0) {
         to2 = mp_send(2, sbuf, PD_RNDV_LEN, PD_TAG);
         mp_check_protocol(to2, PD_RNDV_LEN, "rendezvous send to rank 2");
+        sync2 = mp_send_p(2, sbuf, 100, PD_TAG | 2, &sync_inject);
     }
     mp_barrier("before rank 2 dies");
     t0 = mp_now_us();
     if (to2 != NULL)
         pd_expect_failed(to2, t0, "rendezvous send to rank 2 (no FIN can come)");
+    if (sync2 != NULL)
+        pd_expect_failed(sync2, t0, "copying synchronous send to rank 2 (never matched)");
     if (from2 != NULL)
         pd_expect_failed(from2, t0, "receive from rank 2");
     pd_expect_failed(any, t0, "TMX_ANY_SOURCE receive");

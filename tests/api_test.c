@@ -851,6 +851,15 @@ static void test_inject(void **state)
     assert_int_equal(tmx_request_wait(rs, -1, &c), TMX_OK);
     assert_int_equal(c.op, TMX_OP_TSEND);
     tmx_request_free(rs);
+    /* nothing to copy: a NULL buffer of 0 bytes */
+    assert_int_equal(tmx_tsend(f->ctx, f->self, NULL, 0, 6, &p, &rs), TMX_OK);
+    assert_int_equal(tmx_trecv(f->ctx, f->self, got, sizeof(got), 6, 0, NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, -1, &c), TMX_OK);
+    assert_int_equal(c.length, 0);
+    tmx_request_free(rr);
+    assert_int_equal(tmx_request_wait(rs, -1, &c), TMX_OK);
+    assert_int_equal(c.length, 0);
+    tmx_request_free(rs);
     /* one left unmatched when the context goes: its copy is freed then
      * (under AddressSanitizer a leak would fail the test) */
     assert_int_equal(tmx_tsend(f->ctx, f->self, big, 10, 5, &p, NULL), TMX_OK);
@@ -1056,6 +1065,42 @@ static tmx_completion_t wait2(tmx_request_h req, tmx_context_h a, tmx_context_h 
     assert_int_not_equal(tmx_request_test(req, &c), TMX_INPROGRESS);
     tmx_request_free(req);
     return c;
+}
+
+/* A rendezvous send whose header waits in the receiver's ring when its
+ * context is destroyed: tmx.h says its buffer is no longer touched once
+ * tmx_context_destroy returns, and the application reuses it. The
+ * receive must fail with the peer, never complete with the reused bytes
+ * (over shm by reading, 70 000 bytes, and by the cooperative copy,
+ * 300 000). */
+static void test_destroyed_sender_not_read(void **state)
+{
+    static const size_t sizes[] = {70000, 300000};
+
+    (void)state;
+    for (unsigned i = 0; i < 2; i++) {
+        size_t n = sizes[i];
+        tmx_context_h a = ctx_none(), b = ctx_none();
+        tmx_peer_t ab = add_addr_of(a, b), ba = add_addr_of(b, a);
+        unsigned char *s = malloc(n), *d = calloc(1, n);
+        tmx_request_h rr, sr;
+        tmx_completion_t c;
+
+        assert_non_null(s);
+        assert_non_null(d);
+        memset(s, 0x11, n);
+        assert_int_equal(tmx_trecv(a, ab, d, n, 1, TMX_TAG_EXACT, NULL, &rr), TMX_OK);
+        assert_int_equal(tmx_tsend(b, ba, s, n, 1, NULL, &sr), TMX_OK);
+        (void)sr; /* abandoned with its context */
+        tmx_context_destroy(b);
+        memset(s, 0xEE, n);
+        c = wait2(rr, a, a);
+        assert_int_equal(c.status, TMX_ERR_PEER_FAILED);
+        assert_int_not_equal(d[0], 0xEE);
+        tmx_context_destroy(a);
+        free(s);
+        free(d);
+    }
 }
 
 static void send2(tmx_context_h from, tmx_peer_t to, const void *buf, size_t len, uint64_t tag,
@@ -1454,6 +1499,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_offload_spinning_test),
         cmocka_unit_test(test_offload_with_progress),
         cmocka_unit_test(test_keys_independent_of_uuid),
+        cmocka_unit_test(test_destroyed_sender_not_read),
         cmocka_unit_test(test_host_sweep_args),
     };
 

@@ -253,6 +253,8 @@ static inline core_peer_t *core_peer_get(tmx_context_h ctx, tmx_peer_t peer)
     return (peer & ~TMX_PEER_IMPLICIT) < ctx->n_ipeers ? &ctx->ipeers[peer & ~TMX_PEER_IMPLICIT] : NULL;
 }
 tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep);
+tmx_status_t core_peer_addr_cb(void *arg, const tl_iface_t *iface, uint64_t uuid, const void **addr,
+                               size_t *len);
 /* The endpoint to peer and proto's state of it, made if need be: the
  * usual case (connected, alive) inline, for every send. */
 static inline tmx_status_t core_peer_ready(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep,

@@ -40,6 +40,14 @@ void core_peer_failed_cb(void *arg, uint64_t uuid, int clean)
     util_dlist_t *pos, *tmp;
     unsigned n = 0;
 
+    /* A process that is no peer of ours (a stranger that wrote to our
+     * port, or one whose address we never added): nothing it sent was
+     * delivered, so no receive, from any source, can wait for it. */
+    if (core_peer_by_uuid(ctx, uuid) == TMX_PEER_NONE) {
+        util_debug("a process that is no peer (uuid %016llx) %s", (unsigned long long)uuid,
+                   clean ? "has exited" : "is gone");
+        return;
+    }
     for (uint32_t i = 0; i < ctx->n_peers; i++) {
         if (ctx->peers[i].proto.uuid == uuid)
             ctx->peers[i].failed = 1;

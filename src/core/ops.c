@@ -112,7 +112,8 @@ TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *b
             util_error("tmx_tsend: out of memory copying a synchronous injected send");
             return TMX_ERR_NOMEM;
         }
-        memcpy(copy, buf, len);
+        if (len != 0)
+            memcpy(copy, buf, len);
         buf = copy;
     }
     core_lock(ctx);

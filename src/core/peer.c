@@ -390,6 +390,21 @@ tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
     return TMX_OK;
 }
 
+/* tl_peer_addr_t: the address we were given for uuid on iface, while no
+ * endpoint holds it (arg: the context's proto). */
+tmx_status_t core_peer_addr_cb(void *arg, const tl_iface_t *iface, uint64_t uuid, const void **addr,
+                               size_t *len)
+{
+    tmx_context_h ctx = util_container_of((proto_t *)arg, struct tmx_context, proto);
+    core_peer_t *p = core_peer_get(ctx, core_peer_by_uuid(ctx, uuid));
+
+    if (p == NULL || p->has_ep || p->addr == NULL || ctx->ifaces[p->iface] != iface)
+        return TMX_ERR_NOT_FOUND;
+    *addr = p->addr;
+    *len = p->addr_len;
+    return TMX_OK;
+}
+
 static void peers_close(tmx_context_h ctx, core_peer_t *arr, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {

@@ -90,6 +90,16 @@ typedef void (*tl_put_done_t)(void *arg, uint64_t lkey, tmx_status_t status);
  * from progress() only; data is valid only during the call. */
 typedef int (*tl_admit_cb_t)(void *arg, uint64_t src_uuid, const void *data, size_t len);
 
+/* The address the layer above holds for the process uuid on this
+ * transport (its section of the process's published address, as
+ * ep_create would get it), asked by a transport that hears from uuid
+ * before it has an endpoint to it: what the sender's packets must come
+ * from. TMX_ERR_NOT_FOUND when the layer above holds none (not a peer, a
+ * peer reached through another transport, or one whose endpoint exists).
+ * *addr is valid only during the call. Called from progress() only. */
+typedef tmx_status_t (*tl_peer_addr_t)(void *arg, const tl_iface_t *iface, uint64_t uuid, const void **addr,
+                                       size_t *len);
+
 /* How a remote read moves the data: the mechanisms a transport offers
  * (tl_iface_t.get_kinds), among which the layer above chooses, per size,
  * in its protocol table. */
@@ -177,6 +187,8 @@ typedef struct tl_iface_params {
     int in_job;             /* the context is one of a launched job's (it
                                will join it): udp may share a port with the
                                job's other processes on the node */
+    tl_peer_addr_t peer_addr; /* published addresses (may be NULL: none known);
+                                 called with recv_arg */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */
@@ -189,7 +201,8 @@ struct tl_iface {
     tl_fail_cb_t fail_cb;
     tl_mem_check_t mem_check;
     tl_admit_cb_t admit_cb;
-    void *recv_arg;         /* recv_cb's, admit_cb's and mem_check's */
+    tl_peer_addr_t peer_addr;
+    void *recv_arg;         /* recv_cb's, admit_cb's, mem_check's and peer_addr's */
     void *fail_arg;         /* fail_cb's */
     /* Set and cleared by the layer above (under its serialisation): set
      * while the memory it holds for unexpected messages is at its bound.

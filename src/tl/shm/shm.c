@@ -280,7 +280,12 @@ static void shm_iface_close(tl_iface_t *iface)
     eps_free(&si->eps);
     eps_free(&si->closed_eps);
     util_idmap_fini(&si->ep_map);
-    atomic_store_explicit(&si->seg->closed, 1, memory_order_release);
+    /* Our buffers are abandoned from here (tmx_context_destroy): a peer
+     * reading them checks this word before and after each copy
+     * (shm_get.c: cma_copy), and it must be visible before any write the
+     * application makes to them once we return. */
+    atomic_store_explicit(&si->seg->closed, 1, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
     munmap(si->seg, SHM_SEG_SIZE);
     close(si->fd);
     free(si->bounce);

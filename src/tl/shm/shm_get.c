@@ -60,6 +60,13 @@ static tmx_status_t cma_copy(shm_ep_t *ep, void *local, size_t len, uint64_t rad
 {
     size_t done = 0;
 
+    /* A context that closed abandoned its buffers (tmx_context_destroy):
+     * its process may have reused them since. */
+    if (atomic_load_explicit(&ep->seg->closed, memory_order_acquire)) {
+        util_warn("shm: pid %u closed its context: its %zu bytes at 0x%llx are no longer %s", ep->pid, len,
+                  (unsigned long long)raddr, write ? "written" : "read");
+        return TMX_ERR_PEER_FAILED;
+    }
     while (done < len) {
         struct iovec l = {(char *)local + done, len - done};
         struct iovec r = {(void *)(uintptr_t)(raddr + done), len - done};
@@ -76,6 +83,12 @@ static tmx_status_t cma_copy(shm_ep_t *ep, void *local, size_t len, uint64_t rad
         util_error("shm: process_vm_%s of %zu bytes %s pid %u: %s", write ? "writev" : "readv",
                    len - done, write ? "to" : "from", ep->pid, n < 0 ? strerror(errno) : "no progress");
         return n < 0 && errno == ESRCH ? TMX_ERR_PEER_FAILED : TMX_ERR_IO;
+    }
+    /* closed during the copy: what was read may be the reused memory */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&ep->seg->closed, memory_order_relaxed)) {
+        util_warn("shm: pid %u closed its context during a copy of %zu bytes: the copy is void", ep->pid, len);
+        return TMX_ERR_PEER_FAILED;
     }
     return TMX_OK;
 }

@@ -89,6 +89,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     tl_put_cbs_set(&ui->super, params);
     ui->super.mem_check = params->mem_check;
     ui->super.admit_cb = params->admit_cb;
+    ui->super.peer_addr = params->peer_addr;
     ui->super.recv_arg = params->recv_arg;
     ui->super.eager_limit = UDP_EAGER_LIMIT;
     ui->super.max_packet = UDP_MAX_PACKET;

@@ -241,6 +241,7 @@ typedef struct udp_stats {
     uint64_t segs_sent;          /* new segments sent */
     uint64_t dgrams_in;          /* datagrams received */
     uint64_t misrouted;          /* of the dropped: for another node index */
+    uint64_t forged;             /* of the dropped: naming a sender on another host */
     uint64_t handed_on;          /* of those: sent on to their process */
     uint64_t lane_segs;          /* segments sent on a lane, resent too */
 } udp_stats_t;
@@ -278,6 +279,7 @@ typedef struct udp_iface {
     uint32_t n_put_rx;           /* peers writing into our memory (put_rx) */
     uint64_t rx_now_us;          /* the clock when the current batch came */
     uint64_t misrouted_log_us;   /* when a misrouted datagram was last logged */
+    uint64_t forged_log_us;      /* when a forged one was */
     tl_emu_t emu;                /* remote reads (udp_get.c) */
     /* polling and waiting */
     uint32_t hot_polls;          /* polls left that look at the socket */

@@ -242,6 +242,15 @@ void udp_live_bye(udp_iface_t *ui, udp_ep_t *ep, const uint32_t next_seq[UDP_N_C
 {
     udp_flow_t *fl;
 
+    for (int ch = 0; ch < UDP_N_CH; ch++) {
+        if ((int32_t)(udp_ep_expected(ep, ch) - next_seq[ch]) > 0) {
+            /* it names fewer segments than have come: not its sender's */
+            util_debug("udp: a bye for peer %u names segment %u on channel %d, below the %u that came: "
+                       "ignored", ep->super.peer, next_seq[ch], ch, udp_ep_expected(ep, ch));
+            ui->stats.dropped++;
+            return;
+        }
+    }
     if (!ep->bye) {
         if (bye_complete(ep, next_seq)) {
             udp_ep_gone(ui, ep);

@@ -103,10 +103,50 @@ static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_
     return 0;
 }
 
+/* A datagram that names a process as its sender but does not come from
+ * that process's host: another process forging it (or a peer whose
+ * address changed, which tmx does not support). Dropped, and logged the
+ * first time and then at most once a second. */
+static void dgram_forged(udp_iface_t *ui, const udp_hdr_t *h, uint32_t src_ip, size_t len)
+{
+    uint64_t now = ui->rx_now_us;
+
+    if (ui->stats.forged++ == 0 || now >= ui->forged_log_us + 1000000) {
+        struct in_addr a = {src_ip};
+        util_warn("udp: %llu datagrams so far named a process as sender but came from another host (the "
+                  "last from %s, naming %016llx): dropped", (unsigned long long)ui->stats.forged, inet_ntoa(a),
+                  (unsigned long long)h->src_id);
+        ui->forged_log_us = now;
+    }
+    dgram_drop(ui, "from another host than its sender's", len);
+}
+
+/* The address the layer above was given for uuid, if any: a datagram
+ * from it must come from that host (0 if not; *sa and *index then
+ * become the published ones). A process it was given no address for is
+ * taken at the address its datagram names. */
+static int published(udp_iface_t *ui, uint64_t uuid, struct sockaddr_in *sa, uint16_t *index)
+{
+    const void *addr;
+    size_t len;
+    udp_addr_t a;
+
+    if (ui->super.peer_addr == NULL ||
+        ui->super.peer_addr(ui->super.recv_arg, &ui->super, uuid, &addr, &len) != TMX_OK || len != sizeof(a))
+        return 1;
+    memcpy(&a, addr, sizeof(a));
+    if (a.ip != sa->sin_addr.s_addr)
+        return 0;
+    sa->sin_port = a.port;
+    *index = ntohs(a.index);
+    return 1;
+}
+
 void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const struct sockaddr_in *from)
 {
     udp_hdr_t h;
     udp_ep_t *ep;
+    uint32_t src_ip;
 
     if (dgram_parse(ui, buf, len, &h, from) != 0)
         return;
@@ -115,16 +155,26 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
             udp_live_nobody(ui, h.src_id);
         return;
     }
+    /* where it came from before a node-mate handed it on */
+    src_ip = (h.flags & UDP_FLAG_HANDED) ? h.pad : from->sin_addr.s_addr;
     ep = udp_ep_find(ui, h.src_id);
     if (ep == NULL && ui->n_eps < UDP_MAX_EPS) {
         struct sockaddr_in sa = *from;
+        uint16_t index = h.src_index;
         sa.sin_port = h.port; /* not the port it left from: see udp_wire.h */
-        if (h.flags & UDP_FLAG_HANDED)
-            sa.sin_addr.s_addr = h.pad; /* where it came from before a node-mate handed it on */
-        ep = udp_ep_new(ui, h.src_id, &sa, h.src_index);
+        sa.sin_addr.s_addr = src_ip;
+        if (!published(ui, h.src_id, &sa, &index)) {
+            dgram_forged(ui, &h, src_ip, len);
+            return;
+        }
+        ep = udp_ep_new(ui, h.src_id, &sa, index);
     }
     if (ep == NULL) {
         dgram_drop(ui, "no room for a new peer", len);
+        return;
+    }
+    if (ep->conn->sa.sin_addr.s_addr != src_ip) {
+        dgram_forged(ui, &h, src_ip, len);
         return;
     }
     if (ep->failed) {

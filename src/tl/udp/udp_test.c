@@ -40,7 +40,22 @@ typedef struct side {
     const unsigned char *lent;   /* memory others may read (mem_check) */
     size_t lent_len;
     unsigned refused;            /* mem_check answers other than TMX_OK */
+    uint64_t pub_uuid;           /* a process the layer above has an address */
+    udp_addr_t pub;              /* for (peer_addr), when pub_uuid != 0 */
 } side_t;
+
+static tmx_status_t on_peer_addr(void *arg, const tl_iface_t *iface, uint64_t uuid, const void **addr,
+                                 size_t *len)
+{
+    side_t *s = arg;
+
+    (void)iface;
+    if (s->pub_uuid == 0 || uuid != s->pub_uuid)
+        return TMX_ERR_NOT_FOUND;
+    *addr = &s->pub;
+    *len = sizeof(s->pub);
+    return TMX_OK;
+}
 
 static void on_recv(void *arg, uint64_t src, const void *data, size_t len)
 {
@@ -101,7 +116,8 @@ static int read_finished(void *arg)
 static void side_open(side_t *s, uint64_t uuid)
 {
     tl_settings_t set;
-    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, NULL, NULL, NULL, 0};
+    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, NULL, NULL, NULL, 0,
+                           on_peer_addr};
     tl_iface_t *iface;
 
     assert_int_equal(unit_tl_settings(&set), TMX_OK);
@@ -305,6 +321,90 @@ static void test_reply_port_zero_dropped(void **state)
     udp_dgram_input(b.ui, buf, sizeof(buf), &from);
     assert_int_equal(b.ui->stats.dropped, 1);
     assert_int_equal(b.packets, 1);
+    side_close(&b);
+}
+
+/* A datagram naming a process as its sender must come from that
+ * process's host: the one the layer above published for it, or, for a
+ * process it has no address for, the one its first datagram came from.
+ * Anything else is dropped, made nothing and delivered nothing. */
+static void test_forged_sender_dropped(void **state)
+{
+    side_t b;
+    unsigned char buf[sizeof(udp_hdr_t) + 8] = {0};
+    struct sockaddr_in home = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr = {htonl(0x7f000001)}};
+    struct sockaddr_in far = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr = {htonl(0x7f000002)}};
+    udp_ep_t *ep;
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->rx_now_us = udp_now_us();
+    /* UUID_A is published at 127.0.0.1, port 7, index 3 */
+    b.pub_uuid = UUID_A;
+    b.pub = (udp_addr_t){home.sin_addr.s_addr, htons(7), htons(3), htole64(JOB_KEY)};
+    for (uint32_t seq = 0; seq < 2; seq++) {
+        udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), htons(9),
+                       htole64(JOB_KEY), htole64(UUID_A), htole64(UUID_B), htole32(seq), {0, 0}, 0, htole64(8),
+                       0, 0, 0, 0, 0};
+        dgram_seal(buf, sizeof(buf), &h);
+        udp_dgram_input(b.ui, buf, sizeof(buf), &far); /* forged: from another host */
+        assert_int_equal(b.ui->stats.forged, seq + 1);
+        assert_int_equal(b.packets, seq);
+        dgram_seal(buf, sizeof(buf), &h); /* the input zeroes the checksum */
+        udp_dgram_input(b.ui, buf, sizeof(buf), &home);
+        assert_int_equal(b.packets, seq + 1);
+        ep = udp_ep_find(b.ui, UUID_A);
+        assert_non_null(ep);
+        assert_int_equal(ep->conn->sa.sin_addr.s_addr, home.sin_addr.s_addr);
+        assert_int_equal(ep->conn->sa.sin_port, htons(7)); /* the published port, not the datagram's */
+        assert_int_equal(ep->index, 3);
+    }
+    /* a process without a published address is held to its first host */
+    {
+        udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), htons(9),
+                       htole64(JOB_KEY), htole64(0xc0ffee), htole64(UUID_B), 0, {0, 0}, 0, htole64(8),
+                       0, 0, 0, 0, 0};
+        dgram_seal(buf, sizeof(buf), &h);
+        udp_dgram_input(b.ui, buf, sizeof(buf), &far);
+        assert_int_equal(b.packets, 3);
+        h.seq = htole32(1);
+        dgram_seal(buf, sizeof(buf), &h);
+        udp_dgram_input(b.ui, buf, sizeof(buf), &home);
+        assert_int_equal(b.packets, 3);
+        assert_int_equal(b.ui->stats.forged, 3);
+    }
+    side_close(&b);
+}
+
+/* A bye that names fewer segments than have come from its sender cannot
+ * be the sender's (it counts what it sent): ignored, the peer kept. */
+static void test_bye_below_arrivals_ignored(void **state)
+{
+    side_t b;
+    unsigned char buf[sizeof(udp_hdr_t) + 8] = {0};
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr = {htonl(0x7f000001)}};
+    udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), htons(9),
+                   htole64(JOB_KEY), htole64(UUID_A), htole64(UUID_B), 0, {0, 0}, 0, htole64(8), 0, 0, 0, 0, 0};
+    udp_hdr_t bye = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY | UDP_FLAG_BYE), 0, htons(9),
+                     htole64(JOB_KEY), htole64(UUID_A), htole64(UUID_B), 0, {0, 0}, 0, 0, 0, 0, 0, 0, 0};
+    unsigned char bbuf[sizeof(udp_hdr_t)];
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->rx_now_us = udp_now_us();
+    dgram_seal(buf, sizeof(buf), &h);
+    udp_dgram_input(b.ui, buf, sizeof(buf), &from);
+    assert_int_equal(b.packets, 1);
+    dgram_seal(bbuf, sizeof(bbuf), &bye); /* data channel: next 0, but 1 came */
+    udp_dgram_input(b.ui, bbuf, sizeof(bbuf), &from);
+    assert_int_equal(b.failures, 0);
+    assert_false(udp_ep_find(b.ui, UUID_A)->failed);
+    bye.frag_id = htole32(1); /* the true count: it closed */
+    dgram_seal(bbuf, sizeof(bbuf), &bye);
+    udp_dgram_input(b.ui, bbuf, sizeof(bbuf), &from);
+    assert_int_equal(b.failures, 1);
+    assert_int_equal(b.clean, 1);
+    b.failures = 0;
     side_close(&b);
 }
 
@@ -915,7 +1015,7 @@ static uint64_t rto_setting;     /* their TMX_UDP_RTO_MS, if not 0 */
 static void side_open_job(side_t *s, uint64_t uuid, uint64_t job_key, int in_job)
 {
     tl_settings_t set;
-    tl_iface_params_t p = {uuid, job_key, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, NULL, NULL, NULL, in_job};
+    tl_iface_params_t p = {uuid, job_key, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, NULL, NULL, NULL, in_job, NULL};
     tl_iface_t *iface;
 
     assert_int_equal(unit_tl_settings(&set), TMX_OK);
@@ -1702,6 +1802,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_connect_max),
         cmocka_unit_test(test_reply_port_zero_dropped),
         cmocka_unit_test(test_contradictory_flags_dropped),
+        cmocka_unit_test(test_forged_sender_dropped),
+        cmocka_unit_test(test_bye_below_arrivals_ignored),
         cmocka_unit_test(test_gro_follows_bulk),
         cmocka_unit_test(test_empty_pieces),
         cmocka_unit_test(test_burst_read_after_gro_off),

@@ -96,8 +96,11 @@ enum tmx_context_field {
 };
 
 typedef enum tmx_boot_mode {
-    /* Join the job when started by tmxrun: every rank is added as a peer,
-     * peer i being rank i. Outside a launched job, nothing happens. */
+    /* Join the job when started by tmxrun (or a PMIx launcher): every
+     * rank is added as a peer, peer i being rank i. Outside a launched
+     * job, nothing happens. A process may join with several contexts:
+     * its n-th joining context meets the other ranks' n-th, so every rank
+     * creates its joining contexts in the same order (one at a time). */
     TMX_BOOT_AUTO = 0,
     /* Never join; the caller adds peers itself (e.g. a libfabric AV). */
     TMX_BOOT_NONE = 1

@@ -143,7 +143,7 @@ CONF
     ;;
 esac
 rc=0
-for c in "2 pingpong" "2 order" "2 truncate" "2 probe" "8 anysource" "4 alltoall" "2 threads"; do
+for c in "2 pingpong" "2 order" "2 truncate" "2 probe" "8 anysource" "4 alltoall" "2 threads" "4 twoctx"; do
     set -- $c
     out=$(run "$1" "$2" 2>&1)
     st=$?

@@ -5,6 +5,7 @@
  * is rank i. Endpoints are still created on first use only. A process
  * started by a PMIx launcher does the same through PMIx (pmix.c).
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,19 @@
 #include "core/config.h"
 #include "util/log.h"
 
-static tmx_status_t publish(tmx_context_h ctx, boot_kvs_t *kvs, uint32_t rank)
+/* Joins of this process so far: each context that joins publishes under
+ * keys of its own, so that a later context's PUT cannot replace the
+ * address a slower rank has yet to GET for an earlier one. Every rank
+ * creates its contexts in the same order, so the n-th join of each rank
+ * names the same set of keys. */
+static _Atomic unsigned join_gen;
+
+unsigned boot_job_next_gen(void)
+{
+    return join_gen++;
+}
+
+static tmx_status_t publish(tmx_context_h ctx, boot_kvs_t *kvs, unsigned gen, uint32_t rank)
 {
     unsigned char addr[TMX_ADDRESS_MAX];
     char hex[2 * TMX_ADDRESS_MAX + 1], key[32];
@@ -23,11 +36,11 @@ static tmx_status_t publish(tmx_context_h ctx, boot_kvs_t *kvs, uint32_t rank)
 
     if (st != TMX_OK || (st = boot_hex_encode(addr, len, hex, sizeof(hex))) != TMX_OK)
         return st;
-    snprintf(key, sizeof(key), "tmx.addr.%u", rank);
+    snprintf(key, sizeof(key), "tmx.addr.%u.%u", gen, rank);
     return boot_kvs_put(kvs, key, hex);
 }
 
-static tmx_status_t add_rank(tmx_context_h ctx, boot_kvs_t *kvs, uint32_t rank)
+static tmx_status_t add_rank(tmx_context_h ctx, boot_kvs_t *kvs, unsigned gen, uint32_t rank)
 {
     unsigned char addr[TMX_ADDRESS_MAX];
     char hex[2 * TMX_ADDRESS_MAX + 1], key[32];
@@ -35,7 +48,7 @@ static tmx_status_t add_rank(tmx_context_h ctx, boot_kvs_t *kvs, uint32_t rank)
     tmx_peer_t peer;
     tmx_status_t st;
 
-    snprintf(key, sizeof(key), "tmx.addr.%u", rank);
+    snprintf(key, sizeof(key), "tmx.addr.%u.%u", gen, rank);
     if ((st = boot_kvs_get(kvs, key, hex, sizeof(hex))) != TMX_OK)
         return st;
     if ((st = boot_hex_decode(hex, addr, sizeof(addr), &len)) != TMX_OK)
@@ -52,6 +65,7 @@ static tmx_status_t add_rank(tmx_context_h ctx, boot_kvs_t *kvs, uint32_t rank)
 tmx_status_t boot_job_join(tmx_context_h ctx, boot_job_t *job)
 {
     boot_env_t env;
+    unsigned gen;
     tmx_status_t st = boot_env(&env);
 
     if (st == TMX_ERR_NOT_FOUND && boot_pmix_env())
@@ -64,10 +78,11 @@ tmx_status_t boot_job_join(tmx_context_h ctx, boot_job_t *job)
     job->rank = env.rank;
     job->size = env.size;
     job->jobid = env.jobid;
-    if ((st = publish(ctx, job->kvs, env.rank)) != TMX_OK || (st = boot_kvs_fence(job->kvs)) != TMX_OK)
+    gen = boot_job_next_gen();
+    if ((st = publish(ctx, job->kvs, gen, env.rank)) != TMX_OK || (st = boot_kvs_fence(job->kvs)) != TMX_OK)
         goto err_close;
     for (uint32_t i = 0; i < env.size && st == TMX_OK; i++)
-        st = add_rank(ctx, job->kvs, i);
+        st = add_rank(ctx, job->kvs, gen, i);
     if (st != TMX_OK)
         goto err_close;
     util_debug("boot: rank %u of %u joined job %016llx", env.rank, env.size, (unsigned long long)env.jobid);

@@ -49,6 +49,11 @@ void boot_job_leave(boot_job_t *job);
  * set: a context that will join) a hash of PMIX_NAMESPACE; else 0. */
 uint64_t boot_job_key(int join);
 
+/* The ordinal of this join among the process's joins (0, 1, ...): each
+ * joining context publishes its address under keys of its own, so that a
+ * later context cannot replace an address another rank has yet to read. */
+unsigned boot_job_next_gen(void);
+
 /* PMIx (pmix.c): the same for a PMIx job. boot_pmix_env says whether the
  * environment names one; without libpmix, joining one is refused with
  * TMX_ERR_UNSUPPORTED (logged once). */

@@ -74,7 +74,7 @@ static tmx_status_t pmix_fail(const char *what, pmix_status_t rc)
     return rc == PMIX_ERR_LOST_CONNECTION || rc == PMIX_ERR_UNREACH ? TMX_ERR_PEER_FAILED : TMX_ERR_IO;
 }
 
-static tmx_status_t put_address(tmx_context_h ctx)
+static tmx_status_t put_address(tmx_context_h ctx, const char *key)
 {
     unsigned char addr[TMX_ADDRESS_MAX];
     size_t len = sizeof(addr);
@@ -88,7 +88,7 @@ static tmx_status_t put_address(tmx_context_h ctx)
     v.type = PMIX_BYTE_OBJECT;
     v.data.bo.bytes = (char *)addr;
     v.data.bo.size = len;
-    rc = PMIx_Put(PMIX_GLOBAL, PMIX_ADDR_KEY, &v);
+    rc = PMIx_Put(PMIX_GLOBAL, key, &v);
     v.data.bo.bytes = NULL; /* ours, on the stack: PMIx_Put copied it */
     v.data.bo.size = 0;
     if (rc != PMIX_SUCCESS)
@@ -98,7 +98,7 @@ static tmx_status_t put_address(tmx_context_h ctx)
     return TMX_OK;
 }
 
-static tmx_status_t add_rank(tmx_context_h ctx, uint32_t rank)
+static tmx_status_t add_rank(tmx_context_h ctx, const char *key, uint32_t rank)
 {
     pmix_proc_t p;
     pmix_value_t *v = NULL;
@@ -107,7 +107,7 @@ static tmx_status_t add_rank(tmx_context_h ctx, uint32_t rank)
     tmx_status_t st;
 
     PMIX_LOAD_PROCID(&p, pmix_me.nspace, rank);
-    if ((rc = PMIx_Get(&p, PMIX_ADDR_KEY, NULL, 0, &v)) != PMIX_SUCCESS)
+    if ((rc = PMIx_Get(&p, key, NULL, 0, &v)) != PMIX_SUCCESS)
         return pmix_fail("PMIx_Get of a rank's address", rc);
     if (v->type != PMIX_BYTE_OBJECT || v->data.bo.size == 0 || v->data.bo.size > TMX_ADDRESS_MAX) {
         util_error("boot: rank %u's address under PMIx is not an address (type %d, %zu bytes)", rank,
@@ -170,7 +170,9 @@ tmx_status_t boot_pmix_join(tmx_context_h ctx, boot_job_t *job)
     pmix_value_t *v = NULL;
     pmix_status_t rc;
     tmx_status_t st;
+    char key[32];
 
+    snprintf(key, sizeof(key), "%s.%u", PMIX_ADDR_KEY, boot_job_next_gen());
     if ((rc = PMIx_Init(&pmix_me, NULL, 0)) != PMIX_SUCCESS)
         return pmix_fail("started by a PMIx launcher, but PMIx_Init failed", rc);
     PMIX_LOAD_PROCID(&wild, pmix_me.nspace, PMIX_RANK_WILDCARD);
@@ -189,10 +191,10 @@ tmx_status_t boot_pmix_join(tmx_context_h ctx, boot_job_t *job)
     job->size = v->data.uint32;
     job->jobid = boot_job_key(1);
     PMIX_VALUE_RELEASE(v);
-    if ((st = put_address(ctx)) != TMX_OK || (st = fence(1, NULL, NULL)) != TMX_OK)
+    if ((st = put_address(ctx, key)) != TMX_OK || (st = fence(1, NULL, NULL)) != TMX_OK)
         goto err_fini;
     for (uint32_t i = 0; i < job->size && st == TMX_OK; i++)
-        st = add_rank(ctx, i);
+        st = add_rank(ctx, key, i);
     if (st != TMX_OK)
         goto err_fini;
     job->kind = BOOT_JOB_PMIX;

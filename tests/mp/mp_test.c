@@ -22,6 +22,8 @@
  *   scale      (N ranks) every pair both ways, 8 B to all at once, then
  *                        64 KiB (MP_SCALE_BYTES); then each rank prints
  *                        its sockets, descriptors and memory (mp_proc.h)
+ *   twoctx     (N ranks) a second context per rank joins the job too; each
+ *                        context's messages reach that context only
  *   threads    (2 ranks) a context in multi-threaded mode; two threads per rank
  *                        exchange with the peer's at once, so both wait and
  *                        send together (run under ThreadSanitizer)
@@ -2236,6 +2238,65 @@ typedef struct mp_case {
     int final_barrier;  /* peerdeath cannot: the launcher's barrier fails */
 } mp_case_t;
 
+/* ----------------------------------------------------------------- twoctx */
+
+/* A second context of each rank joins the job too (a program with a
+ * context per thread or per library), created right after the first:
+ * each must get the peers' addresses of its own generation, never
+ * another context's, so every message lands on the context it was sent
+ * to. Each context receives one message from every rank (itself
+ * included) with its own tag, from any source, and checks the sender. */
+static void tc_exchange(tmx_context_h c, const char *name, uint32_t tag)
+{
+    uint32_t *rbuf = calloc(mp_size, sizeof(*rbuf));
+    tmx_request_h *r = calloc(mp_size, sizeof(*r)), *s = calloc(mp_size, sizeof(*s));
+    uint32_t me = mp_rank;
+
+    if (rbuf == NULL || r == NULL || s == NULL)
+        mp_fail("twoctx: out of memory");
+    for (uint32_t p = 0; p < mp_size; p++) {
+        if (tmx_trecv(c, p, &rbuf[p], sizeof(rbuf[p]), tag, TMX_TAG_EXACT, &mp_no_cq, &r[p]) != TMX_OK)
+            mp_fail("twoctx: context %s: receive from %u refused", name, p);
+    }
+    for (uint32_t p = 0; p < mp_size; p++) {
+        if (tmx_tsend(c, p, &me, sizeof(me), tag, &mp_no_cq, &s[p]) != TMX_OK)
+            mp_fail("twoctx: context %s: send to %u refused", name, p);
+    }
+    for (uint32_t p = 0; p < mp_size; p++) {
+        tmx_completion_t cr;
+        tmx_status_t st = tmx_request_wait(r[p], 10000000, &cr);
+        if (st != TMX_OK)
+            mp_fail("twoctx: context %s: nothing from rank %u in 10 s (%s): its messages went to another "
+                    "context", name, p, tmx_strerror(st));
+        if (rbuf[p] != p)
+            mp_fail("twoctx: context %s: rank %u's message says rank %u", name, p, rbuf[p]);
+        tmx_request_free(r[p]);
+        if ((st = tmx_request_wait(s[p], 10000000, NULL)) != TMX_OK)
+            mp_fail("twoctx: context %s: send to %u: %s", name, p, tmx_strerror(st));
+        tmx_request_free(s[p]);
+    }
+    free(rbuf);
+    free(r);
+    free(s);
+}
+
+static void case_twoctx(void)
+{
+    tmx_context_h second;
+    uint32_t rank, size;
+    tmx_status_t st = tmx_context_create(NULL, &second);
+
+    if (st != TMX_OK)
+        mp_fail("twoctx: a second context: %s", tmx_strerror(st));
+    if ((st = tmx_job_info(second, &rank, &size)) != TMX_OK || rank != mp_rank || size != mp_size)
+        mp_fail("twoctx: the second context is rank %u of %u (%s)", rank, size, tmx_strerror(st));
+    tc_exchange(second, "second", 0xB);
+    tc_exchange(mp_ctx, "first", 0xA);
+    if ((st = tmx_job_barrier(second)) != TMX_OK)
+        mp_fail("twoctx: barrier on the second context: %s", tmx_strerror(st));
+    tmx_context_destroy(second);
+}
+
 static const mp_case_t mp_cases[] = {
     {"pingpong", 2, 2, case_pingpong, 1}, {"anysource", 2, 64, case_anysource, 1},
     {"order", 2, 2, case_order, 1},       {"truncate", 2, 2, case_truncate, 1},
@@ -2247,7 +2308,7 @@ static const mp_case_t mp_cases[] = {
     {"flood", 2, 64, case_flood, 1},
     {"pollwait", 2, 2, case_pollwait, 1}, {"helpstop", 2, 2, case_helpstop, 0},
     {"stale", 2, 2, case_stale, 1},       {"writebound", 2, 2, case_writebound, 1},
-    {"pollany", 3, 64, case_pollany, 1},
+    {"pollany", 3, 64, case_pollany, 1},  {"twoctx", 2, 64, case_twoctx, 1},
 };
 
 static const mp_case_t *mp_find(const char *name)

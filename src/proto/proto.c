@@ -1083,8 +1083,9 @@ void proto_req_abort(proto_t *p, proto_req_t *req)
 
 static int parse_fail(proto_t *p, tmx_peer_t src, const char *why, size_t len)
 {
-    p->dropped++;
-    util_warn("dropped a %zu-byte packet from peer %u: %s", len, src, why);
+    if (util_log_sparse(&p->dropped))
+        util_warn("dropped a %zu-byte packet from peer %u: %s (%llu dropped so far)", len, src, why,
+                  (unsigned long long)p->dropped);
     return -1;
 }
 

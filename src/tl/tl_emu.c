@@ -28,6 +28,7 @@ typedef struct emu_serve {
     tl_emu_req_t req;
     uint64_t offset;            /* the next chunk */
     tmx_status_t status;        /* not TMX_OK: one refusal goes, then the end */
+    int refused;                /* refused on arrival: counted in n_refused */
 } emu_serve_t;
 
 /* A write we make. */
@@ -56,9 +57,11 @@ void tl_emu_init(tl_emu_t *e, tl_iface_t *iface, const tl_emu_ops_t *ops, size_t
     e->ops = ops;
     e->chunk = chunk;
     e->next_id = 0;
+    e->n_refused = 0;
     util_dlist_init(&e->gets);
     util_dlist_init(&e->serves);
     util_dlist_init(&e->pushes);
+    e->n_refused = 0;
 }
 
 /* ------------------------------------------------------------ the reader */
@@ -144,6 +147,15 @@ tmx_status_t tl_emu_data_arrive(tl_emu_t *e, tl_ep_t *ep, uint32_t id, uint64_t 
 
 /* ------------------------------------------------------------- the owner */
 
+static int serve_push(tl_emu_t *e, emu_serve_t *s);
+
+static void serve_free(tl_emu_t *e, emu_serve_t *s)
+{
+    util_dlist_unlink(&s->link);
+    e->n_refused -= s->refused;
+    free(s);
+}
+
 tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req)
 {
     emu_serve_t *s = calloc(1, sizeof(*s));
@@ -156,6 +168,23 @@ tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req
      * before any chunk, and again for every chunk (serve_push) */
     s->status = e->iface->mem_check(e->iface->recv_arg, req->raddr, req->len, req->rkey);
     util_dlist_push_tail(&e->serves, &s->link);
+    if (s->status == TMX_OK)
+        return TMX_OK; /* a key only a send of ours gave out: as many as those */
+    /* Refused: any process can ask for nothing lent, as often as it
+     * likes, and need not acknowledge the refusals. One goes now if it
+     * can; those that must wait for room are bounded, the rest dropped
+     * (an honest reader whose send ended meanwhile learns it by its
+     * stall report). */
+    if (serve_push(e, s)) {
+        serve_free(e, s);
+        return TMX_OK;
+    }
+    if (e->n_refused >= TL_EMU_REFUSED_MAX) {
+        serve_free(e, s);
+        return TMX_ERR_AGAIN;
+    }
+    s->refused = 1;
+    e->n_refused++;
     return TMX_OK;
 }
 
@@ -250,8 +279,7 @@ int tl_emu_progress(tl_emu_t *e, uint64_t now_us)
     util_dlist_foreach_safe(pos, tmp, &e->serves) {
         emu_serve_t *s = util_container_of(pos, emu_serve_t, link);
         if (serve_push(e, s)) {
-            util_dlist_unlink(&s->link);
-            free(s);
+            serve_free(e, s);
             events++;
         }
     }
@@ -281,10 +309,8 @@ void tl_emu_ep_fail(tl_emu_t *e, tl_ep_t *ep)
 
     util_dlist_foreach_safe(pos, tmp, &e->serves) {
         emu_serve_t *s = util_container_of(pos, emu_serve_t, link);
-        if (s->ep == ep) {
-            util_dlist_unlink(&s->link);
-            free(s);
-        }
+        if (s->ep == ep)
+            serve_free(e, s);
     }
     util_dlist_foreach_safe(pos, tmp, &e->gets) {
         emu_get_t *g = util_container_of(pos, emu_get_t, link);
@@ -309,4 +335,5 @@ void tl_emu_abandon(tl_emu_t *e)
     util_dlist_init(&e->gets);
     util_dlist_init(&e->serves);
     util_dlist_init(&e->pushes);
+    e->n_refused = 0;
 }

@@ -67,7 +67,12 @@ typedef struct tl_emu {
     util_dlist_t serves;        /* reads we answer */
     util_dlist_t pushes;        /* writes we make */
     uint32_t next_id;
+    uint32_t n_refused;         /* serves refused on arrival, waiting for room */
 } tl_emu_t;
+
+/* Refusals of reads waiting for room to go, at most: past it, further
+ * refused requests are dropped (a peer can ask for nothing lent at will). */
+#define TL_EMU_REFUSED_MAX 256
 
 /* Ready for reads over iface, in chunks of at most chunk bytes. */
 void tl_emu_init(tl_emu_t *e, tl_iface_t *iface, const tl_emu_ops_t *ops, size_t chunk);
@@ -81,7 +86,9 @@ tmx_status_t tl_emu_get(tl_emu_t *e, tl_ep_t *ep, void *dst, size_t len, uint64_
 
 /* A request from the reader ep arrived: it is served from
  * tl_emu_progress. TMX_ERR_NOMEM: dropped (the reader asks nothing twice,
- * so its read waits until ep fails: the caller logs it). */
+ * so its read waits until ep fails: the caller logs it). TMX_ERR_AGAIN:
+ * refused (nothing lent under its key and range) and dropped, since
+ * TL_EMU_REFUSED_MAX refusals wait for room already. */
 tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req);
 
 /* A chunk of read id from the owner ep arrived (n bytes at p for offset,

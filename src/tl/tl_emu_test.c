@@ -366,6 +366,34 @@ static void ep_failure(void **state)
     side_fini(&o);
 }
 
+/* Any process can ask for memory nobody lent, as often as it likes,
+ * without ever acknowledging: a refusal goes at once when there is room;
+ * those waiting for room are bounded (TL_EMU_REFUSED_MAX), the rest
+ * dropped, and the ones kept go once room comes. */
+static void refusals_bounded(void **state)
+{
+    side_t o;
+
+    (void)state;
+    side_init(&o, 64);
+    o.room = 1; /* room for one: answered at once, nothing kept */
+    assert_int_equal(tl_emu_req_arrive(&o.emu, &o.ep, &(tl_emu_req_t){1, 0x1000, KEY, 64}), TMX_OK);
+    assert_int_equal(o.n_out, 1);
+    assert_int_not_equal(o.out[0].status, TMX_OK);
+    assert_false(tl_emu_busy(&o.emu));
+    for (uint32_t i = 0; i < 10 * TL_EMU_REFUSED_MAX; i++) {
+        tmx_status_t st = tl_emu_req_arrive(&o.emu, &o.ep, &(tl_emu_req_t){i + 2, 0x1000, KEY, 64});
+        assert_int_equal(st, i < TL_EMU_REFUSED_MAX ? TMX_OK : TMX_ERR_AGAIN);
+    }
+    assert_int_equal(o.emu.n_refused, TL_EMU_REFUSED_MAX);
+    o.room = -1;
+    tl_emu_progress(&o.emu, 0);
+    assert_int_equal(o.n_out, 1 + TL_EMU_REFUSED_MAX);
+    assert_int_equal(o.emu.n_refused, 0);
+    assert_false(tl_emu_busy(&o.emu));
+    side_fini(&o);
+}
+
 /* Abandoned at close: no done() after, and data arriving then is refused. */
 static void abandon_calls_nothing(void **state)
 {
@@ -430,6 +458,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(request_waits_for_room),
         cmocka_unit_test(bad_data_refused),
         cmocka_unit_test(ep_failure),
+        cmocka_unit_test(refusals_bounded),
         cmocka_unit_test(abandon_calls_nothing),
         cmocka_unit_test(many_reads_interleaved),
     };

@@ -3,6 +3,8 @@
 #ifndef TMX_UTIL_LOG_H
 #define TMX_UTIL_LOG_H
 
+#include <stdint.h>
+
 typedef enum util_log_level {
     UTIL_LOG_ERROR = 0,
     UTIL_LOG_WARN = 1,
@@ -27,5 +29,16 @@ void util_log_emit(util_log_level_t level, const char *file, int line, const cha
 #define util_warn(...) util_log(UTIL_LOG_WARN, __VA_ARGS__)
 #define util_info(...) util_log(UTIL_LOG_INFO, __VA_ARGS__)
 #define util_debug(...) util_log(UTIL_LOG_DEBUG, __VA_ARGS__)
+
+/* For what a peer can make happen at will (bad packets, refused
+ * accesses): counts one more in *n and says whether to log it, the
+ * first and then every 2^k-th, so that a flood leaves a few lines that
+ * give the count. */
+static inline int util_log_sparse(uint64_t *n)
+{
+    uint64_t v = ++*n;
+
+    return (v & (v - 1)) == 0;
+}
 
 #endif

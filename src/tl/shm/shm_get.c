@@ -453,8 +453,9 @@ static void get_req_arrive(shm_iface_t *si, shm_cell_t *cell, const shm_cell_hea
         if (tl_emu_req_arrive(&si->emu, &ep->super, &r) == TMX_OK)
             return;
     }
-    si->dropped++;
-    util_warn("shm: dropped a copy-mode read request");
+    if (util_log_sparse(&si->dropped))
+        util_warn("shm: dropped a copy-mode read request (%llu packets dropped so far)",
+                  (unsigned long long)si->dropped);
 }
 
 /* The header's words as the consumer read them once (shm_cell_head): a

@@ -275,11 +275,16 @@ typedef struct udp_iface {
     unsigned char *gather;       /* a datagram sent in pieces, gathered for
                                     the fault injector (udp_datagram_sendv) */
     uint64_t ooo_bytes;          /* payload held in early segments */
+    uint64_t reasm_bytes;        /* held by packets being put together */
+    uint64_t reasm_full;         /* first segments refused for want of room (log count) */
     uint32_t n_left;             /* peers whose data we left (rx_left) */
     uint32_t n_put_rx;           /* peers writing into our memory (put_rx) */
     uint64_t rx_now_us;          /* the clock when the current batch came */
     uint64_t misrouted_log_us;   /* when a misrouted datagram was last logged */
     uint64_t forged_log_us;      /* when a forged one was */
+    uint64_t put_refused;        /* written data refused, read data and read */
+    uint64_t get_data_dropped;   /* requests dropped: counts for the log */
+    uint64_t get_req_dropped;    /* (util_log_sparse) */
     tl_emu_t emu;                /* remote reads (udp_get.c) */
     /* polling and waiting */
     uint32_t hot_polls;          /* polls left that look at the socket */

@@ -96,18 +96,22 @@ void udp_put_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, cons
 {
     uint64_t rkey = (uint64_t)h->frag_id | (uint64_t)le32toh(h->reserved) << 32;
 
+    if (h->len == 0)
+        return;
+    if (ui->super.put_data(ui->super.recv_arg, ep->uuid, h->offset, rkey, p, h->len) != TMX_OK) {
+        ui->stats.dropped++;
+        if (!ui->closing && util_log_sparse(&ui->put_refused))
+            util_warn("udp: written data of %u bytes from peer %u refused (%llu refused so far)", h->len,
+                      ep->super.peer, (unsigned long long)ui->put_refused);
+        return;
+    }
+    /* a receive lent this sender its buffer: until its WDONE, a lost tail
+     * is reported (udp_put_rx_check); data refused starts no such wait */
     if (!ep->put_rx) {
         ep->put_rx = 1;
         ep->fl->put_rx_us = ui->rx_now_us;
         ui->n_put_rx++;
         udp_gro_set(ui, 1); /* the rest comes in bursts, as a read's data */
-    }
-    if (h->len == 0)
-        return;
-    if (ui->super.put_data(ui->super.recv_arg, ep->uuid, h->offset, rkey, p, h->len) != TMX_OK) {
-        ui->stats.dropped++;
-        if (!ui->closing)
-            util_warn("udp: written data of %u bytes from peer %u refused", h->len, ep->super.peer);
     }
 }
 
@@ -139,8 +143,9 @@ void udp_get_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, cons
 
     if (tl_emu_data_arrive(&ui->emu, &ep->super, h->frag_id, h->offset, status, p, h->len, ui->rx_now_us) != TMX_OK) {
         ui->stats.dropped++;
-        if (!ui->closing) /* else the read was abandoned by iface_close */
-            util_warn("udp: read data for unknown or finished read %u dropped", h->frag_id);
+        if (!ui->closing && util_log_sparse(&ui->get_data_dropped)) /* closing: abandoned by iface_close */
+            util_warn("udp: read data for unknown or finished read %u dropped (%llu so far)", h->frag_id,
+                      (unsigned long long)ui->get_data_dropped);
     }
 }
 
@@ -156,5 +161,7 @@ void udp_get_req_arrive(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, s
             return;
     }
     ui->stats.dropped++;
-    util_warn("udp: dropped a read request of %zu bytes from peer %u", len, ep->super.peer);
+    if (util_log_sparse(&ui->get_req_dropped))
+        util_warn("udp: dropped a read request of %zu bytes from peer %u (%llu so far)", len, ep->super.peer,
+                  (unsigned long long)ui->get_req_dropped);
 }

@@ -21,6 +21,7 @@
 #define UDP_SACK_BURST 256       /* segments resent per SACK, at most */
 #define UDP_REFILL_EVERY 64     /* segments taken between requests for more of what was left */
 #define UDP_OOO_MAX_BYTES (256u << 20) /* early segments held, all peers */
+#define UDP_REASM_MAX_BYTES (64u << 20) /* packets being put together, all peers */
 
 /* Segments found lost by one loop, sent together when it ends. */
 typedef struct resend_batch {
@@ -557,23 +558,44 @@ void udp_rx_fini(udp_iface_t *ui, udp_rx_t *rx)
         free(rx->ooo);
         rx->ooo = NULL;
     }
+    ui->reasm_bytes -= rx->reasm != NULL ? rx->reasm_total : 0;
     free(rx->reasm);
     rx->reasm = NULL;
 }
 
-static void reasm_reset(udp_rx_t *rx)
+static void reasm_reset(udp_iface_t *ui, udp_rx_t *rx)
 {
+    ui->reasm_bytes -= rx->reasm != NULL ? rx->reasm_total : 0;
     free(rx->reasm);
     rx->reasm = NULL;
     rx->reasm_len = 0;
     rx->reasm_total = 0;
 }
 
+/* Whether the first segment of a packet of total bytes in several
+ * segments finds room: what every peer's unfinished packets hold is
+ * bounded (a sender, or a stranger, can start packets and never end
+ * them). Not taken, it is not acknowledged, and its sender sends it
+ * again. */
+static int reasm_room(udp_iface_t *ui, const udp_hdr_t *h)
+{
+    if (!(h->flags & UDP_FLAG_FIRST) || (h->flags & (UDP_FLAG_LAST | UDP_FLAG_GET_REQ | UDP_FLAG_GET_DATA |
+                                                      UDP_FLAG_PUT_DATA)) ||
+        ui->reasm_bytes + h->offset <= UDP_REASM_MAX_BYTES)
+        return 1;
+    ui->stats.dropped++;
+    if (util_log_sparse(&ui->reasm_full))
+        util_warn("udp: packets being put together hold %llu bytes, the most they may: a packet of %llu "
+                  "bytes waits to be sent again (%llu times so far)", (unsigned long long)ui->reasm_bytes,
+                  (unsigned long long)h->offset, (unsigned long long)ui->reasm_full);
+    return 0;
+}
+
 static void reasm_fail(udp_iface_t *ui, udp_rx_t *rx, const char *why)
 {
     ui->stats.dropped++;
     util_error("udp: reassembly failed (%s); packet lost", why);
-    reasm_reset(rx);
+    reasm_reset(ui, rx);
 }
 
 /* Segments of one packet arrive in sequence order, so reassembly appends. */
@@ -595,6 +617,7 @@ static void deliver_packet_seg(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx, cons
             return;
         }
         rx->reasm_total = h->offset;
+        ui->reasm_bytes += h->offset;
     } else if (rx->reasm == NULL || h->offset != rx->reasm_len || h->len > rx->reasm_total - rx->reasm_len) {
         reasm_fail(ui, rx, "segment out of place");
         return;
@@ -607,7 +630,7 @@ static void deliver_packet_seg(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx, cons
         ui->super.recv_cb(ui->super.recv_arg, ep->uuid, rx->reasm, rx->reasm_len);
     else
         reasm_fail(ui, rx, "short packet");
-    reasm_reset(rx);
+    reasm_reset(ui, rx);
 }
 
 static void deliver(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p)
@@ -661,7 +684,7 @@ static int ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const un
 
     if (seq_before(rx->highest, h->seq))
         rx->highest = h->seq;
-    if (ui->ooo_bytes + h->len > UDP_OOO_MAX_BYTES)
+    if (ui->ooo_bytes + h->len > UDP_OOO_MAX_BYTES || !reasm_room(ui, h))
         return 0; /* dropped: the sender will retransmit */
     if (!ooo_room(ui, rx, h->seq - rx->expected))
         return 0;
@@ -792,6 +815,8 @@ void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const uns
         fl->rx_data_seq = rx->highest; /* more of it, at once */
         ack_send(ui, ep, UDP_FLAG_STALL);
     }
+    if (ahead == 0 && !reasm_room(ui, h))
+        return;
     if (ahead == 0) {
         data_arrived(ui, ep, h);
         rx->expected++;

@@ -357,8 +357,10 @@ tmx_status_t tmx_config_get(const char *name, char *value, size_t len);
 
 /* Writes what tmx-info shows: the version, each transport with its
  * capabilities and the protocol it uses at each message size, then the
- * settings as tmx_config_print() does, to a stdio stream (a FILE *). */
-void tmx_info_print(void *stream);
+ * settings as tmx_config_print() does, to a stdio stream (a FILE *).
+ * TMX_OK; TMX_ERR_INVALID when a setting does not parse (logged once): the
+ * transports are then left out, the settings still printed. */
+tmx_status_t tmx_info_print(void *stream);
 
 /* --------------------------------------------------------------- launchers */
 

@@ -2,12 +2,26 @@
 # tmx-perf runs every test it offers, over shm and udp, briefly and with
 # every payload checked (-c): a crash, a hang (tmxrun's timeout), a
 # corrupt payload or a row missing from its output fails.
+# Values out of range (overflowing ones too) exit 2, naming the option.
 #   usage: perf_smoke.sh PATH/TO/tmxrun PATH/TO/tmx-perf
 set -u
 TMXRUN=$1 PERF=$2
 fail=0
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+for args in "-n 99999999999999999999" "-n 1000000001" "-n 0" "-n 5x" "-w 4294967297" "-w 4097" \
+    "-w 0" "-s 18014398509481985k" "-s 4194305k" "-s 4097m" "-s 1,,x" "-t foo"; do
+    # shellcheck disable=SC2086 # the words are the arguments
+    "$PERF" $args >"$out" 2>&1
+    rc=$?
+    if [ "$rc" = 2 ] && grep -q "^tmx-perf: ${args%% *} '" "$out" && grep -q '^usage:' "$out"; then
+        echo "ok: tmx-perf $args refused"
+    else
+        echo "FAIL: tmx-perf $args: exit status $rc, expected 2 with a message naming ${args%% *}:"
+        cat "$out"
+        fail=1
+    fi
+done
 for x in shm udp; do
     for t in lat bw bibw rate overlap; do
         case $t in

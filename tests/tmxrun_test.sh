@@ -143,7 +143,11 @@ expect_no_leftovers
 begin "bad options give usage and exit 2"
 expect_usage "-n 0 true" "-n 4097 true" "-n x true" "-n -1 true" "-n 2" "true" \
     "--bogus -n 1 true" "-n 1 --timeout 0 true" "-n 1 --timeout -3 true" \
-    "-n 1 --timeout abc true" "-n 1 --timeout" "-n"
+    "-n 1 --timeout abc true" "-n 1 --timeout 10000001 true" "-n 1 --timeout 1e300 true" \
+    "-n 1 --timeout" "-n"
+run -n 1 --timeout 3000000 sh -c 'exit 0' "$MARK"
+expect_rc 0 "a --timeout past poll()'s int milliseconds (clamped) is accepted"
+expect_faster 5000 "and the job ends when its rank does"
 run --help
 expect_rc 0 "--help succeeds"
 expect_line out '^usage: tmxrun' "--help prints usage on stdout"

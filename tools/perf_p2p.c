@@ -16,6 +16,9 @@
 
 #define P2P_MAX_SIZES 64
 #define P2P_DEFAULT_WINDOW 64
+#define P2P_MAX_WINDOW 4096
+#define P2P_MAX_ITERS 1000000000L /* rank 0 keeps a double per latency iteration */
+#define P2P_MAX_SIZE (1ull << 32)
 #define P2P_TAG_DATA 1
 #define P2P_TAG_ACK 2
 
@@ -63,31 +66,47 @@ static void p2p_usage(FILE *f)
                "      alone on a core of its own, then both wait; overlap =\n"
                "      1 - (total - exchange) / exchange, in percent\n"
                "      (TMX_OFFLOAD=1 runs the offload engine)\n"
-               "  -s  message sizes, suffixes k and m (default 1 to 16m, powers of two)\n"
-               "  -n  iterations per size (default: chosen per size)\n"
-               "  -w  sends in flight for bw, bibw and rate (default %d)\n"
+               "  -s  message sizes up to 4096m, suffixes k and m, at most %d of them\n"
+               "      (default 1 to 16m, powers of two)\n"
+               "  -n  iterations per size, 1 to %ld (default: chosen per size)\n"
+               "  -w  sends in flight for bw, bibw and rate, 1 to %d (default %d)\n"
                "  -x  transport between the two ranks (default shm)\n"
                "  -c  check every payload\n"
                "  --csv  print test,transport,size,iterations,value,unit rows\n",
-            P2P_DEFAULT_WINDOW);
+            P2P_MAX_SIZES, P2P_MAX_ITERS, P2P_MAX_WINDOW, P2P_DEFAULT_WINDOW);
+}
+
+/* A decimal in [lo, hi]; one strtol cannot hold (ERANGE) is out of range. */
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
 }
 
 static int parse_size(const char *s, size_t *out)
 {
     char *end;
     unsigned long long v;
+    int shift = 0;
 
     errno = 0;
     v = strtoull(s, &end, 10);
     if (errno != 0 || end == s || *s == '-')
         return -1;
     if (*end == 'k' || *end == 'K')
-        v <<= 10, end++;
+        shift = 10, end++;
     else if (*end == 'm' || *end == 'M')
-        v <<= 20, end++;
-    if (*end != '\0' || v > (1ull << 32))
+        shift = 20, end++;
+    if (*end != '\0' || v > P2P_MAX_SIZE >> shift) /* checked before the shift can wrap */
         return -1;
-    *out = (size_t)v;
+    *out = (size_t)(v << shift);
     return 0;
 }
 
@@ -125,10 +144,22 @@ static void default_sizes(p2p_opts_t *o)
         o->sizes[o->n_sizes++] = s;
 }
 
+/* Says why the value arg of option opt is refused. */
+static void p2p_refuse(int opt, const char *arg)
+{
+    fprintf(stderr, "tmx-perf: -%c '%s': expected ", opt, arg);
+    switch (opt) {
+    case 't': fprintf(stderr, "a test: lat, bw, bibw, rate or overlap\n"); break;
+    case 's': fprintf(stderr, "1 to %d sizes, each 0 to %llum (suffixes k, m)\n", P2P_MAX_SIZES, P2P_MAX_SIZE >> 20); break;
+    case 'n': fprintf(stderr, "iterations, 1 to %ld\n", P2P_MAX_ITERS); break;
+    case 'w': fprintf(stderr, "sends in flight, 1 to %d\n", P2P_MAX_WINDOW); break;
+    }
+}
+
 static int parse_opts(int argc, char **argv, p2p_opts_t *o)
 {
     static const struct option lopts[] = {{"csv", no_argument, NULL, 'C'}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
-    char *end;
+    long window;
     int c;
 
     memset(o, 0, sizeof(*o));
@@ -138,10 +169,10 @@ static int parse_opts(int argc, char **argv, p2p_opts_t *o)
     optind = 1;
     while ((c = getopt_long(argc, argv, "t:s:n:w:x:ch", lopts, NULL)) != -1) {
         switch (c) {
-        case 't': if (parse_test(optarg, &o->test) != 0) goto err_usage; break;
-        case 's': if (parse_sizes(optarg, o) != 0) goto err_usage; break;
-        case 'n': o->iters = strtol(optarg, &end, 10); if (*end || o->iters <= 0) goto err_usage; break;
-        case 'w': o->window = (int)strtol(optarg, &end, 10); if (*end || o->window <= 0 || o->window > 4096) goto err_usage; break;
+        case 't': if (parse_test(optarg, &o->test) != 0) goto err_value; break;
+        case 's': if (parse_sizes(optarg, o) != 0) goto err_value; break;
+        case 'n': if (parse_long(optarg, 1, P2P_MAX_ITERS, &o->iters) != 0) goto err_value; break;
+        case 'w': if (parse_long(optarg, 1, P2P_MAX_WINDOW, &window) != 0) goto err_value; o->window = (int)window; break;
         case 'x': o->transport = optarg; break;
         case 'c': o->check = 1; break;
         case 'C': o->csv = 1; break;
@@ -153,6 +184,8 @@ static int parse_opts(int argc, char **argv, p2p_opts_t *o)
         goto err_usage;
     return 0;
 
+err_value:
+    p2p_refuse(c, optarg);
 err_usage:
     p2p_usage(stderr);
     return -1;

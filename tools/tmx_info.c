@@ -18,6 +18,6 @@ int main(int argc, char **argv)
     }
     printf("tmx-info built against header %d.%d.%d\n", TMX_VERSION_MAJOR, TMX_VERSION_MINOR,
            TMX_VERSION_PATCH);
-    tmx_info_print(stdout);
-    return 0;
+    /* 1 when a setting does not parse: what a context would refuse */
+    return tmx_info_print(stdout) == TMX_OK ? 0 : 1;
 }

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -90,7 +91,7 @@ static void usage(FILE *f)
             "agent on others, with TMX_RANK, TMX_SIZE, TMX_JOBID and TMX_KVS set, and\n"
             "serves their key-value exchange.\n"
             "  -n N               number of ranks, 1..%d\n"
-            "  --timeout SECONDS  stop the job after SECONDS and exit %d\n"
+            "  --timeout SECONDS  stop the job after SECONDS (at most %d) and exit %d\n"
             "  -p, --tag-output   prefix every line of output with \"[rank] \"\n"
             "  --hosts H1,H2,...  start rank r on host H(r %% count) through the agent;\n"
             "                     the key-value service then listens on TCP\n"
@@ -107,7 +108,8 @@ static void usage(FILE *f)
             "else the first failing rank's (128+S if killed by signal S); %d on timeout;\n"
             "128+S when tmxrun gets signal S (130 for Ctrl-C); %d on bad usage; %d when\n"
             "tmxrun itself fails.\n",
-            RUN_MAX_RANKS, RUN_EXIT_TIMEOUT, RUN_EXIT_TIMEOUT, RUN_EXIT_USAGE, RUN_EXIT_INTERNAL);
+            RUN_MAX_RANKS, RUN_MAX_TIMEOUT_S, RUN_EXIT_TIMEOUT, RUN_EXIT_TIMEOUT, RUN_EXIT_USAGE,
+            RUN_EXIT_INTERNAL);
 }
 
 static int parse_ranks(const char *s, int *out)
@@ -133,8 +135,9 @@ static int parse_timeout(const char *s, double *out)
 
     errno = 0;
     v = strtod(s, &end);
-    if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v <= 0 || v > 1e7) {
-        fprintf(stderr, "tmxrun: --timeout '%s': expected seconds, > 0\n", s);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v <= 0 || v > RUN_MAX_TIMEOUT_S) {
+        fprintf(stderr, "tmxrun: --timeout '%s': expected seconds, > 0 and at most %d\n", s,
+                RUN_MAX_TIMEOUT_S);
         return -1;
     }
     *out = v;
@@ -428,7 +431,9 @@ static int poll_timeout(const run_job_t *job)
         next = job->kill_at;
     if (next == 0)
         return -1;
-    return next <= now ? 0 : (int)(next - now);
+    if (next <= now)
+        return 0;
+    return next - now > INT_MAX ? INT_MAX : (int)(next - now); /* poll() sleeps for ever below 0 */
 }
 
 static void poll_dispatch(run_job_t *job, size_t n)

@@ -31,6 +31,7 @@
 #define RUN_JOBID_DIGITS 16             /* hex digits in TMX_JOBID */
 
 #define RUN_MAX_RANKS 4096
+#define RUN_MAX_TIMEOUT_S 10000000      /* --timeout, seconds (about 115 days) */
 #define RUN_KILL_GRACE_MS 2000          /* from SIGTERM to SIGKILL */
 #define RUN_LINE_MAX 65536              /* longer lines are forwarded in pieces */
 #define RUN_CONNS_PER_RANK 4            /* service connections allowed, per rank */

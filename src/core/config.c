@@ -83,7 +83,8 @@ static const cfg_entry_t cfg_table[] = {
     {"TMX_UDP_ADDR", CFG_IPV4, "auto", 0, 0, NULL, CFG_FIELD(tl.udp.addr),
      "udp: IPv4 address to bind (auto: first up, non-loopback interface)"},
     {"TMX_UDP_MTU", CFG_UINT, "0", 0, 65535, NULL, CFG_FIELD(tl.udp.mtu),
-     "udp: data datagram MTU in bytes (0: the interface's)"},
+     "udp: data datagram MTU in bytes (0: the interface's; at least 540, a smaller value is "
+     "raised to it)"},
     {"TMX_UDP_WINDOW", CFG_UINT, "4096", 16, 1u << 20, NULL, CFG_FIELD(tl.udp.window),
      "udp: segments in flight per peer and channel (rounded down to a power of two, and raised to hold the largest packet: 256 at 1500-byte datagrams)"},
     {"TMX_UDP_CONNECT_MAX", CFG_UINT, "256", 0, 65536, NULL, CFG_FIELD(tl.udp.connect_max),

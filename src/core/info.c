@@ -31,20 +31,22 @@ static void info_transports(FILE *f)
     }
 }
 
-TMX_API void tmx_info_print(void *stream)
+TMX_API tmx_status_t tmx_info_print(void *stream)
 {
     FILE *f = stream;
     unsigned v = tmx_version();
     config_t c;
+    tmx_status_t st;
 
     fprintf(f, "tmx %u.%u.%u\n", v >> 16, (v >> 8) & 0xff, v & 0xff);
     fprintf(f, "matching: exact, any-source, any-tag and any-any in O(1); other ignore masks scan\n");
-    if (config_load(&c, NULL) != TMX_OK) {
-        fprintf(f, "the settings do not parse (see the error above); defaults shown\n");
-        config_defaults(&c);
-    }
-    info_transports(f);
+    /* a context would fail on the same error, logging it again for each transport */
+    if ((st = config_load(&c, NULL)) != TMX_OK)
+        fprintf(f, "the settings do not parse (see the error above): no transport opened\n");
+    else
+        info_transports(f);
     config_print(f);
+    return st;
 }
 
 TMX_API int tmx_host_sweep(const char *jobid)

@@ -26,6 +26,7 @@ static_assert(UDP_EAGER_LIMIT >= TMX_INJECT_MAX, "injected sends go eagerly");
 #define UDP_LINGER_US 1000000
 #define UDP_HOT_POLLS 100000    /* after a datagram, poll the socket every time */
 #define UDP_GRO_IDLE_US 100000  /* GRO goes off this long after the last read */
+#define UDP_MIN_MTU (UDP_PRIO_MTU + 28) /* TMX_UDP_MTU: a priority datagram fits */
 
 uint64_t udp_now_us(void)
 {
@@ -49,8 +50,12 @@ static void settings_apply(udp_iface_t *ui, uint32_t ifmtu)
     ui->cfg.rto_us = ui->cfg.set.rto_ms * 1000;
     ui->cfg.peer_timeout_us = ui->cfg.set.peer_timeout_ms * 1000;
     ui->cfg.conn_max = ui->cfg.set.connect_max;
-    if (mtu == 0)
+    if (mtu == 0) {
         mtu = ifmtu;
+    } else if (mtu < UDP_MIN_MTU) {
+        util_warn("udp: TMX_UDP_MTU %llu is below the minimum: using %d", (unsigned long long)mtu, UDP_MIN_MTU);
+        mtu = UDP_MIN_MTU;
+    }
     mtu = mtu > 28 ? mtu - 28 : 576; /* IPv4 and UDP headers */
     if (mtu > UDP_MAX_DGRAM)
         mtu = UDP_MAX_DGRAM;

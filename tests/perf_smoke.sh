@@ -3,6 +3,11 @@
 # every payload checked (-c): a crash, a hang (tmxrun's timeout), a
 # corrupt payload or a row missing from its output fails.
 # Values out of range (overflowing ones too) exit 2, naming the option.
+# Both directions at once at the smallest bound on unexpected memory
+# (TMX_UNEXPECTED_MAX=1: every message past the first waits where its
+# sender put it until a receive takes it) must not deadlock: a
+# rendezvous header in front of the FINs both sides wait for once hung
+# one run in two.
 #   usage: perf_smoke.sh PATH/TO/tmxrun PATH/TO/tmx-perf
 set -u
 TMXRUN=$1 PERF=$2
@@ -47,5 +52,17 @@ for x in shm udp; do
         done
         [ "$fail" = 0 ] && echo "ok: tmx-perf -t $t -x $x"
     done
+done
+for x in shm udp; do
+    for i in 1 2 3 4; do
+        if ! TMX_UNEXPECTED_MAX=1 TMX_TRANSPORTS=self,$x "$TMXRUN" -n 2 --timeout 60 "$PERF" -t bibw \
+            -s 1,4k,64k,1m -n 100 -w 256 -x "$x" -c >"$out" 2>&1; then
+            echo "FAIL: tmx-perf -t bibw -x $x at TMX_UNEXPECTED_MAX=1 (run $i) hung or failed:"
+            tail -n 20 "$out"
+            fail=1
+            break
+        fi
+    done
+    [ "$i" = 4 ] && echo "ok: tmx-perf -t bibw -x $x at the smallest bound on unexpected memory, 4 runs"
 done
 exit $fail

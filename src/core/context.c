@@ -390,6 +390,7 @@ static void unexp_update(tmx_context_h ctx)
     if (full == ctx->proto.unexp_full)
         return;
     ctx->proto.unexp_full = full;
+    ctx->proto.rts_admitted = 0; /* headers are charged: the bound counts those taken */
     for (int i = 0; i < ctx->n_ifaces; i++)
         ctx->ifaces[i]->rx_full = full;
     util_debug("unexpected messages hold %zu bytes: %s", ctx->unexp_bytes,

@@ -285,6 +285,7 @@ typedef struct udp_iface {
     uint64_t put_refused;        /* written data refused, read data and read */
     uint64_t get_data_dropped;   /* requests dropped: counts for the log */
     uint64_t get_req_dropped;    /* (util_log_sparse) */
+    uint64_t no_room;            /* datagrams of new peers past UDP_MAX_EPS */
     tl_emu_t emu;                /* remote reads (udp_get.c) */
     /* polling and waiting */
     uint32_t hot_polls;          /* polls left that look at the socket */

@@ -170,6 +170,10 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         ep = udp_ep_new(ui, h.src_id, &sa, index);
     }
     if (ep == NULL) {
+        if (util_log_sparse(&ui->no_room))
+            util_warn("udp: no room for a new peer (%u known, %u at most, or no memory): datagrams from "
+                      "%016llx dropped (%llu so far)", ui->n_eps, UDP_MAX_EPS, (unsigned long long)h.src_id,
+                      (unsigned long long)ui->no_room);
         dgram_drop(ui, "no room for a new peer", len);
         return;
     }

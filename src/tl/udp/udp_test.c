@@ -376,6 +376,30 @@ static void test_forged_sender_dropped(void **state)
     side_close(&b);
 }
 
+/* Written data that no receive took (a key nobody lent) is dropped and
+ * starts no wait for the writer's end: such a wait reports a stall every
+ * few hundred microseconds until the writer's WDONE, which a process that
+ * wrote into nothing never sends. */
+static void test_refused_write_no_wait(void **state)
+{
+    side_t b;
+    unsigned char buf[sizeof(udp_hdr_t) + 8] = {0};
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr = {htonl(0x7f000001)}};
+    udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_PUT_DATA), htole16(8), htons(9),
+                   htole64(JOB_KEY), htole64(UUID_A), htole64(UUID_B), 0, {0, 0}, htole32(0x1234),
+                   htole64(0x10000), 0, htole32(0x5678), 0, 0, 0};
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->rx_now_us = udp_now_us();
+    dgram_seal(buf, sizeof(buf), &h);
+    udp_dgram_input(b.ui, buf, sizeof(buf), &from);
+    assert_non_null(udp_ep_find(b.ui, UUID_A));
+    assert_false(udp_ep_find(b.ui, UUID_A)->put_rx);
+    assert_int_equal(b.ui->n_put_rx, 0);
+    side_close(&b);
+}
+
 /* A bye that names fewer segments than have come from its sender cannot
  * be the sender's (it counts what it sent): ignored, the peer kept. */
 static void test_bye_below_arrivals_ignored(void **state)
@@ -1804,6 +1828,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_contradictory_flags_dropped),
         cmocka_unit_test(test_forged_sender_dropped),
         cmocka_unit_test(test_bye_below_arrivals_ignored),
+        cmocka_unit_test(test_refused_write_no_wait),
         cmocka_unit_test(test_gro_follows_bulk),
         cmocka_unit_test(test_empty_pieces),
         cmocka_unit_test(test_burst_read_after_gro_off),

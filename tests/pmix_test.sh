@@ -155,6 +155,29 @@ for c in "2 pingpong" "2 order" "2 truncate" "2 probe" "8 anysource" "4 alltoall
         grep "mp_test $2: ok" <<<"$out"
     fi
 done
+# Launchers nested either way: the ranks join the nearer launcher's job
+# (mpirun started by a tmxrun rank: mpirun's; tmxrun started by mpirun:
+# tmxrun's), never the outer one's as rank 0 of 1.
+tmxrun="$(dirname "$mp_test")/../tools/tmxrun"
+if [ "$launcher" = mpirun ] && [ -x "$tmxrun" ]; then
+    for nest in "tmxrun mpirun" "mpirun tmxrun"; do
+        if [ "$nest" = "tmxrun mpirun" ]; then
+            out=$(timeout 150 "$tmxrun" -n 1 --timeout 120 mpirun --allow-run-as-root --oversubscribe \
+                --bind-to none -x LSAN_OPTIONS -n 2 "$mp_test" pingpong 2>&1)
+        else
+            out=$(timeout 150 mpirun --allow-run-as-root --bind-to none -x LSAN_OPTIONS -n 1 \
+                "$tmxrun" -n 2 --timeout 120 "$mp_test" pingpong 2>&1)
+        fi
+        st=$?
+        if [ $st -ne 0 ] || ! grep -q "mp_test pingpong: ok, 2 ranks" <<<"$out"; then
+            echo "pmix_test: pingpong under $nest (the inner launcher's job of 2) failed (exit $st):"
+            tail -n 20 <<<"$out"
+            rc=1
+        else
+            echo "pmix_test: pingpong under $nest: ok, the inner launcher's 2 ranks"
+        fi
+    done
+fi
 if [ "$launcher" = mpirun-hosts ]; then
     for h in "${hosts[@]}"; do
         sent=$(fault_nft_counts "$h" | cut -d' ' -f1)

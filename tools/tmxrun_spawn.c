@@ -179,7 +179,7 @@ static void rank_command(run_buf_t *b, const run_job_t *job, int r, const char *
 {
     char num[16];
 
-    buf_str(b, "env");
+    buf_str(b, "env -u PMIX_NAMESPACE -u PMIX_RANK"); /* see rank_setenv */
     snprintf(num, sizeof(num), "%d", r);
     buf_assign(b, "TMX_RANK", num);
     snprintf(num, sizeof(num), "%d", job->opts.nranks);
@@ -235,6 +235,12 @@ static void rank_setenv(const run_job_t *job, int r)
 {
     char num[16];
 
+    /* Our ranks are no PMIx launcher's, even when tmxrun runs under one:
+     * a process that finds PMIx variables beside TMX_KVS then knows that
+     * a PMIx launcher started it after us, and joins that job
+     * (src/boot/job.c). */
+    unsetenv("PMIX_NAMESPACE");
+    unsetenv("PMIX_RANK");
     snprintf(num, sizeof(num), "%d", r);
     setenv("TMX_RANK", num, 1);
     snprintf(num, sizeof(num), "%d", job->opts.nranks);

@@ -68,7 +68,10 @@ tmx_status_t boot_job_join(tmx_context_h ctx, boot_job_t *job)
     unsigned gen;
     tmx_status_t st = boot_env(&env);
 
-    if (st == TMX_ERR_NOT_FOUND && boot_pmix_env())
+    /* tmxrun clears the PMIx variables of its ranks: with both set, a PMIx
+     * launcher was started by a rank (mpirun inside tmxrun), and its job
+     * is the nearer one. */
+    if ((st == TMX_ERR_NOT_FOUND || st == TMX_OK) && boot_pmix_env())
         return boot_pmix_join(ctx, job);
     if (st != TMX_OK)
         return st;
@@ -132,9 +135,9 @@ uint64_t boot_job_key(int join)
     boot_env_t env;
     const char *ns;
 
+    if (join && boot_pmix_env() && (ns = config_launcher("PMIX_NAMESPACE")) != NULL)
+        return hash64(ns) | 1; /* the nearer launcher, as boot_job_join decides */
     if (boot_env(&env) == TMX_OK)
         return env.jobid;
-    if (join && boot_pmix_env() && (ns = config_launcher("PMIX_NAMESPACE")) != NULL)
-        return hash64(ns) | 1;
     return 0;
 }

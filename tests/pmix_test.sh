@@ -143,17 +143,21 @@ CONF
     ;;
 esac
 rc=0
-for c in "2 pingpong" "2 order" "2 truncate" "2 probe" "8 anysource" "4 alltoall" "2 threads" "4 twoctx"; do
-    set -- $c
-    out=$(run "$1" "$2" 2>&1)
-    st=$?
-    if [ $st -ne 0 ] || ! grep -q "mp_test $2: ok" <<<"$out"; then
-        echo "pmix_test: $2 on $1 ranks under $launcher failed (exit $st):"
+# verdict WHAT STATUS PATTERN: a job (its output in $out) passed when it
+# exited 0 and printed PATTERN.
+verdict() {
+    if [ "$2" -ne 0 ] || ! grep -q "$3" <<<"$out"; then
+        echo "pmix_test: $1 failed (exit $2):"
         tail -n 20 <<<"$out"
         rc=1
     else
-        grep "mp_test $2: ok" <<<"$out"
+        grep "$3" <<<"$out"
     fi
+}
+for c in "2 pingpong" "2 order" "2 truncate" "2 probe" "8 anysource" "4 alltoall" "2 threads" "4 twoctx"; do
+    set -- $c
+    out=$(run "$1" "$2" 2>&1)
+    verdict "$2 on $1 ranks under $launcher" $? "mp_test $2: ok"
 done
 # Launchers nested either way: the ranks join the nearer launcher's job
 # (mpirun started by a tmxrun rank: mpirun's; tmxrun started by mpirun:
@@ -168,14 +172,7 @@ if [ "$launcher" = mpirun ] && [ -x "$tmxrun" ]; then
             out=$(timeout 150 mpirun --allow-run-as-root --bind-to none -x LSAN_OPTIONS -n 1 \
                 "$tmxrun" -n 2 --timeout 120 "$mp_test" pingpong 2>&1)
         fi
-        st=$?
-        if [ $st -ne 0 ] || ! grep -q "mp_test pingpong: ok, 2 ranks" <<<"$out"; then
-            echo "pmix_test: pingpong under $nest (the inner launcher's job of 2) failed (exit $st):"
-            tail -n 20 <<<"$out"
-            rc=1
-        else
-            echo "pmix_test: pingpong under $nest: ok, the inner launcher's 2 ranks"
-        fi
+        verdict "pingpong under $nest (the inner launcher's job of 2)" $? "mp_test pingpong: ok, 2 ranks"
     done
 fi
 if [ "$launcher" = mpirun-hosts ]; then

@@ -172,9 +172,10 @@ tmx_status_t boot_pmix_join(tmx_context_h ctx, boot_job_t *job)
     tmx_status_t st;
     char key[32];
 
-    snprintf(key, sizeof(key), "%s.%u", PMIX_ADDR_KEY, boot_job_next_gen());
     if ((rc = PMIx_Init(&pmix_me, NULL, 0)) != PMIX_SUCCESS)
         return pmix_fail("started by a PMIx launcher, but PMIx_Init failed", rc);
+    /* taken once joining can start: a failed start uses up no generation */
+    snprintf(key, sizeof(key), "%s.%u", PMIX_ADDR_KEY, boot_job_next_gen());
     PMIX_LOAD_PROCID(&wild, pmix_me.nspace, PMIX_RANK_WILDCARD);
     if ((rc = PMIx_Get(&wild, PMIX_JOB_SIZE, NULL, 0, &v)) != PMIX_SUCCESS) {
         st = pmix_fail("PMIx_Get of the job's size", rc);

@@ -1333,8 +1333,8 @@ int proto_admit_cb(void *arg, uint64_t src_uuid, const void *data, size_t len)
     wire_tmh_unpack(&tmh);
     if (match_find_recv(&p->match, src, tmh.tag) != NULL)
         return 1;
-    if (d[0] == WIRE_OP_RNDV && p->rts_admitted + len <= PROTO_RTS_ADMIT_MAX) {
-        p->rts_admitted += len;
+    if (d[0] == WIRE_OP_RNDV && p->rts_admitted < PROTO_RTS_ADMIT_MAX) {
+        p->rts_admitted++;
         return 1;
     }
     /* A receive waiting for this peer's write needs its WDONE, which

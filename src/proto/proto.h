@@ -155,7 +155,7 @@ struct proto {
     rcache_t *rc;               /* the registration cache (src/reg/rcache.h), or NULL */
     uint32_t n_wr_wait;         /* receives waiting for their sender's write */
     uint64_t wr_admitted;       /* bytes taken beyond the bound for them */
-    uint64_t rts_admitted;      /* rendezvous headers taken beyond the bound
+    uint32_t rts_admitted;      /* rendezvous headers taken beyond the bound
                                    since it was last reached */
 };
 
@@ -163,12 +163,12 @@ struct proto {
  * writes receives wait for (proto_admit_cb). */
 #define PROTO_WR_ADMIT_MAX (16u << 20)
 
-/* Rendezvous headers no receive takes yet, taken beyond the bound (bytes,
- * counted from each time the bound is reached): a header holds no
- * payload, and what its sender sent after it (a FIN or CTS our own
- * operations wait for, or a message a posted receive takes) must not
- * wait behind it. */
-#define PROTO_RTS_ADMIT_MAX (4u << 20)
+/* Rendezvous headers no receive takes yet, taken beyond the bound (a
+ * number, counted from each time the bound is reached; each holds a few
+ * hundred bytes): a header holds no payload, and what its sender sent
+ * after it (a FIN or CTS our own operations wait for, or a message a
+ * posted receive takes) must not wait behind it. */
+#define PROTO_RTS_ADMIT_MAX 16384u
 
 /* To a peer past its soft bound of unexpected memory (tl_ops_t's
  * peer_pressed), a message of more bytes goes as rendezvous: its header

@@ -61,7 +61,6 @@ void tl_emu_init(tl_emu_t *e, tl_iface_t *iface, const tl_emu_ops_t *ops, size_t
     util_dlist_init(&e->gets);
     util_dlist_init(&e->serves);
     util_dlist_init(&e->pushes);
-    e->n_refused = 0;
 }
 
 /* ------------------------------------------------------------ the reader */
@@ -172,9 +171,10 @@ tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req
         return TMX_OK; /* a key only a send of ours gave out: as many as those */
     /* Refused: any process can ask for nothing lent, as often as it
      * likes, and need not acknowledge the refusals. One goes now if it
-     * can; those that must wait for room are bounded, the rest dropped
-     * (an honest reader whose send ended meanwhile learns it by its
-     * stall report). */
+     * can; those that must wait for room are bounded, the rest dropped.
+     * An honest reader whose request is dropped so (its owner's send
+     * ended, its window full, and TL_EMU_REFUSED_MAX refusals waiting)
+     * is not told: its read waits until one of the two fails. */
     if (serve_push(e, s)) {
         serve_free(e, s);
         return TMX_OK;

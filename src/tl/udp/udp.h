@@ -85,6 +85,8 @@ typedef struct udp_rx {
     unsigned char *reasm;        /* a packet being reassembled */
     size_t reasm_len;
     size_t reasm_total;
+    size_t reasm_charged;        /* of it, counted in udp_iface_t.reasm_bytes
+                                    (a stranger's) */
 } udp_rx_t;
 
 /* A remote address: with a port per node, every process of a remote node
@@ -275,7 +277,7 @@ typedef struct udp_iface {
     unsigned char *gather;       /* a datagram sent in pieces, gathered for
                                     the fault injector (udp_datagram_sendv) */
     uint64_t ooo_bytes;          /* payload held in early segments */
-    uint64_t reasm_bytes;        /* held by packets being put together */
+    uint64_t reasm_bytes;        /* held by strangers' packets being put together */
     uint64_t reasm_full;         /* first segments refused for want of room (log count) */
     uint32_t n_left;             /* peers whose data we left (rx_left) */
     uint32_t n_put_rx;           /* peers writing into our memory (put_rx) */
@@ -442,6 +444,8 @@ void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg, uint64_
 void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack);
 void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len);
 void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p);
+/* Drops the packets ep's segments were putting together (it failed). */
+void udp_rx_reasm_drop(udp_iface_t *ui, udp_ep_t *ep);
 void udp_rx_fini(udp_iface_t *ui, udp_rx_t *rx);
 void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep);
 /* The layer above left its bound (rx_full clear): peers whose data was

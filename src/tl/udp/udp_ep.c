@@ -128,6 +128,7 @@ static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)
     udp_sock_ep_disconnect(ui, ep); /* nothing more goes to it: the descriptor is for the next peer */
     for (int ch = 0; ch < UDP_N_CH && ep->fl != NULL; ch++)
         util_timer_cancel(&ep->fl->tx[ch].timer);
+    udp_rx_reasm_drop(ui, ep); /* nothing more of them comes */
     tl_emu_ep_fail(&ui->emu, &ep->super);
     ui->super.fail_cb(ui->super.fail_arg, ep->uuid, clean);
 }

@@ -21,7 +21,7 @@
 #define UDP_SACK_BURST 256       /* segments resent per SACK, at most */
 #define UDP_REFILL_EVERY 64     /* segments taken between requests for more of what was left */
 #define UDP_OOO_MAX_BYTES (256u << 20) /* early segments held, all peers */
-#define UDP_REASM_MAX_BYTES (64u << 20) /* packets being put together, all peers */
+#define UDP_REASM_MAX_BYTES (64u << 20) /* packets being put together, all strangers */
 
 /* Segments found lost by one loop, sent together when it ends. */
 typedef struct resend_batch {
@@ -558,29 +558,32 @@ void udp_rx_fini(udp_iface_t *ui, udp_rx_t *rx)
         free(rx->ooo);
         rx->ooo = NULL;
     }
-    ui->reasm_bytes -= rx->reasm != NULL ? rx->reasm_total : 0;
+    ui->reasm_bytes -= rx->reasm_charged;
+    rx->reasm_charged = 0;
     free(rx->reasm);
     rx->reasm = NULL;
 }
 
 static void reasm_reset(udp_iface_t *ui, udp_rx_t *rx)
 {
-    ui->reasm_bytes -= rx->reasm != NULL ? rx->reasm_total : 0;
+    ui->reasm_bytes -= rx->reasm_charged;
+    rx->reasm_charged = 0;
     free(rx->reasm);
     rx->reasm = NULL;
     rx->reasm_len = 0;
     rx->reasm_total = 0;
 }
 
-/* Whether the first segment of a packet of total bytes in several
- * segments finds room: what every peer's unfinished packets hold is
- * bounded (a sender, or a stranger, can start packets and never end
- * them). Not taken, it is not acknowledged, and its sender sends it
- * again. */
-static int reasm_room(udp_iface_t *ui, const udp_hdr_t *h)
+/* Whether the first segment of a packet in several segments finds room.
+ * A peer the core made an endpoint to holds at most one unfinished packet
+ * per channel; what strangers (any process that writes to our port) hold
+ * in all is bounded, since each can start packets and never end them, and
+ * their number is bounded only by UDP_MAX_EPS. Not taken, it is not
+ * acknowledged, and its sender sends it again. */
+static int reasm_room(udp_iface_t *ui, const udp_ep_t *ep, const udp_hdr_t *h)
 {
-    if (!(h->flags & UDP_FLAG_FIRST) || (h->flags & (UDP_FLAG_LAST | UDP_FLAG_GET_REQ | UDP_FLAG_GET_DATA |
-                                                      UDP_FLAG_PUT_DATA)) ||
+    if (ep->connected || !(h->flags & UDP_FLAG_FIRST) ||
+        (h->flags & (UDP_FLAG_LAST | UDP_FLAG_GET_REQ | UDP_FLAG_GET_DATA | UDP_FLAG_PUT_DATA)) ||
         ui->reasm_bytes + h->offset <= UDP_REASM_MAX_BYTES)
         return 1;
     ui->stats.dropped++;
@@ -596,6 +599,12 @@ static void reasm_fail(udp_iface_t *ui, udp_rx_t *rx, const char *why)
     ui->stats.dropped++;
     util_error("udp: reassembly failed (%s); packet lost", why);
     reasm_reset(ui, rx);
+}
+
+void udp_rx_reasm_drop(udp_iface_t *ui, udp_ep_t *ep)
+{
+    for (int ch = 0; ch < UDP_N_CH && ep->fl != NULL; ch++)
+        reasm_reset(ui, &ep->fl->rx[ch]);
 }
 
 /* Segments of one packet arrive in sequence order, so reassembly appends. */
@@ -617,7 +626,10 @@ static void deliver_packet_seg(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx, cons
             return;
         }
         rx->reasm_total = h->offset;
-        ui->reasm_bytes += h->offset;
+        if (!ep->connected) {
+            rx->reasm_charged = h->offset;
+            ui->reasm_bytes += h->offset;
+        }
     } else if (rx->reasm == NULL || h->offset != rx->reasm_len || h->len > rx->reasm_total - rx->reasm_len) {
         reasm_fail(ui, rx, "segment out of place");
         return;
@@ -677,14 +689,15 @@ static int ooo_room(const udp_iface_t *ui, udp_rx_t *rx, uint32_t ahead)
 
 /* A segment kept for later is the whole datagram: header, then payload. */
 /* 1 when the segment is kept (or already was). */
-static int ooo_store(udp_iface_t *ui, udp_rx_t *rx, const udp_hdr_t *h, const unsigned char *p)
+static int ooo_store(udp_iface_t *ui, const udp_ep_t *ep, udp_rx_t *rx, const udp_hdr_t *h,
+                     const unsigned char *p)
 {
     udp_seg_t **slot;
     udp_seg_t *seg;
 
     if (seq_before(rx->highest, h->seq))
         rx->highest = h->seq;
-    if (ui->ooo_bytes + h->len > UDP_OOO_MAX_BYTES || !reasm_room(ui, h))
+    if (ui->ooo_bytes + h->len > UDP_OOO_MAX_BYTES || !reasm_room(ui, ep, h))
         return 0; /* dropped: the sender will retransmit */
     if (!ooo_room(ui, rx, h->seq - rx->expected))
         return 0;
@@ -815,7 +828,7 @@ void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const uns
         fl->rx_data_seq = rx->highest; /* more of it, at once */
         ack_send(ui, ep, UDP_FLAG_STALL);
     }
-    if (ahead == 0 && !reasm_room(ui, h))
+    if (ahead == 0 && !reasm_room(ui, ep, h))
         return;
     if (ahead == 0) {
         data_arrived(ui, ep, h);
@@ -825,7 +838,7 @@ void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const uns
         if (++rx->unacked >= UDP_ACK_EVERY)
             rx->ack_now = 1;
     } else if (ahead > 0 && (uint32_t)ahead < ui->cfg.window) {
-        if (ooo_store(ui, rx, h, p))
+        if (ooo_store(ui, ep, rx, h, p))
             data_arrived(ui, ep, h);
         rx->ack_now = 1; /* a duplicate ACK tells the sender of the gap */
     } else {

@@ -150,14 +150,16 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
 
     if (dgram_parse(ui, buf, len, &h, from) != 0)
         return;
-    if (h.flags & UDP_FLAG_NOBODY) { /* from a process of the peer's node, not from the peer */
-        if ((h.flags & ~(UDP_FLAG_HANDED | UDP_FLAG_PRESSURE)) == (UDP_FLAG_NOBODY | UDP_FLAG_ACK_ONLY))
-            udp_live_nobody(ui, h.src_id);
-        return;
-    }
     /* where it came from before a node-mate handed it on */
     src_ip = (h.flags & UDP_FLAG_HANDED) ? h.pad : from->sin_addr.s_addr;
     ep = udp_ep_find(ui, h.src_id);
+    if (h.flags & UDP_FLAG_NOBODY) { /* from a process of the peer's node, not from the peer */
+        if (ep != NULL && ep->conn->sa.sin_addr.s_addr != src_ip)
+            dgram_forged(ui, &h, src_ip, len); /* that node is elsewhere */
+        else if ((h.flags & ~(UDP_FLAG_HANDED | UDP_FLAG_PRESSURE)) == (UDP_FLAG_NOBODY | UDP_FLAG_ACK_ONLY))
+            udp_live_nobody(ui, h.src_id);
+        return;
+    }
     if (ep == NULL && ui->n_eps < UDP_MAX_EPS) {
         struct sockaddr_in sa = *from;
         uint16_t index = h.src_index;

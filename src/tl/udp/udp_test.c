@@ -359,6 +359,17 @@ static void test_forged_sender_dropped(void **state)
         assert_int_equal(ep->conn->sa.sin_port, htons(7)); /* the published port, not the datagram's */
         assert_int_equal(ep->index, 3);
     }
+    /* a notice that nobody holds UUID_A's index, from another host than
+     * UUID_A's node: forged too, and the peer is not counted refused */
+    {
+        unsigned char nb[sizeof(udp_hdr_t)];
+        udp_hdr_t n = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY | UDP_FLAG_NOBODY), 0, htons(9),
+                       htole64(JOB_KEY), htole64(UUID_A), htole64(UUID_B), 0, {0, 0}, 0, 0, 0, 0, 0, 0, 0};
+        dgram_seal(nb, sizeof(nb), &n);
+        udp_dgram_input(b.ui, nb, sizeof(nb), &far);
+        assert_int_equal(b.ui->stats.forged, 3);
+        assert_int_equal(udp_ep_find(b.ui, UUID_A)->n_refused, 0);
+    }
     /* a process without a published address is held to its first host */
     {
         udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), htons(9),
@@ -371,7 +382,7 @@ static void test_forged_sender_dropped(void **state)
         dgram_seal(buf, sizeof(buf), &h);
         udp_dgram_input(b.ui, buf, sizeof(buf), &home);
         assert_int_equal(b.packets, 3);
-        assert_int_equal(b.ui->stats.forged, 3);
+        assert_int_equal(b.ui->stats.forged, 4);
     }
     side_close(&b);
 }
@@ -397,6 +408,53 @@ static void test_refused_write_no_wait(void **state)
     assert_non_null(udp_ep_find(b.ui, UUID_A));
     assert_false(udp_ep_find(b.ui, UUID_A)->put_rx);
     assert_int_equal(b.ui->n_put_rx, 0);
+    side_close(&b);
+}
+
+/* One segment of a packet of several, from src at 127.0.0.1. */
+static void seg_in(side_t *s, uint64_t src, uint32_t seq, uint16_t flags, uint64_t offset, size_t n)
+{
+    unsigned char buf[sizeof(udp_hdr_t) + 64] = {0};
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr = {htonl(0x7f000001)}};
+    udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(flags), htole16((uint16_t)n), htons(9),
+                   htole64(JOB_KEY), htole64(src), htole64(UUID_B), htole32(seq), {0, 0}, 0, htole64(offset),
+                   0, 0, 0, 0, 0};
+
+    dgram_seal(buf, sizeof(udp_hdr_t) + n, &h);
+    udp_dgram_input(s->ui, buf, sizeof(udp_hdr_t) + n, &from);
+}
+
+/* Packets strangers start and never end hold at most UDP_REASM_MAX_BYTES
+ * in all: past it a stranger's next waits (its first segment is not
+ * taken, and comes again), a peer the core made an endpoint to is not
+ * held up, and what a stranger that fails held is given back. */
+static void test_reasm_strangers_bounded(void **state)
+{
+    side_t b;
+    udp_addr_t a = {htonl(0x7f000001), htons(9), 0, htole64(JOB_KEY)};
+    tl_ep_t *ep;
+    uint32_t n = (64u << 20) / UDP_MAX_PACKET;
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->rx_now_us = udp_now_us();
+    for (uint32_t i = 0; i < n; i++)
+        seg_in(&b, 0x5000 + i, 0, UDP_FLAG_FIRST, UDP_MAX_PACKET, 8); /* never ended */
+    assert_int_equal(b.ui->reasm_bytes, (uint64_t)n * UDP_MAX_PACKET);
+    seg_in(&b, 0x7000, 0, UDP_FLAG_FIRST, 16, 8); /* one stranger more: waits */
+    seg_in(&b, 0x7000, 1, UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, 0);
+    assert_int_equal(tl_udp_ops.ep_create(&b.ui->super, &a, sizeof(a), 1, UUID_A, &ep), TMX_OK);
+    seg_in(&b, UUID_A, 0, UDP_FLAG_FIRST, 16, 8); /* a peer: taken */
+    seg_in(&b, UUID_A, 1, UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, 1);
+    for (uint32_t i = 0; i < n; i++)
+        udp_ep_gone(b.ui, udp_ep_find(b.ui, 0x5000 + i)); /* they said bye: gone as a failure is */
+    assert_int_equal(b.ui->reasm_bytes, 0);
+    seg_in(&b, 0x7000, 0, UDP_FLAG_FIRST, 16, 8); /* sent again: now taken */
+    seg_in(&b, 0x7000, 1, UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, 2);
+    b.failures = 0;
     side_close(&b);
 }
 
@@ -1829,6 +1887,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_forged_sender_dropped),
         cmocka_unit_test(test_bye_below_arrivals_ignored),
         cmocka_unit_test(test_refused_write_no_wait),
+        cmocka_unit_test(test_reasm_strangers_bounded),
         cmocka_unit_test(test_gro_follows_bulk),
         cmocka_unit_test(test_empty_pieces),
         cmocka_unit_test(test_burst_read_after_gro_off),

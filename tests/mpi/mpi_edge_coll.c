@@ -13,6 +13,18 @@
  */
 #include "mpi_check.h"
 
+/* Element i of the in-place MAX: the largest of every rank's value. */
+static void max_check(const double *b, int n, int i)
+{
+    double want = 0;
+
+    for (int r = 0; r < mc_size; r++)
+        if ((double)((i * 7 + r * 13) % 101) > want)
+            want = (double)((i * 7 + r * 13) % 101);
+    if (b[i] != want)
+        mc_fail("Allreduce MAX in place n=%d: [%d] = %g, expected %g", n, i, b[i], want);
+}
+
 static void allreduce(void)
 {
     static const int ns[] = {1, 2, 3, 7, 8, 64, 1023, 1024, 1025, 8191, 8192, 8193, 16384, 65536, 131073, 1 << 20, 4 << 20};
@@ -32,24 +44,13 @@ static void allreduce(void)
             b[i] = (double)((i * 7 + mc_rank * 13) % 101);
         MC_CALL(MPI_Allreduce(MPI_IN_PLACE, b, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
         for (int i = 0; i < n; i++) {
-            double want = 0;
-            for (int r = 0; r < mc_size; r++)
-                if ((double)((i * 7 + r * 13) % 101) > want)
-                    want = (double)((i * 7 + r * 13) % 101);
-            if (b[i] != want)
-                mc_fail("Allreduce MAX in place n=%d: [%d] = %g, expected %g", n, i, b[i], want);
+            max_check(b, n, i);
             if (n > 100000 && i > 64)
                 break; /* the rest spot-checked below */
         }
         if (n > 100000)
-            for (int i = n - 64; i < n; i++) {
-                double want = 0;
-                for (int r = 0; r < mc_size; r++)
-                    if ((double)((i * 7 + r * 13) % 101) > want)
-                        want = (double)((i * 7 + r * 13) % 101);
-                if (b[i] != want)
-                    mc_fail("Allreduce MAX in place n=%d: [%d] = %g, expected %g", n, i, b[i], want);
-            }
+            for (int i = n - 64; i < n; i++)
+                max_check(b, n, i);
         free(a);
         free(b);
     }

@@ -259,8 +259,15 @@ static int bind_cntr(fab_ep_t *ep, fab_cntr_t *cntr, uint64_t flags)
 {
     int ret;
 
-    if (flags & ~(uint64_t)(FI_SEND | FI_RECV) || !flags) {
-        FAB_WARN(FI_LOG_EP_CTRL, "counter bind flags 0x%llx: only FI_SEND and FI_RECV count\n",
+    /* fi_endpoint(3)'s counter events: the RMA ones are accepted, as
+     * any provider accepts them, and never count here, since the
+     * provider offers no RMA (a generic client binds one counter for
+     * every event). */
+    if (flags & ~(uint64_t)(FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) ||
+        !flags) {
+        FAB_WARN(FI_LOG_EP_CTRL,
+                 "counter bind flags 0x%llx: FI_SEND, FI_RECV, FI_READ, FI_WRITE, FI_REMOTE_READ and "
+                 "FI_REMOTE_WRITE only, at least one\n",
                  (unsigned long long)flags);
         return -FI_EBADFLAGS;
     }
@@ -268,6 +275,8 @@ static int bind_cntr(fab_ep_t *ep, fab_cntr_t *cntr, uint64_t flags)
         FAB_WARN(FI_LOG_EP_CTRL, "a counter is already bound for that direction\n");
         return -FI_EINVAL;
     }
+    if (!(flags & (FI_SEND | FI_RECV)))
+        return 0; /* it will never count here: the endpoint keeps no hold on it */
     if ((ret = fab_cntr_attach(cntr, ep)) != 0)
         return ret;
     if (flags & FI_SEND)

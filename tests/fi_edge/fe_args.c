@@ -179,6 +179,58 @@ static void bind_two_cntrs(void)
     fe_close(&f);
 }
 
+/* fi_endpoint(3) lets a counter be bound for every kind of event; the
+ * RMA ones (the provider offers no RMA) must be accepted, as fabtests'
+ * ubertest and generic clients bind them, and the send and receive
+ * events must still count. */
+static void bind_cntr_all_events(void)
+{
+    fe_t f;
+    fe_ep_t a, b;
+    struct fid_cntr *c, *c2;
+    struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP};
+    uint64_t x = 7, y = 0;
+    int64_t end;
+
+    fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_MAP);
+    MUST(fi_cntr_open(f.domain, &ca, &c, NULL));
+    MUST(fi_cntr_open(f.domain, &ca, &c2, NULL));
+    MUST(fi_endpoint(f.domain, f.info, &a.ep, NULL));
+    {
+        struct fi_cq_attr qa = {.format = FI_CQ_FORMAT_TAGGED};
+        MUST(fi_cq_open(f.domain, &qa, &a.cq, NULL));
+    }
+    MUST(fi_ep_bind(a.ep, &a.cq->fid, FI_TRANSMIT | FI_RECV));
+    MUST(fi_ep_bind(a.ep, &f.av->fid, 0));
+    CHECK_RET(fi_ep_bind(a.ep, &c->fid, 0), -FI_EBADFLAGS);
+    CHECK_RET(fi_ep_bind(a.ep, &c->fid, FI_SELECTIVE_COMPLETION), -FI_EBADFLAGS);
+    CHECK_RET(fi_ep_bind(a.ep, &c->fid, FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE),
+              0);
+    CHECK_RET(fi_ep_bind(a.ep, &c2->fid, FI_REMOTE_WRITE), 0);
+    MUST(fi_enable(a.ep));
+    fe_ep_insert(&f, &a);
+    fe_ep_open(&f, &b, FI_CQ_FORMAT_TAGGED, 0);
+    fe_ep_insert(&f, &b);
+    MUST(fi_trecv(a.ep, &y, sizeof(y), NULL, b.addr, 5, 0, NULL));
+    MUST(fi_tsend(b.ep, &x, sizeof(x), NULL, a.addr, 5, NULL));
+    MUST(fi_tsend(a.ep, &x, sizeof(x), NULL, b.addr, 6, NULL));
+    end = fe_now_ms() + 5000;
+    while (fi_cntr_read(c) < 2 && fe_now_ms() < end) {
+        struct fi_cq_tagged_entry e[4];
+        (void)fi_cq_read(a.cq, e, 4);
+        (void)fi_cq_read(b.cq, e, 4);
+    }
+    CHECK(fi_cntr_read(c) == 2, "counter bound for every event read %llu (want 2: a send and a receive)",
+          (unsigned long long)fi_cntr_read(c));
+    CHECK(y == 7, "received %llu", (unsigned long long)y);
+    fe_ep_close(&b);
+    CHECK_RET(fi_close(&a.ep->fid), 0);
+    CHECK_RET(fi_close(&a.cq->fid), 0);
+    CHECK_RET(fi_close(&c->fid), 0);
+    CHECK_RET(fi_close(&c2->fid), 0);
+    fe_close(&f);
+}
+
 static void names_opts(void)
 {
     fe_t f;
@@ -350,6 +402,7 @@ int main(int argc, char **argv)
         {"bind_cq_flags0", bind_cq_flags0},
         {"bind_cq_selective_only", bind_cq_selective_only},
         {"bind_two_cntrs", bind_two_cntrs},
+        {"bind_cntr_all_events", bind_cntr_all_events},
         {"names_opts", names_opts},
         {"nulls", nulls},
         {"mr", mr},

@@ -4,8 +4,8 @@
 # FFT, STREAM, DGEMM and the ring latency and bandwidth tests, each
 # validating its own result) and LAMMPS (lmp: a Lennard-Jones melt whose
 # thermodynamic output must be identical, digit for digit, to the same job
-# over Open MPI's own ob1 + vader). Each runs at 4 ranks over shm, over udp
-# and with the offload engine on.
+# over Open MPI's own ob1 + vader). Each runs at 4 ranks over shm, over udp,
+# with the offload engine on, and over udp with injected faults.
 #   usage: run_apps.sh PROVIDER_DIR
 # Exits 77 (skipped) when neither application is installed (Debian: hpcc,
 # lammps) or the provider was not built.
@@ -51,20 +51,23 @@ fail() {
 }
 
 # job LOG ENV MPIRUN-OPTION... PROGRAM ARG...: one job, in the background so
-# that a signal reaches the trap at once; ENV is NAME=VALUE or "-".
+# that a signal reaches the trap at once; ENV is "NAME=VALUE ..." or "-".
 job() {
-    local log="$1" env="$2" rc
+    local log="$1" env="$2" rc e
     shift 2
-    if [ "$env" != - ]; then
-        export "${env?}"
-        set -- -x "${env%%=*}" "$@"
-    fi
+    [ "$env" = - ] && env=""
+    for e in $env; do
+        export "${e?}"
+        set -- -x "${e%%=*}" "$@"
+    done
     timeout -k 5 330 "${MPIRUN[@]}" "$@" >"$log" 2>&1 &
     JOB=$!
     wait "$JOB"
     rc=$?
     JOB=""
-    [ "$env" != - ] && unset "${env%%=*}"
+    for e in $env; do
+        unset "${e%%=*}"
+    done
     return "$rc"
 }
 
@@ -73,7 +76,10 @@ used_tmx() {
     [ "$(grep -c 'mtl:ofi:provider: tmx$' "$1")" -eq "$N" ]
 }
 
-VARIANTS=("shm:TMX_TRANSPORTS=self,shm" "udp:TMX_TRANSPORTS=self,udp" "offload:TMX_OFFLOAD=1")
+# udp-faults: udp that loses, repeats, reorders and corrupts datagrams
+# (TMX_UDP_FAULTS), which the results must not show.
+VARIANTS=("shm:TMX_TRANSPORTS=self,shm" "udp:TMX_TRANSPORTS=self,udp" "offload:TMX_OFFLOAD=1"
+          "udp-faults:TMX_TRANSPORTS=self,udp TMX_UDP_FAULTS=drop=0.05,dup=0.02,reorder=0.05,corrupt=0.005")
 
 # HPC Challenge's input: the HPL section sized for two cores, then the
 # section of the other tests (the format of hpcc's _hpccinf.txt).
@@ -136,7 +142,7 @@ hpcc_check() {
 
 if [ -n "$HPCC" ]; then
     for v in "${VARIANTS[@]}"; do
-        name="hpcc, $N ranks over tmx ($v)"
+        name="hpcc, $N ranks over tmx (${v%%:*})"
         rm -f hpccoutf.txt
         hpcc_input >hpccinf.txt
         t0=$(date +%s)

@@ -423,6 +423,44 @@ static void test_wildcards(void **state)
     }
 }
 
+/* A failure reported for a process that is no peer (a stranger that wrote
+ * to a transport's port, then exited or stopped answering) fails nothing:
+ * no receive, not even one from any source, can wait for it. The same
+ * report for a peer fails the receive from any source. */
+static void test_stranger_failure_ignored(void **state)
+{
+    fixture_t *f = *state;
+    tmx_context_h other;
+    tmx_peer_t op;
+    unsigned char addr[TMX_ADDRESS_MAX];
+    size_t len = sizeof(addr);
+    uint64_t v = 0x5151, got = 0;
+    tmx_request_h r;
+    tmx_completion_t c;
+
+    assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, &got, 8, 7, TMX_TAG_EXACT, NULL, &r), TMX_OK);
+    core_peer_failed_cb(f->ctx, 0x5eed5eed5eed5eedULL, 0);
+    core_peer_failed_cb(f->ctx, 0x5eed5eed5eed5eeeULL, 1);
+    for (int i = 0; i < 10; i++)
+        tmx_progress(f->ctx);
+    assert_int_equal(tmx_request_test(r, &c), TMX_INPROGRESS);
+    assert_int_equal(tmx_tsend(f->ctx, f->self, &v, 8, 7, NULL, NULL), TMX_OK);
+    assert_int_equal(tmx_request_wait(r, -1, &c), TMX_OK);
+    assert_int_equal(c.status, TMX_OK);
+    assert_int_equal(got, v);
+    assert_int_equal(tmx_request_free(r), TMX_OK);
+
+    assert_int_equal(tmx_context_create(NULL, &other), TMX_OK);
+    assert_int_equal(tmx_address(other, addr, &len), TMX_OK);
+    assert_int_equal(tmx_peer_add(f->ctx, addr, len, &op), TMX_OK);
+    assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, &got, 8, 7, TMX_TAG_EXACT, NULL, &r), TMX_OK);
+    core_peer_failed_cb(f->ctx, other->uuid, 0);
+    assert_int_equal(tmx_request_wait(r, 1000000, &c), TMX_ERR_PEER_FAILED);
+    assert_int_equal(c.status, TMX_ERR_PEER_FAILED);
+    assert_int_equal(tmx_request_free(r), TMX_OK);
+    assert_int_equal(tmx_context_destroy(other), TMX_OK);
+}
+
 /* Messages from one source match in send order, eager and rendezvous mixed. */
 static void test_order_mixed(void **state)
 {
@@ -1473,6 +1511,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wildcards, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stranger_failure_ignored, setup, teardown),
         cmocka_unit_test_setup_teardown(test_order_mixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_probe_claim_discard, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),

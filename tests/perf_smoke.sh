@@ -7,7 +7,8 @@
 # (TMX_UNEXPECTED_MAX=1: every message past the first waits where its
 # sender put it until a receive takes it) must not deadlock: a
 # rendezvous header in front of the FINs both sides wait for once hung
-# one run in two.
+# one run in two. A datagram size too small (TMX_UDP_MTU=100) is raised,
+# with a warning.
 #   usage: perf_smoke.sh PATH/TO/tmxrun PATH/TO/tmx-perf
 set -u
 TMXRUN=$1 PERF=$2
@@ -65,4 +66,15 @@ for x in shm udp; do
     done
     [ "$i" = 4 ] && echo "ok: tmx-perf -t bibw -x $x at the smallest bound on unexpected memory, 4 runs"
 done
+# A datagram size below the smallest that carries a priority datagram is
+# raised to it, with a warning, and payloads of many datagrams still arrive.
+if TMX_UDP_MTU=100 TMX_TRANSPORTS=self,udp "$TMXRUN" -n 2 --timeout 60 "$PERF" -t bw -s 1,100k -n 20 -w 8 \
+    -x udp -c --csv >"$out" 2>&1 && grep -q "TMX_UDP_MTU 100 is below the minimum: using 540" "$out" &&
+    [ "$(grep -c '^bw,udp,' "$out")" = 2 ]; then
+    echo "ok: TMX_UDP_MTU=100 raised to 540, with a warning"
+else
+    echo "FAIL: TMX_UDP_MTU=100: no warning of its raise, or the run failed:"
+    tail -n 20 "$out"
+    fail=1
+fi
 exit $fail

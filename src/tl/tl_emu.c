@@ -28,7 +28,7 @@ typedef struct emu_serve {
     tl_emu_req_t req;
     uint64_t offset;            /* the next chunk */
     tmx_status_t status;        /* not TMX_OK: one refusal goes, then the end */
-    int refused;                /* refused on arrival: counted in n_refused */
+    int refused;                /* refused on arrival: counted in n_refused[refused - 1] */
 } emu_serve_t;
 
 /* A write we make. */
@@ -57,7 +57,7 @@ void tl_emu_init(tl_emu_t *e, tl_iface_t *iface, const tl_emu_ops_t *ops, size_t
     e->ops = ops;
     e->chunk = chunk;
     e->next_id = 0;
-    e->n_refused = 0;
+    e->n_refused[0] = e->n_refused[1] = 0;
     util_dlist_init(&e->gets);
     util_dlist_init(&e->serves);
     util_dlist_init(&e->pushes);
@@ -151,13 +151,15 @@ static int serve_push(tl_emu_t *e, emu_serve_t *s);
 static void serve_free(tl_emu_t *e, emu_serve_t *s)
 {
     util_dlist_unlink(&s->link);
-    e->n_refused -= s->refused;
+    if (s->refused)
+        e->n_refused[s->refused - 1]--;
     free(s);
 }
 
 tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req)
 {
     emu_serve_t *s = calloc(1, sizeof(*s));
+    int kind;
 
     if (s == NULL)
         return TMX_ERR_NOMEM;
@@ -171,20 +173,23 @@ tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req
         return TMX_OK; /* a key only a send of ours gave out: as many as those */
     /* Refused: any process can ask for nothing lent, as often as it
      * likes, and need not acknowledge the refusals. One goes now if it
-     * can; those that must wait for room are bounded, the rest dropped.
-     * An honest reader whose request is dropped so (its owner's send
-     * ended, its window full, and TL_EMU_REFUSED_MAX refusals waiting)
-     * is not told: its read waits until one of the two fails. */
+     * can; those that must wait for room are bounded, strangers' apart
+     * from peers', the rest dropped. A peer whose request is dropped so
+     * (its owner's send ended, its window full, and
+     * TL_EMU_REFUSED_PEERS_MAX refusals to peers waiting, which
+     * strangers cannot fill) is not told: its read waits until one of
+     * the two fails. */
     if (serve_push(e, s)) {
         serve_free(e, s);
         return TMX_OK;
     }
-    if (e->n_refused >= TL_EMU_REFUSED_MAX) {
+    kind = ep->peer != TMX_PEER_NONE;
+    if (e->n_refused[kind] >= (kind ? TL_EMU_REFUSED_PEERS_MAX : TL_EMU_REFUSED_MAX)) {
         serve_free(e, s);
         return TMX_ERR_AGAIN;
     }
-    s->refused = 1;
-    e->n_refused++;
+    s->refused = 1 + kind;
+    e->n_refused[kind]++;
     return TMX_OK;
 }
 
@@ -335,5 +340,5 @@ void tl_emu_abandon(tl_emu_t *e)
     util_dlist_init(&e->gets);
     util_dlist_init(&e->serves);
     util_dlist_init(&e->pushes);
-    e->n_refused = 0;
+    e->n_refused[0] = e->n_refused[1] = 0;
 }

@@ -67,12 +67,18 @@ typedef struct tl_emu {
     util_dlist_t serves;        /* reads we answer */
     util_dlist_t pushes;        /* writes we make */
     uint32_t next_id;
-    uint32_t n_refused;         /* serves refused on arrival, waiting for room */
+    uint32_t n_refused[2];      /* serves refused on arrival, waiting for room:
+                                   [0] strangers', [1] peers' (tl_ep_t.peer set) */
 } tl_emu_t;
 
-/* Refusals of reads waiting for room to go, at most: past it, further
- * refused requests are dropped (a peer can ask for nothing lent at will). */
+/* Refusals of reads waiting for room to go, at most, to processes that are
+ * no peer of the layer above (strangers: anyone can be one, under as many
+ * identities as it likes) and to its peers: past either bound, further
+ * refused requests from that kind are dropped (a process can ask for
+ * nothing lent at will), and strangers asking cannot crowd out a peer's
+ * refusal, which its reader waits for. */
 #define TL_EMU_REFUSED_MAX 256
+#define TL_EMU_REFUSED_PEERS_MAX 4096
 
 /* Ready for reads over iface, in chunks of at most chunk bytes. */
 void tl_emu_init(tl_emu_t *e, tl_iface_t *iface, const tl_emu_ops_t *ops, size_t chunk);
@@ -88,7 +94,8 @@ tmx_status_t tl_emu_get(tl_emu_t *e, tl_ep_t *ep, void *dst, size_t len, uint64_
  * tl_emu_progress. TMX_ERR_NOMEM: dropped (the reader asks nothing twice,
  * so its read waits until ep fails: the caller logs it). TMX_ERR_AGAIN:
  * refused (nothing lent under its key and range) and dropped, since
- * TL_EMU_REFUSED_MAX refusals wait for room already. */
+ * TL_EMU_REFUSED_MAX refusals to strangers (TL_EMU_REFUSED_PEERS_MAX to
+ * peers) wait for room already. */
 tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req);
 
 /* A chunk of read id from the owner ep arrived (n bytes at p for offset,

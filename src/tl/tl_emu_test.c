@@ -16,7 +16,7 @@
 #include "tl/tl_emu.h"
 
 #define KEY 0x1234
-#define MAX_MSGS 4096
+#define MAX_MSGS 8192
 
 typedef struct msg {
     int is_req;
@@ -368,14 +368,18 @@ static void ep_failure(void **state)
 
 /* Any process can ask for memory nobody lent, as often as it likes,
  * without ever acknowledging: a refusal goes at once when there is room;
- * those waiting for room are bounded (TL_EMU_REFUSED_MAX), the rest
- * dropped, and the ones kept go once room comes. */
+ * those waiting for room are bounded (TL_EMU_REFUSED_MAX for strangers,
+ * TL_EMU_REFUSED_PEERS_MAX for peers, so that strangers cannot crowd out
+ * a peer's), the rest dropped, and the ones kept go once room comes. */
 static void refusals_bounded(void **state)
 {
-    side_t o;
+    side_t o, p; /* p: a peer of the layer above, reading from o */
 
     (void)state;
     side_init(&o, 64);
+    side_init(&p, 64);
+    o.ep.peer = TMX_PEER_NONE; /* a stranger */
+    p.ep.peer = 5;
     o.room = 1; /* room for one: answered at once, nothing kept */
     assert_int_equal(tl_emu_req_arrive(&o.emu, &o.ep, &(tl_emu_req_t){1, 0x1000, KEY, 64}), TMX_OK);
     assert_int_equal(o.n_out, 1);
@@ -385,12 +389,25 @@ static void refusals_bounded(void **state)
         tmx_status_t st = tl_emu_req_arrive(&o.emu, &o.ep, &(tl_emu_req_t){i + 2, 0x1000, KEY, 64});
         assert_int_equal(st, i < TL_EMU_REFUSED_MAX ? TMX_OK : TMX_ERR_AGAIN);
     }
-    assert_int_equal(o.emu.n_refused, TL_EMU_REFUSED_MAX);
-    o.room = -1;
+    assert_int_equal(o.emu.n_refused[0], TL_EMU_REFUSED_MAX);
+    /* the strangers' refusals waiting do not stop a peer's from waiting,
+     * up to a bound of their own */
+    p.room = 0;
+    for (uint32_t i = 0; i < TL_EMU_REFUSED_PEERS_MAX + 1; i++) {
+        tmx_status_t st = tl_emu_req_arrive(&o.emu, &p.ep, &(tl_emu_req_t){100000 + i, 0x1000, KEY, 64});
+        assert_int_equal(st, i < TL_EMU_REFUSED_PEERS_MAX ? TMX_OK : TMX_ERR_AGAIN);
+    }
+    assert_int_equal(o.emu.n_refused[1], TL_EMU_REFUSED_PEERS_MAX);
+    o.room = p.room = -1;
     tl_emu_progress(&o.emu, 0);
     assert_int_equal(o.n_out, 1 + TL_EMU_REFUSED_MAX);
-    assert_int_equal(o.emu.n_refused, 0);
+    assert_int_equal(p.n_out, TL_EMU_REFUSED_PEERS_MAX);
+    assert_int_equal(p.out[0].id, 100000);
+    assert_int_not_equal(p.out[0].status, TMX_OK);
+    assert_int_equal(o.emu.n_refused[0], 0);
+    assert_int_equal(o.emu.n_refused[1], 0);
     assert_false(tl_emu_busy(&o.emu));
+    side_fini(&p);
     side_fini(&o);
 }
 

@@ -461,6 +461,49 @@ static void test_stranger_failure_ignored(void **state)
     assert_int_equal(tmx_context_destroy(other), TMX_OK);
 }
 
+/* Processes that write to us without being added are kept for good, and
+ * any process of the job can make up identities: at most
+ * CORE_IMPLICIT_MAX of them are taken; an added peer still is. */
+static void test_implicit_peers_bounded(void **state)
+{
+    fixture_t *f = *state;
+    tmx_context_h other;
+    unsigned char addr[TMX_ADDRESS_MAX];
+    size_t len = sizeof(addr), at = SIZE_MAX;
+    uint64_t u, le;
+    tmx_peer_t num, first = TMX_PEER_NONE, added;
+
+    assert_int_equal(tmx_context_create(NULL, &other), TMX_OK);
+    assert_int_equal(tmx_address(other, addr, &len), TMX_OK);
+    le = htole64(other->uuid);
+    for (size_t i = 0; i + 8 <= len && at == SIZE_MAX; i++)
+        if (memcmp(addr + i, &le, 8) == 0)
+            at = i;
+    assert_true(at != SIZE_MAX);
+    for (uint32_t i = 0; i <= CORE_IMPLICIT_MAX; i++) {
+        u = (other->uuid ^ 0x5a5a000000000000ULL) + i;
+        le = htole64(u);
+        memcpy(addr + at, &le, 8);
+        tmx_status_t st = core_peer_add_implicit(f->ctx, u, addr, len, &num);
+        if (i < CORE_IMPLICIT_MAX) {
+            assert_int_equal(st, TMX_OK);
+            if (i == 0)
+                first = num;
+        } else {
+            assert_int_equal(st, TMX_ERR_NOMEM);
+        }
+    }
+    u = other->uuid ^ 0x5a5a000000000000ULL; /* one taken: known still */
+    le = htole64(u);
+    memcpy(addr + at, &le, 8);
+    assert_int_equal(core_peer_add_implicit(f->ctx, u, addr, len, &num), TMX_OK);
+    assert_int_equal(num, first);
+    le = htole64(other->uuid);
+    memcpy(addr + at, &le, 8);
+    assert_int_equal(tmx_peer_add(f->ctx, addr, len, &added), TMX_OK);
+    assert_int_equal(tmx_context_destroy(other), TMX_OK);
+}
+
 /* Messages from one source match in send order, eager and rendezvous mixed. */
 static void test_order_mixed(void **state)
 {
@@ -1512,6 +1555,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_truncation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wildcards, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stranger_failure_ignored, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_implicit_peers_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_order_mixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_probe_claim_discard, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),

@@ -21,6 +21,10 @@
 #define CORE_MAX_TLS 4
 #define CORE_SPIN_POLLS 4000        /* a core of our own: spin this long */
 #define CORE_SPIN_POLLS_SHARED 16   /* more ranks than cores: yield early */
+/* Processes that wrote to us without being added (implicit peers), at
+ * most: each is kept for good (its number may be in the application's
+ * hands), and any process of the job can make up new identities. */
+#define CORE_IMPLICIT_MAX 65536
 
 typedef struct core_peer {
     union {
@@ -88,6 +92,7 @@ struct tmx_context {
     core_peer_t *ipeers;        /* implicit peers: TMX_PEER_IMPLICIT | index */
     uint32_t n_ipeers;
     uint32_t cap_ipeers;
+    uint64_t ipeers_refused;    /* past CORE_IMPLICIT_MAX (a count for the log) */
     tmx_peer_t self_peer;       /* first peer naming this context */
     tmx_peer_t *uuid_vals;      /* uuid -> first peer: open addressing, the
                                    key the peer's own uuid */

@@ -320,6 +320,13 @@ tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void
     }
     if ((*out = core_peer_by_uuid(ctx, uuid)) != TMX_PEER_NONE)
         return TMX_OK;
+    if (ctx->n_ipeers >= CORE_IMPLICIT_MAX) {
+        if (util_log_sparse(&ctx->ipeers_refused))
+            util_warn("%u processes that were not added are known, the most: %016llx is not (%llu refused so "
+                      "far); add it with tmx_peer_add", ctx->n_ipeers, (unsigned long long)uuid,
+                      (unsigned long long)ctx->ipeers_refused);
+        return TMX_ERR_NOMEM;
+    }
     num = TMX_PEER_IMPLICIT | ctx->n_ipeers;
     if ((st = addr_keep(&peer)) != TMX_OK)
         return st;

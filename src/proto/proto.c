@@ -1298,7 +1298,7 @@ static void hello_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const un
     st = p->up.peer_add_implicit(p->up.arg, src_uuid, data + sizeof(wire_tmh_t),
                                  len - sizeof(wire_tmh_t), &num);
     if (st != TMX_OK)
-        parse_fail(p, src, "HELLO without a usable address of its sender", len);
+        parse_fail(p, src, "HELLO without a usable address of its sender, or no room for it", len);
 }
 
 /* 1 if a receive waits for a write from the process uuid (at the bound

@@ -191,6 +191,9 @@ struct fab_ep {
     fab_av_t *av;
     fab_cq_t *tx_cq, *rx_cq;
     fab_cntr_t *tx_cntr, *rx_cntr; /* FI_SEND and FI_RECV counters */
+    fab_cntr_t *rma_cntr[4];    /* FI_READ, FI_WRITE, FI_REMOTE_READ and
+                                   FI_REMOTE_WRITE counters: bound, held,
+                                   never counted (no RMA) */
     int tx_selective, rx_selective;
     uint64_t tx_op_flags, rx_op_flags;
     uint64_t msg_bit;           /* FAB_MSG_BIT with FI_MSG|FI_TAGGED, else 0 */

@@ -255,14 +255,23 @@ static int bind_av(fab_ep_t *ep, fab_av_t *av)
     return 0;
 }
 
+/* The counter bound to ep for each event of fi_endpoint(3), in the order
+ * FI_SEND, FI_RECV, FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE. */
+static const uint64_t cntr_events[6] = {FI_SEND, FI_RECV, FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE};
+
+static fab_cntr_t **cntr_slot(fab_ep_t *ep, int k)
+{
+    return k == 0 ? &ep->tx_cntr : k == 1 ? &ep->rx_cntr : &ep->rma_cntr[k - 2];
+}
+
+/* Any of fi_endpoint(3)'s counter events: the RMA ones are accepted, as
+ * any provider accepts them, and never count here, since the provider
+ * offers no RMA (a generic client binds one counter for every event).
+ * One counter per event, and a counter bound for any is held by ep. */
 static int bind_cntr(fab_ep_t *ep, fab_cntr_t *cntr, uint64_t flags)
 {
     int ret;
 
-    /* fi_endpoint(3)'s counter events: the RMA ones are accepted, as
-     * any provider accepts them, and never count here, since the
-     * provider offers no RMA (a generic client binds one counter for
-     * every event). */
     if (flags & ~(uint64_t)(FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) ||
         !flags) {
         FAB_WARN(FI_LOG_EP_CTRL,
@@ -271,18 +280,19 @@ static int bind_cntr(fab_ep_t *ep, fab_cntr_t *cntr, uint64_t flags)
                  (unsigned long long)flags);
         return -FI_EBADFLAGS;
     }
-    if (((flags & FI_SEND) && ep->tx_cntr) || ((flags & FI_RECV) && ep->rx_cntr)) {
-        FAB_WARN(FI_LOG_EP_CTRL, "a counter is already bound for that direction\n");
-        return -FI_EINVAL;
+    for (int k = 0; k < 6; k++) {
+        if ((flags & cntr_events[k]) && *cntr_slot(ep, k) != NULL) {
+            FAB_WARN(FI_LOG_EP_CTRL, "a counter is already bound for event 0x%llx\n",
+                     (unsigned long long)cntr_events[k]);
+            return -FI_EINVAL;
+        }
     }
-    if (!(flags & (FI_SEND | FI_RECV)))
-        return 0; /* it will never count here: the endpoint keeps no hold on it */
     if ((ret = fab_cntr_attach(cntr, ep)) != 0)
         return ret;
-    if (flags & FI_SEND)
-        ep->tx_cntr = cntr;
-    if (flags & FI_RECV)
-        ep->rx_cntr = cntr;
+    for (int k = 0; k < 6; k++) {
+        if (flags & cntr_events[k])
+            *cntr_slot(ep, k) = cntr;
+    }
     return 0;
 }
 
@@ -368,10 +378,14 @@ static int ep_close(struct fid *fid)
         fab_cq_detach(ep->tx_cq, ep);
     if (ep->rx_cq && ep->rx_cq != ep->tx_cq)
         fab_cq_detach(ep->rx_cq, ep);
-    if (ep->tx_cntr)
-        fab_cntr_detach(ep->tx_cntr, ep);
-    if (ep->rx_cntr && ep->rx_cntr != ep->tx_cntr)
-        fab_cntr_detach(ep->rx_cntr, ep);
+    for (int k = 0; k < 6; k++) { /* each counter once: attached once */
+        fab_cntr_t *c = *cntr_slot(ep, k);
+        int seen = 0;
+        for (int j = 0; j < k && !seen; j++)
+            seen = *cntr_slot(ep, j) == c;
+        if (c != NULL && !seen)
+            fab_cntr_detach(c, ep);
+    }
     fab_unlock(ep->dom);
     /* a thread asleep in fi_cq_sread or fi_cntr_wait on its context
      * (cq_sleep) wakes within a slice; no other can start, detached */

@@ -183,7 +183,7 @@ tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req
         serve_free(e, s);
         return TMX_OK;
     }
-    kind = ep->peer != TMX_PEER_NONE;
+    kind = ep->peer != TMX_PEER_NONE && !(ep->peer & TMX_PEER_IMPLICIT); /* anyone becomes implicit */
     if (e->n_refused[kind] >= (kind ? TL_EMU_REFUSED_PEERS_MAX : TL_EMU_REFUSED_MAX)) {
         serve_free(e, s);
         return TMX_ERR_AGAIN;

@@ -68,12 +68,14 @@ typedef struct tl_emu {
     util_dlist_t pushes;        /* writes we make */
     uint32_t next_id;
     uint32_t n_refused[2];      /* serves refused on arrival, waiting for room:
-                                   [0] strangers', [1] peers' (tl_ep_t.peer set) */
+                                   [0] strangers' (no peer number, or an
+                                   implicit one), [1] added peers' */
 } tl_emu_t;
 
 /* Refusals of reads waiting for room to go, at most, to processes that are
- * no peer of the layer above (strangers: anyone can be one, under as many
- * identities as it likes) and to its peers: past either bound, further
+ * no added peer of the layer above (strangers, implicit peers included:
+ * anyone can be one, under as many identities as it likes) and to its
+ * added peers: past either bound, further
  * refused requests from that kind are dropped (a process can ask for
  * nothing lent at will), and strangers asking cannot crowd out a peer's
  * refusal, which its reader waits for. */

@@ -373,13 +373,15 @@ static void ep_failure(void **state)
  * a peer's), the rest dropped, and the ones kept go once room comes. */
 static void refusals_bounded(void **state)
 {
-    side_t o, p; /* p: a peer of the layer above, reading from o */
+    side_t o, p, im; /* p: an added peer of the layer above, reading from o */
 
     (void)state;
     side_init(&o, 64);
     side_init(&p, 64);
+    side_init(&im, 64);
     o.ep.peer = TMX_PEER_NONE; /* a stranger */
     p.ep.peer = 5;
+    im.ep.peer = TMX_PEER_IMPLICIT | 3; /* anyone, after one HELLO: a stranger's bound too */
     o.room = 1; /* room for one: answered at once, nothing kept */
     assert_int_equal(tl_emu_req_arrive(&o.emu, &o.ep, &(tl_emu_req_t){1, 0x1000, KEY, 64}), TMX_OK);
     assert_int_equal(o.n_out, 1);
@@ -390,6 +392,8 @@ static void refusals_bounded(void **state)
         assert_int_equal(st, i < TL_EMU_REFUSED_MAX ? TMX_OK : TMX_ERR_AGAIN);
     }
     assert_int_equal(o.emu.n_refused[0], TL_EMU_REFUSED_MAX);
+    im.room = 0;
+    assert_int_equal(tl_emu_req_arrive(&o.emu, &im.ep, &(tl_emu_req_t){99, 0x1000, KEY, 64}), TMX_ERR_AGAIN);
     /* the strangers' refusals waiting do not stop a peer's from waiting,
      * up to a bound of their own */
     p.room = 0;
@@ -407,6 +411,7 @@ static void refusals_bounded(void **state)
     assert_int_equal(o.emu.n_refused[0], 0);
     assert_int_equal(o.emu.n_refused[1], 0);
     assert_false(tl_emu_busy(&o.emu));
+    side_fini(&im);
     side_fini(&p);
     side_fini(&o);
 }

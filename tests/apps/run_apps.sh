@@ -51,24 +51,35 @@ fail() {
 }
 
 # job LOG ENV MPIRUN-OPTION... PROGRAM ARG...: one job, in the background so
-# that a signal reaches the trap at once; ENV is "NAME=VALUE ..." or "-".
+# that a signal reaches the trap at once; ENV is "NAME=VALUE ..." or "-",
+# set for that job only.
 job() {
-    local log="$1" env="$2" rc e
+    local log="$1" rc e
+    local -a envs=()
+    [ "$2" = - ] || read -ra envs <<<"$2"
     shift 2
-    [ "$env" = - ] && env=""
-    for e in $env; do
-        export "${e?}"
+    for e in "${envs[@]}"; do
         set -- -x "${e%%=*}" "$@"
     done
-    timeout -k 5 330 "${MPIRUN[@]}" "$@" >"$log" 2>&1 &
+    (
+        for e in "${envs[@]}"; do
+            export "${e?}"
+        done
+        exec timeout -k 5 330 "${MPIRUN[@]}" "$@"
+    ) >"$log" 2>&1 &
     JOB=$!
     wait "$JOB"
     rc=$?
     JOB=""
-    for e in $env; do
-        unset "${e%%=*}"
-    done
     return "$rc"
+}
+
+# A job whose variant injects faults says it did (every rank, at info level).
+faults_injected() { # VARIANT LOG
+    case $1 in
+    *TMX_UDP_FAULTS=*) [ "$(grep -c 'udp: injecting faults' "$2")" -ge "$N" ] ;;
+    *) true ;;
+    esac
 }
 
 # Each rank of a job over the provider says that Open MPI chose it.
@@ -79,7 +90,7 @@ used_tmx() {
 # udp-faults: udp that loses, repeats, reorders and corrupts datagrams
 # (TMX_UDP_FAULTS), which the results must not show.
 VARIANTS=("shm:TMX_TRANSPORTS=self,shm" "udp:TMX_TRANSPORTS=self,udp" "offload:TMX_OFFLOAD=1"
-          "udp-faults:TMX_TRANSPORTS=self,udp TMX_UDP_FAULTS=drop=0.05,dup=0.02,reorder=0.05,corrupt=0.005")
+          "udp-faults:TMX_TRANSPORTS=self,udp TMX_UDP_FAULTS=drop=0.05,dup=0.02,reorder=0.05,corrupt=0.005 TMX_LOG_LEVEL=info")
 
 # HPC Challenge's input: the HPL section sized for two cores, then the
 # section of the other tests (the format of hpcc's _hpccinf.txt).
@@ -150,6 +161,8 @@ if [ -n "$HPCC" ]; then
             fail "$name: mpirun failed" hpcc.log
         elif ! used_tmx hpcc.log; then
             fail "$name: not every rank used the tmx provider" hpcc.log
+        elif ! faults_injected "$v" hpcc.log; then
+            fail "$name: not every rank injected faults" hpcc.log
         elif ! why=$(hpcc_check); then
             fail "$name: $why" hpccoutf.txt
         else
@@ -198,6 +211,8 @@ if [ -n "$LMP" ]; then
                 fail "$name: mpirun failed" lmp.log
             elif ! used_tmx lmp.log; then
                 fail "$name: not every rank used the tmx provider" lmp.log
+            elif ! faults_injected "$v" lmp.log; then
+                fail "$name: not every rank injected faults" lmp.log
             elif ! diff <(thermo log.ob1) <(thermo log.tmx) >thermo.diff; then
                 fail "$name: thermodynamics differ from ob1 + vader's" thermo.diff
             else

@@ -206,8 +206,10 @@ static void bind_cntr_all_events(void)
     CHECK_RET(fi_ep_bind(a.ep, &c->fid, FI_SELECTIVE_COMPLETION), -FI_EBADFLAGS);
     CHECK_RET(fi_ep_bind(a.ep, &c->fid, FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE),
               0);
-    CHECK_RET(fi_ep_bind(a.ep, &c2->fid, FI_REMOTE_WRITE), 0);
+    CHECK_RET(fi_ep_bind(a.ep, &c2->fid, FI_REMOTE_WRITE), -FI_EINVAL); /* one counter per event */
+    CHECK_RET(fi_ep_bind(a.ep, &c2->fid, FI_SEND), -FI_EINVAL);
     MUST(fi_enable(a.ep));
+    CHECK_RET(fi_close(&c->fid), -FI_EBUSY); /* held by the endpoint */
     fe_ep_insert(&f, &a);
     fe_ep_open(&f, &b, FI_CQ_FORMAT_TAGGED, 0);
     fe_ep_insert(&f, &b);
@@ -228,6 +230,26 @@ static void bind_cntr_all_events(void)
     CHECK_RET(fi_close(&a.cq->fid), 0);
     CHECK_RET(fi_close(&c->fid), 0);
     CHECK_RET(fi_close(&c2->fid), 0);
+    fe_close(&f);
+}
+
+/* A counter bound only for an RMA event is held by the endpoint all the
+ * same: closing it while the endpoint lives is refused. */
+static void bind_cntr_rma_only_held(void)
+{
+    fe_t f;
+    fe_ep_t a;
+    struct fid_cntr *c;
+    struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP};
+
+    fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_MAP);
+    MUST(fi_cntr_open(f.domain, &ca, &c, NULL));
+    fe_ep_open(&f, &a, FI_CQ_FORMAT_TAGGED, 0);
+    CHECK_RET(fi_ep_bind(a.ep, &c->fid, FI_READ), 0);
+    CHECK_RET(fi_ep_bind(a.ep, &c->fid, FI_WRITE), 0); /* the same counter, another event */
+    CHECK_RET(fi_close(&c->fid), -FI_EBUSY);
+    fe_ep_close(&a);
+    CHECK_RET(fi_close(&c->fid), 0);
     fe_close(&f);
 }
 
@@ -403,6 +425,7 @@ int main(int argc, char **argv)
         {"bind_cq_selective_only", bind_cq_selective_only},
         {"bind_two_cntrs", bind_two_cntrs},
         {"bind_cntr_all_events", bind_cntr_all_events},
+        {"bind_cntr_rma_only_held", bind_cntr_rma_only_held},
         {"names_opts", names_opts},
         {"nulls", nulls},
         {"mr", mr},

@@ -146,6 +146,17 @@ static void bind_cq_selective_only(void)
     bind_cq_nodir(FI_SELECTIVE_COMPLETION);
 }
 
+/* An endpoint with its CQ and the AV bound, not yet enabled. */
+static void ep_bound(fe_t *f, fe_ep_t *a)
+{
+    struct fi_cq_attr qa = {.format = FI_CQ_FORMAT_TAGGED};
+
+    MUST(fi_endpoint(f->domain, f->info, &a->ep, NULL));
+    MUST(fi_cq_open(f->domain, &qa, &a->cq, NULL));
+    MUST(fi_ep_bind(a->ep, &a->cq->fid, FI_TRANSMIT | FI_RECV));
+    MUST(fi_ep_bind(a->ep, &f->av->fid, 0));
+}
+
 /* "An endpoint may only be bound to a single CQ or counter for a given
  * type of operation" (fi_endpoint(3)). */
 static void bind_two_cntrs(void)
@@ -159,13 +170,7 @@ static void bind_two_cntrs(void)
     fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_MAP);
     MUST(fi_cntr_open(f.domain, &ca, &c1, NULL));
     MUST(fi_cntr_open(f.domain, &ca, &c2, NULL));
-    MUST(fi_endpoint(f.domain, f.info, &a.ep, NULL));
-    {
-        struct fi_cq_attr qa = {.format = FI_CQ_FORMAT_TAGGED};
-        MUST(fi_cq_open(f.domain, &qa, &a.cq, NULL));
-    }
-    MUST(fi_ep_bind(a.ep, &a.cq->fid, FI_TRANSMIT | FI_RECV));
-    MUST(fi_ep_bind(a.ep, &f.av->fid, 0));
+    ep_bound(&f, &a);
     CHECK_RET(fi_ep_bind(a.ep, &c1->fid, FI_SEND), 0);
     r = fi_ep_bind(a.ep, &c2->fid, FI_SEND);
     CHECK(r < 0, "second counter bound for FI_SEND = %d (want an error)", r);
@@ -195,13 +200,7 @@ static void bind_cntr_all_events(void)
     fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_MAP);
     MUST(fi_cntr_open(f.domain, &ca, &c, NULL));
     MUST(fi_cntr_open(f.domain, &ca, &c2, NULL));
-    MUST(fi_endpoint(f.domain, f.info, &a.ep, NULL));
-    {
-        struct fi_cq_attr qa = {.format = FI_CQ_FORMAT_TAGGED};
-        MUST(fi_cq_open(f.domain, &qa, &a.cq, NULL));
-    }
-    MUST(fi_ep_bind(a.ep, &a.cq->fid, FI_TRANSMIT | FI_RECV));
-    MUST(fi_ep_bind(a.ep, &f.av->fid, 0));
+    ep_bound(&f, &a);
     CHECK_RET(fi_ep_bind(a.ep, &c->fid, 0), -FI_EBADFLAGS);
     CHECK_RET(fi_ep_bind(a.ep, &c->fid, FI_SELECTIVE_COMPLETION), -FI_EBADFLAGS);
     CHECK_RET(fi_ep_bind(a.ep, &c->fid, FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE),

@@ -140,8 +140,8 @@ static int tx_idle(udp_iface_t *ui)
     udp_ep_t *ep;
 
     for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
-        for (int ch = 0; ch < UDP_N_CH && !ep->failed && ep->fl != NULL; ch++) {
-            if (ep->fl->tx[ch].una != ep->fl->tx[ch].next_seq)
+        for (int ch = 0; ch < UDP_N_CH && !ep->failed && ep->has_flow; ch++) {
+            if (ep->flow->tx[ch].una != ep->flow->tx[ch].next_seq)
                 return 0;
         }
     }

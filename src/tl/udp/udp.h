@@ -106,9 +106,9 @@ typedef struct udp_conn {
 } udp_conn_t;
 
 /* What a peer's reliable exchange needs while it is under way (seed 001)
- * and not when it is over: made by the first segment either way
- * (udp_flow), freed once nothing is in flight, early, owed or pending
- * (udp_flow_settle). An idle peer holds only its udp_ep_t (seed 002:
+ * and not when it is over: made by the first segment either way, or by a
+ * keepalive, a refusal or a bye (udp_flow), freed once nothing is in
+ * flight, early, owed or pending (udp_flow_settle). An idle peer holds only its udp_ep_t (seed 002:
  * what stays per remote process is a few words of sequence state). */
 typedef struct udp_flow {
     struct udp_ep *ep;
@@ -116,12 +116,18 @@ typedef struct udp_flow {
     udp_rx_t rx[UDP_N_CH];
     util_dlist_t ack_link;       /* in udp_iface_t.acks while an ACK is due */
     int ack_queued;
+    uint32_t probe;              /* when the peer was last probed while
+                                    silent, if probed (udp_live_stamp) */
     uint64_t ack_due_us;
     uint64_t refused_us;         /* when the last refusal was counted */
     uint32_t bye_seq[UDP_N_CH];  /* the bye's next_seq per channel */
     uint64_t bye_us;             /* when the bye came */
     uint64_t rx_data_us;         /* when the data channel last brought one */
     uint32_t rx_data_seq;        /* and its sequence number */
+    uint8_t probed;              /* probe is set */
+    uint8_t n_refused;           /* refusals in a row, nothing heard between */
+    uint8_t refused;             /* a checked refusal to act on (udp_live.c) */
+    uint8_t bye;                 /* the peer said bye: it sends no more */
     uint64_t stall_sent_us;      /* when we last reported a stall to the peer
                                     (for any read or write that waits) */
     uint64_t stall_handled_us;   /* when we last acted on the peer's report */
@@ -129,36 +135,42 @@ typedef struct udp_flow {
 } udp_flow_t;
 
 /* A peer context: made on first contact either way, kept until the
- * interface closes. */
+ * interface closes. 56 bytes on 64-bit targets: one per remote process
+ * (seed 002), so what only an exchange under way or a refusal needs is
+ * in the flow. */
 typedef struct udp_ep {
     tl_ep_t super;
     uint64_t uuid;
-    udp_flow_t *fl;              /* NULL while idle */
+    union {
+        udp_flow_t *flow;        /* has_flow: the exchange under way */
+        struct {                 /* !has_flow: the flow's sequence numbers */
+            uint32_t next_seq[UDP_N_CH]; /* the next segment's number */
+            uint32_t expected[UDP_N_CH]; /* the next segment due */
+        } idle;
+    };
     udp_conn_t *conn;            /* its address, shared with the endpoints of
                                     the same node: never NULL */
     uint32_t last_rx;            /* when the peer was last heard (udp_live_stamp) */
-    uint32_t probe;              /* when it was last probed while silent */
-    uint32_t next_seq[UDP_N_CH]; /* while idle: the next segment's number */
-    uint32_t expected[UDP_N_CH]; /* while idle: the next segment due */
-    uint8_t lane;                /* 1 + the lane its bulk data takes, 0
-                                    before its first (udp_node.c, lanes) */
     uint16_t index;              /* its node index: our datagrams' dst_index */
-    uint8_t n_refused;           /* refusals in a row, nothing heard between */
-    uint8_t connected : 1;       /* the core made it (not just a receive) */
-    uint8_t sock : 1;            /* it sends through conn->fd */
-    uint8_t failed : 1;
-    uint8_t refused : 1;         /* a checked refusal to act on (udp_live.c) */
-    uint8_t bye : 1;             /* the peer said bye: it sends no more */
-    uint8_t rx_data_seen : 1;    /* a data segment was delivered or kept */
-    uint8_t rx_left : 1;         /* its data waits with it: we were at the
+    uint16_t lane : 5;           /* 1 + the lane its bulk data takes, 0
+                                    before its first (udp_node.c, lanes) */
+    uint16_t has_flow : 1;
+    uint16_t probed : 1;         /* a keepalive went to it once (udp_live.c) */
+    uint16_t connected : 1;      /* the core made it (not just a receive) */
+    uint16_t sock : 1;           /* it sends through conn->fd */
+    uint16_t failed : 1;
+    uint16_t rx_data_seen : 1;   /* a data segment was delivered or kept */
+    uint16_t rx_left : 1;        /* its data waits with it: we were at the
                                     bound (udp_rel.c: rx_leave) */
-    uint8_t rx_refill : 1;       /* and is being resent: later segments
+    uint16_t rx_refill : 1;      /* and is being resent: later segments
                                     are not kept early until it is in */
-    uint8_t put_rx : 1;          /* it writes into our memory: written data
+    uint16_t put_rx : 1;         /* it writes into our memory: written data
                                     came and no packet since (its WDONE) */
-    uint8_t pressed : 1;         /* its last datagram said it is past its soft
+    uint16_t pressed : 1;        /* its last datagram said it is past its soft
                                     bound (UDP_FLAG_PRESSURE) */
 } udp_ep_t;
+_Static_assert(sizeof(void *) != 8 || sizeof(udp_ep_t) == 56,
+               "an endpoint is 56 bytes on 64-bit targets: one per remote process");
 
 typedef struct udp_faults {
     double drop, dup, reorder, corrupt;
@@ -186,6 +198,7 @@ typedef struct udp_cfg {
 
 /* Lanes for bulk data between two nodes, at most (TMX_UDP_LANES). */
 #define UDP_LANES_MAX 16
+_Static_assert(UDP_LANES_MAX < 32, "udp_ep_t.lane holds 1 + a lane in 5 bits");
 
 /* The sockets and what reading them needs. */
 typedef struct udp_sock {
@@ -538,11 +551,29 @@ static inline uint32_t udp_rx_slot(const udp_rx_t *rx, uint32_t seq)
  * to grow it). */
 tmx_status_t udp_tx_reserve(udp_iface_t *ui, udp_tx_t *tx, uint32_t n);
 
+/* ep's flow, or NULL while it is idle. */
+static inline udp_flow_t *udp_ep_flow(const udp_ep_t *ep)
+{
+    return ep->has_flow ? ep->flow : NULL;
+}
+
+/* The peer said bye and we wait for data it overtook (udp_live.c). */
+static inline int udp_ep_bye(const udp_ep_t *ep)
+{
+    return ep->has_flow && ep->flow->bye;
+}
+
+/* Refusals of ep counted in a row, nothing heard between. */
+static inline unsigned udp_ep_refusals(const udp_ep_t *ep)
+{
+    return ep->has_flow ? ep->flow->n_refused : 0;
+}
+
 /* The flow of ep, made now if it has none; NULL without memory. */
 udp_flow_t *udp_flow_make(udp_iface_t *ui, udp_ep_t *ep);
 static inline udp_flow_t *udp_flow(udp_iface_t *ui, udp_ep_t *ep)
 {
-    return __builtin_expect(ep->fl != NULL, 1) ? ep->fl : udp_flow_make(ui, ep);
+    return __builtin_expect(ep->has_flow, 1) ? ep->flow : udp_flow_make(ui, ep);
 }
 /* Frees ep's flow if its exchange is over: nothing in flight, early or
  * being reassembled, no ACK owed, no refusal, bye or write pending.
@@ -555,12 +586,12 @@ void udp_flow_free(udp_iface_t *ui, udp_ep_t *ep);
  * peer, with or without a flow. */
 static inline uint32_t udp_ep_next_seq(const udp_ep_t *ep, int ch)
 {
-    return ep->fl != NULL ? ep->fl->tx[ch].next_seq : ep->next_seq[ch];
+    return ep->has_flow ? ep->flow->tx[ch].next_seq : ep->idle.next_seq[ch];
 }
 
 static inline uint32_t udp_ep_expected(const udp_ep_t *ep, int ch)
 {
-    return ep->fl != NULL ? ep->fl->rx[ch].expected : ep->expected[ch];
+    return ep->has_flow ? ep->flow->rx[ch].expected : ep->idle.expected[ch];
 }
 
 static inline void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h)
@@ -601,12 +632,6 @@ static inline uint64_t udp_live_age(uint64_t now_us, uint32_t stamp)
     uint32_t d = udp_live_stamp(now_us) - stamp;
 
     return d > UINT32_MAX - UDP_LIVE_AHEAD ? 0 : (uint64_t)d << UDP_LIVE_SHIFT;
-}
-
-/* A stamp half the range ago: "never", for a probe not yet sent. */
-static inline uint32_t udp_live_long_ago(uint64_t now_us)
-{
-    return udp_live_stamp(now_us) - (UINT32_MAX / 2);
 }
 
 /* Every endpoint, one at a time: for (it = 0; (ep = udp_ep_next(ui,

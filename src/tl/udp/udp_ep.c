@@ -80,7 +80,6 @@ udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *s
     ep->super.peer = TMX_PEER_NONE;
     ep->index = index;
     ep->last_rx = udp_live_stamp(udp_now_us());
-    ep->probe = udp_live_long_ago(udp_now_us()); /* never probed */
     ui->n_eps++;
     return ep;
 }
@@ -126,8 +125,8 @@ static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)
     ep->failed = 1;
     udp_put_rx_end(ui, ep);
     udp_sock_ep_disconnect(ui, ep); /* nothing more goes to it: the descriptor is for the next peer */
-    for (int ch = 0; ch < UDP_N_CH && ep->fl != NULL; ch++)
-        util_timer_cancel(&ep->fl->tx[ch].timer);
+    for (int ch = 0; ch < UDP_N_CH && ep->has_flow; ch++)
+        util_timer_cancel(&ep->flow->tx[ch].timer);
     udp_rx_reasm_drop(ui, ep); /* nothing more of them comes */
     tl_emu_ep_fail(&ui->emu, &ep->super);
     ui->super.fail_cb(ui->super.fail_arg, ep->uuid, clean);

@@ -109,7 +109,7 @@ void udp_put_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, cons
      * is reported (udp_put_rx_check); data refused starts no such wait */
     if (!ep->put_rx) {
         ep->put_rx = 1;
-        ep->fl->put_rx_us = ui->rx_now_us;
+        ep->flow->put_rx_us = ui->rx_now_us;
         ui->n_put_rx++;
         udp_gro_set(ui, 1); /* the rest comes in bursts, as a read's data */
     }
@@ -133,7 +133,7 @@ void udp_put_rx_check(udp_iface_t *ui, uint64_t now)
 
     for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
         if (ep->put_rx)
-            udp_rx_stall_check(ui, ep, ep->fl->put_rx_us, now, &ep->fl->stall_sent_us);
+            udp_rx_stall_check(ui, ep, ep->flow->put_rx_us, now, &ep->flow->stall_sent_us);
     }
 }
 

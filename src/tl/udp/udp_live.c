@@ -80,20 +80,33 @@ void udp_live_send_error(udp_iface_t *ui, udp_ep_t *ep, int fd, int err)
 
 void udp_live_heard(udp_ep_t *ep)
 {
-    ep->n_refused = 0;
+    if (ep->has_flow)
+        ep->flow->n_refused = 0;
+}
+
+/* How long ago ep was last probed while silent, at least: a probe that
+ * was answered is older than the answer (silence_us ago); its flow, where
+ * the time of it is kept, may be gone since. */
+static uint64_t probe_age(const udp_ep_t *ep, uint64_t now, uint64_t silence_us)
+{
+    const udp_flow_t *fl = udp_ep_flow(ep);
+
+    if (fl != NULL && fl->probed)
+        return udp_live_age(now, fl->probe);
+    return ep->probed ? silence_us : UINT64_MAX;
 }
 
 static void ep_refused(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
 {
-    udp_flow_t *fl;
+    udp_flow_t *fl = udp_ep_flow(ep);
 
-    if (ep->failed || (ep->n_refused > 0 && now - ep->fl->refused_us < udp_rto_base(ui, ep)))
+    if (ep->failed || (fl != NULL && fl->n_refused > 0 && now - fl->refused_us < udp_rto_base(ui, ep)))
         return; /* the same probe refused twice, or a burst of forgeries */
-    if (ep->n_refused == UINT8_MAX || (fl = udp_flow(ui, ep)) == NULL)
+    if ((fl = udp_flow(ui, ep)) == NULL || fl->n_refused == UINT8_MAX)
         return;
-    ep->n_refused++;
+    fl->n_refused++;
     fl->refused_us = now;
-    ep->refused = 1;
+    fl->refused = 1;
     ui->refusals = 1;
 }
 
@@ -181,16 +194,18 @@ static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now);
  * persist. 1 while it is still being probed. */
 static int ep_refusal_step(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
 {
-    if (ep->failed || ep->n_refused == 0)
+    udp_flow_t *fl = udp_ep_flow(ep);
+
+    if (ep->failed || fl == NULL || fl->n_refused == 0)
         return 0;
-    if (ep->n_refused >= UDP_REFUSALS_DEAD) {
+    if (fl->n_refused >= UDP_REFUSALS_DEAD) {
         udp_ep_fail(ui, ep, "its host refused its port again and again: the process is gone");
         return 0;
     }
-    if (ep->refused || now - ep->fl->refused_us >= udp_rto_base(ui, ep)) {
-        if (ep->refused || udp_live_age(now, ep->probe) >= udp_rto_base(ui, ep))
+    if (fl->refused || now - fl->refused_us >= udp_rto_base(ui, ep)) {
+        if (fl->refused || probe_age(ep, now, udp_live_age(now, ep->last_rx)) >= udp_rto_base(ui, ep))
             ep_probe(ui, ep, now);
-        ep->refused = 0;
+        fl->refused = 0; /* the flow stays: n_refused holds it */
     }
     return 1;
 }
@@ -201,9 +216,9 @@ static int ep_refusal_step(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
  * 1 while it still waits. */
 static int ep_bye_step(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
 {
-    if (!ep->bye || ep->failed)
+    if (!udp_ep_bye(ep) || ep->failed)
         return 0;
-    if (now - ep->fl->bye_us < UDP_BYE_WAIT_US)
+    if (now - ep->flow->bye_us < UDP_BYE_WAIT_US)
         return 1;
     udp_ep_fail(ui, ep, "it closed with data it sent us missing");
     return 0;
@@ -251,14 +266,14 @@ void udp_live_bye(udp_iface_t *ui, udp_ep_t *ep, const uint32_t next_seq[UDP_N_C
             return;
         }
     }
-    if (!ep->bye) {
+    if (!udp_ep_bye(ep)) {
         if (bye_complete(ep, next_seq)) {
             udp_ep_gone(ui, ep);
             return;
         }
         if ((fl = udp_flow(ui, ep)) == NULL)
             return; /* no memory to wait for its data: its refusal decides */
-        ep->bye = 1;
+        fl->bye = 1;
         fl->bye_us = ui->rx_now_us ? ui->rx_now_us : udp_now_us();
         memcpy(fl->bye_seq, next_seq, sizeof(fl->bye_seq));
     }
@@ -267,8 +282,8 @@ void udp_live_bye(udp_iface_t *ui, udp_ep_t *ep, const uint32_t next_seq[UDP_N_C
 
 void udp_live_bye_check(udp_iface_t *ui, udp_ep_t *ep)
 {
-    if (bye_complete(ep, ep->fl->bye_seq)) {
-        ep->bye = 0;
+    if (bye_complete(ep, ep->flow->bye_seq)) {
+        ep->flow->bye = 0;
         udp_ep_gone(ui, ep);
         return;
     }
@@ -279,14 +294,16 @@ void udp_live_bye_check(udp_iface_t *ui, udp_ep_t *ep)
  * channel: its retransmissions are the next probes. */
 static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
 {
-    int made = ep->fl == NULL;
+    int made = !ep->has_flow;
     udp_flow_t *fl = udp_flow(ui, ep);
     udp_tx_t *tx;
     udp_send_desc_t keepalive = {.ch = UDP_CH_PRIO}; /* an empty segment, acknowledged */
 
-    ep->probe = udp_live_stamp(now);
     if (fl == NULL)
         return; /* no memory now: the next check probes */
+    fl->probe = udp_live_stamp(now);
+    fl->probed = 1;
+    ep->probed = 1;
     tx = &fl->tx[UDP_CH_PRIO];
     if (ep->sock)
         ep->conn->errq = ui->sock.errq = 1; /* a refusal pending there would eat the probe */
@@ -294,8 +311,8 @@ static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
         errq_read(ui);
     /* a refused peer gets a new segment even if one is outstanding: the
      * answer to it, or its refusal, decides */
-    if ((tx->una == tx->next_seq || ep->n_refused > 0) && udp_send_segs(ui, ep, &keepalive) != TMX_OK &&
-        made && ep->fl != NULL)
+    if ((tx->una == tx->next_seq || fl->n_refused > 0) && udp_send_segs(ui, ep, &keepalive) != TMX_OK &&
+        made && ep->has_flow)
         udp_flow_settle(ui, ep); /* made for the probe alone, which did not go */
 }
 
@@ -309,7 +326,7 @@ void udp_live_check(udp_iface_t *ui, uint64_t now)
     for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
         uint64_t silence = udp_live_age(now, ep->last_rx);
         if (ep->failed || !ep->connected || silence < first ||
-            udp_live_age(now, ep->probe) < udp_probe_interval(silence))
+            probe_age(ep, now, silence) < udp_probe_interval(silence))
             continue;
         ep_probe(ui, ep, now);
     }

@@ -62,7 +62,7 @@ static void tx_init(udp_iface_t *ui, udp_flow_t *fl, int ch)
 {
     udp_tx_t *tx = &fl->tx[ch];
 
-    tx->next_seq = tx->una = tx->rack_seq = fl->ep->next_seq[ch];
+    tx->next_seq = tx->una = tx->rack_seq = fl->ep->idle.next_seq[ch];
     tx->win = tx->win0;
     tx->win_mask = win_first(ui) - 1;
     tx->rto_us = udp_rto_base(ui, fl->ep);
@@ -193,7 +193,7 @@ static void tx_timer_rearm(udp_iface_t *ui, udp_tx_t *tx, uint64_t now)
 
 void udp_tx_track(udp_iface_t *ui, udp_ep_t *ep, int ch, udp_seg_t *seg, uint64_t now)
 {
-    udp_tx_t *tx = &ep->fl->tx[ch];
+    udp_tx_t *tx = &ep->flow->tx[ch];
 
     if (tx->una == tx->next_seq) {
         tx->last_progress_us = now;
@@ -346,7 +346,7 @@ static void tx_timer_fire(util_timer_t *t)
 
 void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
 {
-    udp_tx_t *tx = &ep->fl->tx[ch];
+    udp_tx_t *tx = &ep->flow->tx[ch];
 
     if (seq_before(tx->una, ack) && !seq_before(tx->next_seq, ack)) {
         uint64_t sent_us = tx->win[udp_tx_slot(tx, ack - 1)]->sent_us;
@@ -384,7 +384,7 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
 
 void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep)
 {
-    udp_flow_t *fl = ep->fl;
+    udp_flow_t *fl = udp_ep_flow(ep);
 
     if (fl->ack_queued)
         return;
@@ -419,14 +419,14 @@ static size_t sack_fill(const udp_iface_t *ui, const udp_rx_t *rx, udp_sack_t *s
  * the receiver takes the bye for a clean exit. */
 static void ack_send(udp_iface_t *ui, udp_ep_t *ep, uint16_t extra)
 {
-    uint32_t seq = extra & UDP_FLAG_STALL ? ep->fl->rx_data_seq
+    uint32_t seq = extra & UDP_FLAG_STALL ? ep->flow->rx_data_seq
                    : extra & UDP_FLAG_BYE ? udp_ep_next_seq(ep, UDP_CH_PRIO) : 0;
     uint32_t frag = extra & UDP_FLAG_BYE ? udp_ep_next_seq(ep, UDP_CH_DATA) : 0;
     udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY), 0, ui->sock.self_sa.sin_port,
                    htole64(ui->job_key), htole64(ui->uuid), htole64(ep->uuid), htole32(seq), {0, 0},
                    htole32(frag), 0, 0, 0, htons(ui->sock.index), htons(ep->index), 0};
     unsigned char buf[sizeof(h) + sizeof(udp_sack_t)];
-    size_t n = ep->fl != NULL ? sack_fill(ui, &ep->fl->rx[UDP_CH_DATA], (udp_sack_t *)(buf + sizeof(h))) : 0;
+    size_t n = ep->has_flow ? sack_fill(ui, &ep->flow->rx[UDP_CH_DATA], (udp_sack_t *)(buf + sizeof(h))) : 0;
 
     udp_hdr_fill_acks(ep, &h);
     h.flags = htole16(UDP_FLAG_ACK_ONLY | (n != 0 ? UDP_FLAG_SACK : 0) | extra |
@@ -441,7 +441,7 @@ static void ack_send(udp_iface_t *ui, udp_ep_t *ep, uint16_t extra)
 /* Marks what the receiver holds, then resends what that shows lost. */
 void udp_tx_sacked(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, size_t len)
 {
-    udp_tx_t *tx = &ep->fl->tx[UDP_CH_DATA];
+    udp_tx_t *tx = &ep->flow->tx[UDP_CH_DATA];
     udp_sack_t s;
 
     if (len < offsetof(udp_sack_t, bits) || len > sizeof(s))
@@ -472,7 +472,7 @@ void udp_bye_send(udp_iface_t *ui, udp_ep_t *ep)
 
 void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t now, uint64_t *reported)
 {
-    udp_flow_t *fl = ep->fl;
+    udp_flow_t *fl = udp_ep_flow(ep);
 
     if (fl != NULL && fl->rx_data_us > since)
         since = fl->rx_data_us;
@@ -496,7 +496,7 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
  * needlessly). */
 void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last)
 {
-    udp_tx_t *tx = &ep->fl->tx[UDP_CH_DATA];
+    udp_tx_t *tx = &ep->flow->tx[UDP_CH_DATA];
     uint64_t t0 = tx->rack_us;
     resend_batch_t b = {.n = 0};
     uint32_t sent = 0;
@@ -505,9 +505,9 @@ void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last)
         return;
     /* Reports closer together than the receiver sends them are copies;
      * a segment resent once is outside the window below anyway. */
-    if (ui->rx_now_us - ep->fl->stall_handled_us < UDP_STALL_US / 2)
+    if (ui->rx_now_us - ep->flow->stall_handled_us < UDP_STALL_US / 2)
         return;
-    ep->fl->stall_handled_us = ui->rx_now_us;
+    ep->flow->stall_handled_us = ui->rx_now_us;
     if (!seq_before(last, tx->una) && seq_before(last, tx->next_seq)) {
         udp_seg_t *seg = tx->win[udp_tx_slot(tx, last)];
         t0 = seg->sent_us;
@@ -603,8 +603,8 @@ static void reasm_fail(udp_iface_t *ui, udp_rx_t *rx, const char *why)
 
 void udp_rx_reasm_drop(udp_iface_t *ui, udp_ep_t *ep)
 {
-    for (int ch = 0; ch < UDP_N_CH && ep->fl != NULL; ch++)
-        reasm_reset(ui, &ep->fl->rx[ch]);
+    for (int ch = 0; ch < UDP_N_CH && ep->has_flow; ch++)
+        reasm_reset(ui, &ep->flow->rx[ch]);
 }
 
 /* Segments of one packet arrive in sequence order, so reassembly appends. */
@@ -647,7 +647,7 @@ static void deliver_packet_seg(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx, cons
 
 static void deliver(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const unsigned char *p)
 {
-    udp_rx_t *rx = &ep->fl->rx[h->channel];
+    udp_rx_t *rx = &ep->flow->rx[h->channel];
 
     if (h->flags & UDP_FLAG_GET_REQ)
         udp_get_req_arrive(ui, ep, p, h->len);
@@ -745,8 +745,8 @@ static void data_arrived(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h)
 {
     if (h->channel != UDP_CH_DATA)
         return;
-    ep->fl->rx_data_us = ui->rx_now_us;
-    ep->fl->rx_data_seq = h->seq;
+    ep->flow->rx_data_us = ui->rx_now_us;
+    ep->flow->rx_data_seq = h->seq;
     ep->rx_data_seen = 1;
 }
 
@@ -782,9 +782,9 @@ void udp_rx_resume(udp_iface_t *ui)
             continue;
         ep->rx_left = 0;
         ep->rx_refill = 1;
-        if (ep->fl == NULL)
+        if (!ep->has_flow)
             continue; /* held while it was left: cannot be */
-        ep->fl->rx_data_seq = ep->fl->rx[UDP_CH_DATA].highest;
+        ep->flow->rx_data_seq = ep->flow->rx[UDP_CH_DATA].highest;
         ack_send(ui, ep, UDP_FLAG_STALL);
     }
     ui->n_left = 0;
@@ -856,33 +856,36 @@ udp_flow_t *udp_flow_make(udp_iface_t *ui, udp_ep_t *ep)
     if (fl == NULL)
         return NULL;
     fl->ep = ep;
-    ep->fl = fl;
     for (int ch = 0; ch < UDP_N_CH; ch++) {
         tx_init(ui, fl, ch);
-        fl->rx[ch].expected = fl->rx[ch].highest = ep->expected[ch];
+        fl->rx[ch].expected = fl->rx[ch].highest = ep->idle.expected[ch];
     }
-    fl->rx_data_seq = ep->expected[UDP_CH_DATA] - 1; /* the last one delivered */
+    fl->rx_data_seq = ep->idle.expected[UDP_CH_DATA] - 1; /* the last one delivered */
     util_dlist_init(&fl->ack_link);
+    ep->flow = fl; /* the sequence numbers are the flow's now */
+    ep->has_flow = 1;
     ui->n_flows++;
     return fl;
 }
 
 void udp_flow_free(udp_iface_t *ui, udp_ep_t *ep)
 {
-    udp_flow_t *fl = ep->fl;
+    udp_flow_t *fl = udp_ep_flow(ep);
 
     if (fl == NULL)
         return;
     for (int ch = 0; ch < UDP_N_CH; ch++) {
-        ep->next_seq[ch] = fl->tx[ch].next_seq;
-        ep->expected[ch] = fl->rx[ch].expected;
         util_timer_cancel(&fl->tx[ch].timer);
         udp_tx_fini(&fl->tx[ch]);
         udp_rx_fini(ui, &fl->rx[ch]);
     }
     if (fl->ack_queued)
         util_dlist_unlink(&fl->ack_link);
-    ep->fl = NULL;
+    ep->has_flow = 0;
+    for (int ch = 0; ch < UDP_N_CH; ch++) { /* over the flow's pointer */
+        ep->idle.next_seq[ch] = fl->tx[ch].next_seq;
+        ep->idle.expected[ch] = fl->rx[ch].expected;
+    }
     free(fl);
     /* the last exchange is over: the segment buffers go but a chunk of
      * each pool, whatever a burst took */
@@ -894,9 +897,9 @@ void udp_flow_free(udp_iface_t *ui, udp_ep_t *ep)
 
 void udp_flow_settle(udp_iface_t *ui, udp_ep_t *ep)
 {
-    const udp_flow_t *fl = ep->fl;
+    const udp_flow_t *fl = udp_ep_flow(ep);
 
-    if (fl == NULL || fl->ack_queued || ep->n_refused != 0 || ep->bye || ep->put_rx || ep->rx_left ||
+    if (fl == NULL || fl->ack_queued || fl->n_refused != 0 || fl->bye || ep->put_rx || ep->rx_left ||
         ep->rx_refill || ep->failed)
         return;
     for (int ch = 0; ch < UDP_N_CH; ch++) {

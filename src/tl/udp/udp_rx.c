@@ -190,7 +190,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
     ep->last_rx = udp_live_stamp(ui->rx_now_us);
     ep->pressed = (h.flags & UDP_FLAG_PRESSURE) != 0;
     udp_live_heard(ep);
-    if (ep->fl != NULL) { /* without a flow nothing is in flight: the ACKs are old */
+    if (ep->has_flow) { /* without a flow nothing is in flight: the ACKs are old */
         for (int ch = 0; ch < UDP_N_CH; ch++)
             udp_tx_acked(ui, ep, ch, h.ack[ch]);
         if (h.flags & UDP_FLAG_SACK)
@@ -204,7 +204,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
     } else {
         if (!(h.flags & UDP_FLAG_ACK_ONLY))
             udp_rx_segment(ui, ep, &h, buf + sizeof(h));
-        if (ep->bye && !ep->failed)
+        if (udp_ep_bye(ep) && !ep->failed)
             udp_live_bye_check(ui, ep); /* the data a bye overtook */
     }
     udp_flow_settle(ui, ep);

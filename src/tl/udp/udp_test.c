@@ -194,7 +194,7 @@ static int got_packets(void *arg)
 static int all_acked(void *arg)
 {
     want_t *w = arg;
-    udp_tx_t *tx = w->ep->fl != NULL ? &w->ep->fl->tx[UDP_CH_DATA] : NULL;
+    udp_tx_t *tx = w->ep->has_flow ? &w->ep->flow->tx[UDP_CH_DATA] : NULL;
 
     return tx == NULL || tx->una == tx->next_seq;
 }
@@ -208,7 +208,7 @@ static int flows_gone(void *arg)
 {
     idle_pair_t *ip = arg;
 
-    return ip->ab->fl == NULL && ip->ba->fl == NULL;
+    return !ip->ab->has_flow && !ip->ba->has_flow;
 }
 
 /* The sender's datagrams leave from its endpoint's own socket, so the
@@ -368,7 +368,7 @@ static void test_forged_sender_dropped(void **state)
         dgram_seal(nb, sizeof(nb), &n);
         udp_dgram_input(b.ui, nb, sizeof(nb), &far);
         assert_int_equal(b.ui->stats.forged, 3);
-        assert_int_equal(udp_ep_find(b.ui, UUID_A)->n_refused, 0);
+        assert_int_equal(udp_ep_refusals(udp_ep_find(b.ui, UUID_A)), 0);
     }
     /* a process without a published address is held to its first host */
     {
@@ -641,8 +641,8 @@ static void test_resend_is_the_same(void **state)
     memset(dirty, 0xbe, sizeof(udp_seg_t) + sizeof(udp_hdr_t) + 8);
     util_pool_put(&a.ui->segs, dirty);
     send_bytes(ab, 8);
-    assert_non_null(ab->fl); /* the segment is in flight */
-    seg = ab->fl->tx[UDP_CH_DATA].win[udp_tx_slot(&ab->fl->tx[UDP_CH_DATA], ab->fl->tx[UDP_CH_DATA].una)];
+    assert_non_null(udp_ep_flow(ab)); /* the segment is in flight */
+    seg = ab->flow->tx[UDP_CH_DATA].win[udp_tx_slot(&ab->flow->tx[UDP_CH_DATA], ab->flow->tx[UDP_CH_DATA].una)];
     assert_ptr_equal(seg, dirty);
     udp_seg_retransmit(a.ui, ab, seg);
     assert_null(seg->ext);
@@ -775,13 +775,13 @@ static void test_read_ends_when_memory_is_taken_back(void **state)
     a.ui->faults.drop = 1.0; /* everything the owner sends is lost */
     assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, TL_GET_COPY, &op.super), TMX_INPROGRESS);
     end = udp_now_us() + 2000000;
-    while ((ab->fl == NULL || ab->fl->tx[UDP_CH_DATA].next_seq - ab->fl->tx[UDP_CH_DATA].una < 2) &&
+    while ((!ab->has_flow || ab->flow->tx[UDP_CH_DATA].next_seq - ab->flow->tx[UDP_CH_DATA].una < 2) &&
            udp_now_us() < end) {
         tl_udp_ops.progress(&b.ui->super);
         tl_udp_ops.progress(&a.ui->super);
     }
-    assert_non_null(ab->fl);
-    tx = &ab->fl->tx[UDP_CH_DATA];
+    assert_non_null(udp_ep_flow(ab));
+    tx = &ab->flow->tx[UDP_CH_DATA];
     assert_true(tx->next_seq - tx->una >= 2); /* the read's segments wait */
     waiting = tx->next_seq - tx->una;
     a.lent = NULL;                            /* the memory is the application's again */
@@ -865,7 +865,7 @@ static void refused(const char *connect_max)
     side_close(&b); /* its port closes */
     send_bytes(ab, 64);
     assert_true(wait_alone(&a, failed_once, &a));
-    assert_true(ab->failed && ab->n_refused > 0);
+    assert_true(ab->failed && udp_ep_refusals(ab) > 0);
     a.failures = 0;
     side_close(&a);
 }
@@ -921,7 +921,7 @@ static void test_packet_whole_or_not_at_all(void **state)
     assert_int_equal(tl_udp_ops.send(&ab->super, &iov, 1), TMX_ERR_AGAIN);
     assert_true(a.ui->stats.segs_sent == sent);
     assert_int_equal(udp_ep_next_seq(ab, UDP_CH_DATA), seq);
-    assert_null(ab->fl);
+    assert_null(udp_ep_flow(ab));
     /* a short packet still goes */
     send_bytes(ab, 100);
     util_pool_set_limit(&a.ui->segs, 0);
@@ -950,7 +950,7 @@ static void test_window_shrinks_after_burst(void **state)
     for (int round = 1; round <= 2; round++) {
         for (int k = 0; k < 4; k++)
             send_bytes(ab, 100000);
-        assert_true(ab->fl->tx[UDP_CH_DATA].win_mask + 1 >= 256);
+        assert_true(ab->flow->tx[UDP_CH_DATA].win_mask + 1 >= 256);
         assert_true(a.ui->segs.n_chunks >= 2); /* the burst took more than one chunk */
         w = (want_t){&b, (size_t)(4 * round), ab};
         assert_true(poll_until(&a, &b, got_packets, &w));
@@ -991,24 +991,24 @@ static void test_idle_peer_holds_no_flow(void **state)
         send_bytes(ab, 100);          /* one segment */
         send_bytes(ab, 3 * 9000);     /* several */
         send_bytes(ba, 8);            /* and the other way */
-        assert_non_null(ab->fl);
+        assert_non_null(udp_ep_flow(ab));
         w = (want_t){&b, (size_t)(2 * round), ab};
         assert_true(poll_until(&a, &b, got_packets, &w));
         w = (want_t){&a, (size_t)round, ba};
         assert_true(poll_until(&a, &b, got_packets, &w));
         assert_true(poll_until(&a, &b, flows_gone, &ip));
-        assert_int_equal(ab->next_seq[UDP_CH_DATA], ba->expected[UDP_CH_DATA]);
-        assert_int_equal(ba->next_seq[UDP_CH_DATA], ab->expected[UDP_CH_DATA]);
-        assert_true(ab->next_seq[UDP_CH_DATA] >= (uint32_t)(5 * round));
+        assert_int_equal(ab->idle.next_seq[UDP_CH_DATA], ba->idle.expected[UDP_CH_DATA]);
+        assert_int_equal(ba->idle.next_seq[UDP_CH_DATA], ab->idle.expected[UDP_CH_DATA]);
+        assert_true(ab->idle.next_seq[UDP_CH_DATA] >= (uint32_t)(5 * round));
     }
     assert_int_equal(b.packets, 6);
     assert_int_equal(a.packets, 3);
     /* an old segment again: it is answered but not delivered, and the
      * flows go again */
     send_bytes(ab, 8);
-    assert_non_null(ab->fl);
+    assert_non_null(udp_ep_flow(ab));
     {
-        udp_tx_t *tx = &ab->fl->tx[UDP_CH_DATA];
+        udp_tx_t *tx = &ab->flow->tx[UDP_CH_DATA];
         udp_seg_t *seg = tx->win[udp_tx_slot(tx, tx->una)];
         udp_hdr_t *h = (udp_hdr_t *)seg->buf;
         uint32_t seq = le32toh(h->seq);
@@ -1044,7 +1044,7 @@ static void test_closing_peer_says_bye(void **state)
     side_close(&b);
     assert_true(wait_alone(&a, failed_once, &a));
     assert_int_equal(a.clean, 1);
-    assert_false(ab->refused);
+    assert_false(udp_ep_flow(ab) != NULL && ab->flow->refused);
     a.failures = a.clean = 0;
     side_close(&a);
 }
@@ -1251,12 +1251,12 @@ static void test_node_wrong_index_dropped(void **state)
     c.ep[0]->index = 7;
     send_bytes(c.ep[0], 100);
     end = udp_now_us() + 3000000;
-    while (c.ep[0]->n_refused == 0 && !c.ep[0]->failed && udp_now_us() < end) {
+    while (udp_ep_refusals(c.ep[0]) == 0 && !c.ep[0]->failed && udp_now_us() < end) {
         tl_udp_ops.progress(&c.tx.ui->super);
         tl_udp_ops.progress(&c.m[0].ui->super);
         tl_udp_ops.progress(&c.m[1].ui->super);
     }
-    assert_true(c.ep[0]->n_refused > 0 || c.ep[0]->failed);
+    assert_true(udp_ep_refusals(c.ep[0]) > 0 || c.ep[0]->failed);
     assert_int_equal(c.m[0].packets + c.m[1].packets, 0);
     assert_true(c.m[0].ui->stats.misrouted + c.m[1].ui->stats.misrouted >= 2);
     c.tx.failures = 0; /* the endpoint that named a wrong index may have been declared dead */
@@ -1414,12 +1414,12 @@ static void test_node_member_dies(void **state)
     }
     send_bytes(c.ep[1], 100);
     end = udp_now_us() + 3000000;
-    while (c.ep[1]->n_refused == 0 && !c.ep[1]->failed && udp_now_us() < end) {
+    while (udp_ep_refusals(c.ep[1]) == 0 && !c.ep[1]->failed && udp_now_us() < end) {
         tl_udp_ops.progress(&c.tx.ui->super);
         tl_udp_ops.progress(&c.m[0].ui->super);
         tl_udp_ops.progress(&c.m[2].ui->super);
     }
-    assert_true(c.ep[1]->n_refused > 0 || c.ep[1]->failed);
+    assert_true(udp_ep_refusals(c.ep[1]) > 0 || c.ep[1]->failed);
     c.tx.failures = 0;
     side_close(&c.m[0]);
     side_close(&c.m[2]);
@@ -1718,7 +1718,7 @@ static void test_node_lanes_refused(void **state)
     send_bytes(ep, 20000);
     assert_int_not_equal(ep->lane, 0);
     assert_true(wait_alone(&c.m[0], failed_once, &c.m[0]));
-    assert_true(ep->failed && ep->n_refused > 0);
+    assert_true(ep->failed && udp_ep_refusals(ep) > 0);
     /* before a keepalive to a silent peer would have gone out (1 s of
      * silence, udp_live.c): the refusals answered the data channel's own
      * resends */
@@ -1839,7 +1839,7 @@ static void test_node_handed_on_no_false_death(void **state)
     ep = udp_ep_find(c.m[1].ui, 0x7777);
     assert_non_null(ep);
     assert_false(ep->failed);
-    assert_int_equal(ep->n_refused, 0);
+    assert_int_equal(udp_ep_refusals(ep), 0);
     assert_int_equal(c.m[1].failures, 0);
     close(peer);
     for (int i = 0; i < 2; i++)
@@ -1862,8 +1862,6 @@ static void test_live_stamps(void **state)
         assert_true(a >= 1990000 && a <= 2010000);
         assert_true(udp_live_age(now, udp_live_stamp(now)) < 1100);
         assert_int_equal(udp_live_age(now, udp_live_stamp(now + 500000)), 0);
-        assert_true(udp_live_age(now, udp_live_long_ago(now)) > 20ull * 86400 * 1000000);
-        assert_true(udp_live_age(now + 5000000, udp_live_long_ago(now)) > 20ull * 86400 * 1000000);
     }
 }
 

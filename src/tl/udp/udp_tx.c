@@ -90,7 +90,7 @@ static inline void hdr_fill(const udp_iface_t *ui, const udp_ep_t *ep, udp_seg_t
 {
     udp_hdr_t *h = (udp_hdr_t *)seg->buf;
 
-    seg->seq = ep->fl->tx[sd->ch].next_seq;
+    seg->seq = ep->flow->tx[sd->ch].next_seq;
     seg->len = (uint32_t)(sizeof(*h) + sd->n);
     seg->sacked = 0;
     seg->resent = 0;
@@ -158,7 +158,7 @@ static void seg_refuse(udp_seg_t *seg, tmx_status_t st)
  * now on: one question to the core, not one per segment. */
 static void refuse_key(const udp_iface_t *ui, const udp_ep_t *ep, uint64_t key, tmx_status_t st)
 {
-    const udp_tx_t *tx = &ep->fl->tx[UDP_CH_DATA];
+    const udp_tx_t *tx = &ep->flow->tx[UDP_CH_DATA];
 
     for (uint32_t s = tx->una; s != tx->next_seq; s++) {
         udp_seg_t *seg = tx->win[udp_tx_slot(tx, s)];
@@ -347,7 +347,7 @@ static void segs_transmit(udp_iface_t *ui, udp_ep_t *ep, udp_seg_t **segs, size_
 /* A segment went out carrying our current ACKs: none is owed any more. */
 static inline void acks_carried(udp_ep_t *ep)
 {
-    udp_flow_t *fl = ep->fl;
+    udp_flow_t *fl = udp_ep_flow(ep);
 
     if (fl->ack_queued) {
         util_dlist_unlink(&fl->ack_link);
@@ -361,7 +361,7 @@ static inline void acks_carried(udp_ep_t *ep)
  * if idle (nothing outside the call holds it: it did not exist before). */
 static void flow_unmake(udp_iface_t *ui, udp_ep_t *ep, int made)
 {
-    if (made && ep->fl != NULL)
+    if (made && ep->has_flow)
         udp_flow_settle(ui, ep);
 }
 
@@ -395,13 +395,13 @@ tmx_status_t udp_send_segs(udp_iface_t *ui, udp_ep_t *ep, const udp_send_desc_t 
     udp_seg_t *batch[UDP_GSO_MAX];
     uint32_t lane = 0;
     uint64_t now;
-    int made = ep->fl == NULL;
+    int made = !ep->has_flow;
 
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
     ui->super.quiet = 0;
-    if (nseg > UINT32_MAX || udp_flow(ui, ep) == NULL || udp_tx_reserve(ui, &ep->fl->tx[ch], (uint32_t)nseg) != TMX_OK ||
-        !segs_reserve(ui, d, nseg)) {
+    if (nseg > UINT32_MAX || udp_flow(ui, ep) == NULL ||
+        udp_tx_reserve(ui, &ep->flow->tx[ch], (uint32_t)nseg) != TMX_OK || !segs_reserve(ui, d, nseg)) {
         flow_unmake(ui, ep, made);
         return TMX_ERR_AGAIN;
     }
@@ -463,7 +463,7 @@ tmx_status_t udp_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
 {
     udp_ep_t *ep = (udp_ep_t *)tep;
     udp_iface_t *ui = (udp_iface_t *)tep->iface;
-    udp_flow_t *fl = ep->fl;
+    udp_flow_t *fl = udp_ep_flow(ep);
     size_t len = 0;
     int made = 0;
     tmx_status_t st;

@@ -28,16 +28,29 @@ void util_idmap_fini(util_idmap_t *m)
     m->key_off = key_off;
 }
 
+/* The slot an identity hashes to: the hash's high half scaled to cap,
+ * which need not be a power of two. */
 static uint32_t slot_of(const util_idmap_t *m, uint64_t id)
 {
-    return (uint32_t)util_hash64(id ^ m->seed) & (m->cap - 1);
+    return (uint32_t)(((util_hash64(id ^ m->seed) >> 32) * m->cap) >> 32);
+}
+
+static uint32_t slot_next(const util_idmap_t *m, uint32_t i)
+{
+    return i + 1 == m->cap ? 0 : i + 1;
+}
+
+/* How far slot j is past slot i, along the probe order. */
+static uint32_t slot_dist(const util_idmap_t *m, uint32_t i, uint32_t j)
+{
+    return j >= i ? j - i : j + m->cap - i;
 }
 
 void *util_idmap_get(const util_idmap_t *m, uint64_t id)
 {
     if (m->cap == 0)
         return NULL;
-    for (uint32_t i = slot_of(m, id);; i = (i + 1) & (m->cap - 1)) {
+    for (uint32_t i = slot_of(m, id);; i = slot_next(m, i)) {
         if (m->vals[i] == NULL)
             return NULL;
         if (util_idmap_key(m, m->vals[i]) == id)
@@ -50,18 +63,19 @@ static void put_new(util_idmap_t *m, void *val)
     uint32_t i = slot_of(m, util_idmap_key(m, val));
 
     while (m->vals[i] != NULL)
-        i = (i + 1) & (m->cap - 1);
+        i = slot_next(m, i);
     m->vals[i] = val;
     m->n++;
 }
 
+/* Half as large again: a map holds one to two slots per value. */
 static int grow(util_idmap_t *m)
 {
     util_idmap_t old = *m;
-    uint32_t cap = old.cap ? old.cap * 2 : 16;
+    uint32_t cap = old.cap ? old.cap + old.cap / 2 : UTIL_IDMAP_FIRST;
 
     m->vals = calloc(cap, sizeof(*m->vals));
-    if (m->vals == NULL || cap == 0) {
+    if (m->vals == NULL || cap <= old.cap) {
         free(m->vals);
         *m = old;
         return -1;
@@ -81,14 +95,14 @@ int util_idmap_put(util_idmap_t *m, void *val)
     uint64_t id = util_idmap_key(m, val);
 
     if (m->cap != 0) {
-        for (uint32_t i = slot_of(m, id); m->vals[i] != NULL; i = (i + 1) & (m->cap - 1)) {
+        for (uint32_t i = slot_of(m, id); m->vals[i] != NULL; i = slot_next(m, i)) {
             if (util_idmap_key(m, m->vals[i]) == id) {
                 m->vals[i] = val;
                 return 0;
             }
         }
     }
-    if ((m->n + 1) * 2 > m->cap && grow(m) != 0)
+    if ((uint64_t)(m->n + 1) * 4 > (uint64_t)m->cap * 3 && grow(m) != 0) /* at most 3/4 full */
         return -1;
     put_new(m, val);
     return 0;
@@ -98,20 +112,20 @@ int util_idmap_put(util_idmap_t *m, void *val)
  * the hole when their home slot allows, so no tombstones build up. */
 void util_idmap_del(util_idmap_t *m, uint64_t id)
 {
-    uint32_t i, j, mask = m->cap - 1;
+    uint32_t i, j;
 
     if (m->cap == 0)
         return;
-    for (i = slot_of(m, id); m->vals[i] != NULL && util_idmap_key(m, m->vals[i]) != id; i = (i + 1) & mask)
+    for (i = slot_of(m, id); m->vals[i] != NULL && util_idmap_key(m, m->vals[i]) != id; i = slot_next(m, i))
         ;
     if (m->vals[i] == NULL)
         return;
     m->vals[i] = NULL;
     m->n--;
-    for (j = (i + 1) & mask; m->vals[j] != NULL; j = (j + 1) & mask) {
+    for (j = slot_next(m, i); m->vals[j] != NULL; j = slot_next(m, j)) {
         uint32_t home = slot_of(m, util_idmap_key(m, m->vals[j]));
         /* the entry at j may fill the hole at i if its home is not in (i, j] */
-        if (((j - home) & mask) >= ((j - i) & mask)) {
+        if (slot_dist(m, home, j) >= slot_dist(m, i, j)) {
             m->vals[i] = m->vals[j];
             m->vals[j] = NULL;
             i = j;

@@ -14,14 +14,20 @@
 
 typedef struct util_idmap {
     void **vals;            /* NULL: an empty slot */
-    uint32_t cap;           /* a power of two, or 0 before the first put */
+    uint32_t cap;           /* slots: 0 before the first put, then
+                               UTIL_IDMAP_FIRST, growing by half */
     uint32_t n;
     uint64_t seed;
     size_t key_off;         /* a value's key: the uint64_t at this offset */
 } util_idmap_t;
 
+#define UTIL_IDMAP_FIRST 16
+
 /* Values carry their own key (a uint64_t at key_off in the object), so a
- * slot is one pointer: 8 bytes per slot, two to four slots per entry. */
+ * slot is one pointer: 8 bytes per slot. The map is at most 3/4 full and
+ * grows by half, so it holds one and a third to two slots per entry (a
+ * map of peers has one per remote process), and a lookup reads 2.5 slots
+ * on average when the map is fullest. */
 void util_idmap_init(util_idmap_t *m, size_t key_off);
 void util_idmap_fini(util_idmap_t *m);
 

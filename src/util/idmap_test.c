@@ -54,6 +54,7 @@ static void random_against_array(void **state)
             break;
         }
         assert_int_equal(m.n, live);
+        assert_true((uint64_t)m.n * 4 <= (uint64_t)m.cap * 3); /* never more than 3/4 full */
     }
     for (int i = 0; i < POOL; i++)
         assert_ptr_equal(util_idmap_get(&m, ids[i]), ref[i]);

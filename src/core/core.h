@@ -96,7 +96,7 @@ struct tmx_context {
     tmx_peer_t self_peer;       /* first peer naming this context */
     tmx_peer_t *uuid_vals;      /* uuid -> first peer: open addressing, the
                                    key the peer's own uuid */
-    uint32_t uuid_cap;          /* a power of two, or 0 */
+    uint32_t uuid_cap;          /* slots, or 0 */
     uint64_t uuid_seed;         /* secret: peers cannot aim uuids at one chain */
     uint64_t last_uuid;         /* one-entry cache in front of the table */
     tmx_peer_t last_peer;

@@ -161,23 +161,26 @@ static tmx_status_t addr_parse(tmx_context_h ctx, const void *addr, size_t len, 
 
 /* ------------------------------------------------------- uuid -> peer map */
 
-/* The map keeps peer numbers only: a slot's key is its peer's uuid. */
+/* The map keeps peer numbers only: a slot's key is its peer's uuid. The
+ * hash's high half scaled to the slots picks the first slot (there need
+ * not be a power of two of them). */
 static uint32_t uuid_slot(const tmx_context_h ctx, uint64_t uuid)
 {
-    uint32_t mask = ctx->uuid_cap - 1;
-    uint32_t i = (uint32_t)util_hash64(uuid ^ ctx->uuid_seed) & mask;
+    uint32_t i = (uint32_t)(((util_hash64(uuid ^ ctx->uuid_seed) >> 32) * ctx->uuid_cap) >> 32);
 
     while (ctx->uuid_vals[i] != TMX_PEER_NONE && core_peer_get(ctx, ctx->uuid_vals[i])->proto.uuid != uuid)
-        i = (i + 1) & mask;
+        i = i + 1 == ctx->uuid_cap ? 0 : i + 1;
     return i;
 }
 
+/* At most 3/4 full, growing by half: one and a third to two slots per
+ * peer. */
 static tmx_status_t uuid_grow(tmx_context_h ctx)
 {
-    uint32_t old_cap = ctx->uuid_cap, cap = old_cap ? old_cap * 2 : 64;
+    uint32_t old_cap = ctx->uuid_cap, cap = old_cap ? old_cap + old_cap / 2 : 64;
     tmx_peer_t *old_vals = ctx->uuid_vals;
 
-    if ((ctx->uuid_vals = malloc(cap * sizeof(*ctx->uuid_vals))) == NULL) {
+    if (cap <= old_cap || (ctx->uuid_vals = malloc(cap * sizeof(*ctx->uuid_vals))) == NULL) {
         ctx->uuid_vals = old_vals;
         return TMX_ERR_NOMEM;
     }
@@ -199,7 +202,7 @@ static tmx_status_t uuid_insert(tmx_context_h ctx, uint64_t uuid, tmx_peer_t pee
 {
     uint32_t i;
 
-    if ((ctx->n_peers + ctx->n_ipeers + 1) * 2 > ctx->uuid_cap && uuid_grow(ctx) != TMX_OK)
+    if ((uint64_t)(ctx->n_peers + ctx->n_ipeers + 1) * 4 > (uint64_t)ctx->uuid_cap * 3 && uuid_grow(ctx) != TMX_OK)
         return TMX_ERR_NOMEM;
     i = uuid_slot(ctx, uuid);
     if (ctx->uuid_vals[i] == TMX_PEER_NONE || override)

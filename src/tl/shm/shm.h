@@ -22,26 +22,28 @@ typedef struct shm_ep {
     util_dlist_t link;          /* in shm_iface_t.eps */
     shm_seg_hdr_t *seg;         /* the peer's segment, mapped */
     uint64_t uuid;              /* the peer's context */
-    uint16_t slot;              /* our sender slot in its segment */
-    int has_slot;               /* slot is ours until we give it back */
-    uint32_t pid;
-    int pidfd;                  /* readable once the peer exits; -1 if none */
-    int seg_fd;                 /* our open of its memfd: holds our slot's lock */
-    int failed;
-    int lost;                   /* a packet of ours was skipped: fail the peer */
-    /* our fast box in its segment (shm_layout.h) */
-    uint8_t fbox;               /* its index, or SHM_FBOX_NONE */
-    uint8_t fb_use;             /* the transport sends through boxes (TMX_SHM_FBOX) */
-    uint16_t fbox_retry;        /* short sends until we look for a free box again */
-    unsigned char *fb_data;     /* its entries */
+    unsigned char *fb_data;     /* our fast box's entries (fbox) */
     uint64_t fb_write;          /* bytes we have written into it, ever */
     uint64_t fb_read;           /* its consumer's read, as we last saw it */
     uint64_t ring_last;         /* our last cell in its ring that may be unconsumed; SHM_NO_CLAIM */
+    uint64_t after_pos;         /* after_box's bytes up to its last entry */
+    uint32_t pid;
+    int pidfd;                  /* readable once the peer exits; -1 if none */
+    int seg_fd;                 /* our open of its memfd: holds our slot's lock */
+    uint16_t slot;              /* our sender slot in its segment */
+    uint16_t fbox_retry;        /* short sends until we look for a free box again */
+    uint8_t has_slot;           /* slot is ours until we give it back */
+    uint8_t failed;
+    uint8_t lost;               /* a packet of ours was skipped: fail the peer */
+    /* our fast box in its segment (shm_layout.h) */
+    uint8_t fbox;               /* its index, or SHM_FBOX_NONE */
+    uint8_t fb_use;             /* the transport sends through boxes (TMX_SHM_FBOX) */
     /* another endpoint of ours to the same context had a box (added twice
      * by the layer above): nothing of ours may go before what it put there */
     uint8_t after_box;          /* its box, or SHM_FBOX_NONE */
-    uint64_t after_pos;         /* the box's bytes up to its last entry */
 } shm_ep_t;
+_Static_assert(sizeof(void *) != 8 || sizeof(shm_ep_t) == 112,
+               "an endpoint is 112 bytes on 64-bit targets: one per node-local peer");
 
 typedef struct shm_iface {
     tl_iface_t super;

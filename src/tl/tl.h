@@ -261,6 +261,8 @@ struct tl_iface {
 struct tl_ep {
     tl_iface_t *iface;
     tmx_peer_t peer;        /* the core's number for the remote process */
+    uint32_t own;           /* the transport's, never read above it: room
+                               that would be padding on 64-bit targets */
 };
 
 /*

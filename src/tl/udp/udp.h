@@ -96,6 +96,7 @@ typedef struct udp_rx {
 typedef struct udp_conn {
     struct sockaddr_in sa;       /* the address */
     uint64_t key;                /* sa as a key of udp_sock_t.conns */
+    uint32_t id;                 /* its slot in udp_sock_t.conn_tab */
     int fd;                      /* a socket connected to sa, or -1 */
     uint32_t refs;               /* endpoints at this address */
     uint32_t users;              /* of those, the ones that send through fd */
@@ -135,11 +136,12 @@ typedef struct udp_flow {
 } udp_flow_t;
 
 /* A peer context: made on first contact either way, kept until the
- * interface closes. 56 bytes on 64-bit targets: one per remote process
+ * interface closes. 48 bytes on 64-bit targets: one per remote process
  * (seed 002), so what only an exchange under way or a refusal needs is
- * in the flow. */
+ * in the flow, and its node's state is named by a number. */
 typedef struct udp_ep {
-    tl_ep_t super;
+    tl_ep_t super;               /* super.own: when the peer was last heard
+                                    (udp_ep_heard, udp_ep_silence) */
     uint64_t uuid;
     union {
         udp_flow_t *flow;        /* has_flow: the exchange under way */
@@ -148,9 +150,8 @@ typedef struct udp_ep {
             uint32_t expected[UDP_N_CH]; /* the next segment due */
         } idle;
     };
-    udp_conn_t *conn;            /* its address, shared with the endpoints of
-                                    the same node: never NULL */
-    uint32_t last_rx;            /* when the peer was last heard (udp_live_stamp) */
+    uint32_t conn;               /* its address, shared with the endpoints of
+                                    the same node: udp_ep_conn */
     uint16_t index;              /* its node index: our datagrams' dst_index */
     uint16_t lane : 5;           /* 1 + the lane its bulk data takes, 0
                                     before its first (udp_node.c, lanes) */
@@ -169,8 +170,8 @@ typedef struct udp_ep {
     uint16_t pressed : 1;        /* its last datagram said it is past its soft
                                     bound (UDP_FLAG_PRESSURE) */
 } udp_ep_t;
-_Static_assert(sizeof(void *) != 8 || sizeof(udp_ep_t) == 56,
-               "an endpoint is 56 bytes on 64-bit targets: one per remote process");
+_Static_assert(sizeof(void *) != 8 || sizeof(udp_ep_t) == 48,
+               "an endpoint is 48 bytes on 64-bit targets: one per remote process");
 
 typedef struct udp_faults {
     double drop, dup, reorder, corrupt;
@@ -209,6 +210,11 @@ typedef struct udp_sock {
                                     another are not ours (udp_node.c) */
     uint32_t n_conn;             /* connected sockets (udp_conn_t) */
     util_idmap_t conns;          /* udp_conn_t by remote address */
+    udp_conn_t **conn_tab;       /* the same by id (udp_ep_t.conn); a free
+                                    slot holds the next free one's id
+                                    (udp_sock.c) */
+    uint32_t conn_slots;         /* conn_tab's slots */
+    uint32_t conn_free;          /* the first free slot (UINT32_MAX >> 1: none) */
     unsigned char *rbufs;        /* UDP_RECV_BATCH receive buffers */
     /* recvmmsg's arguments, built once: a receive resets only what the
      * kernel wrote into the messages it filled. */
@@ -600,19 +606,25 @@ static inline void udp_hdr_fill_acks(const udp_ep_t *ep, udp_hdr_t *h)
         h->ack[ch] = htole32(udp_ep_expected(ep, ch));
 }
 
+/* ep's address and its state: its node's, with a port per node. */
+static inline udp_conn_t *udp_ep_conn(const udp_iface_t *ui, const udp_ep_t *ep)
+{
+    return ui->sock.conn_tab[ep->conn];
+}
+
 /* Where a datagram to ep goes: through its own connected socket when it
  * has one (no address to give), else the interface's with its address. */
 static inline int udp_ep_dest(const udp_iface_t *ui, const udp_ep_t *ep, const struct sockaddr_in **sa)
 {
     if (__builtin_expect(ui->sock.tx_lane >= 0, 0)) { /* bulk data: the lane's socket, unconnected */
-        *sa = &ep->conn->sa;
+        *sa = &udp_ep_conn(ui, ep)->sa;
         return ui->sock.lane_fd[ui->sock.tx_lane];
     }
     if (ep->sock) {
         *sa = NULL;
-        return ep->conn->fd;
+        return udp_ep_conn(ui, ep)->fd;
     }
-    *sa = &ep->conn->sa;
+    *sa = &udp_ep_conn(ui, ep)->sa;
     return ui->sock.fd;
 }
 
@@ -634,6 +646,17 @@ static inline uint64_t udp_live_age(uint64_t now_us, uint32_t stamp)
     return d > UINT32_MAX - UDP_LIVE_AHEAD ? 0 : (uint64_t)d << UDP_LIVE_SHIFT;
 }
 
+/* The peer was heard at us; how long it has been silent at now. */
+static inline void udp_ep_heard(udp_ep_t *ep, uint64_t us)
+{
+    ep->super.own = udp_live_stamp(us);
+}
+
+static inline uint64_t udp_ep_silence(const udp_ep_t *ep, uint64_t now_us)
+{
+    return udp_live_age(now_us, ep->super.own);
+}
+
 /* Every endpoint, one at a time: for (it = 0; (ep = udp_ep_next(ui,
  * &it)) != NULL;). An endpoint made or freed meanwhile may be missed or
  * met twice (util_idmap_next). */
@@ -643,9 +666,9 @@ static inline udp_ep_t *udp_ep_next(udp_iface_t *ui, uint32_t *it)
 }
 
 /* The connected socket ep sends through, or -1 (the interface's). */
-static inline int udp_ep_fd(const udp_ep_t *ep)
+static inline int udp_ep_fd(const udp_iface_t *ui, const udp_ep_t *ep)
 {
-    return ep->sock ? ep->conn->fd : -1;
+    return ep->sock ? udp_ep_conn(ui, ep)->fd : -1;
 }
 
 static inline int udp_faults_active(const udp_faults_t *f)

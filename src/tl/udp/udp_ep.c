@@ -19,10 +19,10 @@ void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep)
         util_idmap_del(&ui->ep_map, ep->uuid);
     ui->n_eps--;
     udp_sock_ep_disconnect(ui, ep);
-    if (ep->conn->refs == 1)
-        util_debug("udp: node at %s:%u: round trip %u us (deviation %u us)", inet_ntoa(ep->conn->sa.sin_addr),
-                   ntohs(ep->conn->sa.sin_port), ep->conn->srtt_us, ep->conn->rttvar_us);
-    udp_conn_put(ui, ep->conn);
+    if (udp_ep_conn(ui, ep)->refs == 1)
+        util_debug("udp: node at %s:%u: round trip %u us (deviation %u us)", inet_ntoa(udp_ep_conn(ui, ep)->sa.sin_addr),
+                   ntohs(udp_ep_conn(ui, ep)->sa.sin_port), udp_ep_conn(ui, ep)->srtt_us, udp_ep_conn(ui, ep)->rttvar_us);
+    udp_conn_put(ui, udp_ep_conn(ui, ep));
     util_pool_put(&ui->ep_pool, ep);
 }
 
@@ -62,24 +62,26 @@ udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid)
 udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa, uint16_t index)
 {
     udp_ep_t *ep = util_pool_get(&ui->ep_pool);
+    udp_conn_t *c;
 
     if (ep == NULL)
         return NULL;
     memset(ep, 0, sizeof(*ep));
     ep->uuid = uuid;
-    if ((ep->conn = udp_conn_get(ui, sa)) == NULL) {
+    if ((c = udp_conn_get(ui, sa)) == NULL) {
         util_pool_put(&ui->ep_pool, ep);
         return NULL;
     }
+    ep->conn = c->id;
     if (util_idmap_put(&ui->ep_map, ep) != 0) {
-        udp_conn_put(ui, ep->conn);
+        udp_conn_put(ui, c);
         util_pool_put(&ui->ep_pool, ep);
         return NULL;
     }
     ep->super.iface = &ui->super;
     ep->super.peer = TMX_PEER_NONE;
     ep->index = index;
-    ep->last_rx = udp_live_stamp(udp_now_us());
+    udp_ep_heard(ep, udp_now_us());
     ui->n_eps++;
     return ep;
 }
@@ -136,8 +138,8 @@ void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why)
 {
     if (ep->failed)
         return;
-    util_warn("udp: peer %u at %s:%u failed: %s", ep->super.peer, inet_ntoa(ep->conn->sa.sin_addr),
-              ntohs(ep->conn->sa.sin_port), why);
+    util_warn("udp: peer %u at %s:%u failed: %s", ep->super.peer, inet_ntoa(udp_ep_conn(ui, ep)->sa.sin_addr),
+              ntohs(udp_ep_conn(ui, ep)->sa.sin_port), why);
     ep_end(ui, ep, 0);
 }
 
@@ -145,8 +147,8 @@ void udp_ep_gone(udp_iface_t *ui, udp_ep_t *ep)
 {
     if (ep->failed)
         return;
-    util_debug("udp: peer %u at %s:%u closed its context", ep->super.peer, inet_ntoa(ep->conn->sa.sin_addr),
-               ntohs(ep->conn->sa.sin_port));
+    util_debug("udp: peer %u at %s:%u closed its context", ep->super.peer, inet_ntoa(udp_ep_conn(ui, ep)->sa.sin_addr),
+               ntohs(udp_ep_conn(ui, ep)->sa.sin_port));
     ep_end(ui, ep, 1);
 }
 

@@ -73,8 +73,8 @@ void udp_live_send_error(udp_iface_t *ui, udp_ep_t *ep, int fd, int err)
 {
     if (err != ECONNREFUSED && err != EHOSTUNREACH && err != ENETUNREACH)
         return;
-    if (ep != NULL && ep->sock && fd == ep->conn->fd)
-        ep->conn->errq = 1; /* its error queue quotes what was refused */
+    if (ep != NULL && ep->sock && fd == udp_ep_conn(ui, ep)->fd)
+        udp_ep_conn(ui, ep)->errq = 1; /* its error queue quotes what was refused */
     ui->sock.errq = 1;
 }
 
@@ -134,8 +134,8 @@ static udp_ep_t *quote_ep(udp_iface_t *ui, const unsigned char *q, ssize_t n, co
     if (h.version != UDP_WIRE_VERSION || le64toh(h.job_key) != ui->job_key || le64toh(h.src_id) != ui->uuid)
         return NULL;
     ep = udp_ep_find(ui, le64toh(h.dst_id));
-    if (ep == NULL || ep->failed || ep->conn->sa.sin_addr.s_addr != dst->sin_addr.s_addr ||
-        ep->conn->sa.sin_port != dst->sin_port)
+    if (ep == NULL || ep->failed || udp_ep_conn(ui, ep)->sa.sin_addr.s_addr != dst->sin_addr.s_addr ||
+        udp_ep_conn(ui, ep)->sa.sin_port != dst->sin_port)
         return NULL;
     return ep;
 }
@@ -180,10 +180,10 @@ static void errq_read(udp_iface_t *ui)
         n++;
     ui->sock.errq = n == UDP_ERRQ_BATCH; /* more next time */
     for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
-        if (!ep->sock || !ep->conn->errq)
+        if (!ep->sock || !udp_ep_conn(ui, ep)->errq)
             continue;
-        ep->conn->errq = 0; /* once for the endpoints that share it */
-        for (n = 0; n < UDP_ERRQ_BATCH && errq_read_one(ui, ep->conn->fd); n++)
+        udp_ep_conn(ui, ep)->errq = 0; /* once for the endpoints that share it */
+        for (n = 0; n < UDP_ERRQ_BATCH && errq_read_one(ui, udp_ep_conn(ui, ep)->fd); n++)
             ;
     }
 }
@@ -203,7 +203,7 @@ static int ep_refusal_step(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
         return 0;
     }
     if (fl->refused || now - fl->refused_us >= udp_rto_base(ui, ep)) {
-        if (fl->refused || probe_age(ep, now, udp_live_age(now, ep->last_rx)) >= udp_rto_base(ui, ep))
+        if (fl->refused || probe_age(ep, now, udp_ep_silence(ep, now)) >= udp_rto_base(ui, ep))
             ep_probe(ui, ep, now);
         fl->refused = 0; /* the flow stays: n_refused holds it */
     }
@@ -306,7 +306,7 @@ static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
     ep->probed = 1;
     tx = &fl->tx[UDP_CH_PRIO];
     if (ep->sock)
-        ep->conn->errq = ui->sock.errq = 1; /* a refusal pending there would eat the probe */
+        udp_ep_conn(ui, ep)->errq = ui->sock.errq = 1; /* a refusal pending there would eat the probe */
     if (ui->sock.errq)
         errq_read(ui);
     /* a refused peer gets a new segment even if one is outstanding: the
@@ -324,7 +324,7 @@ void udp_live_check(udp_iface_t *ui, uint64_t now)
     ui->sock.errq = 1; /* one system call when the queue is empty */
     udp_node_check(ui, now, 0); /* the node's processes that died */
     for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
-        uint64_t silence = udp_live_age(now, ep->last_rx);
+        uint64_t silence = udp_ep_silence(ep, now);
         if (ep->failed || !ep->connected || silence < first ||
             probe_age(ep, now, silence) < udp_probe_interval(silence))
             continue;

@@ -129,22 +129,22 @@ tmx_status_t udp_tx_reserve(udp_iface_t *ui, udp_tx_t *tx, uint32_t n)
  * Samples come only from segments sent once and acknowledged without a
  * hole before them (Karn, extended): an ACK held back by a loss measures
  * the repair, not the path. */
-static void rtt_sample(udp_ep_t *ep, uint64_t m)
+static void rtt_sample(udp_conn_t *c, uint64_t m)
 {
     uint64_t err;
 
     if (m > UINT32_MAX / 8)
         m = UINT32_MAX / 8; /* the sums below stay in 32 bits */
-    if (ep->conn->srtt_us == 0) {
-        ep->conn->srtt_us = m > 0 ? (uint32_t)m : 1;
-        ep->conn->rttvar_us = (uint32_t)(m / 2);
+    if (c->srtt_us == 0) {
+        c->srtt_us = m > 0 ? (uint32_t)m : 1;
+        c->rttvar_us = (uint32_t)(m / 2);
         return;
     }
-    err = m > ep->conn->srtt_us ? m - ep->conn->srtt_us : ep->conn->srtt_us - m;
-    ep->conn->rttvar_us = (uint32_t)((3 * (uint64_t)ep->conn->rttvar_us + err) / 4);
-    ep->conn->srtt_us = (uint32_t)((7 * (uint64_t)ep->conn->srtt_us + m) / 8);
-    if (ep->conn->srtt_us == 0)
-        ep->conn->srtt_us = 1;
+    err = m > c->srtt_us ? m - c->srtt_us : c->srtt_us - m;
+    c->rttvar_us = (uint32_t)((3 * (uint64_t)c->rttvar_us + err) / 4);
+    c->srtt_us = (uint32_t)((7 * (uint64_t)c->srtt_us + m) / 8);
+    if (c->srtt_us == 0)
+        c->srtt_us = 1;
 }
 
 /* The timeout before backoff: the setting until the first RTT sample;
@@ -153,11 +153,12 @@ static void rtt_sample(udp_ep_t *ep, uint64_t m)
  * which no later ACK reports, are repaired within about this. */
 uint64_t udp_rto_base(const udp_iface_t *ui, const udp_ep_t *ep)
 {
+    const udp_conn_t *c = udp_ep_conn(ui, ep);
     uint64_t rto;
 
-    if (ep->conn->srtt_us == 0)
+    if (c->srtt_us == 0)
         return ui->cfg.rto_us;
-    rto = ep->conn->srtt_us + 4 * (uint64_t)ep->conn->rttvar_us + ui->cfg.ack_delay_us;
+    rto = c->srtt_us + 4 * (uint64_t)c->rttvar_us + ui->cfg.ack_delay_us;
     if (rto < UDP_RTO_MIN_US)
         rto = UDP_RTO_MIN_US;
     return rto > ui->cfg.rto_us ? ui->cfg.rto_us : rto;
@@ -171,9 +172,9 @@ static uint64_t pto(const udp_iface_t *ui, const udp_ep_t *ep)
 {
     uint64_t t;
 
-    if (ep->conn->srtt_us == 0)
+    if (udp_ep_conn(ui, ep)->srtt_us == 0)
         return ui->cfg.rto_us;
-    t = (uint64_t)ep->conn->srtt_us + ep->conn->srtt_us / 2 + ui->cfg.ack_delay_us;
+    t = (uint64_t)udp_ep_conn(ui, ep)->srtt_us + udp_ep_conn(ui, ep)->srtt_us / 2 + ui->cfg.ack_delay_us;
     return t < UDP_PTO_MIN_US ? UDP_PTO_MIN_US : t;
 }
 
@@ -323,7 +324,7 @@ static void tx_timer_fire(util_timer_t *t)
     }
     /* Silence is what counts: a peer that still answers, even only with
      * ACKs of duplicates, is alive however lossy the path. */
-    if (udp_live_age(now, tx->ep->last_rx) > ui->cfg.peer_timeout_us &&
+    if (udp_ep_silence(tx->ep, now) > ui->cfg.peer_timeout_us &&
         now - tx->last_progress_us > ui->cfg.peer_timeout_us) {
         udp_ep_fail(ui, tx->ep, "silent for longer than TMX_UDP_PEER_TIMEOUT_MS");
         return;
@@ -340,7 +341,7 @@ static void tx_timer_fire(util_timer_t *t)
                tx->ep->super.peer, (unsigned long long)(now - tx->last_progress_us),
                (unsigned long long)tx->rto_us);
     rto_resend(ui, tx, now);
-    tx->rto_us = rto_backoff(tx->rto_us, udp_live_age(now, tx->ep->last_rx));
+    tx->rto_us = rto_backoff(tx->rto_us, udp_ep_silence(tx->ep, now));
     util_timer_arm(&ui->wheel, &tx->timer, now + tx->rto_us);
 }
 
@@ -359,7 +360,7 @@ void udp_tx_acked(udp_iface_t *ui, udp_ep_t *ep, int ch, uint32_t ack)
             tx->win[udp_tx_slot(tx, tx->una)] = NULL;
         }
         if (clean && ui->rx_now_us > sent_us)
-            rtt_sample(ep, ui->rx_now_us - sent_us);
+            rtt_sample(udp_ep_conn(ui, ep), ui->rx_now_us - sent_us);
         tx->dup_acks = 0;
         tx->rto_us = udp_rto_base(ui, ep);
         tx->probed = 0;

@@ -154,7 +154,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
     src_ip = (h.flags & UDP_FLAG_HANDED) ? h.pad : from->sin_addr.s_addr;
     ep = udp_ep_find(ui, h.src_id);
     if (h.flags & UDP_FLAG_NOBODY) { /* from a process of the peer's node, not from the peer */
-        if (ep != NULL && ep->conn->sa.sin_addr.s_addr != src_ip)
+        if (ep != NULL && udp_ep_conn(ui, ep)->sa.sin_addr.s_addr != src_ip)
             dgram_forged(ui, &h, src_ip, len); /* that node is elsewhere */
         else if ((h.flags & ~(UDP_FLAG_HANDED | UDP_FLAG_PRESSURE)) == (UDP_FLAG_NOBODY | UDP_FLAG_ACK_ONLY))
             udp_live_nobody(ui, h.src_id);
@@ -179,7 +179,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         dgram_drop(ui, "no room for a new peer", len);
         return;
     }
-    if (ep->conn->sa.sin_addr.s_addr != src_ip) {
+    if (udp_ep_conn(ui, ep)->sa.sin_addr.s_addr != src_ip) {
         dgram_forged(ui, &h, src_ip, len);
         return;
     }
@@ -187,7 +187,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         dgram_drop(ui, "peer declared failed", len);
         return;
     }
-    ep->last_rx = udp_live_stamp(ui->rx_now_us);
+    udp_ep_heard(ep, ui->rx_now_us);
     ep->pressed = (h.flags & UDP_FLAG_PRESSURE) != 0;
     udp_live_heard(ep);
     if (ep->has_flow) { /* without a flow nothing is in flight: the ACKs are old */

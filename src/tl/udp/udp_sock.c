@@ -143,7 +143,7 @@ static uint64_t conn_key(const struct sockaddr_in *sa)
  * are at it). */
 void udp_sock_ep_disconnect(udp_iface_t *ui, udp_ep_t *ep)
 {
-    udp_conn_t *c = ep->conn;
+    udp_conn_t *c = udp_ep_conn(ui, ep);
 
     if (!ep->sock)
         return;
@@ -153,6 +153,47 @@ void udp_sock_ep_disconnect(udp_iface_t *ui, udp_ep_t *ep)
     close(c->fd);
     c->fd = -1;
     ui->sock.n_conn--;
+}
+
+/* The table of addresses by id: a free slot holds the next free one's
+ * id, shifted left, with the low bit set (a pointer's low bit is clear). */
+#define CONN_FREE_BIT ((uintptr_t)1)
+#define CONN_NONE (UINT32_MAX >> 1)
+
+static int conn_tab_grow(udp_sock_t *s)
+{
+    uint32_t n = s->conn_slots ? s->conn_slots + s->conn_slots / 2 : 16;
+    udp_conn_t **tab;
+
+    if (n <= s->conn_slots || n >= CONN_NONE)
+        return -1;
+    if ((tab = realloc(s->conn_tab, n * sizeof(*tab))) == NULL)
+        return -1;
+    for (uint32_t i = s->conn_slots; i < n; i++) {
+        uint32_t next = i + 1 < n ? i + 1 : CONN_NONE;
+        tab[i] = (udp_conn_t *)(((uintptr_t)next << 1) | CONN_FREE_BIT);
+    }
+    s->conn_free = s->conn_slots;
+    s->conn_tab = tab;
+    s->conn_slots = n;
+    return 0;
+}
+
+/* A slot for c, c->id; -1 when out of memory. */
+static int conn_tab_add(udp_sock_t *s, udp_conn_t *c)
+{
+    if (s->conn_free == CONN_NONE && conn_tab_grow(s) != 0)
+        return -1;
+    c->id = s->conn_free;
+    s->conn_free = (uint32_t)((uintptr_t)s->conn_tab[c->id] >> 1);
+    s->conn_tab[c->id] = c;
+    return 0;
+}
+
+static void conn_tab_del(udp_sock_t *s, const udp_conn_t *c)
+{
+    s->conn_tab[c->id] = (udp_conn_t *)(((uintptr_t)s->conn_free << 1) | CONN_FREE_BIT);
+    s->conn_free = c->id;
 }
 
 udp_conn_t *udp_conn_get(udp_iface_t *ui, const struct sockaddr_in *sa)
@@ -165,13 +206,19 @@ udp_conn_t *udp_conn_get(udp_iface_t *ui, const struct sockaddr_in *sa)
         c->sa = *sa;
         c->key = conn_key(sa);
         c->fd = -1;
-        if (util_idmap_put(&ui->sock.conns, c) != 0) {
-            free(c);
-            return NULL;
-        }
+        if (conn_tab_add(&ui->sock, c) != 0)
+            goto err_free;
+        if (util_idmap_put(&ui->sock.conns, c) != 0)
+            goto err_tab_del;
     }
     c->refs++;
     return c;
+
+err_tab_del:
+    conn_tab_del(&ui->sock, c);
+err_free:
+    free(c);
+    return NULL;
 }
 
 void udp_conn_put(udp_iface_t *ui, udp_conn_t *c)
@@ -179,6 +226,7 @@ void udp_conn_put(udp_iface_t *ui, udp_conn_t *c)
     if (--c->refs > 0)
         return;
     util_idmap_del(&ui->sock.conns, c->key);
+    conn_tab_del(&ui->sock, c);
     free(c);
 }
 
@@ -186,13 +234,13 @@ int udp_ep_move(udp_iface_t *ui, udp_ep_t *ep, const struct sockaddr_in *sa)
 {
     udp_conn_t *c;
 
-    if (conn_key(sa) == ep->conn->key)
+    if (conn_key(sa) == udp_ep_conn(ui, ep)->key)
         return 0;
     if ((c = udp_conn_get(ui, sa)) == NULL)
         return -1;
     udp_sock_ep_disconnect(ui, ep);
-    udp_conn_put(ui, ep->conn);
-    ep->conn = c;
+    udp_conn_put(ui, udp_ep_conn(ui, ep));
+    ep->conn = c->id;
     return 0;
 }
 
@@ -231,7 +279,7 @@ static int conn_sock_open(udp_iface_t *ui, const udp_conn_t *c, tmx_peer_t peer)
  * sends. */
 void udp_sock_ep_connect(udp_iface_t *ui, udp_ep_t *ep)
 {
-    udp_conn_t *c = ep->conn;
+    udp_conn_t *c = udp_ep_conn(ui, ep);
 
     if (ep->sock)
         return;
@@ -355,6 +403,9 @@ tmx_status_t udp_sock_open(udp_iface_t *ui, uint32_t *ifmtu)
     for (int i = 0; i < UDP_LANES_MAX; i++)
         ui->sock.lane_fd[i] = -1;
     util_idmap_init(&ui->sock.conns, offsetof(udp_conn_t, key));
+    ui->sock.conn_tab = NULL;
+    ui->sock.conn_slots = 0;
+    ui->sock.conn_free = CONN_NONE;
     if ((ui->sock.rbufs = malloc((size_t)UDP_RECV_BATCH * 65536)) == NULL)
         return TMX_ERR_NOMEM;
     if ((st = sock_bind(ui, ifmtu)) != TMX_OK) {
@@ -377,4 +428,7 @@ void udp_sock_close(udp_iface_t *ui)
     free(ui->sock.rbufs);
     ui->sock.rbufs = NULL;
     util_idmap_fini(&ui->sock.conns); /* empty: every endpoint let go of its socket */
+    free(ui->sock.conn_tab);
+    ui->sock.conn_tab = NULL;
+    ui->sock.conn_slots = 0;
 }

@@ -224,7 +224,7 @@ static void test_acks_reach_a_connected_sender(void **state)
     (void)state;
     pair_open(&a, &b);
     ab = connect_to(&a, &b, UUID_B);
-    assert_true(udp_ep_fd(ab) >= 0);
+    assert_true(udp_ep_fd(a.ui, ab) >= 0);
     for (int i = 0; i < 3; i++)
         send_bytes(ab, 100);
     w = (want_t){&b, 3, ab};
@@ -232,7 +232,7 @@ static void test_acks_reach_a_connected_sender(void **state)
     ba = udp_ep_find(b.ui, UUID_A);
     assert_non_null(ba);
     assert_false(ba->connected); /* made by the datagrams, not by a connect */
-    assert_int_equal(ba->conn->sa.sin_port, a.ui->sock.self_sa.sin_port);
+    assert_int_equal(udp_ep_conn(b.ui, ba)->sa.sin_port, a.ui->sock.self_sa.sin_port);
     assert_true(poll_until(&a, &b, all_acked, &w));
     assert_int_equal(b.ui->stats.dropped, 0);
     pair_close(&a, &b);
@@ -249,7 +249,7 @@ static void test_both_connected(void **state)
     pair_open(&a, &b);
     ab = connect_to(&a, &b, UUID_B);
     ba = connect_to(&b, &a, UUID_A);
-    assert_true(udp_ep_fd(ab) >= 0 && udp_ep_fd(ba) >= 0);
+    assert_true(udp_ep_fd(a.ui, ab) >= 0 && udp_ep_fd(b.ui, ba) >= 0);
     assert_int_equal(a.ui->sock.n_conn, 1);
     for (int i = 0; i < 10; i++) {
         send_bytes(ab, 8);
@@ -279,7 +279,7 @@ static void test_connect_max(void **state)
     unsetenv("TMX_UDP_CONNECT_MAX");
     side_open(&b, UUID_B);
     ab = connect_to(&a, &b, UUID_B);
-    assert_int_equal(udp_ep_fd(ab), -1);
+    assert_int_equal(udp_ep_fd(a.ui, ab), -1);
     assert_int_equal(a.ui->sock.n_conn, 0);
     send_bytes(ab, 64);
     w = (want_t){&b, 1, ab};
@@ -355,8 +355,8 @@ static void test_forged_sender_dropped(void **state)
         assert_int_equal(b.packets, seq + 1);
         ep = udp_ep_find(b.ui, UUID_A);
         assert_non_null(ep);
-        assert_int_equal(ep->conn->sa.sin_addr.s_addr, home.sin_addr.s_addr);
-        assert_int_equal(ep->conn->sa.sin_port, htons(7)); /* the published port, not the datagram's */
+        assert_int_equal(udp_ep_conn(b.ui, ep)->sa.sin_addr.s_addr, home.sin_addr.s_addr);
+        assert_int_equal(udp_ep_conn(b.ui, ep)->sa.sin_port, htons(7)); /* the published port, not the datagram's */
         assert_int_equal(ep->index, 3);
     }
     /* a notice that nobody holds UUID_A's index, from another host than
@@ -818,7 +818,7 @@ static void test_failed_peer_gives_socket_back(void **state)
     assert_int_equal(a.ui->sock.n_conn, 1);
     udp_ep_fail(a.ui, ab, "the test says so");
     assert_int_equal(a.failures, 1);
-    assert_int_equal(udp_ep_fd(ab), -1);
+    assert_int_equal(udp_ep_fd(a.ui, ab), -1);
     assert_int_equal(a.ui->sock.n_conn, 0);
     a.failures = 0;
     pair_close(&a, &b);
@@ -856,7 +856,7 @@ static void refused(const char *connect_max)
     pair_open(&a, &b);
     unsetenv("TMX_UDP_CONNECT_MAX");
     ab = connect_to(&a, &b, UUID_B);
-    assert_int_equal(udp_ep_fd(ab) >= 0, connect_max[0] != '0');
+    assert_int_equal(udp_ep_fd(a.ui, ab) >= 0, connect_max[0] != '0');
     send_bytes(ab, 64);
     w = (want_t){&b, 1, ab};
     assert_true(poll_until(&a, &b, got_packets, &w));
@@ -1176,7 +1176,7 @@ static void test_node_port_shared(void **state)
     assert_null(c.tx.ui->node.tab); /* not in a job: a port of its own */
     assert_int_equal(c.tx.ui->sock.n_conn, 1); /* one connected socket for the node */
     for (int i = 0; i < NODE_SIDES; i++)
-        assert_int_equal(udp_ep_fd(c.ep[i]), udp_ep_fd(c.ep[0]));
+        assert_int_equal(udp_ep_fd(c.tx.ui, c.ep[i]), udp_ep_fd(c.tx.ui, c.ep[0]));
     assert_int_not_equal(c.tx.ui->sock.self_sa.sin_port, c.m[0].ui->sock.self_sa.sin_port);
     node_exchange(&c, NODE_SIDES, want, had);
     for (int i = 0; i < NODE_SIDES; i++)
@@ -1604,7 +1604,7 @@ static void test_node_lanes_shared(void **state)
         send_bytes(c.ep[i], 20000);
         send_bytes(c.ep[i], 100);
         assert_true(c.ep[i]->sock);
-        conn_port[i] = local_port(c.ep[i]->conn->fd);
+        conn_port[i] = local_port(udp_ep_conn(c.m[i].ui, c.ep[i])->fd);
         assert_int_equal(c.ep[i]->lane, 1 + (unsigned)i % 3); /* a node's first peers spread: index i, lane i */
     }
     end = udp_now_us() + 300000;
@@ -1722,7 +1722,7 @@ static void test_node_lanes_refused(void **state)
     /* before a keepalive to a silent peer would have gone out (1 s of
      * silence, udp_live.c): the refusals answered the data channel's own
      * resends */
-    assert_true(udp_live_age(udp_now_us(), ep->last_rx) < 1000000);
+    assert_true(udp_ep_silence(ep, udp_now_us()) < 1000000);
     c.m[0].failures = 0;
     side_close(&c.m[0]);
 }
@@ -1796,7 +1796,7 @@ static void test_node_handed_on_first_contact(void **state)
     assert_int_equal(c.m[1].packets, 1);
     ep = udp_ep_find(c.m[1].ui, 0x7777);
     assert_non_null(ep);
-    assert_int_equal(ep->conn->sa.sin_addr.s_addr, far.sin_addr.s_addr);
+    assert_int_equal(udp_ep_conn(c.m[1].ui, ep)->sa.sin_addr.s_addr, far.sin_addr.s_addr);
     assert_true(got_ack);
     close(peer);
     for (int i = 0; i < 2; i++)

@@ -166,16 +166,28 @@ void proto_fini(proto_t *p)
     match_fini(&p->match);
     free(p->rndv);
     p->rndv = NULL;
-    p->n_rndv_slots = 0;
+    p->n_rndv_slots = p->n_rndv_used = 0;
 }
 
 /* ------------------------------------------------------ rendezvous slots */
 
 #define RNDV_FREE_BIT ((uintptr_t)1)
+#define RNDV_FIRST_SLOTS 64
+
+/* Slots from..n-1 become free, chained in order ahead of the free ones. */
+static void rndv_chain(proto_t *p, uint32_t from, uint32_t n)
+{
+    for (uint32_t i = from; i < n; i++) {
+        uint32_t next = i + 1 < n ? i + 1 : p->rndv_free;
+        p->rndv[i] = (proto_req_t *)(((uintptr_t)next << 1) | RNDV_FREE_BIT);
+    }
+    p->rndv_free = from;
+    p->n_rndv_slots = n;
+}
 
 static tmx_status_t rndv_grow(proto_t *p)
 {
-    uint32_t n = p->n_rndv_slots ? p->n_rndv_slots * 2 : 64;
+    uint32_t n = p->n_rndv_slots ? p->n_rndv_slots * 2 : RNDV_FIRST_SLOTS;
     proto_req_t **slots;
 
     if (n > REG_KEY_SLOTS) /* a key names its slot in REG_KEY_SLOT_BITS bits */
@@ -183,14 +195,23 @@ static tmx_status_t rndv_grow(proto_t *p)
     slots = realloc(p->rndv, n * sizeof(*slots));
     if (slots == NULL)
         return TMX_ERR_NOMEM;
-    for (uint32_t i = p->n_rndv_slots; i < n; i++) {
-        uint32_t next = i + 1 < n ? i + 1 : UINT32_MAX;
-        slots[i] = (proto_req_t *)(((uintptr_t)next << 1) | RNDV_FREE_BIT);
-    }
-    p->rndv_free = p->n_rndv_slots;
     p->rndv = slots;
-    p->n_rndv_slots = n;
+    rndv_chain(p, p->n_rndv_slots, n);
     return TMX_OK;
+}
+
+/* The last rendezvous send of a burst is over: the array goes back to its
+ * first size (a key naming a slot beyond it finds none, as a key naming a
+ * free slot does). */
+static void rndv_shrink(proto_t *p)
+{
+    proto_req_t **slots = realloc(p->rndv, RNDV_FIRST_SLOTS * sizeof(*slots));
+
+    if (slots == NULL)
+        return; /* the larger one stays, correct */
+    p->rndv = slots;
+    p->rndv_free = UINT32_MAX;
+    rndv_chain(p, 0, RNDV_FIRST_SLOTS);
 }
 
 static tmx_status_t rndv_slot_get(proto_t *p, proto_req_t *req)
@@ -206,6 +227,7 @@ static tmx_status_t rndv_slot_get(proto_t *p, proto_req_t *req)
     id = p->rndv_free;
     p->rndv_free = (uint32_t)((uintptr_t)p->rndv[id] >> 1);
     p->rndv[id] = req;
+    p->n_rndv_used++;
     req->id = id;
     req->fin_wait = 1;
     /* The slot in the key lets a remote read be checked in O(1). */
@@ -229,6 +251,8 @@ static void rndv_slot_put(proto_t *p, proto_req_t *req)
     p->rndv[req->id] = (proto_req_t *)(((uintptr_t)p->rndv_free << 1) | RNDV_FREE_BIT);
     p->rndv_free = req->id;
     req->fin_wait = 0;
+    if (--p->n_rndv_used == 0 && p->n_rndv_slots > RNDV_FIRST_SLOTS)
+        rndv_shrink(p);
 }
 
 /* An rkey names the rendezvous send's slot. A receive's slot (a buffer

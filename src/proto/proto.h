@@ -134,7 +134,9 @@ struct proto {
     proto_upcalls_t up;
     match_engine_t match;       /* posted receives and unexpected messages */
     proto_req_t **rndv;         /* rendezvous sends by id (a key's slot) */
-    uint32_t n_rndv_slots;
+    uint32_t n_rndv_slots;      /* 64, doubling as a burst needs, back to
+                                   64 when the last is over */
+    uint32_t n_rndv_used;
     uint32_t rndv_free;         /* head of the free-slot chain */
     reg_keygen_t keygen;        /* remote-access keys (src/reg) */
     util_dlist_t ctrl_pending;  /* FINs waiting for room */

@@ -439,6 +439,50 @@ static void rendezvous_send_and_fin(void **state)
     assert_int_equal(W->done_st[1], TMX_ERR_IO);
 }
 
+/* A burst of rendezvous sends grows the slot array; once the last is
+ * over it goes back to its first size, and a key naming a slot beyond
+ * that opens nothing. */
+static void rendezvous_burst_gives_slots_back(void **state)
+{
+    enum { N = 100 };
+    static proto_req_t r[N];
+    static char big[N][EAGER_LIMIT + 1];
+    static wire_tmh_t h[N];
+    static wire_rvh_t v[N];
+
+    (void)state;
+    W->pp[0].hello_sent = 1;
+    for (int i = 0; i < N; i++) {
+        req_send(&r[i], big[i], sizeof(big[i]), 0);
+        assert_int_equal(proto_send(&W->p, &r[i], 0, 5), TMX_OK);
+        assert_int_equal(W->n_pkts, 1);
+        h[i] = pkt_tmh(&W->pkts[0]);
+        v[i] = pkt_rvh(&W->pkts[0]);
+        W->n_pkts = 0;
+    }
+    assert_int_equal(W->p.n_rndv_slots, 128);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(W->p.n_rndv_slots, 128); /* while one is under way */
+        assert_int_equal(proto_mem_check_cb(&W->p, v[N - 1].va, v[N - 1].len, v[N - 1].rkey), TMX_OK);
+        in_rvh(UUID_A, WIRE_OP_FIN, 0, h[i].app_ctx, 5, v[i].va, v[i].rkey, v[i].len);
+        assert_int_equal(W->n_done, 1);
+        assert_ptr_equal(W->done[0], &r[i]);
+        W->n_done = 0;
+    }
+    assert_int_equal(W->p.n_rndv_slots, 64);
+    assert_int_not_equal(proto_mem_check_cb(&W->p, v[N - 1].va, v[N - 1].len, v[N - 1].rkey), TMX_OK);
+    in_rvh(UUID_A, WIRE_OP_FIN, 0, h[N - 1].app_ctx, 5, v[N - 1].va, v[N - 1].rkey, v[N - 1].len);
+    assert_int_equal(W->n_done, 0); /* a FIN naming a slot gone is stale */
+    /* the slots left work as before */
+    req_send(&r[0], big[0], sizeof(big[0]), 0);
+    assert_int_equal(proto_send(&W->p, &r[0], 0, 5), TMX_OK);
+    h[0] = pkt_tmh(&W->pkts[0]);
+    v[0] = pkt_rvh(&W->pkts[0]);
+    assert_int_equal(proto_mem_check_cb(&W->p, v[0].va, v[0].len, v[0].rkey), TMX_OK);
+    in_rvh(UUID_A, WIRE_OP_FIN, 0, h[0].app_ctx, 5, v[0].va, v[0].rkey, v[0].len);
+    assert_int_equal(W->n_done, 1);
+}
+
 /* A message longer than the posted buffer delivers what fits and
  * completes with TMX_ERR_TRUNCATED; the completion names the sender. */
 static void expected_eager_truncated(void **state)
@@ -1273,6 +1317,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(eager_send_hello_first),
         cmocka_unit_test(send_refused_untouched),
         cmocka_unit_test(rendezvous_send_and_fin),
+        cmocka_unit_test(rendezvous_burst_gives_slots_back),
         cmocka_unit_test(expected_eager_truncated),
         cmocka_unit_test(unexpected_eager_then_receive),
         cmocka_unit_test(unexpected_rendezvous_read_then_fin),

@@ -109,8 +109,9 @@ typedef struct udp_conn {
 /* What a peer's reliable exchange needs while it is under way (seed 001)
  * and not when it is over: made by the first segment either way, or by a
  * keepalive, a refusal or a bye (udp_flow), freed once nothing is in
- * flight, early, owed or pending (udp_flow_settle). An idle peer holds only its udp_ep_t (seed 002:
- * what stays per remote process is a few words of sequence state). */
+ * flight, early, owed or pending (udp_flow_settle). An idle peer holds
+ * only its udp_ep_t (seed 002: what stays per remote process is a few
+ * words of sequence state). */
 typedef struct udp_flow {
     struct udp_ep *ep;
     udp_tx_t tx[UDP_N_CH];
@@ -646,12 +647,13 @@ static inline uint64_t udp_live_age(uint64_t now_us, uint32_t stamp)
     return d > UINT32_MAX - UDP_LIVE_AHEAD ? 0 : (uint64_t)d << UDP_LIVE_SHIFT;
 }
 
-/* The peer was heard at us; how long it has been silent at now. */
+/* ep's peer was heard at time us (a stamp in tl_ep_t's own word). */
 static inline void udp_ep_heard(udp_ep_t *ep, uint64_t us)
 {
     ep->super.own = udp_live_stamp(us);
 }
 
+/* How long ep's peer has been silent at now_us. */
 static inline uint64_t udp_ep_silence(const udp_ep_t *ep, uint64_t now_us)
 {
     return udp_live_age(now_us, ep->super.own);

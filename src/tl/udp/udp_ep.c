@@ -14,15 +14,17 @@
 
 void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep)
 {
+    udp_conn_t *c = udp_ep_conn(ui, ep);
+
     udp_flow_free(ui, ep);
     if (util_idmap_get(&ui->ep_map, ep->uuid) == ep)
         util_idmap_del(&ui->ep_map, ep->uuid);
     ui->n_eps--;
     udp_sock_ep_disconnect(ui, ep);
-    if (udp_ep_conn(ui, ep)->refs == 1)
-        util_debug("udp: node at %s:%u: round trip %u us (deviation %u us)", inet_ntoa(udp_ep_conn(ui, ep)->sa.sin_addr),
-                   ntohs(udp_ep_conn(ui, ep)->sa.sin_port), udp_ep_conn(ui, ep)->srtt_us, udp_ep_conn(ui, ep)->rttvar_us);
-    udp_conn_put(ui, udp_ep_conn(ui, ep));
+    if (c->refs == 1)
+        util_debug("udp: node at %s:%u: round trip %u us (deviation %u us)", inet_ntoa(c->sa.sin_addr),
+                   ntohs(c->sa.sin_port), c->srtt_us, c->rttvar_us);
+    udp_conn_put(ui, c);
     util_pool_put(&ui->ep_pool, ep);
 }
 
@@ -136,19 +138,23 @@ static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)
 
 void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why)
 {
+    const struct sockaddr_in *sa = &udp_ep_conn(ui, ep)->sa;
+
     if (ep->failed)
         return;
-    util_warn("udp: peer %u at %s:%u failed: %s", ep->super.peer, inet_ntoa(udp_ep_conn(ui, ep)->sa.sin_addr),
-              ntohs(udp_ep_conn(ui, ep)->sa.sin_port), why);
+    util_warn("udp: peer %u at %s:%u failed: %s", ep->super.peer, inet_ntoa(sa->sin_addr), ntohs(sa->sin_port),
+              why);
     ep_end(ui, ep, 0);
 }
 
 void udp_ep_gone(udp_iface_t *ui, udp_ep_t *ep)
 {
+    const struct sockaddr_in *sa = &udp_ep_conn(ui, ep)->sa;
+
     if (ep->failed)
         return;
-    util_debug("udp: peer %u at %s:%u closed its context", ep->super.peer, inet_ntoa(udp_ep_conn(ui, ep)->sa.sin_addr),
-               ntohs(udp_ep_conn(ui, ep)->sa.sin_port));
+    util_debug("udp: peer %u at %s:%u closed its context", ep->super.peer, inet_ntoa(sa->sin_addr),
+               ntohs(sa->sin_port));
     ep_end(ui, ep, 1);
 }
 

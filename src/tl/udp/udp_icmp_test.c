@@ -167,6 +167,7 @@ static void forged(const char *connect_max)
     side_t a, b;
     udp_ep_t *ab;
     uint64_t end;
+    int fd;
 
     if (!can_forge())
         unit_skip("no CAP_NET_RAW to forge ICMP (%s); run as root", strerror(errno));
@@ -182,7 +183,8 @@ static void forged(const char *connect_max)
         tl_udp_ops.progress(&b.ui->super);
     }
     assert_int_equal(b.packets, 1);
-    assert_int_equal(forge_refusal(local_port(udp_ep_fd(a.ui, ab) >= 0 ? udp_ep_fd(a.ui, ab) : a.ui->sock.fd), b.ui->sock.self_sa.sin_port), 0);
+    fd = udp_ep_fd(a.ui, ab) >= 0 ? udp_ep_fd(a.ui, ab) : a.ui->sock.fd;
+    assert_int_equal(forge_refusal(local_port(fd), b.ui->sock.self_sa.sin_port), 0);
     {
         end = udp_now_us() + 500000;
         while (udp_now_us() < end) {

@@ -71,10 +71,12 @@ void udp_live_ep_socket(int fd)
 
 void udp_live_send_error(udp_iface_t *ui, udp_ep_t *ep, int fd, int err)
 {
+    udp_conn_t *c = ep != NULL && ep->sock ? udp_ep_conn(ui, ep) : NULL;
+
     if (err != ECONNREFUSED && err != EHOSTUNREACH && err != ENETUNREACH)
         return;
-    if (ep != NULL && ep->sock && fd == udp_ep_conn(ui, ep)->fd)
-        udp_ep_conn(ui, ep)->errq = 1; /* its error queue quotes what was refused */
+    if (c != NULL && fd == c->fd)
+        c->errq = 1; /* its error queue quotes what was refused */
     ui->sock.errq = 1;
 }
 
@@ -125,6 +127,7 @@ void udp_live_nobody(udp_iface_t *ui, uint64_t uuid)
  * quote's destination context tells them apart. */
 static udp_ep_t *quote_ep(udp_iface_t *ui, const unsigned char *q, ssize_t n, const struct sockaddr_in *dst)
 {
+    const struct sockaddr_in *sa;
     udp_ep_t *ep;
     udp_hdr_t h;
 
@@ -134,10 +137,10 @@ static udp_ep_t *quote_ep(udp_iface_t *ui, const unsigned char *q, ssize_t n, co
     if (h.version != UDP_WIRE_VERSION || le64toh(h.job_key) != ui->job_key || le64toh(h.src_id) != ui->uuid)
         return NULL;
     ep = udp_ep_find(ui, le64toh(h.dst_id));
-    if (ep == NULL || ep->failed || udp_ep_conn(ui, ep)->sa.sin_addr.s_addr != dst->sin_addr.s_addr ||
-        udp_ep_conn(ui, ep)->sa.sin_port != dst->sin_port)
+    if (ep == NULL || ep->failed)
         return NULL;
-    return ep;
+    sa = &udp_ep_conn(ui, ep)->sa;
+    return sa->sin_addr.s_addr == dst->sin_addr.s_addr && sa->sin_port == dst->sin_port ? ep : NULL;
 }
 
 /* One entry of fd's error queue (the shared socket's, or a connected
@@ -180,10 +183,11 @@ static void errq_read(udp_iface_t *ui)
         n++;
     ui->sock.errq = n == UDP_ERRQ_BATCH; /* more next time */
     for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
-        if (!ep->sock || !udp_ep_conn(ui, ep)->errq)
+        udp_conn_t *c = udp_ep_conn(ui, ep);
+        if (!ep->sock || !c->errq)
             continue;
-        udp_ep_conn(ui, ep)->errq = 0; /* once for the endpoints that share it */
-        for (n = 0; n < UDP_ERRQ_BATCH && errq_read_one(ui, udp_ep_conn(ui, ep)->fd); n++)
+        c->errq = 0; /* once for the endpoints that share it */
+        for (n = 0; n < UDP_ERRQ_BATCH && errq_read_one(ui, c->fd); n++)
             ;
     }
 }
@@ -305,8 +309,8 @@ static void ep_probe(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
     fl->probed = 1;
     ep->probed = 1;
     tx = &fl->tx[UDP_CH_PRIO];
-    if (ep->sock)
-        udp_ep_conn(ui, ep)->errq = ui->sock.errq = 1; /* a refusal pending there would eat the probe */
+    if (ep->sock) /* a refusal pending there would eat the probe */
+        udp_ep_conn(ui, ep)->errq = ui->sock.errq = 1;
     if (ui->sock.errq)
         errq_read(ui);
     /* a refused peer gets a new segment even if one is outstanding: the

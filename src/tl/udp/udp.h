@@ -308,6 +308,8 @@ typedef struct udp_iface {
     uint64_t get_data_dropped;   /* requests dropped: counts for the log */
     uint64_t get_req_dropped;    /* (util_log_sparse) */
     uint64_t no_room;            /* datagrams of new peers past UDP_MAX_EPS */
+    uint64_t evicted;            /* strangers forgotten to make room */
+    uint32_t evict_it;           /* where the look for a stranger stopped */
     tl_emu_t emu;                /* remote reads (udp_get.c) */
     /* polling and waiting */
     uint32_t hot_polls;          /* polls left that look at the socket */
@@ -418,6 +420,17 @@ udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
 /* A new endpoint for the context uuid at sa, node index index; NULL
  * without memory. */
 udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa, uint16_t index);
+/* Endpoints known at most: past it a new one is made only in the place
+ * of a stranger (a process the layer above neither made an endpoint to
+ * nor was given the address of), looked for among the next
+ * UDP_EVICT_LOOK endpoints from where the last look stopped, so that
+ * identities made up by whoever writes to our port cannot keep a peer
+ * out. */
+#define UDP_MAX_EPS 65536
+#define UDP_EVICT_LOOK 64
+/* Forgets one stranger, as udp_ep_free does, with what it held (pieces of
+ * packets, refusals of its reads): 1 if one went. */
+int udp_ep_evict_stranger(udp_iface_t *ui);
 void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep);
 /* Declares ep failed (why: for the log) and tells the layer above. */
 void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why);
@@ -536,6 +549,9 @@ void udp_get_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h,
 /* udp_fault.c: fault injection */
 void udp_faults_init(udp_faults_t *f, const tl_udp_faults_t *rates, uint64_t seed);
 void udp_faults_fini(udp_faults_t *f);
+/* ep goes: a datagram held back for it is dropped (lost, as the injector
+ * may lose any). */
+void udp_faults_forget(udp_faults_t *f, const struct udp_ep *ep);
 /* The slot of a sequence number in a window's array (a power of two no
  * larger than the window, so slots stay consistent when the 32-bit
  * numbers wrap; an array holds only numbers less than its size apart). */

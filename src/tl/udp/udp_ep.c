@@ -88,6 +88,42 @@ udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *s
     return ep;
 }
 
+/* A stranger: an endpoint the layer above neither made nor knows the
+ * process of (no address given for it): made by whatever wrote to our
+ * port under that identity. */
+static int stranger(udp_iface_t *ui, const udp_ep_t *ep)
+{
+    const void *addr;
+    size_t len;
+
+    return !ep->connected && ep->super.peer == TMX_PEER_NONE &&
+           (ui->super.peer_addr == NULL ||
+            ui->super.peer_addr(ui->super.recv_arg, &ui->super, ep->uuid, &addr, &len) != TMX_OK);
+}
+
+int udp_ep_evict_stranger(udp_iface_t *ui)
+{
+    for (int k = 0; k < UDP_EVICT_LOOK; k++) {
+        udp_ep_t *ep = udp_ep_next(ui, &ui->evict_it);
+
+        if (ep == NULL && (ui->evict_it = 0, ep = udp_ep_next(ui, &ui->evict_it)) == NULL)
+            return 0;
+        if (!stranger(ui, ep))
+            continue;
+        /* what it holds goes with it, as with a failure, but nobody is told */
+        udp_put_rx_end(ui, ep);
+        udp_rx_reasm_drop(ui, ep);
+        tl_emu_ep_fail(&ui->emu, &ep->super);
+        udp_faults_forget(&ui->faults, ep);
+        if (util_log_sparse(&ui->evicted))
+            util_info("udp: %u peers known, the most: %llu strangers forgotten so far to make room (the "
+                      "last %016llx)", ui->n_eps, (unsigned long long)ui->evicted, (unsigned long long)ep->uuid);
+        udp_ep_free(ui, ep);
+        return 1;
+    }
+    return 0;
+}
+
 tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
                                   uint64_t uuid, tl_ep_t **out)
 {

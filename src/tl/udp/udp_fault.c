@@ -35,6 +35,15 @@ void udp_faults_fini(udp_faults_t *f)
     f->held = NULL;
 }
 
+void udp_faults_forget(udp_faults_t *f, const struct udp_ep *ep)
+{
+    if (f->held != NULL && f->held_ep == ep) {
+        free(f->held);
+        f->held = NULL;
+        f->held_ep = NULL;
+    }
+}
+
 static double roll(udp_faults_t *f)
 {
     f->rng = util_hash64(f->rng + 0x9e3779b97f4a7c15ULL);

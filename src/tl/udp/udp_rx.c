@@ -11,7 +11,6 @@
 #include "util/crc32c.h"
 #include "util/log.h"
 
-#define UDP_MAX_EPS 65536 /* peers, a bound on state made by strangers */
 
 static int dgram_drop(udp_iface_t *ui, const char *why, size_t len)
 {
@@ -160,7 +159,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
             udp_live_nobody(ui, h.src_id);
         return;
     }
-    if (ep == NULL && ui->n_eps < UDP_MAX_EPS) {
+    if (ep == NULL) {
         struct sockaddr_in sa = *from;
         uint16_t index = h.src_index;
         sa.sin_port = h.port; /* not the port it left from: see udp_wire.h */
@@ -169,13 +168,14 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
             dgram_forged(ui, &h, src_ip, len);
             return;
         }
-        ep = udp_ep_new(ui, h.src_id, &sa, index);
+        if (ui->n_eps < UDP_MAX_EPS || udp_ep_evict_stranger(ui))
+            ep = udp_ep_new(ui, h.src_id, &sa, index);
     }
     if (ep == NULL) {
         if (util_log_sparse(&ui->no_room))
-            util_warn("udp: no room for a new peer (%u known, %u at most, or no memory): datagrams from "
-                      "%016llx dropped (%llu so far)", ui->n_eps, UDP_MAX_EPS, (unsigned long long)h.src_id,
-                      (unsigned long long)ui->no_room);
+            util_warn("udp: no room for a new peer (%u known, %u at most, no stranger to forget among %u, or "
+                      "no memory): datagrams from %016llx dropped (%llu so far)", ui->n_eps, UDP_MAX_EPS,
+                      UDP_EVICT_LOOK, (unsigned long long)h.src_id, (unsigned long long)ui->no_room);
         dgram_drop(ui, "no room for a new peer", len);
         return;
     }

@@ -458,6 +458,47 @@ static void test_reasm_strangers_bounded(void **state)
     side_close(&b);
 }
 
+/* Identities made up by whoever writes to our port fill the table of
+ * peers (UDP_MAX_EPS) and cannot keep a new process out: a stranger is
+ * forgotten in its place, never a peer the core made an endpoint to or
+ * was given the address of, and what the stranger held goes with it. */
+static void test_strangers_make_room(void **state)
+{
+    side_t b;
+    udp_addr_t a = {htonl(0x7f000001), htons(9), 0, htole64(JOB_KEY)};
+    tl_ep_t *ep;
+    const uint64_t known = 0x4b4e4f57ULL; /* given to the layer above */
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->rx_now_us = udp_now_us();
+    b.pub_uuid = known;
+    b.pub = (udp_addr_t){htonl(0x7f000001), htons(9), 0, htole64(JOB_KEY)};
+    assert_int_equal(tl_udp_ops.ep_create(&b.ui->super, &a, sizeof(a), 1, UUID_A, &ep), TMX_OK);
+    seg_in(&b, known, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
+    seg_in(&b, 0x5000, 0, UDP_FLAG_FIRST, 16, 8); /* a stranger's unfinished packet */
+    assert_int_equal(b.packets, 1);
+    for (uint64_t i = 1; b.ui->n_eps < UDP_MAX_EPS; i++)
+        seg_in(&b, 0x5000 + i, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, 1 + (UDP_MAX_EPS - 3));
+    assert_int_not_equal(b.ui->reasm_bytes, 0);
+    /* 3 UDP_MAX_EPS newcomers: each takes a stranger's place */
+    for (uint64_t i = 0; i < 3 * (uint64_t)UDP_MAX_EPS; i++)
+        seg_in(&b, 0x100000000ULL + i, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, 1 + (UDP_MAX_EPS - 3) + 3 * (uint64_t)UDP_MAX_EPS);
+    assert_int_equal(b.ui->n_eps, UDP_MAX_EPS);
+    assert_int_equal(b.ui->evicted, 3 * (uint64_t)UDP_MAX_EPS);
+    assert_null(udp_ep_find(b.ui, 0x5000));
+    assert_int_equal(b.ui->reasm_bytes, 0); /* the unfinished packet went with its stranger */
+    assert_non_null(udp_ep_find(b.ui, UUID_A));
+    assert_non_null(udp_ep_find(b.ui, known));
+    seg_in(&b, UUID_A, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
+    seg_in(&b, known, 1, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, 3 + (UDP_MAX_EPS - 3) + 3 * (uint64_t)UDP_MAX_EPS);
+    assert_int_equal(b.failures, 0);
+    side_close(&b);
+}
+
 /* A bye that names fewer segments than have come from its sender cannot
  * be the sender's (it counts what it sent): ignored, the peer kept. */
 static void test_bye_below_arrivals_ignored(void **state)
@@ -1886,6 +1927,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bye_below_arrivals_ignored),
         cmocka_unit_test(test_refused_write_no_wait),
         cmocka_unit_test(test_reasm_strangers_bounded),
+        cmocka_unit_test(test_strangers_make_room),
         cmocka_unit_test(test_gro_follows_bulk),
         cmocka_unit_test(test_empty_pieces),
         cmocka_unit_test(test_burst_read_after_gro_off),

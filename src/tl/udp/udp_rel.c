@@ -553,11 +553,15 @@ int udp_ack_flush(udp_iface_t *ui, uint64_t now)
 void udp_rx_fini(udp_iface_t *ui, udp_rx_t *rx)
 {
     if (rx->ooo != NULL) {
-        for (uint32_t i = 0; i <= rx->ooo_mask; i++)
-            if (rx->ooo[i] != NULL)
+        for (uint32_t i = 0; i <= rx->ooo_mask; i++) {
+            if (rx->ooo[i] != NULL) {
+                ui->ooo_bytes -= rx->ooo[i]->len - sizeof(udp_hdr_t); /* as drain_ooo gives it back */
                 udp_seg_free(ui, rx->ooo[i]);
+            }
+        }
         free(rx->ooo);
         rx->ooo = NULL;
+        rx->n_ooo = 0;
     }
     ui->reasm_bytes -= rx->reasm_charged;
     rx->reasm_charged = 0;

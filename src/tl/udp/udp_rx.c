@@ -121,9 +121,11 @@ static void dgram_forged(udp_iface_t *ui, const udp_hdr_t *h, uint32_t src_ip, s
 }
 
 /* The address the layer above was given for uuid, if any: a datagram
- * from it must come from that host (0 if not; *sa and *index then
- * become the published ones). A process it was given no address for is
- * taken at the address its datagram names. */
+ * from it must come from that host (PUB_FORGED if not; PUB_KNOWN if it
+ * does, *sa and *index then the published ones). A process it was given
+ * no address for (PUB_NONE) is taken at the address its datagram names. */
+enum { PUB_FORGED, PUB_NONE, PUB_KNOWN };
+
 static int published(udp_iface_t *ui, uint64_t uuid, struct sockaddr_in *sa, uint16_t *index)
 {
     const void *addr;
@@ -132,13 +134,13 @@ static int published(udp_iface_t *ui, uint64_t uuid, struct sockaddr_in *sa, uin
 
     if (ui->super.peer_addr == NULL ||
         ui->super.peer_addr(ui->super.recv_arg, &ui->super, uuid, &addr, &len) != TMX_OK || len != sizeof(a))
-        return 1;
+        return PUB_NONE;
     memcpy(&a, addr, sizeof(a));
     if (a.ip != sa->sin_addr.s_addr)
-        return 0;
+        return PUB_FORGED;
     sa->sin_port = a.port;
     *index = ntohs(a.index);
-    return 1;
+    return PUB_KNOWN;
 }
 
 void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const struct sockaddr_in *from)
@@ -164,11 +166,14 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         uint16_t index = h.src_index;
         sa.sin_port = h.port; /* not the port it left from: see udp_wire.h */
         sa.sin_addr.s_addr = src_ip;
-        if (!published(ui, h.src_id, &sa, &index)) {
+        int pub = published(ui, h.src_id, &sa, &index);
+        if (pub == PUB_FORGED) {
             dgram_forged(ui, &h, src_ip, len);
             return;
         }
-        if (ui->n_eps < UDP_MAX_EPS || udp_ep_evict_stranger(ui))
+        /* a process the layer above knows is taken past the bound, as
+         * the endpoints it makes are: their number is its to bound */
+        if (pub == PUB_KNOWN || ui->n_eps < UDP_MAX_EPS || udp_ep_evict_stranger(ui))
             ep = udp_ep_new(ui, h.src_id, &sa, index);
     }
     if (ep == NULL) {

@@ -41,6 +41,7 @@ typedef struct side {
     size_t lent_len;
     unsigned refused;            /* mem_check answers other than TMX_OK */
     uint64_t pub_uuid;           /* a process the layer above has an address */
+    uint64_t pub_from, pub_to;   /* and the processes in [pub_from, pub_to) */
     udp_addr_t pub;              /* for (peer_addr), when pub_uuid != 0 */
 } side_t;
 
@@ -50,7 +51,7 @@ static tmx_status_t on_peer_addr(void *arg, const tl_iface_t *iface, uint64_t uu
     side_t *s = arg;
 
     (void)iface;
-    if (s->pub_uuid == 0 || uuid != s->pub_uuid)
+    if ((s->pub_uuid == 0 || uuid != s->pub_uuid) && (uuid < s->pub_from || uuid >= s->pub_to))
         return TMX_ERR_NOT_FOUND;
     *addr = &s->pub;
     *len = sizeof(s->pub);
@@ -477,25 +478,57 @@ static void test_strangers_make_room(void **state)
     assert_int_equal(tl_udp_ops.ep_create(&b.ui->super, &a, sizeof(a), 1, UUID_A, &ep), TMX_OK);
     seg_in(&b, known, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
     seg_in(&b, 0x5000, 0, UDP_FLAG_FIRST, 16, 8); /* a stranger's unfinished packet */
+    seg_in(&b, 0x5001, 1, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8); /* and one that came early */
     assert_int_equal(b.packets, 1);
-    for (uint64_t i = 1; b.ui->n_eps < UDP_MAX_EPS; i++)
+    assert_int_not_equal(b.ui->ooo_bytes, 0);
+    for (uint64_t i = 2; b.ui->n_eps < UDP_MAX_EPS; i++)
         seg_in(&b, 0x5000 + i, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
-    assert_int_equal(b.packets, 1 + (UDP_MAX_EPS - 3));
+    assert_int_equal(b.packets, 1 + (UDP_MAX_EPS - 4));
     assert_int_not_equal(b.ui->reasm_bytes, 0);
     /* 3 UDP_MAX_EPS newcomers: each takes a stranger's place */
     for (uint64_t i = 0; i < 3 * (uint64_t)UDP_MAX_EPS; i++)
         seg_in(&b, 0x100000000ULL + i, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
-    assert_int_equal(b.packets, 1 + (UDP_MAX_EPS - 3) + 3 * (uint64_t)UDP_MAX_EPS);
+    assert_int_equal(b.packets, 1 + (UDP_MAX_EPS - 4) + 3 * (uint64_t)UDP_MAX_EPS);
     assert_int_equal(b.ui->n_eps, UDP_MAX_EPS);
     assert_int_equal(b.ui->evicted, 3 * (uint64_t)UDP_MAX_EPS);
     assert_null(udp_ep_find(b.ui, 0x5000));
     assert_int_equal(b.ui->reasm_bytes, 0); /* the unfinished packet went with its stranger */
+    assert_int_equal(b.ui->ooo_bytes, 0);   /* and the early segment with its own */
     assert_non_null(udp_ep_find(b.ui, UUID_A));
     assert_non_null(udp_ep_find(b.ui, known));
     seg_in(&b, UUID_A, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
     seg_in(&b, known, 1, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
-    assert_int_equal(b.packets, 3 + (UDP_MAX_EPS - 3) + 3 * (uint64_t)UDP_MAX_EPS);
+    assert_int_equal(b.packets, 3 + (UDP_MAX_EPS - 4) + 3 * (uint64_t)UDP_MAX_EPS);
     assert_int_equal(b.failures, 0);
+    side_close(&b);
+}
+
+/* When every endpoint is of a process the layer above knows (implicit
+ * peers made up by HELLOs, say), a stranger finds no room, but a process
+ * the layer above was given the address of still does. */
+static void test_known_peer_past_the_bound(void **state)
+{
+    side_t b;
+    const uint64_t base = 0x900000000ULL, late = 0x4b4e4f57ULL;
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->rx_now_us = udp_now_us();
+    b.pub = (udp_addr_t){htonl(0x7f000001), htons(9), 0, htole64(JOB_KEY)};
+    b.pub_from = base;
+    b.pub_to = base + UDP_MAX_EPS;
+    for (uint64_t i = 0; i < UDP_MAX_EPS; i++)
+        seg_in(&b, base + i, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.ui->n_eps, UDP_MAX_EPS);
+    seg_in(&b, 0x5000, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8); /* a stranger: no room */
+    assert_int_equal(b.packets, UDP_MAX_EPS);
+    assert_null(udp_ep_find(b.ui, 0x5000));
+    assert_int_equal(b.ui->no_room, 1);
+    b.pub_uuid = late; /* added now */
+    seg_in(&b, late, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, UDP_MAX_EPS + 1);
+    assert_int_equal(b.ui->n_eps, UDP_MAX_EPS + 1);
+    assert_int_equal(b.ui->evicted, 0);
     side_close(&b);
 }
 
@@ -1928,6 +1961,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_refused_write_no_wait),
         cmocka_unit_test(test_reasm_strangers_bounded),
         cmocka_unit_test(test_strangers_make_room),
+        cmocka_unit_test(test_known_peer_past_the_bound),
         cmocka_unit_test(test_gro_follows_bulk),
         cmocka_unit_test(test_empty_pieces),
         cmocka_unit_test(test_burst_read_after_gro_off),

@@ -266,6 +266,8 @@ typedef struct udp_stats {
     uint64_t forged;             /* of the dropped: naming a sender on another host */
     uint64_t handed_on;          /* of those: sent on to their process */
     uint64_t lane_segs;          /* segments sent on a lane, resent too */
+    uint64_t nobody_sent;        /* NOBODY notices sent: datagrams for a
+                                    context that is not here */
 } udp_stats_t;
 
 typedef struct udp_iface {
@@ -412,6 +414,10 @@ void udp_node_misrouted(udp_iface_t *ui, const udp_hdr_t *h, const struct sockad
 void udp_node_lanes_close(udp_iface_t *ui);
 /* The local port of our socket for a lane, 0 if it has none (tests). */
 uint16_t udp_node_lane_port(const udp_iface_t *ui, unsigned lane);
+/* Tells the sender of h (in host order but port; from: where it came
+ * from) that no process here holds the context and index it names: an
+ * ACK flagged UDP_FLAG_NOBODY, counted by its receiver as a refusal. */
+void udp_nobody_send(udp_iface_t *ui, const udp_hdr_t *h, const struct sockaddr_in *from);
 /* 1 if buf is a slot probe (ours are counted), which is not a datagram. */
 int udp_node_probe_input(udp_iface_t *ui, const unsigned char *buf, size_t len);
 

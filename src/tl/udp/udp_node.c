@@ -673,8 +673,7 @@ void udp_node_progress(udp_iface_t *ui, uint64_t now)
     }
 }
 
-/* Tells the sender of h that no process here holds its dst_index. */
-static void node_nobody(udp_iface_t *ui, const udp_hdr_t *h, const struct sockaddr_in *from)
+void udp_nobody_send(udp_iface_t *ui, const udp_hdr_t *h, const struct sockaddr_in *from)
 {
     udp_hdr_t r = {0};
     struct sockaddr_in to = *from;
@@ -696,6 +695,7 @@ static void node_nobody(udp_iface_t *ui, const udp_hdr_t *h, const struct sockad
     if (h->flags & UDP_FLAG_HANDED)
         to.sin_addr.s_addr = h->pad; /* its first sender, not the node-mate that handed it on */
     (void)sendto(ui->sock.fd, buf, sizeof(buf), 0, (struct sockaddr *)&to, sizeof(to));
+    ui->stats.nobody_sent++;
 }
 
 /* A datagram for another index reached us. If no process holds that index
@@ -736,7 +736,7 @@ void udp_node_misrouted(udp_iface_t *ui, const udp_hdr_t *h, const struct sockad
     /* a notice is never answered: two nodes would answer each other */
     if (h->flags & UDP_FLAG_NOBODY)
         return;
-    node_nobody(ui, h, from);
+    udp_nobody_send(ui, h, from);
 }
 
 int udp_node_slot(const udp_iface_t *ui, uint16_t index)

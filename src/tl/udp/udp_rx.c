@@ -42,6 +42,19 @@ static int dgram_misrouted(udp_iface_t *ui, const udp_hdr_t *h, unsigned char *b
     return dgram_drop(ui, "steered to the wrong process", len);
 }
 
+/* A datagram for a context that held our port and node index before us:
+ * its process died, and we (restarted at its address, or a newcomer that
+ * took its index) hold them now. Nobody refuses the port, which lives, so
+ * its sender is told as a dead index's would be (udp_node.c), else it
+ * would find the context gone only by the silence limit. A notice is never
+ * answered. */
+static int dgram_stale(udp_iface_t *ui, const udp_hdr_t *h, const struct sockaddr_in *from, size_t len)
+{
+    if (!(h->flags & UDP_FLAG_NOBODY))
+        udp_nobody_send(ui, h, from);
+    return dgram_drop(ui, "addressed to another context", len);
+}
+
 /* Flags that can go together, as our senders set them: an ACK (ACK_ONLY,
  * with its SACK, STALL, BYE or NOBODY) is no segment and carries a
  * payload only as a SACK; a segment is at most one of a read request,
@@ -98,7 +111,7 @@ static int dgram_parse(udp_iface_t *ui, unsigned char *buf, size_t len, udp_hdr_
     if (h->dst_index != ui->sock.index)
         return dgram_misrouted(ui, h, buf, len, csum, from);
     if (h->dst_id != ui->uuid)
-        return dgram_drop(ui, "addressed to another context", len);
+        return dgram_stale(ui, h, from, len);
     return 0;
 }
 

@@ -1130,6 +1130,49 @@ static void test_refused_port_is_death(void **state)
     refused("0");
 }
 
+/* A process that died and whose port (or node index) another context
+ * took since, as a process restarted at the same address does: the port
+ * is alive, so no kernel refuses it, but its new holder answers what
+ * comes for the context that held it before with a NOBODY notice, and
+ * the peer is found dead as fast as by a refusal, not after the silence
+ * limit. A NOBODY notice itself is never answered. */
+static void test_restarted_at_same_address_is_death(void **state)
+{
+    const uint64_t ghost = 0x9057ULL; /* held b's address before b */
+    side_t a, b;
+    udp_ep_t *ag;
+    unsigned char nb[sizeof(udp_hdr_t)];
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr = {htonl(0x7f000001)}};
+    udp_hdr_t n = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY | UDP_FLAG_NOBODY), 0, htons(9),
+                   htole64(JOB_KEY), htole64(UUID_A), htole64(ghost), 0, {0, 0}, 0, 0, 0, 0, 0, 0, 0};
+    uint64_t dropped, sent;
+
+    (void)state;
+    pair_open(&a, &b);
+    ag = connect_to(&a, &b, ghost);
+    send_bytes(ag, 64);
+    for (uint64_t end = udp_now_us() + 5000000; a.failures == 0 && udp_now_us() < end;) {
+        tl_udp_ops.progress(&a.ui->super);
+        tl_udp_ops.check_peers(&a.ui->super);
+        tl_udp_ops.progress(&b.ui->super);
+    }
+    assert_int_equal(a.failures, 1);
+    assert_true(ag->failed && udp_ep_refusals(ag) > 0);
+    assert_int_equal(b.packets, 0);
+    assert_null(udp_ep_find(b.ui, ghost));
+    /* a notice for a context not here is dropped, not answered */
+    assert_int_not_equal(b.ui->stats.nobody_sent, 0);
+    dropped = b.ui->stats.dropped;
+    sent = b.ui->stats.nobody_sent;
+    dgram_seal(nb, sizeof(nb), &n);
+    b.ui->rx_now_us = udp_now_us();
+    udp_dgram_input(b.ui, nb, sizeof(nb), &from);
+    assert_int_equal(b.ui->stats.dropped, dropped + 1);
+    assert_int_equal(b.ui->stats.nobody_sent, sent);
+    a.failures = 0;
+    pair_close(&a, &b);
+}
+
 /* A peer that is alive but silent (busy: it never progresses) is probed,
  * and not declared failed. */
 static void test_silent_peer_is_not_dead(void **state)
@@ -1951,6 +1994,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_idle_peer_holds_no_flow),
         cmocka_unit_test(test_read_stall_reports_paced),
         cmocka_unit_test(test_refused_port_is_death),
+        cmocka_unit_test(test_restarted_at_same_address_is_death),
         cmocka_unit_test(test_silent_peer_is_not_dead),
         cmocka_unit_test(test_both_connected),
         cmocka_unit_test(test_connect_max),

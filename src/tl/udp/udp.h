@@ -24,6 +24,7 @@
 #define UDP_CLOCK_POLL_EVERY 8   /* empty polls per clock reading */
 #define UDP_TICK_US 50           /* timer wheel slot: timers fire this late at most */
 #define UDP_MAX_PACKET (256 * 1024) /* upper-layer packet, before fragments */
+#define UDP_OOO_MAX_BYTES (256u << 20) /* memory early segments hold, all peers */
 
 enum { UDP_SEG_MALLOC, UDP_SEG_POOL, UDP_SEG_HDR_POOL };
 
@@ -298,7 +299,8 @@ typedef struct udp_iface {
     uint32_t seg_cap;
     unsigned char *gather;       /* a datagram sent in pieces, gathered for
                                     the fault injector (udp_datagram_sendv) */
-    uint64_t ooo_bytes;          /* payload held in early segments */
+    uint64_t ooo_bytes;          /* memory early segments hold: their
+                                    buffers and the arrays they are in */
     uint64_t reasm_bytes;        /* held by strangers' packets being put together */
     uint64_t reasm_full;         /* first segments refused for want of room (log count) */
     uint32_t n_left;             /* peers whose data we left (rx_left) */

@@ -20,7 +20,6 @@
 #define UDP_PTO_MIN_US 100       /* a tail probe never comes sooner */
 #define UDP_SACK_BURST 256       /* segments resent per SACK, at most */
 #define UDP_REFILL_EVERY 64     /* segments taken between requests for more of what was left */
-#define UDP_OOO_MAX_BYTES (256u << 20) /* early segments held, all peers */
 #define UDP_REASM_MAX_BYTES (64u << 20) /* packets being put together, all strangers */
 
 /* Segments found lost by one loop, sent together when it ends. */
@@ -550,17 +549,36 @@ int udp_ack_flush(udp_iface_t *ui, uint64_t now)
 
 /* --------------------------------------------------------------- receive */
 
+/* What an early segment of a datagram of len bytes holds, counted in
+ * udp_iface_t.ooo_bytes: its buffer, of a datagram's size whatever its
+ * payload (udp_seg_alloc), not the payload alone, which a peer can make
+ * as small as it likes. */
+static uint64_t ooo_cost(const udp_iface_t *ui, size_t len)
+{
+    size_t buf = len <= sizeof(udp_hdr_t) ? sizeof(udp_hdr_t) : len <= ui->seg_cap ? ui->seg_cap : len;
+
+    return sizeof(udp_seg_t) + buf;
+}
+
+/* rx's array of early segments goes, and what it held is given back. */
+static void ooo_array_free(udp_iface_t *ui, udp_rx_t *rx)
+{
+    ui->ooo_bytes -= (uint64_t)(rx->ooo_mask + 1) * sizeof(*rx->ooo);
+    free(rx->ooo);
+    rx->ooo = NULL;
+    rx->ooo_mask = 0;
+}
+
 void udp_rx_fini(udp_iface_t *ui, udp_rx_t *rx)
 {
     if (rx->ooo != NULL) {
         for (uint32_t i = 0; i <= rx->ooo_mask; i++) {
             if (rx->ooo[i] != NULL) {
-                ui->ooo_bytes -= rx->ooo[i]->len - sizeof(udp_hdr_t); /* as drain_ooo gives it back */
+                ui->ooo_bytes -= ooo_cost(ui, rx->ooo[i]->len); /* as drain_ooo gives it back */
                 udp_seg_free(ui, rx->ooo[i]);
             }
         }
-        free(rx->ooo);
-        rx->ooo = NULL;
+        ooo_array_free(ui, rx);
         rx->n_ooo = 0;
     }
     ui->reasm_bytes -= rx->reasm_charged;
@@ -670,7 +688,7 @@ static void deliver(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const uns
 /* Room in rx's array for a segment ahead segments after the next due
  * (ahead < the window): it grows, doubling, as win does. 0 without
  * memory (the segment is dropped, and sent again). */
-static int ooo_room(const udp_iface_t *ui, udp_rx_t *rx, uint32_t ahead)
+static int ooo_room(udp_iface_t *ui, udp_rx_t *rx, uint32_t ahead)
 {
     uint32_t slots = rx->ooo == NULL ? 0 : rx->ooo_mask + 1, n;
     udp_seg_t **ooo;
@@ -680,8 +698,12 @@ static int ooo_room(const udp_iface_t *ui, udp_rx_t *rx, uint32_t ahead)
     n = slots != 0 ? slots : UDP_WIN_FIRST < ui->cfg.window ? UDP_WIN_FIRST : ui->cfg.window;
     while (n <= ahead)
         n *= 2;
-    if ((ooo = calloc(n, sizeof(*ooo))) == NULL)
+    /* the array counts as the segments do: a peer's grows to the window
+     * with one segment at its far end */
+    if (ui->ooo_bytes + (uint64_t)(n - slots) * sizeof(*ooo) > UDP_OOO_MAX_BYTES ||
+        (ooo = calloc(n, sizeof(*ooo))) == NULL)
         return 0;
+    ui->ooo_bytes += (uint64_t)(n - slots) * sizeof(*ooo);
     for (uint32_t i = 0; i < slots; i++) {
         if (rx->ooo[i] != NULL)
             ooo[rx->ooo[i]->seq & (n - 1)] = rx->ooo[i];
@@ -702,7 +724,7 @@ static int ooo_store(udp_iface_t *ui, const udp_ep_t *ep, udp_rx_t *rx, const ud
 
     if (seq_before(rx->highest, h->seq))
         rx->highest = h->seq;
-    if (ui->ooo_bytes + h->len > UDP_OOO_MAX_BYTES || !reasm_room(ui, ep, h))
+    if (ui->ooo_bytes + ooo_cost(ui, sizeof(*h) + h->len) > UDP_OOO_MAX_BYTES || !reasm_room(ui, ep, h))
         return 0; /* dropped: the sender will retransmit */
     if (!ooo_room(ui, rx, h->seq - rx->expected))
         return 0;
@@ -718,7 +740,7 @@ static int ooo_store(udp_iface_t *ui, const udp_ep_t *ep, udp_rx_t *rx, const ud
     memcpy(seg->buf + sizeof(*h), p, h->len);
     *slot = seg;
     rx->n_ooo++;
-    ui->ooo_bytes += h->len;
+    ui->ooo_bytes += ooo_cost(ui, seg->len);
     return 1;
 }
 
@@ -732,17 +754,14 @@ static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
         udp_seg_t *seg = *slot;
         *slot = NULL;
         rx->n_ooo--;
-        ui->ooo_bytes -= seg->len - sizeof(udp_hdr_t);
+        ui->ooo_bytes -= ooo_cost(ui, seg->len);
         rx->expected++;
         deliver(ui, ep, (const udp_hdr_t *)seg->buf, seg->buf + sizeof(udp_hdr_t));
         udp_seg_free(ui, seg);
         rx->unacked++;
     }
-    if (rx->n_ooo == 0 && rx->ooo_mask + 1 >= UDP_WIN_SHRINK_AT) { /* the next early one makes a small one */
-        free(rx->ooo);
-        rx->ooo = NULL;
-        rx->ooo_mask = 0;
-    }
+    if (rx->n_ooo == 0 && rx->ooo_mask + 1 >= UDP_WIN_SHRINK_AT) /* the next early one makes a small one */
+        ooo_array_free(ui, rx);
 }
 
 /* The last data segment that arrived and was kept, for stall reports. */

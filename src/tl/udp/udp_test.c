@@ -459,6 +459,40 @@ static void test_reasm_strangers_bounded(void **state)
     side_close(&b);
 }
 
+/* Early segments hold at most UDP_OOO_MAX_BYTES of memory in all,
+ * counted as what they take, not as the payload they carry: a segment of
+ * one byte takes a segment buffer of a datagram's size, and the array
+ * that holds a peer's early segments grows with the furthest one. Tiny
+ * segments ahead of a gap that never fills, from a few made-up
+ * identities, once held a thousand times the bound. */
+static void test_early_segments_bounded(void **state)
+{
+    side_t b;
+    uint64_t kept = 0, held, src;
+    uint32_t win, tries;
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->rx_now_us = udp_now_us();
+    win = b.ui->cfg.window;
+    tries = (uint32_t)(UDP_OOO_MAX_BYTES / (sizeof(udp_seg_t) + b.ui->seg_cap)) + 2 * win;
+    for (src = 0x5000; tries > 0; src++) {
+        for (uint32_t seq = 1; seq < win && tries > 0; seq++, tries--)
+            seg_in(&b, src, seq, 0, 0, 1); /* seq 0 never comes */
+    }
+    for (uint64_t u = 0x5000; u < src; u++) {
+        udp_ep_t *ep = udp_ep_find(b.ui, u);
+        assert_non_null(ep);
+        kept += ep->has_flow ? ep->flow->rx[UDP_CH_DATA].n_ooo : 0;
+    }
+    held = kept * (sizeof(udp_seg_t) + b.ui->seg_cap);
+    assert_true(held <= UDP_OOO_MAX_BYTES);
+    assert_true(b.ui->ooo_bytes <= UDP_OOO_MAX_BYTES);
+    assert_true(b.ui->ooo_bytes >= held);
+    assert_int_equal(b.packets, 0);
+    side_close(&b);
+}
+
 /* Identities made up by whoever writes to our port fill the table of
  * peers (UDP_MAX_EPS) and cannot keep a new process out: a stranger is
  * forgotten in its place, never a peer the core made an endpoint to or
@@ -2004,6 +2038,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bye_below_arrivals_ignored),
         cmocka_unit_test(test_refused_write_no_wait),
         cmocka_unit_test(test_reasm_strangers_bounded),
+        cmocka_unit_test(test_early_segments_bounded),
         cmocka_unit_test(test_strangers_make_room),
         cmocka_unit_test(test_known_peer_past_the_bound),
         cmocka_unit_test(test_gro_follows_bulk),

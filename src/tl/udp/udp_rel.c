@@ -755,6 +755,13 @@ static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
         *slot = NULL;
         rx->n_ooo--;
         ui->ooo_bytes -= ooo_cost(ui, seg->len);
+        /* its room was asked when it was kept, but others may have taken
+         * it since: given up then, as if it never came (not acknowledged,
+         * its sender resends it) */
+        if (!reasm_room(ui, ep, (const udp_hdr_t *)seg->buf)) {
+            udp_seg_free(ui, seg);
+            break;
+        }
         rx->expected++;
         deliver(ui, ep, (const udp_hdr_t *)seg->buf, seg->buf + sizeof(udp_hdr_t));
         udp_seg_free(ui, seg);

@@ -459,6 +459,38 @@ static void test_reasm_strangers_bounded(void **state)
     side_close(&b);
 }
 
+/* The bound on strangers' unfinished packets holds for a first segment
+ * that came early too: its room is asked when it is put together, not
+ * only when it was kept, since others may have taken the room meanwhile.
+ * One that finds none is given up (its sender resends it, as it resends
+ * any segment not acknowledged), and taken once room comes back. */
+static void test_reasm_strangers_bounded_early(void **state)
+{
+    side_t b;
+    uint32_t n = 2 * ((64u << 20) / UDP_MAX_PACKET);
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->rx_now_us = udp_now_us();
+    for (uint32_t i = 0; i < n; i++) /* each kept early: no packet was started yet */
+        seg_in(&b, 0x5000 + i, 1, UDP_FLAG_FIRST, UDP_MAX_PACKET, 8);
+    for (uint32_t i = 0; i < n; i++)
+        seg_in(&b, 0x5000 + i, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, n);
+    assert_true(b.ui->reasm_bytes <= (64u << 20));
+    assert_int_equal(b.ui->reasm_bytes, (uint64_t)(n / 2) * UDP_MAX_PACKET);
+    /* the first half holds the room; the second half's first segments
+     * were given up and are taken when sent again, once there is room */
+    for (uint32_t i = 0; i < n / 2; i++)
+        udp_ep_gone(b.ui, udp_ep_find(b.ui, 0x5000 + i));
+    assert_int_equal(b.ui->reasm_bytes, 0);
+    seg_in(&b, 0x5000 + n - 1, 1, UDP_FLAG_FIRST, 16, 8);
+    seg_in(&b, 0x5000 + n - 1, 2, UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, n + 1);
+    b.failures = 0;
+    side_close(&b);
+}
+
 /* Early segments hold at most UDP_OOO_MAX_BYTES of memory in all,
  * counted as what they take, not as the payload they carry: a segment of
  * one byte takes a segment buffer of a datagram's size, and the array
@@ -2038,6 +2070,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bye_below_arrivals_ignored),
         cmocka_unit_test(test_refused_write_no_wait),
         cmocka_unit_test(test_reasm_strangers_bounded),
+        cmocka_unit_test(test_reasm_strangers_bounded_early),
         cmocka_unit_test(test_early_segments_bounded),
         cmocka_unit_test(test_strangers_make_room),
         cmocka_unit_test(test_known_peer_past_the_bound),

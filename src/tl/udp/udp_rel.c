@@ -508,6 +508,11 @@ void udp_tx_stalled(udp_iface_t *ui, udp_ep_t *ep, uint32_t last)
     if (ui->rx_now_us - ep->flow->stall_handled_us < UDP_STALL_US / 2)
         return;
     ep->flow->stall_handled_us = ui->rx_now_us;
+    /* The ACK this report carries (taken before it) stops at una, which
+     * the receiver therefore lacks whatever a SACK said: a segment kept
+     * early is given up if no room is left to start its packet, or the
+     * layer above is at its bound (drain_ooo). Lost, then, as any other. */
+    tx->win[udp_tx_slot(tx, tx->una)]->sacked = 0;
     if (!seq_before(last, tx->una) && seq_before(last, tx->next_seq)) {
         udp_seg_t *seg = tx->win[udp_tx_slot(tx, last)];
         t0 = seg->sent_us;
@@ -744,6 +749,9 @@ static int ooo_store(udp_iface_t *ui, const udp_ep_t *ep, udp_rx_t *rx, const ud
     return 1;
 }
 
+static int rx_leave(udp_iface_t *ui, udp_ep_t *ep, const udp_rx_t *rx, const udp_hdr_t *h,
+                    const unsigned char *p);
+
 static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
 {
     udp_seg_t **slot;
@@ -756,9 +764,11 @@ static void drain_ooo(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx)
         rx->n_ooo--;
         ui->ooo_bytes -= ooo_cost(ui, seg->len);
         /* its room was asked when it was kept, but others may have taken
-         * it since: given up then, as if it never came (not acknowledged,
-         * its sender resends it) */
-        if (!reasm_room(ui, ep, (const udp_hdr_t *)seg->buf)) {
+         * it since, and the layer above may be at its bound of unexpected
+         * memory now: given up then, as if it never came (not
+         * acknowledged, its sender resends it) */
+        if (!reasm_room(ui, ep, (const udp_hdr_t *)seg->buf) ||
+            rx_leave(ui, ep, rx, (const udp_hdr_t *)seg->buf, seg->buf + sizeof(udp_hdr_t))) {
             udp_seg_free(ui, seg);
             break;
         }

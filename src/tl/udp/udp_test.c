@@ -491,6 +491,96 @@ static void test_reasm_strangers_bounded_early(void **state)
     side_close(&b);
 }
 
+static int admit_none(void *arg, uint64_t src, const void *data, size_t len)
+{
+    (void)arg;
+    (void)src;
+    (void)data;
+    (void)len;
+    return 0;
+}
+
+/* At the bound of unexpected memory (rx_full), a packet the layer above
+ * will not take is not delivered, whether its first segment comes in
+ * order or came early and waits behind a gap: packets kept early were
+ * delivered when the gap filled, without asking, up to a window of them
+ * past the bound. The one left is taken when it is sent again once the
+ * bound is left, and the ones kept behind it with it. */
+static void test_unexpected_bound_holds_for_early_packets(void **state)
+{
+    side_t b;
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->super.admit_cb = admit_none;
+    b.ui->rx_now_us = udp_now_us();
+    seg_in(&b, UUID_A, 0, UDP_FLAG_FIRST, 16, 8); /* a packet begun below the bound */
+    for (uint32_t seq = 2; seq < 6; seq++)
+        seg_in(&b, UUID_A, seq, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8); /* early: seq 1 is late */
+    assert_int_equal(b.packets, 0);
+    b.ui->super.rx_full = 1;
+    seg_in(&b, UUID_A, 1, UDP_FLAG_LAST, 8, 8); /* ends the packet begun: taken */
+    assert_int_equal(b.packets, 1);
+    assert_true(udp_ep_find(b.ui, UUID_A)->rx_left);
+    b.ui->super.rx_full = 0;
+    tl_udp_ops.progress(&b.ui->super); /* asks UUID_A to send again */
+    seg_in(&b, UUID_A, 2, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, 5);
+    assert_int_equal(udp_ep_expected(udp_ep_find(b.ui, UUID_A), UDP_CH_DATA), 6);
+    side_close(&b);
+}
+
+/* An ACK of b's, carrying a SACK of n bits from base when n != 0, or a
+ * stall report naming last when stall is set, into a as from b. */
+static void ack_in(side_t *a, side_t *b, uint32_t ack, uint32_t base, uint32_t n, int stall, uint32_t last)
+{
+    unsigned char buf[sizeof(udp_hdr_t) + sizeof(udp_sack_t)] = {0};
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr = {htonl(0x7f000001)}};
+    uint16_t flags = UDP_FLAG_ACK_ONLY | (n != 0 ? UDP_FLAG_SACK : 0) | (stall ? UDP_FLAG_STALL : 0);
+    size_t len = n != 0 ? offsetof(udp_sack_t, bits) + (n + 7) / 8 : 0;
+    udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(flags), htole16((uint16_t)len),
+                   b->ui->sock.self_sa.sin_port, htole64(JOB_KEY), htole64(UUID_B), htole64(UUID_A),
+                   htole32(last), {htole32(udp_ep_expected(udp_ep_find(a->ui, UUID_B), UDP_CH_PRIO)),
+                   htole32(ack)}, 0, 0, 0, 0, 0, 0, 0};
+    udp_sack_t *s = (udp_sack_t *)(buf + sizeof(h));
+
+    s->base = htole32(base);
+    s->nbits = htole32(n);
+    for (uint32_t i = 0; i < n; i++)
+        s->bits[i / 8] |= (uint8_t)(1u << (i % 8));
+    dgram_seal(buf, sizeof(h) + len, &h);
+    a->ui->rx_now_us = udp_now_us();
+    udp_dgram_input(a->ui, buf, sizeof(h) + len, &from);
+}
+
+/* A receiver may give up a segment it kept early and reported held (no
+ * room to start its packet, or its layer above at the bound of
+ * unexpected memory: see the cases above); its stall report then names
+ * later segments while its ACK stops below that one, and the sender
+ * resends it at once, not after a timeout. */
+static void test_stall_resends_what_was_given_up(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab;
+    udp_tx_t *tx;
+
+    (void)state;
+    pair_open(&a, &b);
+    ab = connect_to(&a, &b, UUID_B);
+    for (int k = 0; k < 6; k++)
+        send_bytes(ab, 64); /* b never reads them */
+    tx = &ab->flow->tx[UDP_CH_DATA];
+    assert_int_equal(tx->next_seq - tx->una, 6);
+    ack_in(&a, &b, 1, 1, 4, 0, 0); /* b took 0 and holds 2 to 5 */
+    ack_in(&a, &b, 2, 0, 0, 0, 0); /* took 1, gave 2 up */
+    assert_int_equal(tx->una, 2);
+    assert_false(tx->win[udp_tx_slot(tx, 2)]->resent);
+    ab->flow->stall_handled_us = 0;
+    ack_in(&a, &b, 2, 0, 0, 1, 5); /* b waits: its last arrival was 5 */
+    assert_true(tx->win[udp_tx_slot(tx, 2)]->resent);
+    pair_close(&a, &b);
+}
+
 /* Early segments hold at most UDP_OOO_MAX_BYTES of memory in all,
  * counted as what they take, not as the payload they carry: a segment of
  * one byte takes a segment buffer of a datagram's size, and the array
@@ -2071,6 +2161,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_refused_write_no_wait),
         cmocka_unit_test(test_reasm_strangers_bounded),
         cmocka_unit_test(test_reasm_strangers_bounded_early),
+        cmocka_unit_test(test_unexpected_bound_holds_for_early_packets),
+        cmocka_unit_test(test_stall_resends_what_was_given_up),
         cmocka_unit_test(test_early_segments_bounded),
         cmocka_unit_test(test_strangers_make_room),
         cmocka_unit_test(test_known_peer_past_the_bound),

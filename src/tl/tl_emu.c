@@ -156,6 +156,19 @@ static void serve_free(tl_emu_t *e, emu_serve_t *s)
     free(s);
 }
 
+/* 1 if a read under rkey is being served (and not refused). */
+static int key_served(const tl_emu_t *e, uint64_t rkey)
+{
+    const util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &e->serves) {
+        const emu_serve_t *s = util_container_of(pos, emu_serve_t, link);
+        if (s->req.rkey == rkey && s->status == TMX_OK)
+            return 1;
+    }
+    return 0;
+}
+
 tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req)
 {
     emu_serve_t *s = calloc(1, sizeof(*s));
@@ -168,6 +181,12 @@ tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req
     /* asked once here so that a request for nothing lent is refused
      * before any chunk, and again for every chunk (serve_push) */
     s->status = e->iface->mem_check(e->iface->recv_arg, req->raddr, req->len, req->rkey);
+    /* A key lends its memory to one read at a time: another request under
+     * it while it is served (its reader's again, or anyone's who learned
+     * the key) is refused, so that the reads served are as many as the
+     * keys we lent, not as the requests we are sent. */
+    if (s->status == TMX_OK && key_served(e, req->rkey))
+        s->status = TMX_ERR_BUSY;
     util_dlist_push_tail(&e->serves, &s->link);
     if (s->status == TMX_OK)
         return TMX_OK; /* a key only a send of ours gave out: as many as those */

@@ -93,9 +93,12 @@ tmx_status_t tl_emu_get(tl_emu_t *e, tl_ep_t *ep, void *dst, size_t len, uint64_
                         uint64_t rkey, tl_get_op_t *op);
 
 /* A request from the reader ep arrived: it is served from
- * tl_emu_progress. TMX_ERR_NOMEM: dropped (the reader asks nothing twice,
- * so its read waits until ep fails: the caller logs it). TMX_ERR_AGAIN:
- * refused (nothing lent under its key and range) and dropped, since
+ * tl_emu_progress. A key lends its memory to one read at a time (the
+ * layer above gives each key to one reader, which reads once): a request
+ * under a key whose read is being served is refused (TMX_ERR_BUSY), as
+ * one for memory not lent is. TMX_ERR_NOMEM: dropped (the reader asks
+ * nothing twice, so its read waits until ep fails: the caller logs it).
+ * TMX_ERR_AGAIN: refused and dropped, since
  * TL_EMU_REFUSED_MAX refusals to strangers (TL_EMU_REFUSED_PEERS_MAX to
  * peers) wait for room already. */
 tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req);

@@ -38,6 +38,7 @@ typedef struct side {
     int room;                   /* sends accepted before TMX_ERR_AGAIN; -1: any */
     const unsigned char *lent;  /* the memory lent under KEY */
     size_t lent_len;
+    unsigned keys;              /* and under KEY + 1 .. KEY + keys - 1 too, if more than 1 */
     int mem_checks;
     int waited;
 } side_t;
@@ -117,7 +118,8 @@ static tmx_status_t mem_check(void *arg, uint64_t addr, size_t len, uint64_t rke
     uintptr_t base = (uintptr_t)s->lent;
 
     s->mem_checks++;
-    if (s->lent == NULL || rkey != KEY || addr < base || len > s->lent_len || addr - base > s->lent_len - len)
+    if (s->lent == NULL || rkey - KEY >= (s->keys > 1 ? s->keys : 1) || addr < base || len > s->lent_len ||
+        addr - base > s->lent_len - len)
         return TMX_ERR_NOT_FOUND;
     return TMX_OK;
 }
@@ -435,7 +437,8 @@ static void abandon_calls_nothing(void **state)
     side_fini(&r);
 }
 
-/* Many reads at once, interleaved on one wire, each whole. */
+/* Many reads at once, interleaved on one wire, each whole (each under a
+ * key of its own, as the layer above lends memory: one read per key). */
 static void many_reads_interleaved(void **state)
 {
     enum { N = 16, LEN = 1000 };
@@ -448,10 +451,11 @@ static void many_reads_interleaved(void **state)
     side_init(&o, 64);
     o.lent = &src[0][0];
     o.lent_len = sizeof(src);
+    o.keys = N;
     for (int k = 0; k < N; k++) {
         memset(src[k], k + 1, LEN);
         ops_[k] = (op_t){{op_done}, 0, TMX_OK};
-        assert_int_equal(tl_emu_get(&r.emu, &r.ep, dst[k], LEN, (uintptr_t)src[k], KEY, &ops_[k].super),
+        assert_int_equal(tl_emu_get(&r.emu, &r.ep, dst[k], LEN, (uintptr_t)src[k], KEY + k, &ops_[k].super),
                          TMX_INPROGRESS);
     }
     o.room = 5;
@@ -470,6 +474,51 @@ static void many_reads_interleaved(void **state)
     side_fini(&o);
 }
 
+/* A key lends its memory to one read at a time (the layer above gives a
+ * rendezvous send's key to its one receiver, which reads it once): the
+ * same read asked again and again while it is served, by its reader or
+ * anyone who learned the key, is refused, within the bound on refusals,
+ * so that the reads a process serves are bounded by the memory it lends,
+ * not by the requests it is sent. */
+static void one_read_per_key(void **state)
+{
+    enum { N = 2 * TL_EMU_REFUSED_PEERS_MAX };
+    unsigned char src[64];
+    side_t o;
+    uint32_t accepted = 0, data = 0, refusals = 0;
+
+    (void)state;
+    memset(src, 0x77, sizeof(src));
+    side_init(&o, 64);
+    o.lent = src;
+    o.lent_len = sizeof(src);
+    o.ep.peer = 5; /* the reader: an added peer, the larger bound on refusals */
+    o.room = 0;    /* nothing goes to it: every request waits */
+    for (uint32_t i = 0; i < N; i++) {
+        tmx_status_t st = tl_emu_req_arrive(&o.emu, &o.ep, &(tl_emu_req_t){i + 1, (uintptr_t)src, KEY, 64});
+        assert_true(st == TMX_OK || st == TMX_ERR_AGAIN);
+        accepted += st == TMX_OK;
+    }
+    assert_int_equal(accepted, 1 + TL_EMU_REFUSED_PEERS_MAX);
+    o.room = -1;
+    tl_emu_progress(&o.emu, 0);
+    for (size_t k = 0; k < o.n_out; k++) {
+        data += o.out[k].status == TMX_OK;
+        refusals += o.out[k].status == TMX_ERR_BUSY;
+    }
+    assert_int_equal(data, 1); /* the first read, whole in one chunk */
+    assert_int_equal(o.out[0].id, 1);
+    assert_int_equal(o.out[0].n, 64);
+    assert_int_equal(refusals, accepted - 1);
+    assert_false(tl_emu_busy(&o.emu));
+    /* once it was served, the key may be read again */
+    assert_int_equal(tl_emu_req_arrive(&o.emu, &o.ep, &(tl_emu_req_t){N + 1, (uintptr_t)src, KEY, 64}), TMX_OK);
+    tl_emu_progress(&o.emu, 0);
+    assert_int_equal(o.out[o.n_out - 1].status, TMX_OK);
+    assert_int_equal(o.out[o.n_out - 1].n, 64);
+    side_fini(&o);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -483,6 +532,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(refusals_bounded),
         cmocka_unit_test(abandon_calls_nothing),
         cmocka_unit_test(many_reads_interleaved),
+        cmocka_unit_test(one_read_per_key),
     };
     return UNIT_MAIN(argc, argv, tests);
 }

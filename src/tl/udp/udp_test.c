@@ -76,13 +76,14 @@ static void on_fail(void *arg, uint64_t uuid, int clean)
 }
 
 #define LENT_KEY 0x1e47
+#define LENT_KEY2 0x2e47 /* the same memory, lent to a second read (a key serves one read at a time) */
 
 static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_t rkey)
 {
     side_t *s = arg;
     uint64_t base = (uintptr_t)s->lent;
 
-    if (s->lent == NULL || rkey != LENT_KEY) {
+    if (s->lent == NULL || (rkey != LENT_KEY && rkey != LENT_KEY2)) {
         s->refused++;
         return TMX_ERR_NOT_FOUND;
     }
@@ -950,7 +951,7 @@ static void test_read_stall_reports_paced(void **state)
     }
     assert_int_not_equal(dst[0], 0);
     assert_non_null(dst2); /* a second read, which waits as well */
-    assert_int_equal(tl_udp_ops.get(&ba->super, dst2, 65536, (uintptr_t)src, LENT_KEY, TL_GET_COPY, &op2.super), TMX_INPROGRESS);
+    assert_int_equal(tl_udp_ops.get(&ba->super, dst2, 65536, (uintptr_t)src, LENT_KEY2, TL_GET_COPY, &op2.super), TMX_INPROGRESS);
     s0 = b.ui->stats.stalls_sent;
     t0 = udp_now_us();
     while (udp_now_us() - t0 < 20000) { /* a is silent for 20 ms */

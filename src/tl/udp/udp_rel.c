@@ -859,7 +859,9 @@ void udp_rx_segment(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, const uns
     ahead = (int32_t)(h->seq - rx->expected);
 
     if (h->channel == UDP_CH_DATA && ahead >= 0 && rx_held(ui, ep, rx, h, p, ahead)) {
-        if (seq_before(rx->highest, h->seq))
+        /* noted to ask for it later; never a number past the window, which
+         * no sender sent and which would keep the asking going for ever */
+        if (seq_before(rx->highest, h->seq) && (uint32_t)ahead < ui->cfg.window)
             rx->highest = h->seq;
         udp_ack_schedule(ui, ep);
         return;

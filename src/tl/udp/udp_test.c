@@ -531,6 +531,38 @@ static void test_unexpected_bound_holds_for_early_packets(void **state)
     side_close(&b);
 }
 
+/* While a peer's data is left at the bound, what it sends behind is not
+ * kept, but its number is noted, so that the peer can be asked for all of
+ * it once the bound is left. A number no sender could have sent (past the
+ * window) is not noted: it held the peer in that asking for ever, with no
+ * early segment of it kept again and its flow never freed. */
+static void test_left_data_notes_only_the_window(void **state)
+{
+    side_t b;
+    udp_ep_t *ep;
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->super.admit_cb = admit_none;
+    b.ui->rx_now_us = udp_now_us();
+    b.ui->super.rx_full = 1;
+    seg_in(&b, UUID_A, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8); /* left */
+    ep = udp_ep_find(b.ui, UUID_A);
+    assert_true(ep->rx_left);
+    seg_in(&b, UUID_A, 1u << 30, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8); /* no sender's */
+    b.ui->super.rx_full = 0;
+    tl_udp_ops.progress(&b.ui->super); /* asks for what was left */
+    seg_in(&b, UUID_A, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, 1);
+    seg_in(&b, UUID_A, 2, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8); /* early again: kept */
+    assert_int_equal(ep->flow->rx[UDP_CH_DATA].n_ooo, 1);
+    seg_in(&b, UUID_A, 1, UDP_FLAG_FIRST | UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, 3);
+    udp_ack_flush(b.ui, UINT64_MAX);
+    assert_false(ep->has_flow); /* the exchange is over */
+    side_close(&b);
+}
+
 /* An ACK of b's, carrying a SACK of n bits from base when n != 0, or a
  * stall report naming last when stall is set, into a as from b. */
 static void ack_in(side_t *a, side_t *b, uint32_t ack, uint32_t base, uint32_t n, int stall, uint32_t last)
@@ -2164,6 +2196,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reasm_strangers_bounded_early),
         cmocka_unit_test(test_unexpected_bound_holds_for_early_packets),
         cmocka_unit_test(test_stall_resends_what_was_given_up),
+        cmocka_unit_test(test_left_data_notes_only_the_window),
         cmocka_unit_test(test_early_segments_bounded),
         cmocka_unit_test(test_strangers_make_room),
         cmocka_unit_test(test_known_peer_past_the_bound),

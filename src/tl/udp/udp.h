@@ -494,7 +494,8 @@ void udp_ack_schedule(udp_iface_t *ui, udp_ep_t *ep);
 void udp_rx_resume(udp_iface_t *ui);
 /* A read (or a write into our memory) from ep waits for data: if none
  * came since `since` for UDP_STALL_US, tell ep, at most once per
- * UDP_STALL_US: *reported says when it was last told for that wait, and
+ * UDP_STALL_US, then less often as the silence grows (an eighth of it,
+ * up to a second): *reported says when it was last told for that wait, and
  * is kept by the waiter (a read's state, or the flow a write pins), as
  * the flow may come and go meanwhile. */
 void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t now, uint64_t *reported);

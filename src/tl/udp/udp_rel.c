@@ -19,6 +19,7 @@
 #define UDP_RTO_MIN_US 200       /* a timeout never comes sooner */
 #define UDP_PTO_MIN_US 100       /* a tail probe never comes sooner */
 #define UDP_SACK_BURST 256       /* segments resent per SACK, at most */
+#define UDP_STALL_MAX_US 1000000 /* the longest between two stall reports */
 #define UDP_REFILL_EVERY 64     /* segments taken between requests for more of what was left */
 #define UDP_REASM_MAX_BYTES (64u << 20) /* packets being put together, all strangers */
 
@@ -470,15 +471,30 @@ void udp_bye_send(udp_iface_t *ui, udp_ep_t *ep)
     ack_send(ui, ep, UDP_FLAG_BYE);
 }
 
+/* Between two stall reports of a wait silent for silence_us: UDP_STALL_US
+ * at first, then an eighth of the silence, up to UDP_STALL_MAX_US. A lost
+ * segment or resend is repaired by the first reports; an owner silent for
+ * longer is busy (it does not call tmx) or gone, and is sent a report now
+ * and then, not one every UDP_STALL_US for as long as it is silent. */
+static uint64_t stall_interval(uint64_t silence_us)
+{
+    uint64_t t = silence_us / 8;
+
+    return t < UDP_STALL_US ? UDP_STALL_US : t > UDP_STALL_MAX_US ? UDP_STALL_MAX_US : t;
+}
+
 void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t now, uint64_t *reported)
 {
     udp_flow_t *fl = udp_ep_flow(ep);
+    uint64_t gap;
 
     if (fl != NULL && fl->rx_data_us > since)
         since = fl->rx_data_us;
-    if (!ep->rx_data_seen || since >= now || now - since < UDP_STALL_US || now - *reported < UDP_STALL_US ||
-        (fl != NULL && now - fl->stall_sent_us < UDP_STALL_US))
+    if (!ep->rx_data_seen || since >= now || now - since < UDP_STALL_US)
         return; /* nothing to name yet: the sender's probe and timeout cover it */
+    gap = stall_interval(now - since);
+    if (now - *reported < gap || (fl != NULL && now - fl->stall_sent_us < gap))
+        return;
     if ((fl = udp_flow(ui, ep)) == NULL)
         return;
     *reported = fl->stall_sent_us = now;
@@ -486,7 +502,7 @@ void udp_rx_stall_check(udp_iface_t *ui, udp_ep_t *ep, uint64_t since, uint64_t 
     ack_send(ui, ep, UDP_FLAG_STALL);
     /* The flow stays, made for the report or not: while the owner is
      * silent it paces the reports of every read waiting on it, one per
-     * UDP_STALL_US for the peer. The owner's next datagram settles it. */
+     * stall_interval for the peer. The owner's next datagram settles it. */
 }
 
 /* The receiver heard nothing for UDP_STALL_US after segment last: below

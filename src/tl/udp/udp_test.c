@@ -953,6 +953,51 @@ static void test_read_from_lent_memory(void **state)
     free(dst);
 }
 
+/* An owner that stops answering in the middle of a read (busy: it does
+ * not call tmx for a while) is reported the stall at once, then at
+ * intervals that grow with its silence, not every UDP_STALL_US for as
+ * long as it is silent: a reader waiting on a busy owner for a second
+ * sent it 5000 datagrams, which filled its socket buffer. */
+static void test_read_stall_reports_back_off(void **state)
+{
+    side_t a, b;
+    udp_ep_t *ab, *ba;
+    size_t len = 8u << 20;
+    unsigned char *src, *dst;
+    read_op_t op = {{read_done}, 0, TMX_OK};
+    want_t w;
+    uint64_t t0, end, s0, stalls;
+
+    (void)state;
+    lent_pair_open(&a, &b, len, &src, &dst);
+    ab = connect_to(&a, &b, UUID_B);
+    ba = connect_to(&b, &a, UUID_A);
+    send_bytes(ab, 8);
+    w = (want_t){&b, 1, ab};
+    assert_true(poll_until(&a, &b, got_packets, &w));
+    assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, TL_GET_COPY, &op.super), TMX_INPROGRESS);
+    end = udp_now_us() + 2000000;
+    while (dst[0] == 0 && udp_now_us() < end) { /* the first chunk came */
+        tl_udp_ops.progress(&a.ui->super);
+        tl_udp_ops.progress(&b.ui->super);
+    }
+    assert_int_not_equal(dst[0], 0);
+    s0 = b.ui->stats.stalls_sent;
+    t0 = udp_now_us();
+    while (udp_now_us() - t0 < 500000) /* a is busy for half a second */
+        tl_udp_ops.progress(&b.ui->super);
+    stalls = b.ui->stats.stalls_sent - s0;
+    assert_false(op.done);
+    assert_true(stalls >= 1);
+    assert_true(stalls <= 100);
+    assert_true(poll_until(&a, &b, read_finished, &op)); /* a is back: the read ends whole */
+    assert_int_equal(op.status, TMX_OK);
+    assert_memory_equal(dst, src, len);
+    pair_close(&a, &b);
+    free(src);
+    free(dst);
+}
+
 /* Reads whose owner goes silent are reported stalled to it at most once
  * per UDP_STALL_US, however often the reader polls and however many
  * reads wait on it, also when the reader's flow was freed meanwhile
@@ -2182,6 +2227,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_window_shrinks_after_burst),
         cmocka_unit_test(test_idle_peer_holds_no_flow),
         cmocka_unit_test(test_read_stall_reports_paced),
+        cmocka_unit_test(test_read_stall_reports_back_off),
         cmocka_unit_test(test_refused_port_is_death),
         cmocka_unit_test(test_restarted_at_same_address_is_death),
         cmocka_unit_test(test_silent_peer_is_not_dead),

@@ -124,6 +124,27 @@ int udp_ep_evict_stranger(udp_iface_t *ui)
     return 0;
 }
 
+/* An endpoint that datagrams alone made, before the layer above had an
+ * address for its process, at another host than the one the address
+ * names: a process writes from the host it publishes (every socket of it
+ * is bound to that address), so those datagrams were another's. Once
+ * their exchange is over (no flow: nothing of it is in use), the sequence
+ * numbers they took are forgotten; kept, the process's first packets
+ * would be taken for old duplicates of the forger's and dropped. */
+static void ep_forged_reset(udp_iface_t *ui, udp_ep_t *ep, const struct sockaddr_in *sa)
+{
+    if (ep->connected || ep->super.peer != TMX_PEER_NONE || ep->has_flow || ep->failed ||
+        udp_ep_conn(ui, ep)->sa.sin_addr.s_addr == sa->sin_addr.s_addr)
+        return;
+    util_warn("udp: datagrams naming %016llx came from %s, not from the host its address names: forgotten",
+              (unsigned long long)ep->uuid, inet_ntoa(udp_ep_conn(ui, ep)->sa.sin_addr));
+    memset(&ep->idle, 0, sizeof(ep->idle));
+    ep->rx_data_seen = 0;
+    ep->pressed = 0;
+    ep->probed = 0;
+    ep->lane = 0;
+}
+
 tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
                                   uint64_t uuid, tl_ep_t **out)
 {
@@ -138,6 +159,8 @@ tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_
     memcpy(&a, addr, sizeof(a));
     sa.sin_addr.s_addr = a.ip;
     sa.sin_port = a.port;
+    if (ep != NULL)
+        ep_forged_reset(ui, ep, &sa);
     if (ep == NULL && (ep = udp_ep_new(ui, uuid, &sa, ntohs(a.index))) == NULL)
         return TMX_ERR_NOMEM;
     if (ep->failed)

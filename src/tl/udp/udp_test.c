@@ -389,6 +389,48 @@ static void test_forged_sender_dropped(void **state)
     side_close(&b);
 }
 
+/* Datagrams naming a process the layer above has no address for yet are
+ * taken from the host the first of them came from; if the address it is
+ * then given names another host, they were someone else's (a process
+ * writes from the host it publishes), and the sequence numbers they took
+ * are forgotten: the process's first packets were taken for old
+ * duplicates of the forger's, acknowledged and never delivered. */
+static void test_forged_before_added_forgotten(void **state)
+{
+    const uint64_t x = 0xc0ffee;
+    side_t b;
+    unsigned char buf[sizeof(udp_hdr_t) + 8] = {0};
+    struct sockaddr_in home = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr = {htonl(0x7f000001)}};
+    struct sockaddr_in far = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr = {htonl(0x7f000002)}};
+    udp_addr_t a = {home.sin_addr.s_addr, htons(9), 0, htole64(JOB_KEY)};
+    udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8), htons(9),
+                   htole64(JOB_KEY), htole64(x), htole64(UUID_B), 0, {0, 0}, 0, htole64(8), 0, 0, 0, 0, 0};
+    tl_ep_t *ep;
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->rx_now_us = udp_now_us();
+    for (uint32_t seq = 0; seq < 3; seq++) { /* from far, before x is added */
+        h.seq = htole32(seq);
+        dgram_seal(buf, sizeof(buf), &h);
+        udp_dgram_input(b.ui, buf, sizeof(buf), &far);
+    }
+    assert_int_equal(b.packets, 3);
+    udp_ack_flush(b.ui, UINT64_MAX); /* that exchange is over */
+    assert_int_equal(tl_udp_ops.ep_create(&b.ui->super, &a, sizeof(a), 1, x, &ep), TMX_OK);
+    assert_int_equal(udp_ep_conn(b.ui, (udp_ep_t *)ep)->sa.sin_addr.s_addr, home.sin_addr.s_addr);
+    assert_int_equal(udp_ep_expected((udp_ep_t *)ep, UDP_CH_DATA), 0);
+    h.seq = 0;
+    dgram_seal(buf, sizeof(buf), &h);
+    udp_dgram_input(b.ui, buf, sizeof(buf), &home); /* x's first, from its host */
+    assert_int_equal(b.packets, 4);
+    h.seq = htole32(3);
+    dgram_seal(buf, sizeof(buf), &h);
+    udp_dgram_input(b.ui, buf, sizeof(buf), &far); /* the forger's, now */
+    assert_int_equal(b.packets, 4);
+    side_close(&b);
+}
+
 /* Written data that no receive took (a key nobody lent) is dropped and
  * starts no wait for the writer's end: such a wait reports a stall every
  * few hundred microseconds until the writer's WDONE, which a process that
@@ -2236,6 +2278,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reply_port_zero_dropped),
         cmocka_unit_test(test_contradictory_flags_dropped),
         cmocka_unit_test(test_forged_sender_dropped),
+        cmocka_unit_test(test_forged_before_added_forgotten),
         cmocka_unit_test(test_bye_below_arrivals_ignored),
         cmocka_unit_test(test_refused_write_no_wait),
         cmocka_unit_test(test_reasm_strangers_bounded),

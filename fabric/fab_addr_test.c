@@ -383,6 +383,36 @@ static void test_announced_during_insert(void **state)
     side_close(&b);
 }
 
+/* A query whose announced tmx address is longer than any tmx address
+ * (TMX_ADDRESS_MAX, 256 bytes) is not a query: it is dropped, unanswered
+ * and unlearned (kept, its 257 bytes overran the 256 the name thread
+ * holds), while a well-formed query still gets its answer. */
+static void test_query_oversized_announcement(void **state)
+{
+    side_t srv;
+    struct sockaddr_in srv_name, me = {.sin_family = AF_INET};
+    size_t len = sizeof(srv_name);
+    unsigned char blob[257], buf[512];
+    struct pollfd pfd;
+    char port[16];
+    ssize_t n;
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+    side_open(&srv, NULL, free_port(port), FI_SOURCE, hints_new(0, 0), FI_WAIT_NONE);
+    assert_int_equal(fi_getname(&srv.ep->fid, &srv_name, &len), 0);
+    me.sin_addr = srv_name.sin_addr;
+    assert_int_equal(bind(fd, (struct sockaddr *)&me, sizeof(me)), 0);
+    memset(blob, 0x5a, sizeof(blob));
+    ns_send_query(fd, &srv_name, srv_name.sin_addr.s_addr, htons(9), blob, sizeof(blob));
+    pfd = (struct pollfd){fd, POLLIN, 0};
+    assert_int_equal(poll(&pfd, 1, 500), 0);
+    ns_send_query(fd, &srv_name, 0, 0, NULL, 0);
+    n = recv_wait(fd, buf, sizeof(buf));
+    assert_true(n > (ssize_t)sizeof(ns_wire_t) && buf[5] == NS_WIRE_ANSWER);
+    close(fd);
+    side_close(&srv);
+}
+
 /* One fi_av_insert of three IPv4 names, the middle ones naming ports
  * nobody listens on: the live name is inserted and usable, the others
  * fail each with its own error (FI_SYNC_ERR) and FI_ADDR_NOTAVAIL, and
@@ -596,6 +626,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_announced_peer_gone),
         cmocka_unit_test(test_announced_during_insert),
         cmocka_unit_test(test_insert_refused_names),
+        cmocka_unit_test(test_query_oversized_announcement),
         cmocka_unit_test(test_wait_fd),
         cmocka_unit_test(test_wait_fd_thread_domain),
         cmocka_unit_test(test_eq_write),

@@ -428,7 +428,9 @@ static void ns_answer(fab_ep_t *ep, const ns_hdr_t *q, const struct sockaddr_in 
            sizeof(*from));
 }
 
-/* A query that parses: header, announcement, announced address. */
+/* A query that parses: header, announcement, announced address of at
+ * most TMX_ADDRESS_MAX bytes (what ns_learn keeps; the receive buffer
+ * holds one byte more, so a longer one is seen whole, and refused). */
 static int ns_query_ok(const unsigned char *buf, ssize_t n, ns_hdr_t *q, ns_announce_t *an)
 {
     if (n < (ssize_t)(sizeof(*q) + sizeof(*an)))
@@ -436,7 +438,8 @@ static int ns_query_ok(const unsigned char *buf, ssize_t n, ns_hdr_t *q, ns_anno
     memcpy(q, buf, sizeof(*q));
     memcpy(an, buf + sizeof(*q), sizeof(*an));
     return le32toh(q->magic) == NS_MAGIC && q->version == NS_VERSION && q->op == NS_QUERY &&
-           le16toh(q->len) == (size_t)n - sizeof(*q) - sizeof(*an) && an->reserved == 0;
+           le16toh(q->len) == (size_t)n - sizeof(*q) - sizeof(*an) &&
+           le16toh(q->len) <= TMX_ADDRESS_MAX && an->reserved == 0;
 }
 
 /* Answers every query waiting on the endpoint's name socket and learns

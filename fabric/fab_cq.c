@@ -442,7 +442,7 @@ static ssize_t cq_sreadfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr
         if (ret != -FI_EAGAIN)
             return ret;
         if (atomic_exchange(&cq->signaled, 0))
-            return -FI_ECANCELED;
+            return -FI_EAGAIN; /* fi_cq(3): signaled with nothing to read */
         int64_t left = deadline - fab_now_us();
         if (left <= 0)
             return -FI_EAGAIN;

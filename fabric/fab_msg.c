@@ -620,7 +620,7 @@ static ssize_t t_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc,
     return t_send(fid, buf, len, NULL, dest, tag, context);
 }
 
-#define SENDMSG_FLAGS (FAB_TX_OP_FLAGS | FI_MORE | FI_FENCE | FI_MATCH_COMPLETE)
+#define SENDMSG_FLAGS (FAB_TX_OP_FLAGS | FI_MORE | FI_FENCE)
 
 static ssize_t t_sendmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg, uint64_t flags)
 {

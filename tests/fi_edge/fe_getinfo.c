@@ -129,6 +129,14 @@ static void acceptances(void)
         fi_freeinfo(i);
     }
     h = base();
+    h->tx_attr->op_flags = FI_MATCH_COMPLETE;
+    accepted("tx op_flags FI_MATCH_COMPLETE (done per send)", h, &i);
+    if (i) {
+        CHECK(i->tx_attr->op_flags & FI_MATCH_COMPLETE, "tx op_flags 0x%llx",
+              (unsigned long long)i->tx_attr->op_flags);
+        fi_freeinfo(i);
+    }
+    h = base();
     h->caps = FI_TAGGED;
     h->ep_attr->mem_tag_format = ~0ULL;
     accepted("FI_TAGGED alone with a 64-bit tag format", h, NULL);

@@ -177,6 +177,26 @@ static void msg_flags(void)
     fe_drain(a.cq, NULL, 100);
 }
 
+/* FI_MATCH_COMPLETE as the endpoint's default (FI_SETOPSFLAG): kept, as
+ * every flag of a send it honours per operation, and fi_tsend then
+ * completes only once a receive matched the message. */
+static void match_complete_default(void)
+{
+    uint64_t flags = FI_TRANSMIT | FI_MATCH_COMPLETE;
+    struct fi_cq_tagged_entry e;
+    char rb[4];
+    setup(FI_THREAD_SAFE);
+    CHECK_RET(fi_control(&a.ep->fid, FI_SETOPSFLAG, &flags), 0);
+    flags = FI_TRANSMIT;
+    CHECK_RET(fi_control(&a.ep->fid, FI_GETOPSFLAG, &flags), 0);
+    CHECK(flags & FI_MATCH_COMPLETE, "FI_GETOPSFLAG after setting FI_MATCH_COMPLETE: 0x%llx",
+          (unsigned long long)flags);
+    CHECK_RET(fi_tsend(a.ep, "x", 1, NULL, a.addr, 7, (void *)1), 0);
+    CHECK_RET(fe_cq_wait(a.cq, &e, NULL, 200), -FI_EAGAIN); /* nothing matched it yet */
+    CHECK_RET(fi_trecv(a.ep, rb, sizeof(rb), NULL, FI_ADDR_UNSPEC, 7, 0, (void *)2), 0);
+    CHECK(fe_drain(a.cq, NULL, 100) == 2, "the send and the receive complete once matched");
+}
+
 int main(int argc, char **argv)
 {
     static const fe_case_t cases[] = {
@@ -193,6 +213,7 @@ int main(int argc, char **argv)
         {"close_during_sread", close_during_sread},
         {"inject_delivery_nobody", inject_delivery_nobody},
         {"msg_flags", msg_flags},
+        {"match_complete_default", match_complete_default},
     };
     return fe_run(cases, sizeof(cases) / sizeof(cases[0]), argc, argv, 20);
 }

@@ -190,7 +190,18 @@ int fab_info_check(const struct fi_info *info)
     return info == NULL ? -FI_EINVAL : check_hints(info);
 }
 
-static void fill_attrs(struct fi_info *fi, const struct fi_info *h)
+/* No registration is needed: no mr_mode bits. Before API 1.5 mr_mode is
+ * an enum whose 0 (FI_MR_UNSPEC) only a request holds, so the answer is
+ * FI_MR_SCALABLE, what no bits mean since; an FI_MR_BASIC asked for is
+ * kept, whatever the version (fi_mr(3): the provider does not clear it). */
+static int mr_mode_for(uint32_t version, const struct fi_info *h)
+{
+    if (h && h->domain_attr && h->domain_attr->mr_mode == FI_MR_BASIC)
+        return FI_MR_BASIC;
+    return FI_VERSION_LT(version, FI_VERSION(1, 5)) ? FI_MR_SCALABLE : 0;
+}
+
+static void fill_attrs(struct fi_info *fi, uint32_t version, const struct fi_info *h)
 {
     struct fi_domain_attr *da = fi->domain_attr;
     struct fi_ep_attr *ea = fi->ep_attr;
@@ -223,7 +234,7 @@ static void fill_attrs(struct fi_info *fi, const struct fi_info *h)
                                                                          : FI_PROGRESS_MANUAL;
     da->resource_mgmt = FI_RM_ENABLED;
     da->av_type = h && h->domain_attr ? h->domain_attr->av_type : FI_AV_UNSPEC;
-    da->mr_mode = 0;
+    da->mr_mode = mr_mode_for(version, h);
     da->cq_data_size = FAB_CQ_DATA_SIZE;
     da->cq_cnt = FAB_OBJ_CNT;
     da->ep_cnt = FAB_OBJ_CNT;
@@ -237,7 +248,7 @@ static void fill_attrs(struct fi_info *fi, const struct fi_info *h)
     fi->fabric_attr->prov_version = FAB_PROV_VERSION;
 }
 
-static struct fi_info *info_make(const struct fi_info *h)
+static struct fi_info *info_make(uint32_t version, const struct fi_info *h)
 {
     struct fi_info *fi = fi_allocinfo();
 
@@ -251,7 +262,7 @@ static struct fi_info *info_make(const struct fi_info *h)
         fi_freeinfo(fi);
         return NULL;
     }
-    fill_attrs(fi, h);
+    fill_attrs(fi, version, h);
     return fi;
 }
 
@@ -365,7 +376,7 @@ int fab_getinfo(uint32_t version, const char *node, const char *service, uint64_
 
     if (hints && (ret = check_hints(hints)) != 0)
         return ret;
-    if ((fi = info_make(hints)) == NULL)
+    if ((fi = info_make(version, hints)) == NULL)
         return -FI_ENOMEM;
     fi->addr_format = fmt_for(node, service, hints);
     if (fi->addr_format == FI_FORMAT_UNSPEC)

@@ -261,6 +261,47 @@ static void info_roundtrip(void)
     fi_freeinfo(h);
 }
 
+/* mr_mode as each API version reads it (fi_domain(3), fi_mr(3)): before
+ * 1.5 it is an enum whose 0, FI_MR_UNSPEC, only a request holds, so the
+ * answer names FI_MR_SCALABLE (what no bits mean since) or the FI_MR_BASIC
+ * asked for; from 1.5 no bits, but an FI_MR_BASIC asked for is not
+ * cleared. Each answer opens an endpoint. */
+static void mr_modes(void)
+{
+    static const struct {
+        int major, minor, ask, want;
+    } c[] = {
+        {1, 0, FI_MR_UNSPEC, FI_MR_SCALABLE}, {1, 4, FI_MR_UNSPEC, FI_MR_SCALABLE},
+        {1, 4, FI_MR_BASIC, FI_MR_BASIC},     {1, 4, FI_MR_SCALABLE, FI_MR_SCALABLE},
+        {1, 5, 0, 0},                         {1, 17, FI_MR_LOCAL | FI_MR_ALLOCATED, 0},
+        {1, 17, FI_MR_BASIC, FI_MR_BASIC},
+    };
+
+    for (size_t k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
+        struct fi_info *h = base(), *i = NULL;
+        struct fid_fabric *fab;
+        struct fid_domain *dom;
+        struct fid_ep *ep;
+        int r;
+
+        h->domain_attr->mr_mode = c[k].ask;
+        r = fi_getinfo(FI_VERSION(c[k].major, c[k].minor), NULL, NULL, 0, h, &i);
+        CHECK(r == 0 && i->domain_attr->mr_mode == c[k].want,
+              "API %d.%d, mr_mode 0x%x asked: %d, answered 0x%x, want 0x%x", c[k].major, c[k].minor,
+              c[k].ask, r, r == 0 ? i->domain_attr->mr_mode : -1, c[k].want);
+        fi_freeinfo(h);
+        if (r != 0)
+            continue;
+        MUST(fi_fabric(i->fabric_attr, &fab, NULL));
+        MUST(fi_domain(fab, i, &dom, NULL));
+        MUST(fi_endpoint(dom, i, &ep, NULL));
+        MUST(fi_close(&ep->fid));
+        MUST(fi_close(&dom->fid));
+        MUST(fi_close(&fab->fid));
+        fi_freeinfo(i);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const fe_case_t cases[] = {
@@ -268,6 +309,7 @@ int main(int argc, char **argv)
         {"acceptances", acceptances},
         {"nodes", nodes},
         {"info_roundtrip", info_roundtrip},
+        {"mr_modes", mr_modes},
     };
     return fe_run(cases, sizeof(cases) / sizeof(cases[0]), argc, argv, 60);
 }

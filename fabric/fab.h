@@ -84,7 +84,11 @@ struct fab_domain {
     int ctx_mt;                 /* tmx contexts made TMX_THREAD_MULTIPLE */
     pthread_mutex_t lock;       /* guards provider state when mt */
     struct fi_info *info;
-    struct fab_poll *polls;     /* its poll sets (fab_poll.c), under lock */
+    /* Its poll sets (fab_poll.c). fi_poll holds a set's lock while it
+     * drives the members under lock, so the list has a lock of its own,
+     * taken before a set's and never while lock is held. */
+    pthread_mutex_t poll_lock;
+    struct fab_poll *polls;     /* under poll_lock */
 };
 
 typedef struct fab_av_entry {
@@ -316,7 +320,8 @@ int fab_offload_on(void);
 
 /* fab_poll.c */
 int fab_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr, struct fid_poll **ps);
-/* A CQ or counter being closed leaves its domain's poll sets (lock held). */
+/* A CQ or counter being closed leaves its domain's poll sets; the caller
+ * does not hold the domain lock. */
 void fab_poll_forget(fab_domain_t *dom, struct fid *member);
 
 /* fab_cntr.c */

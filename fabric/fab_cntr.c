@@ -165,9 +165,7 @@ static int cntr_close(struct fid *fid)
                  atomic_load(&cntr->refs));
         return -FI_EBUSY;
     }
-    fab_lock(cntr->dom);
     fab_poll_forget(cntr->dom, fid);
-    fab_unlock(cntr->dom);
     atomic_fetch_sub(&cntr->dom->refs, 1);
     free(cntr);
     return 0;

@@ -662,9 +662,7 @@ static int cq_close(struct fid *fid)
         FAB_WARN(FI_LOG_CQ, "CQ closed while %d endpoints use it\n", atomic_load(&cq->refs));
         return -FI_EBUSY;
     }
-    fab_lock(cq->dom);
     fab_poll_forget(cq->dom, fid);
-    fab_unlock(cq->dom);
     waiter_close(cq);
     atomic_fetch_sub(&cq->dom->refs, 1);
     free(cq->ring);

@@ -93,6 +93,7 @@ static int domain_close(struct fid *fid)
     }
     atomic_fetch_sub(&dom->fab->refs, 1);
     pthread_mutex_destroy(&dom->lock);
+    pthread_mutex_destroy(&dom->poll_lock);
     fi_freeinfo(dom->info);
     free(dom);
     return 0;
@@ -184,6 +185,7 @@ int fab_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_
                                             info->domain_attr->threading != FI_THREAD_COMPLETION);
     dom->ctx_mt = dom->mt;
     pthread_mutex_init(&dom->lock, NULL);
+    pthread_mutex_init(&dom->poll_lock, NULL);
     dom->fab = fab;
     dom->fid.fid.fclass = FI_CLASS_DOMAIN;
     dom->fid.fid.context = context;

@@ -3,6 +3,11 @@
  * drives progress as a read would, then reports the context of each CQ
  * with entries waiting and of each counter whose value changed since the
  * previous fi_poll saw it.
+ *
+ * Locks, in this order: the domain's poll_lock (its list of sets), a
+ * set's lock (its members), the domain lock (taken by the members'
+ * reads). fi_poll holds a set's lock across the reads, so that a member
+ * cannot be freed under it.
  */
 #include <stdlib.h>
 
@@ -22,9 +27,10 @@ typedef struct fab_poll {
 
 /* A CQ or counter being closed leaves every poll set of its domain (fi_poll
  * then no longer sees it); the sets hold no reference, so members may be
- * closed before their set, as fabtests do. Under the domain's lock. */
+ * closed before their set, as fabtests do. */
 void fab_poll_forget(fab_domain_t *dom, struct fid *member)
 {
+    pthread_mutex_lock(&dom->poll_lock);
     for (fab_poll_t *ps = dom->polls; ps != NULL; ps = ps->next) {
         pthread_mutex_lock(&ps->lock);
         for (int i = 0; i < ps->n; i++) {
@@ -37,6 +43,7 @@ void fab_poll_forget(fab_domain_t *dom, struct fid *member)
         }
         pthread_mutex_unlock(&ps->lock);
     }
+    pthread_mutex_unlock(&dom->poll_lock);
 }
 
 static int poll_has_news(fab_poll_t *ps, int i)
@@ -118,14 +125,14 @@ static int poll_close(struct fid *fid)
 {
     fab_poll_t *ps = (fab_poll_t *)fid;
 
-    fab_lock(ps->dom);
+    pthread_mutex_lock(&ps->dom->poll_lock);
     for (fab_poll_t **pp = (fab_poll_t **)&ps->dom->polls; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == ps) {
             *pp = ps->next;
             break;
         }
     }
-    fab_unlock(ps->dom);
+    pthread_mutex_unlock(&ps->dom->poll_lock);
     atomic_fetch_sub(&ps->dom->refs, 1);
     pthread_mutex_destroy(&ps->lock);
     free(ps);
@@ -156,10 +163,10 @@ int fab_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr, struct f
     ps->fid.fid.fclass = FI_CLASS_POLL;
     ps->fid.fid.ops = &poll_fi_ops;
     ps->fid.ops = &poll_ops;
-    fab_lock(dom);
+    pthread_mutex_lock(&dom->poll_lock);
     ps->next = dom->polls;
     dom->polls = ps;
-    fab_unlock(dom);
+    pthread_mutex_unlock(&dom->poll_lock);
     atomic_fetch_add(&dom->refs, 1);
     *out = &ps->fid;
     return 0;

@@ -104,6 +104,43 @@ static void poll_closed_cq(void)
     CHECK_RET(fi_close(&ps->fid), 0);
 }
 
+static volatile int polling;
+
+static void *poller(void *arg)
+{
+    void *ctx[4];
+    while (polling)
+        fi_poll(arg, ctx, 4);
+    return NULL;
+}
+
+/* FI_THREAD_SAFE: one thread polls a set holding the endpoint's CQ while
+ * another opens and closes CQs of the domain (each close takes the CQ out
+ * of the domain's poll sets). Neither may wait for the other for good. */
+static void poll_while_closing(void)
+{
+    struct fid_poll *ps;
+    struct fi_poll_attr pa = {0};
+    struct fid_cq *cq;
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED};
+    pthread_t t;
+    int64_t end;
+    int i;
+    setup(FI_THREAD_SAFE);
+    MUST(fi_poll_open(f.domain, &pa, &ps));
+    MUST(fi_poll_add(ps, &a.cq->fid, 0));
+    polling = 1;
+    pthread_create(&t, NULL, poller, ps);
+    for (i = 0, end = fe_now_ms() + 1000; fe_now_ms() < end; i++) {
+        MUST(fi_cq_open(f.domain, &ca, &cq, NULL));
+        MUST(fi_close(&cq->fid));
+    }
+    polling = 0;
+    pthread_join(t, NULL);
+    CHECK(i > 0, "%d CQs opened and closed in 1 s while another thread polls", i);
+    CHECK_RET(fi_close(&ps->fid), 0);
+}
+
 static void *sreader(void *arg)
 {
     struct fi_cq_tagged_entry e;
@@ -210,6 +247,7 @@ int main(int argc, char **argv)
         {"trywait_null", trywait_null},
         {"cntr_open_null_attr", cntr_open_null_attr},
         {"poll_closed_cq", poll_closed_cq},
+        {"poll_while_closing", poll_while_closing},
         {"close_during_sread", close_during_sread},
         {"inject_delivery_nobody", inject_delivery_nobody},
         {"msg_flags", msg_flags},

@@ -42,7 +42,6 @@
 #define FAB_MAX_MSG_SIZE ((size_t)1 << 40)
 #define FAB_CQ_DATA_SIZE 8
 #define FAB_QUEUE_SIZE 65536        /* tx/rx depth reported; tmx queues grow */
-#define FAB_MAX_EP_PER_OBJ 64       /* endpoints bound to one AV or CQ */
 #define FAB_DRAIN_BATCH 32          /* tmx completions taken per tmx_cq_read */
 #define FAB_NS_TIMEOUT_MS 10000     /* fi_av_insert of an IPv4 name waits this long */
 #define FAB_NS_REFUSED_MS 2000      /* or this long once its port is refused */
@@ -105,8 +104,8 @@ struct fab_av {
     uint32_t addr_format;       /* the domain's: tmx names, sockaddr_in or strings */
     fab_av_entry_t *ent;
     size_t n, cap;
-    fab_ep_t *eps[FAB_MAX_EP_PER_OBJ];
-    int n_eps;
+    fab_ep_t **eps;             /* bound to it (fab_eps_reserve) */
+    int n_eps, cap_eps;
 };
 
 /* One completion as kept until the application reads it. */
@@ -137,8 +136,8 @@ struct fab_cq {
     enum fi_cq_format format;
     fab_cqe_t *ring;
     size_t cap, head, count;    /* cap a power of two; grows */
-    fab_ep_t *eps[FAB_MAX_EP_PER_OBJ];
-    int n_eps;
+    fab_ep_t **eps;             /* bound to it (fab_eps_reserve) */
+    int n_eps, cap_eps;
     atomic_int signaled;
     fab_cq_waiter_t w;
 };
@@ -148,8 +147,8 @@ struct fab_cntr {
     fab_domain_t *dom;
     atomic_int refs;
     atomic_uint_least64_t cnt, err;
-    fab_ep_t *eps[FAB_MAX_EP_PER_OBJ]; /* driven by reads and waits */
-    int n_eps;
+    fab_ep_t **eps;             /* driven by reads and waits (fab_eps_reserve) */
+    int n_eps, cap_eps;
 };
 
 /* The tmx user context of an operation that wants no CQ entry but is
@@ -353,6 +352,10 @@ int fab_cq_trywait(fab_cq_t *cq);
 int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **ep,
                 void *context);
 int fab_ops_grow(fab_ep_t *ep);
+/* Room for one more in the endpoints bound to an AV, CQ or counter (n of
+ * them in *eps, which holds *cap): 0, or -FI_ENOMEM with *eps unchanged.
+ * The owner frees *eps when it closes. */
+int fab_eps_reserve(fab_ep_t ***eps, int n, int *cap);
 void fab_op_list_add(fab_op_t *head, fab_op_t *op);
 void fab_op_list_del(fab_op_t *op);
 

@@ -458,11 +458,8 @@ int fab_av_attach(fab_av_t *av, fab_ep_t *ep)
     int ret = 0;
 
     fab_lock(av->dom);
-    if (av->n_eps == FAB_MAX_EP_PER_OBJ) {
-        FAB_WARN(FI_LOG_AV, "more than %d endpoints on one AV\n", FAB_MAX_EP_PER_OBJ);
-        ret = -FI_ENOSPC;
+    if ((ret = fab_eps_reserve(&av->eps, av->n_eps, &av->cap_eps)) != 0)
         goto out_unlock;
-    }
     for (size_t i = 0; i < av->n && ret == 0; i++)
         ret = ep_add_peer(ep, av->ent[i].name, i);
     if (ret == 0) {
@@ -496,6 +493,7 @@ static int av_close(struct fid *fid)
         return -FI_EBUSY;
     }
     atomic_fetch_sub(&av->dom->refs, 1);
+    free(av->eps);
     free(av->ent);
     free(av);
     return 0;

@@ -136,10 +136,8 @@ int fab_cntr_attach(fab_cntr_t *cntr, fab_ep_t *ep)
         if (cntr->eps[k] == ep)
             return 0;
     }
-    if (cntr->n_eps == FAB_MAX_EP_PER_OBJ) {
-        FAB_WARN(FI_LOG_CNTR, "more than %d endpoints on one counter\n", FAB_MAX_EP_PER_OBJ);
-        return -FI_ENOSPC;
-    }
+    if (fab_eps_reserve(&cntr->eps, cntr->n_eps, &cntr->cap_eps) != 0)
+        return -FI_ENOMEM;
     cntr->eps[cntr->n_eps++] = ep;
     atomic_fetch_add(&cntr->refs, 1);
     return 0;
@@ -167,6 +165,7 @@ static int cntr_close(struct fid *fid)
     }
     fab_poll_forget(cntr->dom, fid);
     atomic_fetch_sub(&cntr->dom->refs, 1);
+    free(cntr->eps);
     free(cntr);
     return 0;
 }

@@ -630,10 +630,8 @@ int fab_cq_attach(fab_cq_t *cq, fab_ep_t *ep)
         if (cq->eps[k] == ep)
             return 0;
     }
-    if (cq->n_eps == FAB_MAX_EP_PER_OBJ) {
-        FAB_WARN(FI_LOG_CQ, "more than %d endpoints on one CQ\n", FAB_MAX_EP_PER_OBJ);
-        return -FI_ENOSPC;
-    }
+    if (fab_eps_reserve(&cq->eps, cq->n_eps, &cq->cap_eps) != 0)
+        return -FI_ENOMEM;
     cq->eps[cq->n_eps++] = ep;
     atomic_fetch_add(&cq->refs, 1);
     return 0;
@@ -665,6 +663,7 @@ static int cq_close(struct fid *fid)
     fab_poll_forget(cq->dom, fid);
     waiter_close(cq);
     atomic_fetch_sub(&cq->dom->refs, 1);
+    free(cq->eps);
     free(cq->ring);
     free(cq);
     return 0;

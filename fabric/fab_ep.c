@@ -33,6 +33,20 @@ int fab_ops_grow(fab_ep_t *ep)
     return 0;
 }
 
+int fab_eps_reserve(fab_ep_t ***eps, int n, int *cap)
+{
+    int c = *cap > 0 ? *cap * 2 : 4;
+    fab_ep_t **e;
+
+    if (n < *cap)
+        return 0;
+    if ((e = realloc(*eps, (size_t)c * sizeof(*e))) == NULL)
+        return -FI_ENOMEM;
+    *eps = e;
+    *cap = c;
+    return 0;
+}
+
 void fab_op_list_add(fab_op_t *head, fab_op_t *op)
 {
     op->next = head->next;

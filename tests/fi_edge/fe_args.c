@@ -414,6 +414,55 @@ static void send_only_ep(void)
     fi_freeinfo(h);
 }
 
+/* More endpoints than ever before on one CQ, one AV and one counter (the
+ * domain suggests ep_cnt of them): each binds and enables, and a message
+ * between the last and the first arrives. */
+#define MANY_EPS 100
+static void many_eps(void)
+{
+    fe_t f;
+    struct fid_ep *ep[MANY_EPS];
+    struct fid_cq *cq;
+    struct fid_cntr *cntr;
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED};
+    struct fi_cntr_attr na = {.events = FI_CNTR_EVENTS_COMP};
+    fi_addr_t first = FI_ADDR_NOTAVAIL;
+    char name[FI_NAME_MAX], rb[4];
+    int n = 0;
+
+    fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_TABLE);
+    CHECK(f.info->domain_attr->ep_cnt >= MANY_EPS, "ep_cnt %zu", f.info->domain_attr->ep_cnt);
+    MUST(fi_cq_open(f.domain, &ca, &cq, NULL));
+    MUST(fi_cntr_open(f.domain, &na, &cntr, NULL));
+    for (; n < MANY_EPS; n++) {
+        size_t len = sizeof(name);
+        int r;
+        MUST(fi_endpoint(f.domain, f.info, &ep[n], NULL));
+        if ((r = fi_ep_bind(ep[n], &cq->fid, FI_TRANSMIT | FI_RECV)) != 0 ||
+            (r = fi_ep_bind(ep[n], &f.av->fid, 0)) != 0 || (r = fi_ep_bind(ep[n], &cntr->fid, FI_RECV)) != 0 ||
+            (r = fi_enable(ep[n])) != 0) {
+            CHECK(0, "endpoint %d of %d on one CQ, AV and counter: %d (%s)", n + 1, MANY_EPS, r,
+                  fi_strerror(-r));
+            fi_close(&ep[n]->fid);
+            break;
+        }
+        if (n == 0) {
+            MUST(fi_getname(&ep[0]->fid, name, &len));
+            CHECK_RET(fi_av_insert(f.av, name, 1, &first, 0, NULL), 1);
+        }
+    }
+    if (n == MANY_EPS) {
+        CHECK_RET(fi_trecv(ep[0], rb, sizeof(rb), NULL, FI_ADDR_UNSPEC, 9, 0, (void *)1), 0);
+        CHECK_RET(fi_tsend(ep[n - 1], "abc", 3, NULL, first, 9, (void *)2), 0);
+        CHECK(fe_drain(cq, NULL, 200) == 2 && fi_cntr_read(cntr) == 1, "send and receive complete");
+    }
+    while (n > 0)
+        MUST(fi_close(&ep[--n]->fid));
+    MUST(fi_close(&cntr->fid));
+    MUST(fi_close(&cq->fid));
+    fe_close(&f);
+}
+
 int main(int argc, char **argv)
 {
     static const fe_case_t cases[] = {
@@ -429,6 +478,7 @@ int main(int argc, char **argv)
         {"nulls", nulls},
         {"mr", mr},
         {"send_only_ep", send_only_ep},
+        {"many_eps", many_eps},
     };
     return fe_run(cases, sizeof(cases) / sizeof(cases[0]), argc, argv, 30);
 }

@@ -177,12 +177,14 @@ int fab_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_
         return -FI_ENOMEM;
     if ((dom->info = fi_dupinfo(info)) == NULL)
         goto err_free_dom;
-    /* Only FI_THREAD_DOMAIN and FI_THREAD_COMPLETION have the application
-     * serialise an endpoint with its CQ; under FI_THREAD_FID and
-     * FI_THREAD_ENDPOINT one thread may send on an endpoint while another
-     * reads its CQ (fi_domain(3)), so those lock as FI_THREAD_SAFE does. */
-    dom->mt = info->domain_attr == NULL || (info->domain_attr->threading != FI_THREAD_DOMAIN &&
-                                            info->domain_attr->threading != FI_THREAD_COMPLETION);
+    /* Only FI_THREAD_DOMAIN has the application serialise every object of
+     * the domain. Under FI_THREAD_FID and FI_THREAD_ENDPOINT one thread may
+     * send on an endpoint while another reads its CQ, and under
+     * FI_THREAD_COMPLETION one thread may insert into the AV while others
+     * drive its endpoints (the AV shares no completion structure with
+     * them, fi_domain(3)), and an insertion adds a peer to every bound
+     * endpoint's context: those lock as FI_THREAD_SAFE does. */
+    dom->mt = info->domain_attr == NULL || info->domain_attr->threading != FI_THREAD_DOMAIN;
     dom->ctx_mt = dom->mt;
     pthread_mutex_init(&dom->lock, NULL);
     pthread_mutex_init(&dom->poll_lock, NULL);

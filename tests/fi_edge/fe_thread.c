@@ -180,6 +180,84 @@ static void safe_av(void)
     fe_close(&f);
 }
 
+/* FI_THREAD_COMPLETION: the application serialises only the objects that
+ * share a completion structure (an endpoint with its CQ); the AV is not
+ * one of them (fi_domain(3)). One thread drives a with its CQ, one b with
+ * its, and a third inserts into their AV names it has not seen yet, so
+ * that the AV and every bound endpoint's peers grow under the traffic
+ * (a use of freed memory for ASan and TSan builds while the provider took
+ * no lock). Several rounds, each from a small AV. */
+#define COMPLETION_NAMES 32
+
+static char completion_names[COMPLETION_NAMES][FI_NAME_MAX];
+
+static void *a_side(void *arg)
+{
+    struct fi_cq_tagged_entry e[16];
+    struct fi_cq_err_entry err;
+    uint64_t v = 0;
+    int i = 0;
+    while (!stop && (i < N || atomic_load(&tx_done) < N)) {
+        ssize_t r = i < N ? fi_tsend(a.ep, &v, sizeof(v), NULL, b.addr, 1, NULL) : -FI_EAGAIN;
+        if (r == 0)
+            v = (uint64_t)++i;
+        else if (r != -FI_EAGAIN)
+            atomic_fetch_add(&errors, 1), i = N;
+        r = fi_cq_read(a.cq, e, 16);
+        if (r > 0)
+            atomic_fetch_add(&tx_done, (int)r);
+        else if (r == -FI_EAVAIL)
+            fi_cq_readerr(a.cq, &err, 0), atomic_fetch_add(&errors, 1);
+    }
+    return arg;
+}
+
+static void *new_names_inserter(void *arg)
+{
+    for (int i = 0; i < 600 && !stop; i++) {
+        fi_addr_t x;
+        if (fi_av_insert(f.av, completion_names[i % COMPLETION_NAMES], 1, &x, 0, NULL) != 1 ||
+            fi_av_remove(f.av, &x, 1, 0) != 0)
+            atomic_fetch_add(&errors, 1);
+    }
+    return arg;
+}
+
+static void completion_av(void)
+{
+    for (int round = 0; round < 4; round++) {
+        pthread_t t1, t2, t3;
+        atomic_store(&stop, 0);
+        atomic_store(&tx_done, 0);
+        atomic_store(&rx_done, 0);
+        atomic_store(&errors, 0);
+        pair_open(FI_THREAD_COMPLETION);
+        for (int k = 0; k < COMPLETION_NAMES; k++) {
+            struct fid_ep *ep;
+            size_t len = FI_NAME_MAX;
+            MUST(fi_endpoint(f.domain, f.info, &ep, NULL));
+            MUST(fi_getname(&ep->fid, completion_names[k], &len));
+            MUST(fi_close(&ep->fid));
+        }
+        pthread_create(&t3, NULL, receiver, NULL);
+        pthread_create(&t1, NULL, a_side, NULL);
+        pthread_create(&t2, NULL, new_names_inserter, NULL);
+        int64_t end = fe_now_ms() + 20000;
+        while (fe_now_ms() < end && (atomic_load(&rx_done) < N || atomic_load(&tx_done) < N))
+            usleep(10000);
+        atomic_store(&stop, 1);
+        pthread_join(t1, NULL);
+        pthread_join(t2, NULL);
+        pthread_join(t3, NULL);
+        CHECK(atomic_load(&tx_done) == N && atomic_load(&rx_done) == N && atomic_load(&errors) == 0,
+              "round %d: AV inserts beside two threads' traffic: %d sent, %d received, %d errors",
+              round, atomic_load(&tx_done), atomic_load(&rx_done), atomic_load(&errors));
+        fe_ep_close(&a);
+        fe_ep_close(&b);
+        fe_close(&f);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const fe_case_t cases[] = {
@@ -187,6 +265,7 @@ int main(int argc, char **argv)
         {"safe_av", safe_av},
         {"fid_three", fid_three},
         {"endpoint_three", endpoint_three},
+        {"completion_av", completion_av},
     };
     return fe_run(cases, sizeof(cases) / sizeof(cases[0]), argc, argv, 60);
 }

@@ -349,7 +349,9 @@ static ssize_t cq_read(struct fid_cq *fid, void *buf, size_t count)
 {
     fab_cq_t *cq = (fab_cq_t *)fid;
 
-    if (__builtin_expect(cq->n_eps == 1 && cq->count == 0 && count != 0 && buf != NULL && !cq->dom->mt, 1)) {
+    /* mt first: in a locked domain another thread may be filling the
+     * ring, which only the general path may look at */
+    if (__builtin_expect(!cq->dom->mt && cq->n_eps == 1 && cq->count == 0 && count != 0 && buf != NULL, 1)) {
         size_t n = ep_read(cq, cq->eps[0], buf, count, NULL);
         if (n > 0)
             return (ssize_t)n;

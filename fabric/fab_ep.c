@@ -479,6 +479,23 @@ static void ep_take_info(fab_ep_t *ep, const struct fi_info *info)
     ep->addr_format = info->addr_format;
 }
 
+/* A tmx name cannot be chosen: an endpoint named by tmx names takes no
+ * source, or the empty name (zeros) fi_getinfo answers with; any other
+ * would not be the endpoint's name. IPv4 sources are the name socket's
+ * (fab_ns_open). */
+static int tmx_source_ok(const struct fi_info *info)
+{
+    const unsigned char *a = info->src_addr;
+
+    if (info->addr_format == FI_SOCKADDR_IN || info->addr_format == FI_ADDR_STR || a == NULL)
+        return 1;
+    for (size_t i = 0; i < info->src_addrlen; i++) {
+        if (a[i] != 0)
+            return 0;
+    }
+    return 1;
+}
+
 int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **out,
                 void *context)
 {
@@ -488,6 +505,10 @@ int fab_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep *
 
     if (info == NULL || (ret = fab_info_check(info)) != 0) {
         FAB_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info missing or not one of ours\n");
+        return -FI_EINVAL;
+    }
+    if (!tmx_source_ok(info)) {
+        FAB_WARN(FI_LOG_EP_CTRL, "fi_endpoint: a tmx name cannot be chosen as the source\n");
         return -FI_EINVAL;
     }
     if ((ep = calloc(1, sizeof(*ep))) == NULL)

@@ -302,6 +302,47 @@ static void mr_modes(void)
     }
 }
 
+/* A tmx name cannot be chosen (fi_tmx(7)): fi_endpoint takes no source,
+ * or the empty name fi_getinfo answers, and refuses any other name (an
+ * endpoint opened there would have another name, not the one asked). */
+static void tmx_source(void)
+{
+    struct fi_info *h = base(), *i = NULL, *d;
+    struct fid_fabric *fab;
+    struct fid_domain *dom;
+    struct fid_ep *ep, *ep2;
+    unsigned char name[FI_NAME_MAX];
+    size_t len = sizeof(name);
+    int r;
+
+    MUST(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &i));
+    fi_freeinfo(h);
+    MUST(fi_fabric(i->fabric_attr, &fab, NULL));
+    MUST(fi_domain(fab, i, &dom, NULL));
+    MUST(fi_endpoint(dom, i, &ep, NULL)); /* the empty name */
+    MUST(fi_getname(&ep->fid, name, &len));
+    d = fi_dupinfo(i);
+    free(d->src_addr);
+    d->src_addr = NULL;
+    d->src_addrlen = 0;
+    r = fi_endpoint(dom, d, &ep2, NULL);
+    CHECK(r == 0, "fi_endpoint with no source -> %d", r);
+    if (r == 0)
+        fi_close(&ep2->fid);
+    d->src_addr = malloc(len);
+    memcpy(d->src_addr, name, len);
+    d->src_addrlen = len;
+    r = fi_endpoint(dom, d, &ep2, NULL);
+    CHECK(r == -FI_EINVAL, "fi_endpoint at another endpoint's tmx name -> %d (%s)", r, fi_strerror(-r));
+    if (r == 0)
+        fi_close(&ep2->fid);
+    fi_freeinfo(d);
+    MUST(fi_close(&ep->fid));
+    MUST(fi_close(&dom->fid));
+    MUST(fi_close(&fab->fid));
+    fi_freeinfo(i);
+}
+
 int main(int argc, char **argv)
 {
     static const fe_case_t cases[] = {
@@ -310,6 +351,7 @@ int main(int argc, char **argv)
         {"nodes", nodes},
         {"info_roundtrip", info_roundtrip},
         {"mr_modes", mr_modes},
+        {"tmx_source", tmx_source},
     };
     return fe_run(cases, sizeof(cases) / sizeof(cases[0]), argc, argv, 60);
 }

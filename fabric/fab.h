@@ -147,6 +147,9 @@ struct fab_cntr {
     fab_domain_t *dom;
     atomic_int refs;
     atomic_uint_least64_t cnt, err;
+    /* The values as fi_poll last saw them, or fi_cntr_add and the like
+     * left them: fi_poll reports a change from these (fi_poll(3)). */
+    atomic_uint_least64_t poll_cnt, poll_err;
     fab_ep_t **eps;             /* driven by reads and waits (fab_eps_reserve) */
     int n_eps, cap_eps;
 };
@@ -329,6 +332,10 @@ int fab_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr, struct f
 int fab_cntr_attach(fab_cntr_t *cntr, fab_ep_t *ep);
 void fab_cntr_detach(fab_cntr_t *cntr, fab_ep_t *ep);
 void fab_cntr_count(fab_cntr_t *cntr, int failed);
+/* fi_poll: 1 if the counter's success or error value changed since the
+ * last fi_poll, fi_cntr_add, fi_cntr_set, fi_cntr_adderr or fi_cntr_seterr
+ * (after one progress pass); the change is then seen. */
+int fab_cntr_poll(fab_cntr_t *cntr);
 
 /* fab_cq.c */
 /* Moves what the endpoint's context completed into its CQs and counters;

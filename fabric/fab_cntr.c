@@ -46,28 +46,51 @@ static uint64_t cntr_readerr(struct fid_cntr *fid)
     return atomic_load(&cntr->err);
 }
 
+/* What the application adds or sets is no news for fi_poll. */
 static int cntr_add(struct fid_cntr *fid, uint64_t value)
 {
-    atomic_fetch_add(&((fab_cntr_t *)fid)->cnt, value);
+    fab_cntr_t *cntr = (fab_cntr_t *)fid;
+
+    atomic_store(&cntr->poll_cnt, atomic_fetch_add(&cntr->cnt, value) + value);
     return 0;
 }
 
 static int cntr_set(struct fid_cntr *fid, uint64_t value)
 {
-    atomic_store(&((fab_cntr_t *)fid)->cnt, value);
+    fab_cntr_t *cntr = (fab_cntr_t *)fid;
+
+    atomic_store(&cntr->cnt, value);
+    atomic_store(&cntr->poll_cnt, value);
     return 0;
 }
 
 static int cntr_adderr(struct fid_cntr *fid, uint64_t value)
 {
-    atomic_fetch_add(&((fab_cntr_t *)fid)->err, value);
+    fab_cntr_t *cntr = (fab_cntr_t *)fid;
+
+    atomic_store(&cntr->poll_err, atomic_fetch_add(&cntr->err, value) + value);
     return 0;
 }
 
 static int cntr_seterr(struct fid_cntr *fid, uint64_t value)
 {
-    atomic_store(&((fab_cntr_t *)fid)->err, value);
+    fab_cntr_t *cntr = (fab_cntr_t *)fid;
+
+    atomic_store(&cntr->err, value);
+    atomic_store(&cntr->poll_err, value);
     return 0;
+}
+
+int fab_cntr_poll(fab_cntr_t *cntr)
+{
+    uint64_t v, e, seen_v, seen_e;
+
+    cntr_progress(cntr);
+    v = atomic_load(&cntr->cnt);
+    e = atomic_load(&cntr->err);
+    seen_v = atomic_exchange(&cntr->poll_cnt, v);
+    seen_e = atomic_exchange(&cntr->poll_err, e);
+    return seen_v != v || seen_e != e;
 }
 
 /* Sleeps in the first endpoint's context, in slices. */

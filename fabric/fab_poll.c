@@ -1,8 +1,9 @@
 /*
  * Poll sets: which of a few CQs and counters have something new. fi_poll
  * drives progress as a read would, then reports the context of each CQ
- * with entries waiting and of each counter whose value changed since the
- * previous fi_poll saw it.
+ * with entries waiting and of each counter whose success or error value
+ * changed since the previous fi_poll saw it (or fi_cntr_add and the like
+ * set it: fab_cntr_poll).
  *
  * Locks, in this order: the domain's poll_lock (its list of sets), a
  * set's lock (its members), the domain lock (taken by the members'
@@ -20,7 +21,6 @@ typedef struct fab_poll {
     fab_domain_t *dom;
     pthread_mutex_t lock;       /* guards the members */
     struct fid *fids[POLL_MAX];
-    uint64_t seen[POLL_MAX];    /* counters: the value last reported */
     int n;
     struct fab_poll *next;      /* in dom->polls */
 } fab_poll_t;
@@ -37,7 +37,6 @@ void fab_poll_forget(fab_domain_t *dom, struct fid *member)
             if (ps->fids[i] == member) {
                 ps->n--;
                 ps->fids[i] = ps->fids[ps->n];
-                ps->seen[i] = ps->seen[ps->n];
                 i--;
             }
         }
@@ -49,15 +48,10 @@ void fab_poll_forget(fab_domain_t *dom, struct fid *member)
 static int poll_has_news(fab_poll_t *ps, int i)
 {
     struct fid *f = ps->fids[i];
-    uint64_t v;
 
     if (f->fclass == FI_CLASS_CQ)
         return fab_cq_ready((fab_cq_t *)f);
-    v = fi_cntr_read((struct fid_cntr *)f);
-    if (v == ps->seen[i])
-        return 0;
-    ps->seen[i] = v;
-    return 1;
+    return fab_cntr_poll((fab_cntr_t *)f);
 }
 
 static int poll_poll(struct fid_poll *fid, void **context, int count)
@@ -88,7 +82,6 @@ static int poll_add(struct fid_poll *fid, struct fid *event_fid, uint64_t flags)
     if (ps->n == POLL_MAX) {
         ret = -FI_ENOSPC;
     } else {
-        ps->seen[ps->n] = 0;
         ps->fids[ps->n++] = event_fid;
     }
     pthread_mutex_unlock(&ps->lock);
@@ -105,7 +98,6 @@ static int poll_del(struct fid_poll *fid, struct fid *event_fid, uint64_t flags)
         if (ps->fids[i] == event_fid) {
             ps->n--;
             ps->fids[i] = ps->fids[ps->n];
-            ps->seen[i] = ps->seen[ps->n];
             ret = 0;
             break;
         }

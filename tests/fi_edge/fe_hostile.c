@@ -104,6 +104,41 @@ static void poll_closed_cq(void)
     CHECK_RET(fi_close(&ps->fid), 0);
 }
 
+/* fi_poll(3): a counter's context is returned when its success value or
+ * its error value changed since the last fi_poll, fi_cntr_set or
+ * fi_cntr_add: a failed receive shows, a value the application set or
+ * added itself does not. */
+static void poll_cntr_errors(void)
+{
+    struct fid_poll *ps;
+    struct fi_poll_attr pa = {0};
+    struct fid_cntr *cntr;
+    struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP};
+    char rb[2];
+    void *ctx[4];
+    int64_t end;
+    setup(FI_THREAD_SAFE);
+    MUST(fi_cntr_open(f.domain, &ca, &cntr, &cntr));
+    MUST(fi_ep_bind(a.ep, &cntr->fid, FI_RECV));
+    MUST(fi_poll_open(f.domain, &pa, &ps));
+    MUST(fi_poll_add(ps, &cntr->fid, 0));
+    CHECK_RET(fi_poll(ps, ctx, 4), 0);
+    CHECK_RET(fi_trecv(a.ep, rb, sizeof(rb), NULL, FI_ADDR_UNSPEC, 3, 0, (void *)1), 0);
+    CHECK_RET(fi_tsend(a.ep, "12345678", 8, NULL, a.addr, 3, (void *)2), 0);
+    for (end = fe_now_ms() + 3000; fe_now_ms() < end && fi_cntr_readerr(cntr) == 0;)
+        ;
+    CHECK(fi_cntr_readerr(cntr) == 1 && fi_cntr_read(cntr) == 0, "the truncated receive counted as an error");
+    CHECK(fi_poll(ps, ctx, 4) == 1 && ctx[0] == &cntr, "fi_poll returns the counter whose errors changed");
+    CHECK_RET(fi_poll(ps, ctx, 4), 0);
+    CHECK_RET(fi_cntr_add(cntr, 5), 0);
+    CHECK_RET(fi_cntr_set(cntr, 7), 0);
+    CHECK_RET(fi_poll(ps, ctx, 4), 0);
+    fe_drain(a.cq, NULL, 50);
+    CHECK_RET(fi_close(&ps->fid), 0);
+    CHECK_RET(fi_close(&a.ep->fid), 0);
+    CHECK_RET(fi_close(&cntr->fid), 0);
+}
+
 static volatile int polling;
 
 static void *poller(void *arg)
@@ -248,6 +283,7 @@ int main(int argc, char **argv)
         {"cntr_open_null_attr", cntr_open_null_attr},
         {"poll_closed_cq", poll_closed_cq},
         {"poll_while_closing", poll_while_closing},
+        {"poll_cntr_errors", poll_cntr_errors},
         {"close_during_sread", close_during_sread},
         {"inject_delivery_nobody", inject_delivery_nobody},
         {"msg_flags", msg_flags},

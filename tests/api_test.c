@@ -1324,6 +1324,48 @@ static void test_threads(void **state)
     } while (n > 0);
 }
 
+/* Sends one message (tag 1) to the fixture's own peer 50 ms from now. */
+static void *thr_send_later(void *p)
+{
+    fixture_t *f = p;
+    struct timespec ms50 = {0, 50 * 1000 * 1000};
+
+    nanosleep(&ms50, NULL);
+    return (void *)(intptr_t)tmx_tsend(f->ctx, f->self, "late", 5, 1, NULL, NULL);
+}
+
+/* A timeout too long to add to the clock (INT64_MAX: "as long as it
+ * takes") waits like no limit, instead of timing out at once. */
+static void test_wait_longest_timeout(void **state)
+{
+    fixture_t *f = *state;
+    pthread_t t;
+    tmx_request_h rr;
+    tmx_completion_t c;
+    char buf[8];
+    size_t n;
+    void *rv;
+
+    assert_int_equal(tmx_trecv(f->ctx, f->self, buf, sizeof(buf), 1, 0, NULL, &rr), TMX_OK);
+    assert_int_equal(pthread_create(&t, NULL, thr_send_later, f), 0);
+    assert_int_equal(tmx_request_wait(rr, INT64_MAX, &c), TMX_OK);
+    pthread_join(t, &rv);
+    assert_int_equal((intptr_t)rv, TMX_OK);
+    assert_string_equal(buf, "late");
+    assert_int_equal(tmx_request_free(rr), TMX_OK);
+    cq_one(f->ctx);
+    cq_one(f->ctx);
+    assert_int_equal(pthread_create(&t, NULL, thr_send_later, f), 0);
+    assert_true(tmx_wait(f->ctx, INT64_MAX) >= 0);
+    /* it returned for the send's completion, not at once */
+    assert_int_equal(tmx_cq_read(f->ctx, &c, 1, &n), TMX_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(c.op, TMX_OP_TSEND);
+    pthread_join(t, &rv);
+    assert_int_equal((intptr_t)rv, TMX_OK);
+    assert_int_equal(tmx_tprobe(f->ctx, f->self, 1, 0, 0, &c, NULL), TMX_OK);
+}
+
 /* Destroying a context with work outstanding frees everything. */
 static void test_destroy_busy(void **state)
 {
@@ -1575,6 +1617,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_empty_null, setup, teardown),
         cmocka_unit_test(test_implicit_peer),
         cmocka_unit_test_setup_teardown(test_threads, setup_mt, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_longest_timeout, setup_mt, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_busy, setup, teardown),
         cmocka_unit_test(test_destroy_udp_rndv_waiting_for_fin),
         cmocka_unit_test(test_offload_shm),

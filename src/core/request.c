@@ -302,9 +302,21 @@ void core_poll_yield(tmx_context_h ctx)
     }
 }
 
+/* When a wait of timeout_us (< 0: no limit) from now ends; a timeout too
+ * long to add to the clock is no limit either. */
+static int64_t wait_deadline(int64_t timeout_us)
+{
+    int64_t now;
+
+    if (timeout_us < 0)
+        return INT64_MAX;
+    now = core_now_us();
+    return timeout_us > INT64_MAX - now ? INT64_MAX : now + timeout_us;
+}
+
 TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx_completion_t *out)
 {
-    int64_t deadline = timeout_us < 0 ? INT64_MAX : core_now_us() + timeout_us;
+    int64_t deadline = wait_deadline(timeout_us);
     tmx_status_t st;
 
     if ((st = request_check("tmx_request_wait", req)) != TMX_OK)
@@ -419,7 +431,7 @@ TMX_API int tmx_wait(tmx_context_h ctx, int64_t timeout_us)
         util_error("tmx_wait: NULL context");
         return TMX_ERR_INVALID;
     }
-    deadline = timeout_us < 0 ? INT64_MAX : core_now_us() + timeout_us;
+    deadline = wait_deadline(timeout_us);
     core_lock(ctx);
     while (ctx->cq.count == 0 && (events = core_progress(ctx)) == 0) {
         if ((spins & 63) == 63 && core_now_us() >= deadline)

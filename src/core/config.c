@@ -15,7 +15,7 @@
 typedef enum cfg_type {
     CFG_UINT,       /* decimal, in [lo, hi], into a uint32_t or uint64_t */
     CFG_ENUM,       /* one of words (any case), its index into an int */
-    CFG_LIST,       /* free text up to the field's size; checked by its user */
+    CFG_TLS,        /* transport names (tl_names), comma separated, up to the field's size */
     CFG_IPV4,       /* "auto" or a dotted IPv4 address */
     CFG_FAULTS,     /* name=rate[,...] with rates in [0, 1] */
     CFG_STOP,       /* empty, or claim:N, publish:N, help:N or fbox:N with N > 0 */
@@ -42,7 +42,7 @@ static const char *const auto_words[] = {"0", "auto", NULL};
 static const cfg_entry_t cfg_table[] = {
     {"TMX_LOG_LEVEL", CFG_ENUM, "warn", 0, 0, log_words, CFG_FIELD(log_level),
      "log level (debug names each protocol chosen)"},
-    {"TMX_TRANSPORTS", CFG_LIST, "self,shm,udp", 0, 0, NULL, CFG_FIELD(transports),
+    {"TMX_TRANSPORTS", CFG_TLS, "self,shm,udp", 0, 0, NULL, CFG_FIELD(transports),
      "transports a context opens, in order of preference (self, shm, udp)"},
     {"TMX_UNEXPECTED_MAX", CFG_UINT, "67108864", 0, 1ull << 48, NULL, CFG_FIELD(unexpected_max),
      "bytes that unexpected messages (received before their receive was posted) may hold; 8 MiB "
@@ -204,6 +204,30 @@ static int parse_stop(const char *v, tl_shm_settings_t *s)
     return 0;
 }
 
+/* At least one name, each a transport's: what open_transports (context.c)
+ * opens, so that a list it would refuse is refused here, where
+ * tmx_config_get and tmx-info see it too. */
+static int parse_tls(const char *v, char *out, size_t size)
+{
+    char buf[128], *save = NULL;
+    int n = 0;
+
+    if (strlen(v) >= size || strlen(v) >= sizeof(buf))
+        return 0;
+    strcpy(buf, v);
+    for (char *t = strtok_r(buf, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save), n++) {
+        int k = 0;
+        while (tl_names[k] != NULL && strcmp(tl_names[k], t) != 0)
+            k++;
+        if (tl_names[k] == NULL)
+            return 0;
+    }
+    if (n == 0)
+        return 0;
+    strcpy(out, v);
+    return 1;
+}
+
 static int parse_ipv4(const char *v, char *out, size_t size)
 {
     struct in_addr a;
@@ -238,8 +262,11 @@ static const char *cfg_accepts(const cfg_entry_t *e, char *buf, size_t size)
         for (int i = 0; e->words[i] != NULL && used < size; i++)
             used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? "|" : "one of ", e->words[i]);
         break;
-    case CFG_LIST:
-        snprintf(buf, size, "a comma list of at most %zu characters", e->size - 1);
+    case CFG_TLS:
+        for (int i = 0; tl_names[i] != NULL && used < size; i++)
+            used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? ", " : "a comma list of ", tl_names[i]);
+        if (used < size)
+            snprintf(buf + used, size - used, " (at most %zu characters)", e->size - 1);
         break;
     case CFG_IPV4:
         snprintf(buf, size, "auto or a dotted IPv4 address");
@@ -273,11 +300,8 @@ static int cfg_parse(const cfg_entry_t *e, const char *v, config_t *c)
         return 1;
     case CFG_ENUM:
         return parse_enum(e, v, field);
-    case CFG_LIST:
-        if (strlen(v) >= e->size)
-            return 0;
-        strcpy(field, v);
-        return 1;
+    case CFG_TLS:
+        return parse_tls(v, field, e->size);
     case CFG_IPV4:
         return parse_ipv4(v, field, e->size);
     case CFG_FAULTS:

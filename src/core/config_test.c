@@ -45,6 +45,11 @@ static void bad_values_refused(void **state)
         "TMX_PROTO=shm:fast@0",         /* no such protocol */
         "TMX_PROTO=shm:get@4k,coop@1k", /* rules not ascending */
         "TMX_PROTO=nosuch:get@0",       /* no such transport */
+        "TMX_TRANSPORTS=",              /* no transport: every context would fail */
+        "TMX_TRANSPORTS=, ,",
+        "TMX_TRANSPORTS=nosuch",        /* no such transport */
+        "TMX_TRANSPORTS=self;shm",      /* not a comma list */
+        "TMX_TRANSPORTS=self,SHM",
         ("TMX_TRANSPORTS=self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,"
          "self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp,self,shm,udp"), /* too long */
     };
@@ -60,6 +65,8 @@ static void edges_taken(void **state)
 {
     config_t c;
 
+    assert_int_equal(load1(&c, "TMX_TRANSPORTS=self, shm,,udp"), TMX_OK);
+    assert_string_equal(c.transports, "self, shm,,udp");
     assert_int_equal(load1(&c, "TMX_UDP_WINDOW=16"), TMX_OK);
     assert_int_equal(c.tl.udp.window, 16);
     assert_int_equal(load1(&c, "TMX_UDP_WINDOW=1048576"), TMX_OK);

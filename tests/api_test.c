@@ -865,6 +865,16 @@ static void test_remote_data(void **state)
     assert_int_equal(tmx_request_wait(rr, -1, &c), TMX_OK);
     assert_false(c.has_data);
     tmx_request_free(rr);
+    /* data is a send's: a receive given it (parameters shared with
+     * sends) still reports data only when its sender attached some, also
+     * when no message ever came */
+    assert_int_equal(tmx_trecv(f->ctx, f->self, buf, sizeof(buf), 2, 0, &p, &rr), TMX_OK);
+    assert_int_equal(tmx_request_cancel(rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, -1, &c), TMX_ERR_CANCELED);
+    assert_false(c.has_data);
+    assert_int_equal(c.data, 0);
+    tmx_request_free(rr);
+    cq_one(f->ctx);
 }
 
 static void test_sync_send(void **state)

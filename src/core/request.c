@@ -45,7 +45,8 @@ struct tmx_request *core_req_alloc(tmx_context_h ctx, const tmx_op_params_t *par
         uint64_t f = params->field_mask;
         req->p.flags = (f & TMX_OP_FIELD_FLAGS) ? params->flags : 0;
         req->p.comp.user_context = (f & TMX_OP_FIELD_USER_CONTEXT) ? params->user_context : NULL;
-        if ((f & TMX_OP_FIELD_DATA) || (req->p.flags & TMX_OP_FLAG_DATA)) {
+        /* a receive's data is its sender's, set when a message matches */
+        if (op == TMX_OP_TSEND && ((f & TMX_OP_FIELD_DATA) || (req->p.flags & TMX_OP_FLAG_DATA))) {
             req->p.comp.has_data = 1;
             req->p.comp.data = (f & TMX_OP_FIELD_DATA) ? params->data : 0;
         }

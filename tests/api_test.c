@@ -1210,9 +1210,9 @@ static void test_implicit_peer(void **state)
 {
     enum { BIG = 100000 };
     tmx_context_h a = ctx_none(), b = ctx_none();
-    unsigned char small[100], *big = malloc(BIG), *got = malloc(BIG);
+    unsigned char small[100], r7buf[16], *big = malloc(BIG), *got = malloc(BIG);
     tmx_peer_t pa = add_addr_of(b, a), pb, imp;
-    tmx_request_h r;
+    tmx_request_h r, r7;
     tmx_completion_t c;
     uint32_t n;
 
@@ -1251,6 +1251,8 @@ static void test_implicit_peer(void **state)
     send2(b, pa, small, sizeof(small), 4, a);
     assert_int_equal(tmx_tprobe(a, TMX_ANY_SOURCE, 4, 0, 0, &c, NULL), TMX_OK);
     assert_int_equal(c.source, imp);
+    /* and so does a receive posted naming the implicit number */
+    assert_int_equal(tmx_trecv(a, imp, r7buf, sizeof(r7buf), 7, 0, NULL, &r7), TMX_OK);
     pb = add_addr_of(a, b);
     assert_int_equal(pb, 0);
     assert_int_equal(tmx_peer_count(a, &n), TMX_OK);
@@ -1259,6 +1261,11 @@ static void test_implicit_peer(void **state)
     c = wait2(r, a, b);
     assert_int_equal(c.status, TMX_OK);
     assert_int_equal(c.source, pb);
+    send2(b, pa, got, 10, 7, a);
+    c = wait2(r7, a, b);
+    assert_int_equal(c.status, TMX_OK);
+    assert_int_equal(c.source, pb);
+    assert_int_equal(c.length, 10);
     send2(b, pa, small, sizeof(small), 5, a);
     assert_int_equal(tmx_trecv(a, TMX_ANY_SOURCE, got, BIG, 5, 0, NULL, &r), TMX_OK);
     assert_int_equal(wait2(r, a, b).source, pb);
@@ -1286,6 +1293,50 @@ static void test_implicit_peer(void **state)
 }
 
 /* ----------------------------------------------------------- threads */
+
+/* A receive posted naming an implicit number, when tmx_peer_add then
+ * numbers that process, keeps its place among the receives: a wildcard
+ * posted after it does not take the process's next message, also with
+ * the offload engine holding receives of every size. */
+static void test_implicit_peer_recv_order(void **state)
+{
+    static const char *const off_all[] = {"TMX_OFFLOAD_MIN=0", NULL};
+
+    (void)state;
+    for (int off = 0; off < 2; off++) {
+        tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT |
+                                                TMX_CONTEXT_FIELD_OFFLOAD | TMX_CONTEXT_FIELD_SETTINGS,
+                                  .transports = "self,shm",
+                                  .boot = TMX_BOOT_NONE,
+                                  .offload = off,
+                                  .settings = off_all};
+        tmx_context_h a, b = ctx_none();
+        tmx_peer_t pa, pb, imp;
+        char named[8], any[8];
+        tmx_request_h r, rn, ra;
+        tmx_completion_t c;
+
+        assert_int_equal(tmx_context_create(&p, &a), TMX_OK);
+        pa = add_addr_of(b, a);
+        assert_int_equal(tmx_trecv(a, TMX_ANY_SOURCE, named, sizeof(named), 1, 0, NULL, &r), TMX_OK);
+        send2(b, pa, "hello", 6, 1, a);
+        imp = wait2(r, a, b).source;
+        assert_true(imp & TMX_PEER_IMPLICIT);
+        assert_int_equal(tmx_trecv(a, imp, named, sizeof(named), 2, 0, NULL, &rn), TMX_OK);
+        assert_int_equal(tmx_trecv(a, TMX_ANY_SOURCE, any, sizeof(any), 2, 0, NULL, &ra), TMX_OK);
+        pb = add_addr_of(a, b);
+        send2(b, pa, "first", 6, 2, a);
+        c = wait2(rn, a, b);
+        assert_int_equal(c.status, TMX_OK);
+        assert_int_equal(c.source, pb);
+        assert_string_equal(named, "first");
+        assert_int_equal(tmx_request_test(ra, &c), TMX_INPROGRESS);
+        assert_int_equal(tmx_request_cancel(ra), TMX_OK);
+        assert_int_equal(tmx_request_free(ra), TMX_OK);
+        assert_int_equal(tmx_context_destroy(a), TMX_OK);
+        assert_int_equal(tmx_context_destroy(b), TMX_OK);
+    }
+}
 
 typedef struct thr_arg {
     fixture_t *f;
@@ -1626,6 +1677,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_wire_garbage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_null, setup, teardown),
         cmocka_unit_test(test_implicit_peer),
+        cmocka_unit_test(test_implicit_peer_recv_order),
         cmocka_unit_test_setup_teardown(test_threads, setup_mt, teardown),
         cmocka_unit_test_setup_teardown(test_wait_longest_timeout, setup_mt, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_busy, setup, teardown),

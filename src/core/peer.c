@@ -260,6 +260,27 @@ static tmx_status_t addr_keep(core_peer_t *peer)
     return TMX_OK;
 }
 
+/* Receives posted naming the implicit number would never see the
+ * process's messages, which now carry the added number: they name it
+ * too, in their places in the post order. (The offload engine holds no
+ * receive naming an implicit number: proto keeps those.) */
+static void implicit_rekey_recvs(tmx_context_h ctx, tmx_peer_t old, tmx_peer_t added)
+{
+    util_dlist_t *pos;
+
+    util_dlist_foreach(pos, &ctx->reqs) {
+        struct tmx_request *req = util_container_of(pos, struct tmx_request, link);
+        match_recv_t *r = &req->p.recv;
+        if (req->p.comp.op != TMX_OP_TRECV || !match_recv_is_posted(r) || r->src != old)
+            continue;
+        if (match_recv_set_src(&ctx->proto.match, r, added) != TMX_OK) {
+            util_error("out of memory: a receive naming peer %u does not see it as peer %u", old, added);
+            continue;
+        }
+        req->p.comp.source = added;
+    }
+}
+
 /* Messages from a process known only implicitly, still unreceived, move
  * to its added number, in their order (after other senders' messages:
  * MPI orders messages per sender only). */
@@ -279,6 +300,7 @@ static void implicit_rekey(tmx_context_h ctx, tmx_peer_t old, tmx_peer_t added)
     }
     if (n != 0)
         util_debug("peer %u (was %u): %u waiting messages now carry its number", added, old, n);
+    implicit_rekey_recvs(ctx, old, added);
 }
 
 tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_peer_t *out)

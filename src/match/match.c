@@ -430,6 +430,42 @@ void match_remove_recv(match_engine_t *m, match_recv_t *r)
     mask_put(m, r->ignore, r->src == TMX_ANY_SOURCE);
 }
 
+/* Into a bin's queue by post order: the receive may be older than some
+ * already there. */
+static void bin_insert_by_seq(match_bin_t *bin, match_recv_t *r)
+{
+    util_dlist_t *pos = bin->queue.prev;
+
+    while (pos != &bin->queue && util_container_of(pos, match_recv_t, link)->seq > r->seq)
+        pos = pos->prev;
+    util_dlist_push_head(pos, &r->link); /* right after pos */
+}
+
+tmx_status_t match_recv_set_src(match_engine_t *m, match_recv_t *r, uint32_t src)
+{
+    match_bin_t *old = r->bin, *bin;
+
+    if (old == pending_bin) { /* scanned in order: only the list's key may change */
+        r->src = src;
+        if (m->n_pending == 1)
+            m->pend_src = src;
+        else
+            m->pend_one_key = 0;
+        return TMX_OK;
+    }
+    /* the mask keeps its count: one named source for another */
+    bin = table_get(m, &m->posted, r->ignore, src, r->tag & ~r->ignore, 0, NULL);
+    if (bin == NULL)
+        return TMX_ERR_NOMEM;
+    util_dlist_unlink(&r->link);
+    r->src = src;
+    r->bin = bin;
+    bin_insert_by_seq(bin, r);
+    if (util_dlist_empty(&old->queue))
+        bin_idle(m, old);
+    return TMX_OK;
+}
+
 int match_any_source_posted(const match_engine_t *m)
 {
     const util_dlist_t *pos;

@@ -171,6 +171,12 @@ match_recv_t *match_find_recv(match_engine_t *m, uint32_t src, uint64_t tag);
 /* Removes a posted receive (after a match, or to cancel it). */
 void match_remove_recv(match_engine_t *m, match_recv_t *r);
 
+/* Gives a posted receive naming a source another named source (not
+ * TMX_ANY_SOURCE either way), keeping its place in the post order: a
+ * process known by two numbers until now reported with the second.
+ * TMX_ERR_NOMEM (nothing changed) without memory for the new key's bin. */
+tmx_status_t match_recv_set_src(match_engine_t *m, match_recv_t *r, uint32_t src);
+
 /* Moves every pending receive into its bin (done by match_post when the
  * list is full: pending_max wait and a receive on another key comes, or
  * they already have several keys); a receive that finds no memory for a

@@ -1312,6 +1312,47 @@ static void test_enum_all_unexp_high_bits(void **state)
     enum_all_unexp(*state, &high);
 }
 
+/* A receive given another source (a process known by a second number)
+ * keeps its place in the post order: against receives of its new key
+ * posted after it, and against wildcards. */
+static void test_recv_set_src_keeps_order(void **state)
+{
+    match_engine_t *m = *state;
+    match_recv_t r[7];
+
+    post(m, &r[0], 7, 1, 0);
+    post(m, &r[1], ANY, 1, 0);
+    post(m, &r[2], 9, 1, 0);
+    post(m, &r[3], 7, 2, ALL);
+    post(m, &r[4], 7, 4, 0);
+    post(m, &r[5], 7, 4, 0);
+    for (int i = 0; i < 6; i++) {
+        if (r[i].src == 7)
+            assert_int_equal(match_recv_set_src(m, &r[i], 9), TMX_OK);
+    }
+    arrive_expect(m, 7, 1, &r[1]);
+    arrive_expect(m, 7, 4, NULL);
+    arrive_expect(m, 9, 1, &r[0]);
+    arrive_expect(m, 9, 1, &r[2]);
+    arrive_expect(m, 9, 5, &r[3]);
+    arrive_expect(m, 9, 4, &r[4]);
+    arrive_expect(m, 9, 4, &r[5]);
+    assert_empty(m);
+    /* a window of one receive, and of one key */
+    post(m, &r[6], 7, 3, 0);
+    assert_int_equal(match_recv_set_src(m, &r[6], 9), TMX_OK);
+    arrive_expect(m, 7, 3, NULL);
+    arrive_expect(m, 9, 3, &r[6]);
+    for (int i = 0; i < 3; i++)
+        post(m, &r[i], 7, 3, 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(match_recv_set_src(m, &r[i], 9), TMX_OK);
+    post(m, &r[3], 9, 3, 0);
+    for (int i = 0; i < 4; i++)
+        arrive_expect(m, 9, 3, &r[i]);
+    assert_empty(m);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 #define TP(f) cmocka_unit_test_setup_teardown(f, setup_pending, teardown)
 
@@ -1350,6 +1391,7 @@ int main(int argc, char **argv)
         TP(test_pending_one_key_window),
         TP(test_pending_one_key_window_nomem),
         TP(test_any_source_posted),
+        TP(test_recv_set_src_keeps_order),
     };
     const struct CMUnitTest tests[] = {
         T(test_posted_exact),
@@ -1406,6 +1448,7 @@ int main(int argc, char **argv)
         T(test_enum_pairs_unexp_high_bits),
         T(test_enum_all_posted_high_bits),
         T(test_enum_all_unexp_high_bits),
+        T(test_recv_set_src_keeps_order),
     };
 
     const unit_group_t groups[] = {

@@ -834,7 +834,10 @@ static void off_post(proto_t *p, proto_req_t *req)
     req->off_host = 0;
     req->off_wr = 0;
 
-    if (req->len >= p->off_min && off_may_hold(p, r)) {
+    /* a receive naming an implicit number may be given the added one
+     * (core's implicit_rekey_recvs): the host keeps it */
+    if (req->len >= p->off_min && (r->src == TMX_ANY_SOURCE || !(r->src & TMX_PEER_IMPLICIT)) &&
+        off_may_hold(p, r)) {
         off_op_t add = {.opcode = OFF_WR_TAG_ADD};
         add.add.recv_wr_id = (uintptr_t)req;
         add.add.buf = req->buf;

@@ -1427,6 +1427,49 @@ static void test_wait_longest_timeout(void **state)
     assert_int_equal(tmx_tprobe(f->ctx, f->self, 1, 0, 0, &c, NULL), TMX_OK);
 }
 
+/* A transport that finds work on every pass, for 2 s from its first. */
+static int64_t busy_until_us;
+
+static int busy_progress(tl_iface_t *iface)
+{
+    struct timespec t;
+    int64_t now;
+
+    (void)iface;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    now = (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+    if (busy_until_us == 0)
+        busy_until_us = now + 2000000;
+    return now < busy_until_us;
+}
+
+/* A wait times out on time while other traffic keeps every progress pass
+ * busy (the timeout was looked at only in passes that found nothing). */
+static void test_wait_timeout_while_busy(void **state)
+{
+    fixture_t *f = *state;
+    tl_iface_t *iface = f->ctx->ifaces[0];
+    const tl_ops_t *ops = iface->ops;
+    tl_ops_t busy = *ops;
+    struct timespec t0, t;
+    tmx_request_h rr;
+    char buf[8];
+    long elapsed_us;
+
+    busy.progress = busy_progress;
+    busy_until_us = 0;
+    assert_int_equal(tmx_trecv(f->ctx, f->self, buf, sizeof(buf), 99, 0, NULL, &rr), TMX_OK);
+    iface->ops = &busy;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(tmx_request_wait(rr, 5000, NULL), TMX_ERR_TIMEOUT);
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    iface->ops = ops;
+    elapsed_us = (t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000;
+    assert_true(elapsed_us < 1000000); /* not once the traffic stops, 2 s on */
+    assert_int_equal(tmx_request_cancel(rr), TMX_OK);
+    assert_int_equal(tmx_request_free(rr), TMX_OK);
+}
+
 /* Destroying a context with work outstanding frees everything. */
 static void test_destroy_busy(void **state)
 {
@@ -1680,6 +1723,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_implicit_peer_recv_order),
         cmocka_unit_test_setup_teardown(test_threads, setup_mt, teardown),
         cmocka_unit_test_setup_teardown(test_wait_longest_timeout, setup_mt, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_timeout_while_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_busy, setup, teardown),
         cmocka_unit_test(test_destroy_udp_rndv_waiting_for_fin),
         cmocka_unit_test(test_offload_shm),

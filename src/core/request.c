@@ -322,7 +322,7 @@ TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx
 
     if ((st = request_check("tmx_request_wait", req)) != TMX_OK)
         return st;
-    unsigned spins = 0;
+    unsigned spins = 0, rounds = 0;
     tmx_context_h ctx = req->ctx;
 
     core_lock(ctx);
@@ -331,13 +331,15 @@ TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx
         return st;
     }
     while (req->state != CORE_REQ_DONE) {
+        /* busy rounds count too: other traffic, that keeps progress
+         * finding work, must not hold the wait past its timeout */
+        if ((++rounds & 63) == 0 && core_now_us() > deadline) {
+            core_unlock(ctx);
+            return TMX_ERR_TIMEOUT;
+        }
         if (core_progress(ctx) > 0) {
             spins = 0;
             continue;
-        }
-        if ((spins & 63) == 63 && core_now_us() > deadline) {
-            core_unlock(ctx);
-            return TMX_ERR_TIMEOUT;
         }
         core_idle(ctx, &spins, deadline);
         /* the lock was dropped: another thread may have freed the handle

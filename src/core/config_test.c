@@ -45,6 +45,7 @@ static void bad_values_refused(void **state)
         "TMX_PROTO=shm:fast@0",         /* no such protocol */
         "TMX_PROTO=shm:get@4k,coop@1k", /* rules not ascending */
         "TMX_PROTO=nosuch:get@0",       /* no such transport */
+        "TMX_PROTO=shm:eager@4k,get@8k", /* eager not from 0: every context would fail */
         "TMX_TRANSPORTS=",              /* no transport: every context would fail */
         "TMX_TRANSPORTS=, ,",
         "TMX_TRANSPORTS=nosuch",        /* no such transport */

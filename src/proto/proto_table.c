@@ -123,8 +123,8 @@ static int parse_entry(char *e, proto_spec_t *spec, const char **why)
             *why = "rules must ascend by size";
             return 0;
         }
-        if (n > 0 && rule->kind == PROTO_EAGER) {
-            *why = "eager may only be the first rule";
+        if (rule->kind == PROTO_EAGER && (n > 0 || rule->from != 0)) {
+            *why = "eager may only be the first rule, from 0";
             return 0;
         }
         n++;

@@ -20,7 +20,7 @@
  *   TMX_PROTO = TRANSPORT:RULE[,RULE...][;TRANSPORT:...]
  *   RULE      = PROTOCOL@SIZE     from SIZE bytes on (suffix k, m or g)
  *
- * Rules ascend by size. eager may only be the first; a table that does
+ * Rules ascend by size. eager may only be the first, from 0; a table that does
  * not start at 0 starts with eager. Eager never carries more than the
  * transport's limit: above it, and for synchronous sends, the first
  * rendezvous rule applies (get or copy when there is none).

@@ -726,7 +726,7 @@ static void spec_syntax(void **state)
     static const char *const bad[] = {"shm", "shm:", "shm:fast@0", "shm:get", "shm:get@x",
                                       "shm:get@1k,coop@1k", "shm:get@0,eager@1m",
                                       "nosuch:get@0", "shm:get@0;shm:copy@0", "shm:get@99999999999g",
-                                      ":get@0"};
+                                      ":get@0", "shm:eager@4k,get@8k", "udp:eager@1"};
     proto_spec_t spec;
     const char *why;
 

@@ -93,30 +93,50 @@ static void *receiver(void *arg)
     return arg;
 }
 
-static void run_three(enum fi_threading th, int secs)
+/* Clears the counts and the stop flag for a new run. */
+static void counts_reset(void)
 {
-    pthread_t t1, t2, t3;
     atomic_store(&stop, 0);
     atomic_store(&tx_done, 0);
     atomic_store(&rx_done, 0);
     atomic_store(&errors, 0);
+}
+
+/* Waits up to secs for every send and receive to complete, then stops
+ * the threads. */
+static void traffic_wait(int secs)
+{
+    int64_t end = fe_now_ms() + secs * 1000;
+
+    while (fe_now_ms() < end && (atomic_load(&rx_done) < N || atomic_load(&tx_done) < N))
+        usleep(10000);
+    atomic_store(&stop, 1);
+}
+
+/* Closes both endpoints and the fabric. */
+static void pair_end(void)
+{
+    fe_ep_close(&a);
+    fe_ep_close(&b);
+    fe_close(&f);
+}
+
+static void run_three(enum fi_threading th, int secs)
+{
+    pthread_t t1, t2, t3;
+    counts_reset();
     pair_open(th);
     pthread_create(&t3, NULL, receiver, NULL);
     pthread_create(&t2, NULL, tx_reader, NULL);
     pthread_create(&t1, NULL, sender, NULL);
-    int64_t end = fe_now_ms() + secs * 1000;
-    while (fe_now_ms() < end && (atomic_load(&rx_done) < N || atomic_load(&tx_done) < N))
-        usleep(10000);
-    atomic_store(&stop, 1);
+    traffic_wait(secs);
     pthread_join(t1, NULL);
     pthread_join(t2, NULL);
     pthread_join(t3, NULL);
     CHECK(atomic_load(&tx_done) == N && atomic_load(&rx_done) == N && atomic_load(&errors) == 0,
           "threading %d: %d sends completed, %d received in order, %d errors (of %d)", th,
           atomic_load(&tx_done), atomic_load(&rx_done), atomic_load(&errors), N);
-    fe_ep_close(&a);
-    fe_ep_close(&b);
-    fe_close(&f);
+    pair_end();
 }
 
 static void safe_three(void)
@@ -154,20 +174,14 @@ static void *inserter(void *arg)
 static void safe_av(void)
 {
     pthread_t t1, t2, t3;
-    atomic_store(&stop, 0);
-    atomic_store(&tx_done, 0);
-    atomic_store(&rx_done, 0);
-    atomic_store(&errors, 0);
+    counts_reset();
     pair_open(FI_THREAD_SAFE);
     pthread_create(&t3, NULL, receiver, NULL);
     pthread_create(&t2, NULL, tx_reader, NULL);
     pthread_create(&t1, NULL, sender, NULL);
     pthread_t ti;
     pthread_create(&ti, NULL, inserter, NULL);
-    int64_t end = fe_now_ms() + 30000;
-    while (fe_now_ms() < end && (atomic_load(&rx_done) < N || atomic_load(&tx_done) < N))
-        usleep(10000);
-    atomic_store(&stop, 1);
+    traffic_wait(30);
     pthread_join(t1, NULL);
     pthread_join(t2, NULL);
     pthread_join(t3, NULL);
@@ -175,9 +189,7 @@ static void safe_av(void)
     CHECK(atomic_load(&tx_done) == N && atomic_load(&rx_done) == N && atomic_load(&errors) == 0,
           "AV inserts beside traffic: %d sent, %d received, %d errors", atomic_load(&tx_done),
           atomic_load(&rx_done), atomic_load(&errors));
-    fe_ep_close(&a);
-    fe_ep_close(&b);
-    fe_close(&f);
+    pair_end();
 }
 
 /* FI_THREAD_COMPLETION: the application serialises only the objects that
@@ -227,10 +239,7 @@ static void completion_av(void)
 {
     for (int round = 0; round < 4; round++) {
         pthread_t t1, t2, t3;
-        atomic_store(&stop, 0);
-        atomic_store(&tx_done, 0);
-        atomic_store(&rx_done, 0);
-        atomic_store(&errors, 0);
+        counts_reset();
         pair_open(FI_THREAD_COMPLETION);
         for (int k = 0; k < COMPLETION_NAMES; k++) {
             struct fid_ep *ep;
@@ -242,19 +251,14 @@ static void completion_av(void)
         pthread_create(&t3, NULL, receiver, NULL);
         pthread_create(&t1, NULL, a_side, NULL);
         pthread_create(&t2, NULL, new_names_inserter, NULL);
-        int64_t end = fe_now_ms() + 20000;
-        while (fe_now_ms() < end && (atomic_load(&rx_done) < N || atomic_load(&tx_done) < N))
-            usleep(10000);
-        atomic_store(&stop, 1);
+        traffic_wait(20);
         pthread_join(t1, NULL);
         pthread_join(t2, NULL);
         pthread_join(t3, NULL);
         CHECK(atomic_load(&tx_done) == N && atomic_load(&rx_done) == N && atomic_load(&errors) == 0,
               "round %d: AV inserts beside two threads' traffic: %d sent, %d received, %d errors",
               round, atomic_load(&tx_done), atomic_load(&rx_done), atomic_load(&errors));
-        fe_ep_close(&a);
-        fe_ep_close(&b);
-        fe_close(&f);
+        pair_end();
     }
 }
 

@@ -995,6 +995,30 @@ static void test_read_from_lent_memory(void **state)
     free(dst);
 }
 
+/* Connects a and b, has b hear data from a (so that b can name stalls
+ * to it), starts b's read of len bytes of a's src into dst under
+ * LENT_KEY, and waits for its first chunk; b's endpoint to a. */
+static udp_ep_t *read_first_chunk(side_t *a, side_t *b, unsigned char *src, unsigned char *dst,
+                                  size_t len, read_op_t *op)
+{
+    udp_ep_t *ab = connect_to(a, b, UUID_B), *ba = connect_to(b, a, UUID_A);
+    want_t w = {b, 1, ab};
+    uint64_t end;
+
+    send_bytes(ab, 8);
+    assert_true(poll_until(a, b, got_packets, &w));
+    assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, TL_GET_COPY,
+                                    &op->super),
+                     TMX_INPROGRESS);
+    end = udp_now_us() + 2000000;
+    while (dst[0] == 0 && udp_now_us() < end) {
+        tl_udp_ops.progress(&a->ui->super);
+        tl_udp_ops.progress(&b->ui->super);
+    }
+    assert_int_not_equal(dst[0], 0);
+    return ba;
+}
+
 /* An owner that stops answering in the middle of a read (busy: it does
  * not call tmx for a while) is reported the stall at once, then at
  * intervals that grow with its silence, not every UDP_STALL_US for as
@@ -1003,27 +1027,14 @@ static void test_read_from_lent_memory(void **state)
 static void test_read_stall_reports_back_off(void **state)
 {
     side_t a, b;
-    udp_ep_t *ab, *ba;
     size_t len = 8u << 20;
     unsigned char *src, *dst;
     read_op_t op = {{read_done}, 0, TMX_OK};
-    want_t w;
-    uint64_t t0, end, s0, stalls;
+    uint64_t t0, s0, stalls;
 
     (void)state;
     lent_pair_open(&a, &b, len, &src, &dst);
-    ab = connect_to(&a, &b, UUID_B);
-    ba = connect_to(&b, &a, UUID_A);
-    send_bytes(ab, 8);
-    w = (want_t){&b, 1, ab};
-    assert_true(poll_until(&a, &b, got_packets, &w));
-    assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, TL_GET_COPY, &op.super), TMX_INPROGRESS);
-    end = udp_now_us() + 2000000;
-    while (dst[0] == 0 && udp_now_us() < end) { /* the first chunk came */
-        tl_udp_ops.progress(&a.ui->super);
-        tl_udp_ops.progress(&b.ui->super);
-    }
-    assert_int_not_equal(dst[0], 0);
+    (void)read_first_chunk(&a, &b, src, dst, len, &op);
     s0 = b.ui->stats.stalls_sent;
     t0 = udp_now_us();
     while (udp_now_us() - t0 < 500000) /* a is busy for half a second */
@@ -1048,27 +1059,15 @@ static void test_read_stall_reports_back_off(void **state)
 static void test_read_stall_reports_paced(void **state)
 {
     side_t a, b;
-    udp_ep_t *ab, *ba;
+    udp_ep_t *ba;
     size_t len = 8u << 20;
     unsigned char *src, *dst, *dst2 = calloc(1, 65536);
     read_op_t op = {{read_done}, 0, TMX_OK}, op2 = {{read_done}, 0, TMX_OK};
-    want_t w;
-    uint64_t t0, end, s0, polls = 0, stalls;
+    uint64_t t0, s0, polls = 0, stalls;
 
     (void)state;
     lent_pair_open(&a, &b, len, &src, &dst);
-    ab = connect_to(&a, &b, UUID_B);
-    ba = connect_to(&b, &a, UUID_A);
-    send_bytes(ab, 8); /* b has heard data from a: stalls can be named */
-    w = (want_t){&b, 1, ab};
-    assert_true(poll_until(&a, &b, got_packets, &w));
-    assert_int_equal(tl_udp_ops.get(&ba->super, dst, len, (uintptr_t)src, LENT_KEY, TL_GET_COPY, &op.super), TMX_INPROGRESS);
-    end = udp_now_us() + 2000000;
-    while (dst[0] == 0 && udp_now_us() < end) { /* the first chunk came */
-        tl_udp_ops.progress(&a.ui->super);
-        tl_udp_ops.progress(&b.ui->super);
-    }
-    assert_int_not_equal(dst[0], 0);
+    ba = read_first_chunk(&a, &b, src, dst, len, &op);
     assert_non_null(dst2); /* a second read, which waits as well */
     assert_int_equal(tl_udp_ops.get(&ba->super, dst2, 65536, (uintptr_t)src, LENT_KEY2, TL_GET_COPY, &op2.super), TMX_INPROGRESS);
     s0 = b.ui->stats.stalls_sent;

@@ -309,8 +309,9 @@ int tmx_progress(tmx_context_h ctx);
 
 /* Drives progress until at least one event happened or a completion is
  * waiting, or timeout_us passed (< 0: no limit): spins briefly, then
- * sleeps until a peer wakes it. Returns the events handled (0 on timeout)
- * or a negative status. */
+ * sleeps until a peer wakes it. Returns the events handled, at least 1
+ * when a completion waits in the queue (0 only on timeout), or a
+ * negative status. */
 int tmx_wait(tmx_context_h ctx, int64_t timeout_us);
 
 /* --------------------------------------------------------------- requests */

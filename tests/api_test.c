@@ -1395,6 +1395,30 @@ static void *thr_send_later(void *p)
     return (void *)(intptr_t)tmx_tsend(f->ctx, f->self, "late", 5, 1, NULL, NULL);
 }
 
+/* A completion already waiting in the queue ends tmx_wait at once with a
+ * positive count: 0 says the timeout passed, which it did not. */
+static void test_wait_completion_waiting(void **state)
+{
+    fixture_t *f = *state;
+    char buf[8];
+    tmx_completion_t c;
+    int64_t t0;
+
+    assert_int_equal(tmx_trecv(f->ctx, f->self, buf, sizeof(buf), 3, 0, NULL, NULL), TMX_OK);
+    assert_int_equal(tmx_tinject(f->ctx, f->self, "w", 2, 3, 0, 0), TMX_OK);
+    for (int i = 0; i < 1000 && tmx_wait(f->ctx, 0) == 0; i++)
+        ;
+    /* both completions wait, unread */
+    t0 = core_now_us();
+    assert_true(tmx_wait(f->ctx, 2000000) > 0);
+    assert_true(tmx_wait(f->ctx, 2000000) > 0);
+    assert_true(core_now_us() - t0 < 1000000);
+    c = cq_one(f->ctx);
+    assert_int_equal(c.op, TMX_OP_TRECV);
+    assert_string_equal(buf, "w");
+    assert_int_equal(tmx_wait(f->ctx, 1000), 0); /* none left: the timeout */
+}
+
 /* A timeout too long to add to the clock (INT64_MAX: "as long as it
  * takes") waits like no limit, instead of timing out at once. */
 static void test_wait_longest_timeout(void **state)
@@ -1724,6 +1748,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_threads, setup_mt, teardown),
         cmocka_unit_test_setup_teardown(test_wait_longest_timeout, setup_mt, teardown),
         cmocka_unit_test_setup_teardown(test_wait_timeout_while_busy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_completion_waiting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_busy, setup, teardown),
         cmocka_unit_test(test_destroy_udp_rndv_waiting_for_fin),
         cmocka_unit_test(test_offload_shm),

@@ -441,6 +441,8 @@ TMX_API int tmx_wait(tmx_context_h ctx, int64_t timeout_us)
             break;
         core_idle(ctx, &spins, deadline);
     }
+    if (events == 0 && ctx->cq.count != 0)
+        events = 1; /* a completion waits: not a timeout */
     core_unlock(ctx);
     return events;
 }

@@ -326,6 +326,10 @@ static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint6
         FAB_WARN(FI_LOG_AV, "fi_av_remove: NULL addresses\n");
         return -FI_EINVAL;
     }
+    if (flags != 0) { /* reserved, fi_av(3): must be 0 */
+        FAB_WARN(FI_LOG_AV, "fi_av_remove: flags 0x%llx (none is defined)\n", (unsigned long long)flags);
+        return -FI_EINVAL;
+    }
     fab_lock(av->dom);
     for (size_t i = 0; i < count; i++) {
         if (!fab_av_valid(av, fi_addr[i])) {
@@ -342,7 +346,8 @@ static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint6
 static void av_name_str(const unsigned char *name, char *buf, size_t *len);
 
 /* An entry in the AV's format: the IPv4 name it was inserted with, or
- * the tmx name; cut to *addrlen, which gets the full size. */
+ * the tmx name; cut to *addrlen, which gets the full size (0 either way:
+ * a buffer too short is no error for fi_av_lookup). */
 static int entry_lookup(const fab_av_t *av, const fab_av_entry_t *e, void *addr, size_t *addrlen)
 {
     char str[2 * FAB_ADDR_LEN + 16];
@@ -364,7 +369,7 @@ static int entry_lookup(const fab_av_t *av, const fab_av_entry_t *e, void *addr,
     if (room > 0)
         memcpy(addr, src, room < need ? room : need);
     *addrlen = need;
-    return room < need ? -FI_ETOOSMALL : 0;
+    return 0; /* cut short, as fi_av(3) says: the caller compares *addrlen */
 }
 
 static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *addrlen)

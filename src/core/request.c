@@ -1,3 +1,4 @@
+#include <poll.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,22 +222,61 @@ void core_check_peers(tmx_context_h ctx, int64_t now)
         ctx->ifaces[i]->ops->check_peers(ctx->ifaces[i]);
 }
 
-/* Sleeps in the transports. Only one transport can hold the thread, so
- * with several that can sleep each gets a short slice in turn. */
+/* Sleeps in the transports: in the one that can sleep, or, with several,
+ * in one poll() over the descriptors they arm (tl.h: wait_arm), so that
+ * traffic through any of them wakes the thread at once. A transport that
+ * cannot arm sends the thread back to taking turns: a short slice in
+ * each one's wait(). */
 void core_idle_sleep(tmx_context_h ctx, int64_t timeout_us)
 {
-    int sleepers = 0;
+    struct pollfd pfd[CORE_MAX_TLS];
+    int8_t slot[CORE_MAX_TLS];
+    int sleepers = 0, n = 0, ready = 0, none = 0;
 
     for (int i = 0; i < ctx->n_ifaces; i++)
         sleepers += ctx->ifaces[i]->ops->wait != tl_no_wait;
-    if (sleepers > 1 && timeout_us > CORE_SHARED_SLEEP_US)
+    if (sleepers == 0) {
+        sched_yield();
+        return;
+    }
+    for (int i = 0; i < ctx->n_ifaces; i++) {
+        tl_iface_t *tl = ctx->ifaces[i];
+
+        slot[i] = -1;
+        if (sleepers == 1 || tl->ops->wait == tl_no_wait || none)
+            continue;
+        int64_t cap = -1;
+        int r = tl->ops->wait_arm(tl, &pfd[n], &cap);
+
+        if (r == TL_WAIT_NONE) {
+            none = 1;
+            continue;
+        }
+        slot[i] = (int8_t)n++;
+        ready |= r == TL_WAIT_READY;
+        if (cap >= 0 && (timeout_us < 0 || cap < timeout_us))
+            timeout_us = cap;
+    }
+    if (n > 0 && !none && !ready) {
+        struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000};
+
+        if (ppoll(pfd, (nfds_t)n, timeout_us < 0 ? NULL : &ts, NULL) <= 0) {
+            for (int k = 0; k < n; k++)
+                pfd[k].revents = 0;
+        }
+    }
+    for (int i = 0; i < ctx->n_ifaces; i++) {
+        if (slot[i] >= 0)
+            ctx->ifaces[i]->ops->wait_done(ctx->ifaces[i], &pfd[slot[i]]);
+    }
+    if (ready || (n > 0 && !none))
+        return;
+    if (sleepers > 1 && (timeout_us < 0 || timeout_us > CORE_SHARED_SLEEP_US))
         timeout_us = CORE_SHARED_SLEEP_US;
     for (int i = 0; i < ctx->n_ifaces; i++) {
         if (ctx->ifaces[i]->ops->wait != tl_no_wait)
             ctx->ifaces[i]->ops->wait(ctx->ifaces[i], timeout_us);
     }
-    if (sleepers == 0)
-        sched_yield();
 }
 
 /* Yields the core, and learns from it whether spinning pays: a yield that

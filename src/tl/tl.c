@@ -68,6 +68,15 @@ void tl_no_wait(tl_iface_t *iface, int64_t timeout_us)
 {
 }
 
+int tl_no_wait_arm(tl_iface_t *iface, struct pollfd *pfd, int64_t *cap_us)
+{
+    return TL_WAIT_NONE;
+}
+
+void tl_no_wait_done(tl_iface_t *iface, const struct pollfd *pfd)
+{
+}
+
 void tl_no_check_peers(tl_iface_t *iface)
 {
 }

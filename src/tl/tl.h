@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <poll.h>
 #include <sys/uio.h>
 
 #include "tmx.h"
@@ -396,6 +397,26 @@ struct tl_ops {
      * Blocks: up to timeout_us. Upcalls: none. In upcall: no. */
     void (*wait)(tl_iface_t *iface, int64_t timeout_us);
 
+    /* One sleep over several transports. A thread can sleep in one
+     * transport's wait() only, so with two that sleep (shm and udp) it
+     * would take turns, and what arrives through one would wait out the
+     * other's turn. Instead the core arms every such transport and sleeps
+     * in one poll() over the descriptors they give. wait_arm tells the
+     * transport's senders that a thread is about to sleep (so that they
+     * make pfd->fd readable when they bring something), then looks
+     * whether something is there already; it fills pfd (fd and events)
+     * and *cap_us, the longest the sleep may last for the transport's own
+     * timers (< 0: no limit). Returns TL_WAIT_ARMED, TL_WAIT_READY
+     * (something is there: the core does not sleep) or TL_WAIT_NONE (the
+     * transport has no such descriptor: the core takes turns in wait()).
+     * After ARMED or READY the core calls wait_done once, with pfd as
+     * poll() left it (revents 0 if it did not sleep), which ends the
+     * announcement and takes in what woke it.
+     * Same rules as wait(): unserialised, fixed or atomic fields only.
+     * Blocks: no. Upcalls: none. In upcall: no. */
+    int (*wait_arm)(tl_iface_t *iface, struct pollfd *pfd, int64_t *cap_us);
+    void (*wait_done)(tl_iface_t *iface, const struct pollfd *pfd);
+
     /* Looks for dead peers (a process gone, a closed context, a port the
      * kernel refuses, a silence longer than the peer timeout) and reports
      * them through fail_cb. Called from the wait loop every few
@@ -433,8 +454,12 @@ extern const tl_ops_t tl_udp_ops;
  * progressing while it closes never calls into state being freed. */
 void tl_iface_mute(tl_iface_t *iface);
 
+enum { TL_WAIT_NONE = 0, TL_WAIT_ARMED = 1, TL_WAIT_READY = 2 };
+
 /* Fallbacks for transports without the operation. */
 void tl_no_wait(tl_iface_t *iface, int64_t timeout_us);
+int tl_no_wait_arm(tl_iface_t *iface, struct pollfd *pfd, int64_t *cap_us);
+void tl_no_wait_done(tl_iface_t *iface, const struct pollfd *pfd);
 void tl_no_check_peers(tl_iface_t *iface);
 tmx_status_t tl_always_reachable(tl_iface_t *iface, const void *addr, size_t len);
 

@@ -193,5 +193,7 @@ const tl_ops_t tl_self_ops = {
     .put = self_put,
     .progress = self_progress,
     .wait = tl_no_wait,
+    .wait_arm = tl_no_wait_arm,
+    .wait_done = tl_no_wait_done,
     .check_peers = tl_no_check_peers,
 };

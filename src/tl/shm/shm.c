@@ -15,13 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "tl/shm/shm.h"
 #include "util/copy.h"
+#include "util/hash.h"
 #include "util/log.h"
 
 static_assert(SHM_CELL_PAYLOAD - 64 >= TMX_INJECT_MAX, "an injected send fits one cell");
@@ -85,6 +89,8 @@ static void seg_init(shm_seg_hdr_t *seg, uint64_t uuid)
     atomic_store_explicit(&seg->tail, 0, memory_order_relaxed);
     atomic_store_explicit(&seg->sleeping, 0, memory_order_relaxed);
     atomic_store_explicit(&seg->wake_seq, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->fd_sleeping, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->wake_name, 0, memory_order_relaxed);
     for (uint64_t i = 0; i < SHM_N_CELLS; i++)
         atomic_store_explicit(&shm_cell(seg, i)->seq, shm_seq(i), memory_order_relaxed);
     atomic_store_explicit(&seg->fbox_used, 0, memory_order_relaxed);
@@ -123,6 +129,8 @@ err_close_fd:
     si->fd = -1;
     return TMX_ERR_NOMEM;
 }
+
+static void wake_open(shm_iface_t *si);
 
 static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t **out)
 {
@@ -163,6 +171,7 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
         free(si);
         return st;
     }
+    wake_open(si);
     shm_get_init(si);
     stop_hook_init(&params->settings->shm);
     *out = &si->super;
@@ -286,8 +295,11 @@ static void shm_iface_close(tl_iface_t *iface)
      * application makes to them once we return. */
     atomic_store_explicit(&si->seg->closed, 1, memory_order_seq_cst);
     atomic_thread_fence(memory_order_seq_cst);
+    atomic_store_explicit(&si->seg->wake_name, 0, memory_order_relaxed);
     munmap(si->seg, SHM_SEG_SIZE);
     close(si->fd);
+    if (si->wake_fd >= 0)
+        close(si->wake_fd);
     free(si->bounce);
     free(si);
 }
@@ -499,20 +511,82 @@ shm_cell_t *shm_cells_claim(shm_ep_t *ep, uint32_t n, uint64_t *out_pos)
     return n >= 1 && n <= SHM_SPAN_CELLS ? cells_claim(ep, n, out_pos) : NULL;
 }
 
-static void seg_wake_now(shm_seg_hdr_t *seg)
+/* The abstract Unix socket address of a wake name: abstract, so nothing
+ * is left in the file system, and scoped by the network namespace, which
+ * the peers of shm share (tl_host_id). */
+static socklen_t wake_addr(uint64_t name, struct sockaddr_un *sa)
+{
+    int n;
+
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "tmx-shm-wake-%016llx", (unsigned long long)name);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* Our wake socket, under a random name published in our segment: a
+ * thread of ours that sleeps in poll() over several transports' descriptors
+ * (shm_wait_arm) is woken by a datagram to it. Without one (no socket, or
+ * no free name) such a sleep falls back to turns (core_idle_sleep). */
+static void wake_open(shm_iface_t *si)
+{
+    struct sockaddr_un sa;
+
+    si->wake_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (si->wake_fd < 0) {
+        util_debug("shm: no wake socket (%s): a sleep over several transports takes turns", strerror(errno));
+        return;
+    }
+    for (int tries = 0; tries < 4; tries++) {
+        uint64_t name = 0;
+
+        if (getrandom(&name, sizeof(name), GRND_NONBLOCK) != (ssize_t)sizeof(name))
+            name = util_hash64(si->uuid ^ ((uint64_t)getpid() << 32) ^ (uint64_t)tries);
+        if (name == 0)
+            continue;
+        if (bind(si->wake_fd, (struct sockaddr *)&sa, wake_addr(name, &sa)) == 0) {
+            si->wake_name = name;
+            atomic_store_explicit(&si->seg->wake_name, name, memory_order_release);
+            return;
+        }
+        if (errno != EADDRINUSE)
+            break;
+    }
+    util_debug("shm: wake socket unbound (%s): a sleep over several transports takes turns", strerror(errno));
+}
+
+/* Wakes the owner's threads asleep on its wake socket (best effort: a full
+ * socket already holds a wake, and a name that leads nowhere only makes
+ * the sleep last until its cap). */
+static void wake_send(const shm_iface_t *si, shm_seg_hdr_t *seg)
+{
+    uint64_t name = atomic_load_explicit(&seg->wake_name, memory_order_relaxed);
+    struct sockaddr_un sa;
+    char b = 0;
+
+    if (name != 0 && si->wake_fd >= 0)
+        (void)sendto(si->wake_fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&sa, wake_addr(name, &sa));
+}
+
+/* fd_sleeping is read after sleeping: a sleeper counts itself in
+ * fd_sleeping before sleeping (both seq_cst), so once we saw it in
+ * sleeping we see it there too. */
+static void seg_wake_now(const shm_iface_t *si, shm_seg_hdr_t *seg)
 {
     atomic_fetch_add_explicit(&seg->wake_seq, 1, memory_order_relaxed);
     futex(&seg->wake_seq, FUTEX_WAKE, INT_MAX, NULL);
+    if (atomic_load_explicit(&seg->fd_sleeping, memory_order_seq_cst) != 0)
+        wake_send(si, seg);
 }
 
 /* Wakes the consumer's threads if any announced that it sleeps. The
  * seq_cst fence pairs with the one in shm_wait(): either a sleeper sees
  * what we did before, or we see its count. */
-static void seg_wake(shm_seg_hdr_t *seg)
+static void seg_wake(const shm_iface_t *si, shm_seg_hdr_t *seg)
 {
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&seg->sleeping, memory_order_relaxed) != 0)
-        seg_wake_now(seg);
+        seg_wake_now(si, seg);
 }
 
 /* The same after a seq_cst read-modify-write of a cell's seq (a publish):
@@ -522,10 +596,10 @@ static void seg_wake(shm_seg_hdr_t *seg)
  * of the count follows its increment. No fence: on x86 the publish's
  * locked instruction already orders the load, which a fence would order a
  * second time on every send. */
-static inline void seg_wake_published(shm_seg_hdr_t *seg)
+static inline void seg_wake_published(shm_ep_t *ep)
 {
-    if (atomic_load_explicit(&seg->sleeping, memory_order_seq_cst) != 0)
-        seg_wake_now(seg);
+    if (atomic_load_explicit(&ep->seg->sleeping, memory_order_seq_cst) != 0)
+        seg_wake_now((const shm_iface_t *)ep->super.iface, ep->seg);
 }
 
 #define SHM_FBOX_RETRY 4096 /* short sends between looks for a free fast box */
@@ -602,7 +676,7 @@ static inline int fbox_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt, s
                               memory_order_seq_cst);
     }
     ep->fb_write = w + skip + need;
-    seg_wake_published(ep->seg);
+    seg_wake_published(ep);
     return 1;
 }
 
@@ -665,7 +739,7 @@ tmx_status_t shm_cell_publish(shm_ep_t *ep, shm_cell_t *cell, uint64_t pos, uint
 {
     if (!cell_publish_quiet(ep, cell, pos, kind, len))
         return TMX_ERR_PEER_FAILED;
-    seg_wake_published(ep->seg);
+    seg_wake_published(ep);
     return TMX_OK;
 }
 
@@ -715,7 +789,7 @@ static tmx_status_t span_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt,
             iov_take(cell->payload, len, iov, &i, &off);
         }
         ok &= cell_publish_quiet(ep, cell, pos + j, j == 0 ? SHM_KIND_SPAN : SHM_KIND_CONT, len);
-        seg_wake_published(ep->seg);
+        seg_wake_published(ep);
     }
     return ok ? TMX_OK : TMX_ERR_PEER_FAILED;
 }
@@ -1085,7 +1159,7 @@ static void epoch_note(shm_iface_t *si, int events)
 
     if (events != 0) {
         atomic_store_explicit(&si->epoch, ++e, memory_order_relaxed);
-        seg_wake(si->seg);
+        seg_wake(si, si->seg);
     }
     shm_seen.si = si;
     shm_seen.epoch = e;
@@ -1211,34 +1285,75 @@ static int progress_full(shm_iface_t *si)
  * one waking up does not hide the others from producers. With threads,
  * it also returns if another thread's progress ran since this thread's
  * last (epoch_note), which may have completed what this one waits for. */
-static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
+/* Whether a sleeper, counted in sleeping, must not sleep: a cell or a box
+ * entry is published, or (threads) another thread progressed since this
+ * one last did. */
+static int shm_ready(shm_iface_t *si)
 {
-    shm_iface_t *si = (shm_iface_t *)iface;
     shm_seg_hdr_t *seg = si->seg;
-    uint32_t seq = atomic_load_explicit(&seg->wake_seq, memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&si->wait_head, memory_order_relaxed);
-    struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000};
 
-    atomic_fetch_add_explicit(&seg->sleeping, 1, memory_order_seq_cst);
     atomic_thread_fence(memory_order_seq_cst); /* pairs with seg_wake's */
     /* a cell left in the ring (cell_leave) is no reason to stay awake;
      * seq_cst: pairs with seg_wake_published */
     if (!__atomic_load_n(&si->held, __ATOMIC_RELAXED) &&
         atomic_load_explicit(&shm_cell(seg, head)->seq, memory_order_seq_cst) != shm_seq(head))
-        goto out_awake;
+        return 1;
     if (!__atomic_load_n(&si->fb_held, __ATOMIC_RELAXED)) {
         uint64_t boxes = atomic_load_explicit(&seg->fbox_used, memory_order_seq_cst) & SHM_FBOX_ALL &
                          ~atomic_load_explicit(&si->fb_broken, memory_order_relaxed);
         for (; boxes != 0; boxes &= boxes - 1) {
             if (fbox_ready(seg, (uint32_t)__builtin_ctzll(boxes)))
-                goto out_awake;
+                return 1;
         }
     }
-    if (si->mt && (shm_seen.si != si || atomic_load_explicit(&si->epoch, memory_order_relaxed) != shm_seen.epoch))
-        goto out_awake; /* another thread progressed since we did */
-    futex(&seg->wake_seq, FUTEX_WAIT, seq, timeout_us < 0 ? NULL : &ts);
-out_awake:
+    return si->mt && (shm_seen.si != si || atomic_load_explicit(&si->epoch, memory_order_relaxed) != shm_seen.epoch);
+}
+
+static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
+{
+    shm_iface_t *si = (shm_iface_t *)iface;
+    shm_seg_hdr_t *seg = si->seg;
+    uint32_t seq = atomic_load_explicit(&seg->wake_seq, memory_order_relaxed);
+    struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000};
+
+    atomic_fetch_add_explicit(&seg->sleeping, 1, memory_order_seq_cst);
+    if (!shm_ready(si))
+        futex(&seg->wake_seq, FUTEX_WAIT, seq, timeout_us < 0 ? NULL : &ts);
     atomic_fetch_sub_explicit(&seg->sleeping, 1, memory_order_relaxed);
+}
+
+/* A sleep in poll() beside other transports (tl.h): counted in
+ * fd_sleeping, then in sleeping, so that a producer that sees us asleep
+ * also sends a datagram to our wake socket. */
+static int shm_wait_arm(tl_iface_t *iface, struct pollfd *pfd, int64_t *cap_us)
+{
+    shm_iface_t *si = (shm_iface_t *)iface;
+
+    if (si->wake_name == 0)
+        return TL_WAIT_NONE;
+    pfd->fd = si->wake_fd;
+    pfd->events = POLLIN;
+    pfd->revents = 0;
+    *cap_us = -1;
+    atomic_fetch_add_explicit(&si->seg->fd_sleeping, 1, memory_order_seq_cst);
+    atomic_fetch_add_explicit(&si->seg->sleeping, 1, memory_order_seq_cst);
+    return shm_ready(si) ? TL_WAIT_READY : TL_WAIT_ARMED;
+}
+
+/* Ends the sleep, and takes the wakes out of the socket (a few at a time:
+ * whatever floods it, the next sleep just returns at once). */
+static void shm_wait_done(tl_iface_t *iface, const struct pollfd *pfd)
+{
+    shm_iface_t *si = (shm_iface_t *)iface;
+    char buf[8];
+
+    atomic_fetch_sub_explicit(&si->seg->sleeping, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&si->seg->fd_sleeping, 1, memory_order_relaxed);
+    if (pfd->revents & POLLIN) {
+        for (int i = 0; i < 64 && recv(si->wake_fd, buf, sizeof(buf), MSG_DONTWAIT) >= 0; i++)
+            ;
+    }
 }
 
 /* Whether our ring still holds a published cell from uuid: what a peer
@@ -1334,6 +1449,8 @@ const tl_ops_t tl_shm_ops = {
     .put = shm_put,
     .progress = shm_progress,
     .wait = shm_wait,
+    .wait_arm = shm_wait_arm,
+    .wait_done = shm_wait_done,
     .check_peers = shm_check_peers,
     .peer_pressed = shm_peer_pressed,
     .pressure_changed = shm_pressure_changed,

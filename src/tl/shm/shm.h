@@ -49,6 +49,11 @@ typedef struct shm_iface {
     tl_iface_t super;
     shm_seg_hdr_t *seg;         /* our receive ring */
     int fd;                     /* its memfd, named in our address */
+    int wake_fd;                /* a Unix datagram socket: bound to our wake
+                                   name, readable when a producer woke us
+                                   (a sleep over several transports); and
+                                   how we wake others' sleepers. -1: none */
+    uint64_t wake_name;         /* that name (seg->wake_name), 0: unbound */
     uint64_t head;              /* next position we consume */
     _Atomic uint64_t wait_head; /* head, for shm_wait, which runs unlocked */
     int held;                   /* the head cell is left for later (cell_leave) */

@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x4d48534du   /* "MSHM" */
-#define SHM_VERSION 11
+#define SHM_VERSION 12
 #define SHM_CACHE_LINE 64
 #define SHM_CELL_SIZE 8320      /* bytes per cell, header included: 8 KiB of payload and its headers */
 #define SHM_N_CELLS 128         /* a power of two */
@@ -157,7 +157,12 @@ typedef struct shm_seg_hdr {
     uint8_t pad1[SHM_CACHE_LINE - 8];
     _Atomic uint32_t sleeping;  /* consumer threads asleep, or about to be */
     _Atomic uint32_t wake_seq;  /* futex word, bumped by producers to wake it */
-    uint8_t pad2[SHM_CACHE_LINE - 8];
+    _Atomic uint32_t fd_sleeping; /* of the sleepers, those asleep in poll() on
+                                   the owner's wake socket (with another
+                                   transport's descriptors), not on wake_seq */
+    uint32_t reserved2;         /* zero */
+    _Atomic uint64_t wake_name; /* names that socket (shm_wake_addr), 0: none */
+    uint8_t pad2[SHM_CACHE_LINE - 24];
     shm_job_t jobs[SHM_N_JOBS]; /* shared copies into this process */
     /* Who sends here: a sender takes a slot (compare-and-swap of uuid
      * from 0 to its context's uuid) before its first cell and names the

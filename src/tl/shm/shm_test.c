@@ -898,6 +898,50 @@ static void fbox_wakes_sleeper(void **state)
     side_close(&b, NULL);
 }
 
+/* A sleep beside other transports (tl.h: wait_arm): the wake socket
+ * becomes readable when a packet comes, through a cell or a box, and an
+ * arm that finds one there already says so instead of sleeping. */
+static void armed_sleep_woken(void **state)
+{
+    for (int box = 0; box < 2; box++) {
+        side_t a, b;
+        shm_ep_t *ab;
+        pthread_t t;
+        struct pollfd pfd;
+        int64_t cap = 0;
+
+        (void)state;
+        test_fbox = box;
+        side_open(&a, UUID_A);
+        side_open(&b, UUID_B);
+        ab = connect_to(&a, &b);
+        for (int k = 0; k < 3; k++) {
+            b.next = 0;
+            assert_int_equal(tl_shm_ops.wait_arm(b.iface, &pfd, &cap), TL_WAIT_ARMED);
+            assert_true(cap < 0);
+            assert_int_equal(pthread_create(&t, NULL, send_later, ab), 0);
+            /* nothing else wakes it: without the sender's datagram this
+             * sleeps the whole 10 s */
+            assert_int_equal(poll(&pfd, 1, 10000), 1);
+            assert_true(pfd.revents & POLLIN);
+            tl_shm_ops.wait_done(b.iface, &pfd);
+            assert_int_equal(pthread_join(t, NULL), 0);
+            assert_int_equal(tl_shm_ops.progress(b.iface), 1);
+        }
+        b.next = 0;
+        assert_int_equal(send_counter(ab, 0), TMX_OK);
+        assert_int_equal(tl_shm_ops.wait_arm(b.iface, &pfd, &cap), TL_WAIT_READY);
+        tl_shm_ops.wait_done(b.iface, &pfd);
+        assert_int_equal(tl_shm_ops.progress(b.iface), 1);
+        /* every sleeper counted itself out */
+        assert_int_equal(atomic_load(&((shm_iface_t *)b.iface)->seg->fd_sleeping), 0);
+        assert_int_equal(atomic_load(&((shm_iface_t *)b.iface)->seg->sleeping), 0);
+        assert_int_equal(b.packets, 4);
+        side_close(&a, ab);
+        side_close(&b, NULL);
+    }
+}
+
 /* The same context added twice (two endpoints): what one put into its
  * box is not overtaken by the other's packets, and neither boxes again. */
 static void fbox_two_endpoints_one_order(void **state)
@@ -1032,6 +1076,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(fbox_goodbye_frees),
         cmocka_unit_test(fbox_hostile_headers),
         cmocka_unit_test(fbox_wakes_sleeper),
+        cmocka_unit_test(armed_sleep_woken),
         cmocka_unit_test(fbox_all_taken),
         cmocka_unit_test(fbox_two_endpoints_one_order),
         cmocka_unit_test(fbox_dead_sender_freed),

@@ -288,27 +288,51 @@ static int udp_progress(tl_iface_t *iface)
     return events;
 }
 
+/* What woke a sleep in the socket: the next progress reads it, and the
+ * clock. */
+static void udp_wait_done(tl_iface_t *iface, const struct pollfd *pfd)
+{
+    udp_iface_t *ui = (udp_iface_t *)iface;
+
+    if (pfd->revents & (POLLIN | POLLERR)) {
+        if (pfd->revents & POLLERR) /* a refusal queued (udp_live.c) */
+            __atomic_store_n(&ui->errq_woken, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&ui->woken, 1, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&ui->slept, 1, __ATOMIC_RELAXED);
+}
+
+/* Datagrams make the socket readable on their own: nothing to announce.
+ * The sleep ends by the next timer (wait_cap_us). */
+static int udp_wait_arm(tl_iface_t *iface, struct pollfd *pfd, int64_t *cap_us)
+{
+    udp_iface_t *ui = (udp_iface_t *)iface;
+
+    pfd->fd = ui->sock.fd;
+    pfd->events = POLLIN;
+    pfd->revents = 0;
+    *cap_us = __atomic_load_n(&ui->wait_cap_us, __ATOMIC_RELAXED);
+    return TL_WAIT_ARMED;
+}
+
 /* The kernel's receive work needs the CPU, so a waiter sleeps in poll
  * rather than spinning (blocking beats spinning across namespaces). Runs
  * unlocked, beside any other operation: it reads only the socket, fixed
  * from iface_open on, and writes only atomic flags. */
 static void udp_wait(tl_iface_t *iface, int64_t timeout_us)
 {
-    udp_iface_t *ui = (udp_iface_t *)iface;
-    struct pollfd pfd = {ui->sock.fd, POLLIN, 0};
-    int64_t t = timeout_us, cap = __atomic_load_n(&ui->wait_cap_us, __ATOMIC_RELAXED);
+    struct pollfd pfd;
+    int64_t t = timeout_us, cap;
     struct timespec ts;
 
+    udp_wait_arm(iface, &pfd, &cap);
     if (t < 0 || t > cap)
         t = cap;
     ts.tv_sec = t / 1000000;
     ts.tv_nsec = (t % 1000000) * 1000;
-    if (ppoll(&pfd, 1, &ts, NULL) > 0 && (pfd.revents & (POLLIN | POLLERR))) {
-        if (pfd.revents & POLLERR) /* a refusal queued (udp_live.c) */
-            __atomic_store_n(&ui->errq_woken, 1, __ATOMIC_RELAXED);
-        __atomic_store_n(&ui->woken, 1, __ATOMIC_RELAXED); /* the next poll reads it */
-    }
-    __atomic_store_n(&ui->slept, 1, __ATOMIC_RELAXED); /* and reads the clock */
+    if (ppoll(&pfd, 1, &ts, NULL) <= 0)
+        pfd.revents = 0;
+    udp_wait_done(iface, &pfd);
 }
 
 /* Called while someone waits: keepalives to silent peers, and the
@@ -337,6 +361,8 @@ const tl_ops_t tl_udp_ops = {
     .put = udp_put,
     .progress = udp_progress,
     .wait = udp_wait,
+    .wait_arm = udp_wait_arm,
+    .wait_done = udp_wait_done,
     .check_peers = udp_check_peers,
     .peer_pressed = udp_peer_pressed,
     .sweep = udp_node_sweep,

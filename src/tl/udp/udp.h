@@ -314,6 +314,9 @@ typedef struct udp_iface {
     uint64_t no_room;            /* datagrams of new peers past UDP_MAX_EPS */
     uint64_t evicted;            /* strangers forgotten to make room */
     uint32_t evict_it;           /* where the look for a stranger stopped */
+    struct udp_ep *rx_ep;        /* the endpoint whose datagram is being handled
+                                    (udp_dgram_input), which an upcall must
+                                    not free */
     tl_emu_t emu;                /* remote reads (udp_get.c) */
     /* polling and waiting */
     uint32_t hot_polls;          /* polls left that look at the socket */

@@ -101,6 +101,21 @@ static int stranger(udp_iface_t *ui, const udp_ep_t *ep)
             ui->super.peer_addr(ui->super.recv_arg, &ui->super, ep->uuid, &addr, &len) != TMX_OK);
 }
 
+/* ep goes with what it holds (pieces of packets, refusals of its reads,
+ * a write's wait), as with a failure, but nobody is told. */
+static void ep_forget(udp_iface_t *ui, udp_ep_t *ep)
+{
+    udp_put_rx_end(ui, ep);
+    if (ep->rx_left) {
+        ep->rx_left = 0;
+        ui->n_left--;
+    }
+    udp_rx_reasm_drop(ui, ep);
+    tl_emu_ep_fail(&ui->emu, &ep->super);
+    udp_faults_forget(&ui->faults, ep);
+    udp_ep_free(ui, ep);
+}
+
 int udp_ep_evict_stranger(udp_iface_t *ui)
 {
     for (int k = 0; k < UDP_EVICT_LOOK; k++) {
@@ -110,15 +125,10 @@ int udp_ep_evict_stranger(udp_iface_t *ui)
             return 0;
         if (!stranger(ui, ep))
             continue;
-        /* what it holds goes with it, as with a failure, but nobody is told */
-        udp_put_rx_end(ui, ep);
-        udp_rx_reasm_drop(ui, ep);
-        tl_emu_ep_fail(&ui->emu, &ep->super);
-        udp_faults_forget(&ui->faults, ep);
         if (util_log_sparse(&ui->evicted))
             util_info("udp: %u peers known, the most: %llu strangers forgotten so far to make room (the "
                       "last %016llx)", ui->n_eps, (unsigned long long)ui->evicted, (unsigned long long)ep->uuid);
-        udp_ep_free(ui, ep);
+        ep_forget(ui, ep);
         return 1;
     }
     return 0;
@@ -127,22 +137,15 @@ int udp_ep_evict_stranger(udp_iface_t *ui)
 /* An endpoint that datagrams alone made, before the layer above had an
  * address for its process, at another host than the one the address
  * names: a process writes from the host it publishes (every socket of it
- * is bound to that address), so those datagrams were another's. Once
- * their exchange is over (no flow: nothing of it is in use), the sequence
- * numbers they took are forgotten; kept, the process's first packets
- * would be taken for old duplicates of the forger's and dropped. */
-static void ep_forged_reset(udp_iface_t *ui, udp_ep_t *ep, const struct sockaddr_in *sa)
+ * is bound to that address), so those datagrams were another's. It is
+ * forgotten whatever they left in it (a flow, its sequence numbers moved
+ * on, a failure by a bye): kept, the process's first packets would be
+ * taken for old duplicates of the forger's, or the process for gone.
+ * Not while a datagram of its own is being handled (an upcall). */
+static int ep_forged(const udp_iface_t *ui, const udp_ep_t *ep, const struct sockaddr_in *sa)
 {
-    if (ep->connected || ep->super.peer != TMX_PEER_NONE || ep->has_flow || ep->failed ||
-        udp_ep_conn(ui, ep)->sa.sin_addr.s_addr == sa->sin_addr.s_addr)
-        return;
-    util_warn("udp: datagrams naming %016llx came from %s, not from the host its address names: forgotten",
-              (unsigned long long)ep->uuid, inet_ntoa(udp_ep_conn(ui, ep)->sa.sin_addr));
-    memset(&ep->idle, 0, sizeof(ep->idle));
-    ep->rx_data_seen = 0;
-    ep->pressed = 0;
-    ep->probed = 0;
-    ep->lane = 0;
+    return !ep->connected && ep->super.peer == TMX_PEER_NONE && ep != ui->rx_ep &&
+           udp_ep_conn(ui, ep)->sa.sin_addr.s_addr != sa->sin_addr.s_addr;
 }
 
 tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
@@ -159,8 +162,12 @@ tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_
     memcpy(&a, addr, sizeof(a));
     sa.sin_addr.s_addr = a.ip;
     sa.sin_port = a.port;
-    if (ep != NULL)
-        ep_forged_reset(ui, ep, &sa);
+    if (ep != NULL && ep_forged(ui, ep, &sa)) {
+        util_warn("udp: datagrams naming %016llx came from %s, not from the host its address names: forgotten",
+                  (unsigned long long)uuid, inet_ntoa(udp_ep_conn(ui, ep)->sa.sin_addr));
+        ep_forget(ui, ep);
+        ep = NULL;
+    }
     if (ep == NULL && (ep = udp_ep_new(ui, uuid, &sa, ntohs(a.index))) == NULL)
         return TMX_ERR_NOMEM;
     if (ep->failed)

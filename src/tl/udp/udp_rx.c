@@ -174,6 +174,13 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
             udp_live_nobody(ui, h.src_id);
         return;
     }
+    if (ep == NULL && (h.flags & UDP_FLAG_ACK_ONLY)) {
+        /* an ACK, a report or a bye names segments we exchanged: with no
+         * endpoint there were none (a bye made one failed, and kept its
+         * process out once added) */
+        dgram_drop(ui, "an ACK from a process we have no endpoint for", len);
+        return;
+    }
     if (ep == NULL) {
         struct sockaddr_in sa = *from;
         uint16_t index = h.src_index;
@@ -205,6 +212,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         dgram_drop(ui, "peer declared failed", len);
         return;
     }
+    ui->rx_ep = ep;
     udp_ep_heard(ep, ui->rx_now_us);
     ep->pressed = (h.flags & UDP_FLAG_PRESSURE) != 0;
     udp_live_heard(ep);
@@ -226,6 +234,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
             udp_live_bye_check(ui, ep); /* the data a bye overtook */
     }
     udp_flow_settle(ui, ep);
+    ui->rx_ep = NULL;
 }
 
 void udp_buf_input(udp_iface_t *ui, unsigned char *buf, size_t len, size_t gro,

@@ -431,6 +431,68 @@ static void test_forged_before_added_forgotten(void **state)
     side_close(&b);
 }
 
+/* A datagram naming a process as sender that this interface has no
+ * endpoint for yet must not keep the process out once it is added: a bye
+ * (from anyone: it names nothing we exchanged) makes no endpoint, and an
+ * endpoint that datagrams from another host than the one the address
+ * then names made (failed by a bye, or holding a segment kept early, its
+ * sequence numbers moved on) is forgotten, not reused. */
+static void test_forged_before_added_no_harm(void **state)
+{
+    static const uint64_t xs[3] = {0xc0ffee, 0xc0ffef, 0xc0fff0};
+    side_t b;
+    unsigned char buf[sizeof(udp_hdr_t) + 8] = {0};
+    unsigned char bbuf[sizeof(udp_hdr_t)];
+    struct sockaddr_in home = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr = {htonl(0x7f000001)}};
+    struct sockaddr_in far = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr = {htonl(0x7f000002)}};
+    udp_addr_t a = {home.sin_addr.s_addr, htons(9), 0, htole64(JOB_KEY)};
+    tl_ep_t *ep;
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->rx_now_us = udp_now_us();
+    for (int k = 0; k < 3; k++) {
+        udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16(8),
+                       htons(9), htole64(JOB_KEY), htole64(xs[k]), htole64(UUID_B), 0, {0, 0}, 0, htole64(8),
+                       0, 0, 0, 0, 0};
+        udp_hdr_t bye = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY | UDP_FLAG_BYE), 0, htons(9),
+                         htole64(JOB_KEY), htole64(xs[k]), htole64(UUID_B), 0, {0, 0}, 0, 0, 0, 0, 0, 0, 0};
+        size_t before = b.packets;
+        if (k == 1) { /* a packet from far first, then its bye: an endpoint at far, failed */
+            dgram_seal(buf, sizeof(buf), &h);
+            udp_dgram_input(b.ui, buf, sizeof(buf), &far);
+            bye.frag_id = htole32(1);
+            before++;
+        }
+        if (k == 2) { /* packets 0 and 2 from far: 2 is kept early, the flow stays */
+            for (uint32_t seq = 0; seq < 3; seq += 2) {
+                h.seq = htole32(seq);
+                dgram_seal(buf, sizeof(buf), &h);
+                udp_dgram_input(b.ui, buf, sizeof(buf), &far);
+            }
+            udp_ack_flush(b.ui, UINT64_MAX);
+            before++;
+        } else {
+            dgram_seal(bbuf, sizeof(bbuf), &bye);
+            udp_dgram_input(b.ui, bbuf, sizeof(bbuf), &far);
+        }
+        assert_int_equal(b.packets, before);
+        b.failures = 0; /* a stranger's end is no peer's: the layer above ignores it */
+        assert_int_equal(tl_udp_ops.ep_create(&b.ui->super, &a, sizeof(a), 1, xs[k], &ep), TMX_OK);
+        assert_false(((udp_ep_t *)ep)->failed);
+        assert_int_equal(udp_ep_expected((udp_ep_t *)ep, UDP_CH_DATA), 0);
+        for (uint32_t seq = 0; seq < 2; seq++) { /* x's own packets, from its host */
+            h.seq = htole32(seq);
+            dgram_seal(buf, sizeof(buf), &h);
+            udp_dgram_input(b.ui, buf, sizeof(buf), &home);
+        }
+        assert_int_equal(b.packets, before + 2);
+    }
+    assert_int_equal(b.ui->reasm_bytes, 0);
+    udp_ack_flush(b.ui, UINT64_MAX);
+    side_close(&b);
+}
+
 /* Written data that no receive took (a key nobody lent) is dropped and
  * starts no wait for the writer's end: such a wait reports a stall every
  * few hundred microseconds until the writer's WDONE, which a process that
@@ -2278,6 +2340,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_contradictory_flags_dropped),
         cmocka_unit_test(test_forged_sender_dropped),
         cmocka_unit_test(test_forged_before_added_forgotten),
+        cmocka_unit_test(test_forged_before_added_no_harm),
         cmocka_unit_test(test_bye_below_arrivals_ignored),
         cmocka_unit_test(test_refused_write_no_wait),
         cmocka_unit_test(test_reasm_strangers_bounded),

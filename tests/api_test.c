@@ -17,6 +17,10 @@
 #include "proto/wire.h"
 #include "reg/reg.h"
 #include "tl/shm/shm_layout.h"
+#include "tl/udp/udp_wire.h"
+#include "util/crc32c.h"
+#include <arpa/inet.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "tmx.h"
@@ -1292,6 +1296,77 @@ static void test_implicit_peer(void **state)
     assert_int_equal(tmx_context_destroy(b), TMX_OK);
 }
 
+/* A HELLO over udp from a process that was not added makes it a peer at
+ * the address it carries: that address must name the host and port its
+ * datagrams come from (a port per node: every process of a node has its
+ * host's address and the node's port), else any process could make us
+ * send to a third party. A raw socket plays the process. */
+static void hello_from_socket(tmx_context_h a, uint64_t x, int fd, uint16_t named_port)
+{
+    unsigned char blob[TMX_ADDRESS_MAX], dgram[sizeof(udp_hdr_t) + sizeof(wire_tmh_t) + TMX_ADDRESS_MAX];
+    const size_t at = 16 + 8 + 2; /* the blob's header, then the udp section's name and length */
+    size_t len = sizeof(blob), pkt;
+    udp_addr_t ua;
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof(sa);
+    uint64_t le = htole64(x);
+    udp_hdr_t h;
+
+    assert_int_equal(tmx_address(a, blob, &len), TMX_OK);
+    assert_int_equal(len, at + sizeof(ua)); /* self,udp: the udp section only */
+    memcpy(&ua, blob + at, sizeof(ua));
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    memcpy(blob + 8, &le, 8);               /* x's blob: a's with x's uuid */
+    memcpy(blob + at + 4, &named_port, 2);  /* and the port it names */
+    wire_tmh_pack((wire_tmh_t *)(void *)(dgram + sizeof(h)), WIRE_OP_HELLO, 0, 0, 0);
+    memcpy(dgram + sizeof(h) + sizeof(wire_tmh_t), blob, len);
+    pkt = sizeof(wire_tmh_t) + len;
+    h = (udp_hdr_t){UDP_WIRE_VERSION, UDP_CH_DATA, htole16(UDP_FLAG_FIRST | UDP_FLAG_LAST), htole16((uint16_t)pkt),
+                    sa.sin_port, ua.job_key, le, htole64(a->uuid), 0, {0, 0}, 0, htole64(pkt), 0, 0, 0,
+                    ua.index, 0};
+    memcpy(dgram, &h, sizeof(h));
+    h.csum = htole32(util_crc32c(0, dgram, sizeof(h) + pkt));
+    memcpy(dgram, &h, sizeof(h));
+    sa.sin_port = ua.port;
+    assert_int_equal(sendto(fd, dgram, sizeof(h) + pkt, 0, (struct sockaddr *)&sa, sizeof(sa)),
+                     (ssize_t)(sizeof(h) + pkt));
+    for (int i = 0; i < 1000; i++)
+        tmx_progress(a);
+}
+
+static void test_implicit_peer_address_is_its_own(void **state)
+{
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT,
+                              .transports = "self,udp",
+                              .boot = TMX_BOOT_NONE};
+    unsigned char blob[TMX_ADDRESS_MAX];
+    size_t len = sizeof(blob);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t sl = sizeof(sa);
+    tmx_context_h a;
+    uint64_t before;
+    udp_addr_t ua;
+    int fd;
+
+    (void)state;
+    assert_int_equal(tmx_context_create(&p, &a), TMX_OK);
+    assert_int_equal(tmx_address(a, blob, &len), TMX_OK);
+    memcpy(&ua, blob + len - sizeof(ua), sizeof(ua));
+    sa.sin_addr.s_addr = ua.ip; /* the process is on a's host */
+    assert_true((fd = socket(AF_INET, SOCK_DGRAM, 0)) >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    before = a->proto.dropped;
+    hello_from_socket(a, 0x7e57ab1e01ULL, fd, htons(ntohs(sa.sin_port) ^ 1)); /* another port */
+    assert_int_equal(core_peer_by_uuid(a, 0x7e57ab1e01ULL), TMX_PEER_NONE);
+    assert_int_equal(a->proto.dropped - before, 1);
+    hello_from_socket(a, 0x7e57ab1e02ULL, fd, sa.sin_port); /* its own */
+    assert_true(core_peer_by_uuid(a, 0x7e57ab1e02ULL) & TMX_PEER_IMPLICIT);
+    assert_int_equal(a->proto.dropped - before, 1);
+    close(fd);
+    assert_int_equal(tmx_context_destroy(a), TMX_OK);
+}
+
 /* ----------------------------------------------------------- threads */
 
 /* A receive posted naming an implicit number, when tmx_peer_add then
@@ -1744,6 +1819,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_wire_garbage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_null, setup, teardown),
         cmocka_unit_test(test_implicit_peer),
+        cmocka_unit_test(test_implicit_peer_address_is_its_own),
         cmocka_unit_test(test_implicit_peer_recv_order),
         cmocka_unit_test_setup_teardown(test_threads, setup_mt, teardown),
         cmocka_unit_test_setup_teardown(test_wait_longest_timeout, setup_mt, teardown),

@@ -279,7 +279,8 @@ static inline tmx_status_t core_peer_ready(tmx_context_h ctx, tmx_peer_t peer, t
 }
 /* A process that sent us its address without being added (proto.c's
  * HELLO): *out is its number, TMX_PEER_IMPLICIT set, or the number it
- * already has. TMX_ERR_INVALID unless the address is that of uuid. */
+ * already has. TMX_ERR_INVALID unless the address is that of uuid and
+ * names the place its packets come from (tl_ops_t.sender_check). */
 tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void *addr, size_t len,
                                     tmx_peer_t *out);
 /* This context's address blob into buf (room bytes); *used its size. */

@@ -334,6 +334,7 @@ tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void
 {
     core_peer_t peer;
     tmx_status_t st = addr_parse(ctx, addr, len, &peer);
+    tl_iface_t *iface;
     tmx_peer_t num;
 
     if (st != TMX_OK)
@@ -345,6 +346,10 @@ tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void
     }
     if ((*out = core_peer_by_uuid(ctx, uuid)) != TMX_PEER_NONE)
         return TMX_OK;
+    iface = ctx->ifaces[peer.iface];
+    if (iface->ops->sender_check != NULL &&
+        (st = iface->ops->sender_check(iface, uuid, peer.addr, peer.addr_len)) != TMX_OK)
+        return st; /* it names another place than its packets come from */
     if (ctx->n_ipeers >= CORE_IMPLICIT_MAX) {
         if (util_log_sparse(&ctx->ipeers_refused))
             util_warn("%u processes that were not added are known, the most: %016llx is not (%llu refused so "

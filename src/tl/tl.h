@@ -430,6 +430,16 @@ struct tl_ops {
      * In upcall: yes. */
     int (*peer_pressed)(tl_ep_t *ep);
 
+    /* Optional (NULL: every address passes). Whether addr, an address
+     * section of this transport that a packet from the process uuid
+     * carried (its HELLO), may be that process's: a transport that can
+     * tell where uuid's packets came from refuses an address naming
+     * another place (udp: another host or port than its datagrams'), so
+     * that no packet can make us send to a third party. TMX_OK, or
+     * TMX_ERR_INVALID (logged). Blocks: no. Upcalls: none. In upcall:
+     * yes (that is where it is asked, during the packet's recv_cb). */
+    tmx_status_t (*sender_check)(tl_iface_t *iface, uint64_t uuid, const void *addr, size_t len);
+
     /* Optional (NULL: nothing to publish, or published otherwise). Told
      * when rx_pressure changes, for a transport that publishes it to its
      * senders through shared state. Blocks: no. Upcalls: none. */

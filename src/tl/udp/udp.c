@@ -365,6 +365,7 @@ const tl_ops_t tl_udp_ops = {
     .wait_done = udp_wait_done,
     .check_peers = udp_check_peers,
     .peer_pressed = udp_peer_pressed,
+    .sender_check = udp_sender_check,
     .sweep = udp_node_sweep,
 };
 

@@ -313,6 +313,8 @@ typedef struct udp_iface {
     uint64_t get_req_dropped;    /* (util_log_sparse) */
     uint64_t no_room;            /* datagrams of new peers past UDP_MAX_EPS */
     uint64_t evicted;            /* strangers forgotten to make room */
+    uint64_t addr_refused;       /* addresses naming another place than their
+                                    sender's datagrams (log count) */
     uint32_t evict_it;           /* where the look for a stranger stopped */
     struct udp_ep *rx_ep;        /* the endpoint whose datagram is being handled
                                     (udp_dgram_input), which an upcall must
@@ -455,6 +457,7 @@ tmx_status_t udp_reachable(tl_iface_t *iface, const void *addr, size_t len);
 tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_peer_t peer,
                            uint64_t uuid, tl_ep_t **out);
 void udp_ep_destroy(tl_ep_t *tep);
+tmx_status_t udp_sender_check(tl_iface_t *iface, uint64_t uuid, const void *addr, size_t len);
 
 /* udp_tx.c: transmit */
 /* Sends d as segments of channel d->ch, all or nothing: TMX_ERR_AGAIN

@@ -183,6 +183,38 @@ tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_
     return TMX_OK;
 }
 
+/* All processes of a node share its port (docs/udp.md), and every
+ * datagram of a process leaves from its host and names that port for
+ * replies: an address its packet carries must name both, else it would
+ * make us send to a third party (reflection). Another process of the same
+ * node can still name its node-mates' indexes, which reach nobody else.
+ * The endpoint is the one whose datagram is being handled (the packet's);
+ * a process we have none for did not write through us: nothing to judge. */
+tmx_status_t udp_sender_check(tl_iface_t *iface, uint64_t uuid, const void *addr, size_t len)
+{
+    udp_iface_t *ui = (udp_iface_t *)iface;
+    udp_ep_t *ep = ui->rx_ep != NULL && ui->rx_ep->uuid == uuid ? ui->rx_ep : udp_ep_find(ui, uuid);
+    const struct sockaddr_in *sa;
+    char named[INET_ADDRSTRLEN];
+    udp_addr_t a;
+
+    if (len != sizeof(a))
+        return TMX_ERR_INVALID;
+    if (ep == NULL)
+        return TMX_OK;
+    memcpy(&a, addr, sizeof(a));
+    sa = &udp_ep_conn(ui, ep)->sa;
+    if (a.ip == sa->sin_addr.s_addr && a.port == sa->sin_port)
+        return TMX_OK;
+    if (util_log_sparse(&ui->addr_refused)) {
+        inet_ntop(AF_INET, &a.ip, named, sizeof(named));
+        util_warn("udp: %016llx announced the address %s:%u, but its datagrams come from %s:%u: refused "
+                  "(%llu so far)", (unsigned long long)uuid, named, ntohs(a.port),
+                  inet_ntoa(sa->sin_addr), ntohs(sa->sin_port), (unsigned long long)ui->addr_refused);
+    }
+    return TMX_ERR_INVALID;
+}
+
 /* The endpoint stays until the interface closes: the peer may still be
  * owed ACKs or retransmissions. */
 void udp_ep_destroy(tl_ep_t *tep)

@@ -1218,9 +1218,13 @@ err_free:
     msg_free(p, msg);
 err_nomem:
     /* The reliable transports only hand up what they can keep; losing an
-     * unexpected message here is loud, since MPI cannot recover it. */
-    util_error("out of memory: message from peer %u tag 0x%llx lost", src,
-               (unsigned long long)in->tmh.tag);
+     * unexpected message here is loud, since MPI cannot recover it. A
+     * rendezvous sender would wait for ever for the read and the FIN:
+     * it is sent the FIN of a failed read, and its send fails. */
+    util_error("out of memory: message from peer %u tag 0x%llx lost%s", src, (unsigned long long)in->tmh.tag,
+               in->tmh.opcode == WIRE_OP_RNDV ? " (its sender is told)" : "");
+    if (in->tmh.opcode == WIRE_OP_RNDV)
+        fin_send(p, src, in->tmh.app_ctx, in->tmh.tag, in->rvh.va, in->rvh.rkey, in->rvh.len, 1);
 }
 
 /* A tagged message the host matches itself: against every posted

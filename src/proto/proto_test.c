@@ -59,6 +59,7 @@ typedef struct world {
     proto_msg_t *msgs[32];      /* every message allocated, until freed */
     int implicit_calls;
     tmx_peer_t a_num;           /* UUID_A's peer number (tmx_peer_add may change one) */
+    int msg_alloc_fail;         /* msg_alloc answers NULL (no memory) */
 } world_t;
 
 static world_t *W; /* one world per case (each case runs in its own child) */
@@ -129,9 +130,12 @@ static void up_complete(void *arg, proto_req_t *req, tmx_status_t st)
 
 static proto_msg_t *up_msg_alloc(void *arg)
 {
-    proto_msg_t *m = calloc(1, sizeof(*m));
+    proto_msg_t *m;
 
     (void)arg;
+    if (W->msg_alloc_fail)
+        return NULL;
+    m = calloc(1, sizeof(*m));
     for (int i = 0; i < 32; i++) {
         if (W->msgs[i] == NULL) {
             W->msgs[i] = m;
@@ -437,6 +441,45 @@ static void rendezvous_send_and_fin(void **state)
     assert_int_equal(W->n_done, 2);
     assert_ptr_equal(W->done[1], &s);
     assert_int_equal(W->done_st[1], TMX_ERR_IO);
+}
+
+/* A rendezvous request that cannot be kept as an unexpected message (no
+ * memory) is refused at once: the receiver sends the FIN of a failed read,
+ * and the sender's send fails instead of waiting for ever for a read and a
+ * FIN that never come. Here the world is both sides: our own request comes
+ * back to us from UUID_A. */
+static void unexpected_rendezvous_no_memory_refused(void **state)
+{
+    proto_req_t r;
+    char big[EAGER_LIMIT + 1] = {0};
+    wire_tmh_t h;
+    wire_rvh_t v;
+
+    (void)state;
+    W->pp[0].hello_sent = 1;
+    req_send(&r, big, sizeof(big), 0);
+    assert_int_equal(proto_send(&W->p, &r, 0, 9), TMX_OK);
+    assert_int_equal(W->n_pkts, 1);
+    h = pkt_tmh(&W->pkts[0]);
+    v = pkt_rvh(&W->pkts[0]);
+    W->msg_alloc_fail = 1;
+    in_rvh(UUID_A, WIRE_OP_RNDV, 0, h.app_ctx, 9, v.va, v.rkey, v.len);
+    assert_int_equal(W->msgs_live, 0);
+    assert_int_equal(W->n_pkts, 2); /* the refusal */
+    assert_int_equal(W->pkts[1].to, 0);
+    assert_int_equal(pkt_tmh(&W->pkts[1]).opcode, WIRE_OP_FIN);
+    assert_int_equal(pkt_tmh(&W->pkts[1]).flags, 1u << 15);
+    assert_int_equal(pkt_tmh(&W->pkts[1]).app_ctx, h.app_ctx);
+    assert_int_equal(pkt_rvh(&W->pkts[1]).rkey, v.rkey);
+    assert_int_equal(W->n_done, 0);
+    in_rvh(UUID_A, WIRE_OP_FIN, pkt_tmh(&W->pkts[1]).flags, h.app_ctx, 9, pkt_rvh(&W->pkts[1]).va,
+           pkt_rvh(&W->pkts[1]).rkey, pkt_rvh(&W->pkts[1]).len);
+    assert_int_equal(W->n_done, 1);
+    assert_ptr_equal(W->done[0], &r);
+    assert_int_not_equal(W->done_st[0], TMX_OK);
+    /* an eager message lost so has no sender waiting: nothing is sent */
+    in_eager(UUID_A, 10, "abc", 3);
+    assert_int_equal(W->n_pkts, 2);
 }
 
 /* A burst of rendezvous sends grows the slot array; once the last is
@@ -1318,6 +1361,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(send_refused_untouched),
         cmocka_unit_test(rendezvous_send_and_fin),
         cmocka_unit_test(rendezvous_burst_gives_slots_back),
+        cmocka_unit_test(unexpected_rendezvous_no_memory_refused),
         cmocka_unit_test(expected_eager_truncated),
         cmocka_unit_test(unexpected_eager_then_receive),
         cmocka_unit_test(unexpected_rendezvous_read_then_fin),

@@ -303,6 +303,7 @@ typedef struct udp_iface {
                                     buffers and the arrays they are in */
     uint64_t reasm_bytes;        /* held by strangers' packets being put together */
     uint64_t reasm_full;         /* first segments refused for want of room (log count) */
+    uint64_t reasm_failed;       /* packets whose pieces did not fit (log count) */
     uint32_t n_left;             /* peers whose data we left (rx_left) */
     uint32_t n_put_rx;           /* peers writing into our memory (put_rx) */
     uint64_t rx_now_us;          /* the clock when the current batch came */

@@ -638,10 +638,14 @@ static int reasm_room(udp_iface_t *ui, const udp_ep_t *ep, const udp_hdr_t *h)
     return 0;
 }
 
+/* Logged the first time and then sparsely: a peer can send broken pieces
+ * as often as it likes. */
 static void reasm_fail(udp_iface_t *ui, udp_rx_t *rx, const char *why)
 {
     ui->stats.dropped++;
-    util_error("udp: reassembly failed (%s); packet lost", why);
+    if (util_log_sparse(&ui->reasm_failed))
+        util_error("udp: reassembly failed (%s); packet lost (%llu so far)", why,
+                   (unsigned long long)ui->reasm_failed);
     reasm_reset(ui, rx);
 }
 
@@ -665,7 +669,8 @@ static void deliver_packet_seg(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx, cons
                 ui->super.recv_cb(ui->super.recv_arg, ep->uuid, p, h->len);
             return;
         }
-        if (h->offset > UDP_MAX_PACKET || h->len > h->offset || (rx->reasm = malloc(h->offset)) == NULL) {
+        /* a packet of several segments has more bytes than its first */
+        if (h->offset > UDP_MAX_PACKET || h->len >= h->offset || (rx->reasm = malloc(h->offset)) == NULL) {
             reasm_fail(ui, rx, "bad packet length");
             return;
         }
@@ -674,7 +679,8 @@ static void deliver_packet_seg(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx, cons
             rx->reasm_charged = h->offset;
             ui->reasm_bytes += h->offset;
         }
-    } else if (rx->reasm == NULL || h->offset != rx->reasm_len || h->len > rx->reasm_total - rx->reasm_len) {
+    } else if (rx->reasm == NULL || h->offset != rx->reasm_len || h->len == 0 ||
+               h->len > rx->reasm_total - rx->reasm_len) {
         reasm_fail(ui, rx, "segment out of place");
         return;
     }

@@ -894,6 +894,40 @@ static void test_contradictory_flags_dropped(void **state)
     side_close(&b);
 }
 
+/* A packet of several segments has more bytes than its first segment
+ * carries, and every later segment carries some: a first segment that
+ * holds the whole packet (or nothing of an empty one) and empty later
+ * segments are no sender's, dropped, and nothing reaches the layer above
+ * (an empty packet least of all). */
+static void test_malformed_pieces_dropped(void **state)
+{
+    side_t b;
+    udp_ep_t *ep;
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->rx_now_us = udp_now_us();
+    seg_in(&b, UUID_A, 0, UDP_FLAG_FIRST, 0, 0);       /* a packet of 0 bytes in several segments */
+    seg_in(&b, UUID_A, 1, UDP_FLAG_LAST, 0, 0);
+    seg_in(&b, UUID_A, 2, UDP_FLAG_FIRST, 8, 8);       /* all of it in the first, then more */
+    seg_in(&b, UUID_A, 3, UDP_FLAG_LAST, 8, 0);
+    seg_in(&b, UUID_A, 4, UDP_FLAG_FIRST, 16, 8);      /* an empty segment in the middle */
+    seg_in(&b, UUID_A, 5, 0, 8, 0);
+    seg_in(&b, UUID_A, 6, UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, 0);
+    assert_true(b.ui->stats.dropped >= 3);
+    ep = udp_ep_find(b.ui, UUID_A);
+    assert_non_null(ep);
+    assert_true(!ep->has_flow || (ep->flow->rx[UDP_CH_DATA].reasm == NULL));
+    assert_int_equal(b.ui->reasm_bytes, 0);
+    seg_in(&b, UUID_A, 7, UDP_FLAG_FIRST, 16, 8);      /* a true one still comes through */
+    seg_in(&b, UUID_A, 8, UDP_FLAG_LAST, 8, 8);
+    assert_int_equal(b.packets, 1);
+    assert_int_equal(b.bytes, 16);
+    udp_ack_flush(b.ui, UINT64_MAX);
+    side_close(&b);
+}
+
 /* GRO is off while messages come one at a time, on once data comes in
  * bulk, and off again UDP_GRO_IDLE_US after the last bulk read. */
 static void test_gro_follows_bulk(void **state)
@@ -2338,6 +2372,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_connect_max),
         cmocka_unit_test(test_reply_port_zero_dropped),
         cmocka_unit_test(test_contradictory_flags_dropped),
+        cmocka_unit_test(test_malformed_pieces_dropped),
         cmocka_unit_test(test_forged_sender_dropped),
         cmocka_unit_test(test_forged_before_added_forgotten),
         cmocka_unit_test(test_forged_before_added_no_harm),

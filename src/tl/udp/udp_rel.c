@@ -664,7 +664,7 @@ static void deliver_packet_seg(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx, cons
             reasm_fail(ui, rx, "new packet before the last one ended");
         if (h->flags & UDP_FLAG_LAST) {
             if (h->offset != h->len)
-                ui->stats.dropped++;
+                reasm_fail(ui, rx, "a packet of one segment whose length is not its payload's");
             else if (h->len != 0) /* empty: a keepalive */
                 ui->super.recv_cb(ui->super.recv_arg, ep->uuid, p, h->len);
             return;

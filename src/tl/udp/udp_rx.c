@@ -172,6 +172,8 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
             dgram_forged(ui, &h, src_ip, len); /* that node is elsewhere */
         else if ((h.flags & ~(UDP_FLAG_HANDED | UDP_FLAG_PRESSURE)) == (UDP_FLAG_NOBODY | UDP_FLAG_ACK_ONLY))
             udp_live_nobody(ui, h.src_id);
+        else
+            dgram_drop(ui, "a NOBODY notice with other flags", len);
         return;
     }
     if (ep == NULL && (h.flags & UDP_FLAG_ACK_ONLY)) {

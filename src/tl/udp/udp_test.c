@@ -891,6 +891,22 @@ static void test_contradictory_flags_dropped(void **state)
     }
     assert_int_equal(b.packets, 0);
     assert_null(udp_ep_find(b.ui, UUID_A));
+    /* a NOBODY notice with more than its own flags, and a packet of one
+     * segment whose length is not its payload's, are counted drops too */
+    {
+        unsigned char nb[sizeof(udp_hdr_t)];
+        udp_hdr_t n = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY | UDP_FLAG_NOBODY | UDP_FLAG_STALL),
+                       0, htons(9), htole64(JOB_KEY), htole64(UUID_A), htole64(UUID_B), 0, {0, 0}, 0, 0, 0, 0,
+                       0, 0, 0};
+        uint64_t before = b.ui->stats.dropped;
+        dgram_seal(nb, sizeof(nb), &n);
+        udp_dgram_input(b.ui, nb, sizeof(nb), &from);
+        assert_int_equal(b.ui->stats.dropped, before + 1);
+        seg_in(&b, UUID_A, 0, UDP_FLAG_FIRST | UDP_FLAG_LAST, 16, 8);
+        assert_int_equal(b.ui->stats.dropped, before + 2);
+        assert_int_equal(b.packets, 0);
+        udp_ack_flush(b.ui, UINT64_MAX);
+    }
     side_close(&b);
 }
 

@@ -618,6 +618,12 @@ static inline udp_flow_t *udp_flow(udp_iface_t *ui, udp_ep_t *ep)
  * being reassembled, no ACK owed, no refusal, bye or write pending.
  * Called where no pointer into the flow is held. */
 void udp_flow_settle(udp_iface_t *ui, udp_ep_t *ep);
+/* ep failed: what its flow holds for an exchange that cannot go on goes
+ * (segments in flight, early segments, which count against what all
+ * peers may keep, and pieces of packets), not when the interface closes;
+ * the flow stays, with its refusals (why it failed) and its sequence
+ * numbers. Its timers are cancelled. */
+void udp_flow_empty(udp_iface_t *ui, udp_ep_t *ep);
 /* Frees ep's flow whatever it holds (the endpoint goes). */
 void udp_flow_free(udp_iface_t *ui, udp_ep_t *ep);
 

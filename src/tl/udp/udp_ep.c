@@ -227,10 +227,8 @@ static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)
     ep->failed = 1;
     udp_put_rx_end(ui, ep);
     udp_sock_ep_disconnect(ui, ep); /* nothing more goes to it: the descriptor is for the next peer */
-    for (int ch = 0; ch < UDP_N_CH && ep->has_flow; ch++)
-        util_timer_cancel(&ep->flow->tx[ch].timer);
-    udp_rx_reasm_drop(ui, ep); /* nothing more of them comes */
     tl_emu_ep_fail(&ui->emu, &ep->super);
+    udp_flow_empty(ui, ep); /* nothing more comes from it or goes to it */
     ui->super.fail_cb(ui->super.fail_arg, ep->uuid, clean);
 }
 

@@ -960,6 +960,17 @@ void udp_flow_free(udp_iface_t *ui, udp_ep_t *ep)
     }
 }
 
+void udp_flow_empty(udp_iface_t *ui, udp_ep_t *ep)
+{
+    udp_flow_t *fl = udp_ep_flow(ep);
+
+    for (int ch = 0; ch < UDP_N_CH && fl != NULL; ch++) {
+        util_timer_cancel(&fl->tx[ch].timer);
+        udp_tx_fini(&fl->tx[ch]);
+        udp_rx_fini(ui, &fl->rx[ch]);
+    }
+}
+
 void udp_flow_settle(udp_iface_t *ui, udp_ep_t *ep)
 {
     const udp_flow_t *fl = udp_ep_flow(ep);

@@ -1285,6 +1285,37 @@ static void test_failed_peer_gives_socket_back(void **state)
     pair_close(&a, &b);
 }
 
+/* A peer that failed sends nothing more and is sent nothing more: what
+ * its exchange held goes at once, the segments it sent early (which
+ * count against UDP_OOO_MAX_BYTES, shared by every peer) and ours in
+ * flight to it, not when the interface closes. */
+static void test_failed_peer_holds_nothing(void **state)
+{
+    side_t b;
+    udp_addr_t a = {htonl(0x7f000001), htons(9), 0, htole64(JOB_KEY)};
+    tl_ep_t *tep;
+    udp_ep_t *ep;
+
+    (void)state;
+    side_open(&b, UUID_B);
+    b.ui->rx_now_us = udp_now_us();
+    assert_int_equal(tl_udp_ops.ep_create(&b.ui->super, &a, sizeof(a), 1, UUID_A, &tep), TMX_OK);
+    ep = (udp_ep_t *)tep;
+    for (uint32_t seq = 1; seq < 4; seq++) /* seq 0 never comes */
+        seg_in(&b, UUID_A, seq, UDP_FLAG_FIRST | UDP_FLAG_LAST, 1, 1);
+    send_bytes(ep, 5000); /* in flight, never acknowledged */
+    assert_true(ep->has_flow);
+    assert_int_not_equal(b.ui->ooo_bytes, 0);
+    udp_ep_fail(b.ui, ep, "the test says so");
+    assert_int_equal(b.failures, 1);
+    assert_int_equal(b.ui->ooo_bytes, 0);
+    assert_true(!ep->has_flow || (ep->flow->tx[UDP_CH_DATA].win == NULL && ep->flow->rx[UDP_CH_DATA].ooo == NULL));
+    assert_int_equal(b.ui->segs.in_use + b.ui->hsegs.in_use, 0); /* every segment buffer is back */
+    tl_udp_ops.progress(&b.ui->super);
+    b.failures = 0;
+    side_close(&b);
+}
+
 static int failed_once(void *arg)
 {
     return ((side_t *)arg)->failures == 1;
@@ -2406,6 +2437,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_empty_pieces),
         cmocka_unit_test(test_burst_read_after_gro_off),
         cmocka_unit_test(test_failed_peer_gives_socket_back),
+        cmocka_unit_test(test_failed_peer_holds_nothing),
         cmocka_unit_test(test_resend_is_the_same),
         cmocka_unit_test(test_read_from_lent_memory),
         cmocka_unit_test(test_read_ends_when_memory_is_taken_back),

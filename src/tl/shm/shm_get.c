@@ -193,15 +193,19 @@ static int help_push(shm_iface_t *si, shm_ep_t *ep, const shm_help_req_t *h)
     return 1;
 }
 
-/* Takes chunk front (owner) or back - 1 (reader) of a job in generation
- * gen; its index, or -1 when none is left. */
-static int64_t chunk_take(_Atomic uint64_t *claim, uint64_t gen, int owner)
+/* Takes chunk front (owner) or back - 1 (reader) of a job of n chunks in
+ * generation gen; its index, or -1 when none is left. The word is in the
+ * reader's segment, where any local process can write: one that names a
+ * chunk past the job's n is taken for none left, so that neither side
+ * copies outside the bytes the job names (the owner's were checked with
+ * mem_check, the reader's are its buffer). */
+static int64_t chunk_take(_Atomic uint64_t *claim, uint64_t gen, uint64_t n, int owner)
 {
     uint64_t v = atomic_load_explicit(claim, memory_order_acquire);
 
     for (;;) {
         uint64_t f = claim_front(v), b = claim_back(v);
-        if (claim_gen(v) != gen || f >= b)
+        if (claim_gen(v) != gen || f >= b || b > n)
             return -1;
         if (atomic_compare_exchange_weak_explicit(claim, &v, owner ? claim_pack(gen, f + 1, b)
                                                                    : claim_pack(gen, f, b - 1),
@@ -251,6 +255,7 @@ static tmx_status_t shared_get(shm_iface_t *si, shm_ep_t *ep, unsigned char *dst
     shm_help_req_t h = {job, 0, 0, raddr, rkey, len, (uintptr_t)dst};
     shm_help_op_t w = {.ep = ep, .job = job, .dst = dst, .raddr = raddr, .len = len, .status = TMX_OK};
     shm_help_op_t *wait;
+    uint64_t mine = 0;
     int64_t k;
 
     if ((si->job_gen = (si->job_gen + 1) & JOB_GEN_MASK) == 0)
@@ -261,14 +266,23 @@ static tmx_status_t shared_get(shm_iface_t *si, shm_ep_t *ep, unsigned char *dst
     if (!help_push(si, ep, &h)) /* ring full: alone, but through the same claims */
         util_debug("shm: shared copy of %zu bytes: no room to ask for help", len);
     si->jobs_free &= ~(1ull << job);
-    while ((k = chunk_take(&j->claim, h.gen, 0)) >= 0) {
+    while ((k = chunk_take(&j->claim, h.gen, n, 0)) >= 0) {
         tmx_status_t st = TMX_OK;
         if (w.status != TMX_ERR_UNSUPPORTED) /* once refused, only claim the rest */
             st = chunk_copy(ep, dst, raddr, len, (uint64_t)k, 0);
         if (st != TMX_OK && w.status == TMX_OK)
             w.status = st;
+        mine++;
     }
     w.owner_chunks = claim_front(atomic_load_explicit(&j->claim, memory_order_acquire));
+    if (w.owner_chunks + mine != n) { /* someone else wrote our job word */
+        util_error("shm: shared copy of %zu bytes: its job word says the owner took %llu of %llu chunks, "
+                   "and we read %llu: the copy is void", len, (unsigned long long)w.owner_chunks,
+                   (unsigned long long)n, (unsigned long long)mine);
+        w.owner_chunks = w.owner_chunks < n - mine ? w.owner_chunks : n - mine;
+        if (w.status == TMX_OK)
+            w.status = TMX_ERR_IO;
+    }
     if (w.status == TMX_ERR_UNSUPPORTED) {
         /* the kernel refuses CMA here: once the owner's chunks under way
          * are written, copy through cells from now on, as shm_get does */
@@ -307,6 +321,7 @@ static void help_arrive(shm_iface_t *si, shm_cell_t *cell, const shm_cell_head_t
     shm_ep_t *ep = ep_by_uuid(si, shm_slot_uuid(si->seg, ch->slot));
     shm_help_req_t h;
     shm_job_t *j;
+    uint64_t n;
     int64_t k;
 
     memcpy(&h, cell->payload, sizeof(h));
@@ -326,7 +341,9 @@ static void help_arrive(shm_iface_t *si, shm_cell_t *cell, const shm_cell_head_t
         si->super.mem_check(si->super.recv_arg, h.raddr, h.len, h.rkey) != TMX_OK)
         return; /* the reader copies it all */
     j = &ep->seg->jobs[h.job];
-    while ((k = chunk_take(&j->claim, h.gen, 1)) >= 0) {
+    /* at most the job's chunks, however often its word is rewritten */
+    n = (h.len + SHM_JOB_CHUNK - 1) / SHM_JOB_CHUNK;
+    for (uint64_t taken = 0; taken < n && (k = chunk_take(&j->claim, h.gen, n, 1)) >= 0; taken++) {
         shm_stop_help();
         tmx_status_t st = shm_peer_dead(ep) ? TMX_ERR_PEER_FAILED
                                             : chunk_copy(ep, (unsigned char *)(uintptr_t)h.raddr, h.dst,

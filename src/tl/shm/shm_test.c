@@ -1058,6 +1058,112 @@ static void fbox_all_taken(void **state)
     side_close(&b, NULL);
 }
 
+/* ------------------------------------------------------- shared copies */
+
+/* What a shared copy's owner lends in lend_case: 100 bytes under key 42,
+ * with more of its memory right after them. */
+static unsigned char lent[3 * SHM_JOB_CHUNK];
+
+static tmx_status_t on_lend_check(void *arg, uint64_t addr, uint64_t len, uint64_t rkey)
+{
+    (void)arg;
+    return addr == (uintptr_t)lent && len <= 100 && rkey == 42 ? TMX_OK : TMX_ERR_NOT_FOUND;
+}
+
+/* A helper asked for a shared copy writes the chunks of the length that
+ * was lent and checked, and no more: a requester whose job word claims
+ * chunks past the end (or keeps claiming) gets nothing else of the
+ * helper's memory, and the helper's progress returns. */
+static void hostile_help_bounded(void **state)
+{
+    static unsigned char sink[3 * SHM_JOB_CHUNK];
+    side_t a, b;
+    shm_ep_t *ab, *ba;
+    shm_help_req_t h = {htole32(3), 0, htole64(1), htole64((uintptr_t)lent), htole64(42), htole64(100),
+                        htole64((uintptr_t)sink)};
+    uint64_t idx = SHM_JOB_IDX_BITS;
+
+    (void)state;
+    memset(lent, 0x5a, sizeof(lent));
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    a.iface->mem_check = on_lend_check;
+    ab = connect_to(&a, &b);
+    ba = connect_to(&b, &a);
+    /* b's job word (in b's segment) offers chunks 0 to 2 of a job of 100 bytes */
+    atomic_store(&ab->seg->jobs[3].claim, 1ull << (2 * idx) | 0ull << idx | 3);
+    publish_raw(ba, SHM_KIND_HELP, &h, sizeof(h));
+    for (int i = 0; i < 10; i++)
+        tl_shm_ops.progress(a.iface);
+    for (size_t i = 100; i < sizeof(sink); i++)
+        assert_int_equal(sink[i], 0);
+    /* the same job word as an honest reader leaves it: the 100 bytes */
+    atomic_store(&ab->seg->jobs[3].claim, 2ull << (2 * idx) | 0ull << idx | 1);
+    h.gen = htole64(2);
+    publish_raw(ba, SHM_KIND_HELP, &h, sizeof(h));
+    for (int i = 0; i < 10; i++)
+        tl_shm_ops.progress(a.iface);
+    assert_int_equal(memcmp(sink, lent, 100), 0);
+    for (size_t i = 100; i < sizeof(sink); i++)
+        assert_int_equal(sink[i], 0);
+    assert_int_equal(atomic_load(&ab->seg->jobs[3].done), 1);
+    assert_int_equal(b.failures, 0);
+    side_close(&a, ab);
+    side_close(&b, ba);
+}
+
+/* A reader's job word rewritten while it reads (a chunk past the end
+ * offered): the reader copies nothing outside its buffer. */
+#define READ_CHUNKS 1024
+static unsigned char read_src[(READ_CHUNKS + 1) * SHM_JOB_CHUNK], read_dst[(READ_CHUNKS + 1) * SHM_JOB_CHUNK];
+static _Atomic uint64_t *read_claim;
+
+static void *rewrite_claim(void *arg)
+{
+    uint64_t idx = SHM_JOB_IDX_BITS, mask = (1ull << idx) - 1;
+
+    (void)arg;
+    for (uint64_t end = now_us() + 5000000; now_us() < end;) {
+        uint64_t v = atomic_load(read_claim);
+        if (v >> (2 * idx) == 1 && (v & mask) < READ_CHUNKS && (v & mask) > (v >> idx & mask)) {
+            atomic_compare_exchange_strong(read_claim, &v, (v & ~mask) | (READ_CHUNKS + 1));
+            break;
+        }
+    }
+    return NULL;
+}
+
+static void get_done(tl_get_op_t *op, tmx_status_t st)
+{
+    (void)op;
+    (void)st;
+}
+
+static void hostile_job_word_read(void **state)
+{
+    size_t len = (size_t)READ_CHUNKS * SHM_JOB_CHUNK - 100;
+    tl_get_op_t op = {get_done};
+    side_t a, b;
+    shm_ep_t *ab;
+    pthread_t t;
+
+    (void)state;
+    memset(read_src, 0x5a, sizeof(read_src));
+    memset(read_dst, 0, sizeof(read_dst));
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b);
+    read_claim = &((shm_iface_t *)a.iface)->seg->jobs[0].claim;
+    assert_int_equal(pthread_create(&t, NULL, rewrite_claim, NULL), 0);
+    usleep(10000);
+    tl_shm_ops.get(&ab->super, read_dst, len, (uintptr_t)read_src, 1, TL_GET_SHARED, &op);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    for (size_t i = len; i < sizeof(read_dst); i++)
+        assert_int_equal(read_dst[i], 0);
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1080,6 +1186,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(fbox_all_taken),
         cmocka_unit_test(fbox_two_endpoints_one_order),
         cmocka_unit_test(fbox_dead_sender_freed),
+        cmocka_unit_test(hostile_help_bounded),
+        cmocka_unit_test(hostile_job_word_read),
     };
     return UNIT_MAIN(argc, argv, tests);
 }

@@ -223,6 +223,14 @@ static tmx_status_t slot_take(shm_ep_t *ep, uint64_t self)
             atomic_store_explicit(&s->uuid, 0, memory_order_release);
             continue;
         }
+        /* the owner frees the slot of a sender that is gone holding its
+         * lock (slots_reclaim): it may have taken us for one before we
+         * had the lock */
+        if (atomic_load_explicit(&s->uuid, memory_order_acquire) != self) {
+            fl.l_type = F_UNLCK;
+            fcntl(ep->seg_fd, F_OFD_SETLK, &fl);
+            continue;
+        }
         atomic_store_explicit(&ep->seg->claims[i].pos, SHM_NO_CLAIM, memory_order_relaxed);
         atomic_store_explicit(&ep->seg->claims[i].n, 1, memory_order_relaxed);
         atomic_store_explicit(&s->pid, (uint32_t)getpid(), memory_order_relaxed);
@@ -1396,6 +1404,67 @@ static void fbox_reclaim(shm_iface_t *si)
     }
 }
 
+#define SHM_RECLAIM_SLOTS 64 /* sender slots looked at per check_peers */
+
+/* Whether sender slot i may still be named by a cell of our ring: one it
+ * published, or one it claimed that is not consumed or skipped yet. */
+static int slot_in_ring(shm_iface_t *si, uint32_t i)
+{
+    shm_seg_hdr_t *seg = si->seg;
+    uint64_t tail = atomic_load_explicit(&seg->tail, memory_order_acquire);
+    uint64_t first = atomic_load_explicit(&seg->claims[i].pos, memory_order_relaxed);
+    uint32_t n = atomic_load_explicit(&seg->claims[i].n, memory_order_relaxed);
+
+    if (first != SHM_NO_CLAIM && first < tail && first + (n > SHM_SPAN_CELLS ? 1 : n) > si->head)
+        return 1;
+    for (uint64_t pos = si->head; pos < si->head + SHM_N_CELLS; pos++) {
+        shm_cell_t *cell = shm_cell(seg, pos);
+        if (atomic_load_explicit(&cell->seq, memory_order_acquire) == shm_seq(pos + 1) &&
+            shm_cell_head(cell).slot == i)
+            return 1;
+    }
+    return 0;
+}
+
+/* Frees sender slot i if its sender is gone without a goodbye (killed,
+ * or its ring was full when it closed) and nothing of it is left: its box
+ * given back, no cell of it in our ring. We hold its lock meanwhile, so
+ * that a sender taking it (slot_take) waits for our verdict. */
+static void slot_reclaim(shm_iface_t *si, uint32_t i)
+{
+    shm_sender_t *s = &si->seg->senders[i];
+    uint64_t uuid = atomic_load_explicit(&s->uuid, memory_order_acquire);
+    struct flock fl = slot_lock(i, F_WRLCK);
+    uint8_t box;
+
+    if (uuid == 0 || fcntl(si->fd, F_OFD_SETLK, &fl) != 0)
+        return; /* free, or its sender holds it */
+    if ((box = si->slot_fbox[i]) != SHM_FBOX_NONE && (si->fb_on >> box & 1) == 0)
+        fbox_release(si, box); /* broken: what it holds is not read */
+    if (si->slot_fbox[i] == SHM_FBOX_NONE && !(si->rx.on && si->rx.slot == i) && !slot_in_ring(si, i) &&
+        atomic_compare_exchange_strong_explicit(&s->uuid, &uuid, 0, memory_order_release, memory_order_relaxed))
+        util_debug("shm: sender slot %u, whose sender (pid %u) is gone, is free again", i,
+                   atomic_load_explicit(&s->pid, memory_order_relaxed));
+    fl.l_type = F_UNLCK;
+    fcntl(si->fd, F_OFD_SETLK, &fl);
+}
+
+/* Looks at the next SHM_RECLAIM_SLOTS sender slots for one whose sender
+ * is gone: without it, every sender killed would keep its slot for good,
+ * and after SHM_N_SENDERS of them no process could send to us. */
+static void slots_reclaim(shm_iface_t *si)
+{
+    uint64_t used = atomic_load_explicit(&si->seg->fbox_used, memory_order_acquire) & SHM_FBOX_ALL;
+
+    if (used != si->fb_seen)
+        fbox_refresh(si, used); /* every box a slot holds is known */
+    for (int k = 0; k < SHM_RECLAIM_SLOTS; k++) {
+        uint32_t i = si->reclaim_next++ % SHM_N_SENDERS;
+        if (atomic_load_explicit(&si->seg->senders[i].uuid, memory_order_relaxed) != 0)
+            slot_reclaim(si, i);
+    }
+}
+
 /* Reports peers whose process has exited or whose context has closed
  * (seed: every operation on a dead peer fails instead of hanging). Cheap:
  * a load and one poll per peer. */
@@ -1406,6 +1475,7 @@ static void shm_check_peers(tl_iface_t *iface)
 
     ring_unblock(si);
     fbox_reclaim(si);
+    slots_reclaim(si);
     util_dlist_foreach(pos, &si->eps) {
         shm_ep_t *ep = util_container_of(pos, shm_ep_t, link);
         /* a context that closed is gone as surely as a process that died:

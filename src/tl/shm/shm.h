@@ -77,6 +77,7 @@ typedef struct shm_iface {
     uint64_t stuck_head;        /* ring_unblock: the head that stays unpublished */
     int64_t stuck_since_us;     /* since when (0: not seen stuck) */
     unsigned empty_polls;       /* progress calls that found nothing */
+    uint32_t reclaim_next;      /* the sender slot slots_reclaim looks at next */
     unsigned char *bounce;      /* spans gathered, for a layer above without stream */
     /* our fast boxes, as their consumer (shm_layout.h) */
     uint64_t fb_seen;           /* fbox_used as we last took it in */

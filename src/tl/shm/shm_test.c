@@ -1058,6 +1058,55 @@ static void fbox_all_taken(void **state)
     side_close(&b, NULL);
 }
 
+/* Senders that die holding their slots (killed, or closed without a
+ * goodbye) leave them to the receiver, which frees them once nothing of
+ * theirs is left: more senders than there are slots come and go over
+ * time, and a new one still finds a slot. */
+#define SLOTS_PER_CHILD 100
+
+static void dead_senders_slots_freed(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab;
+    unsigned char addr[256];
+    size_t len = sizeof(addr);
+    pid_t child;
+    int status;
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    assert_int_equal(tl_shm_ops.address(b.iface, addr, &len), TMX_OK);
+    for (int round = 0; round * SLOTS_PER_CHILD < 2 * SHM_N_SENDERS; round++) {
+        child = fork();
+        assert_true(child >= 0);
+        if (child == 0) {
+            tl_ep_t *cb;
+            for (int k = 0; k < SLOTS_PER_CHILD; k++) {
+                if (tl_shm_ops.ep_create(a.iface, addr, len, 1, UUID_B, &cb) != TMX_OK)
+                    _exit(1);
+            }
+            if (send_counter((shm_ep_t *)cb, (uint64_t)round) != TMX_OK)
+                _exit(1);
+            raise(SIGKILL);
+            _exit(2);
+        }
+        assert_int_equal(waitpid(child, &status, 0), child);
+        assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        drain(&b, (size_t)round + 1, 10);
+        for (int i = 0; i < 100; i++)
+            tl_shm_ops.check_peers(b.iface);
+    }
+    assert_int_equal(b.out_of_order, 0);
+    ab = connect_to(&a, &b);
+    assert_int_equal(send_counter(ab, b.next), TMX_OK);
+    drain(&b, b.next + 1, 10);
+    assert_int_equal(b.out_of_order, 0);
+    assert_int_equal(((shm_iface_t *)b.iface)->dropped, 0);
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
 /* ------------------------------------------------------- shared copies */
 
 /* What a shared copy's owner lends in lend_case: 100 bytes under key 42,
@@ -1188,6 +1237,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(fbox_dead_sender_freed),
         cmocka_unit_test(hostile_help_bounded),
         cmocka_unit_test(hostile_job_word_read),
+        cmocka_unit_test(dead_senders_slots_freed),
     };
     return UNIT_MAIN(argc, argv, tests);
 }

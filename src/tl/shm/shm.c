@@ -473,6 +473,25 @@ static void shm_ep_destroy(tl_ep_t *tep)
         ep_map_forget(si, ep->uuid);
 }
 
+/* The cell at pos + n - 1 was taken in this lap (its seq is ahead), so
+ * the tail, which moves only forward, is past it. A tail still at pos was
+ * written back by someone else (any local process can write the
+ * segment): we move it past that cell, and *pos with it, rather than spin
+ * on it for ever. 0 if the tail had moved on. */
+static int tail_behind(shm_seg_hdr_t *seg, uint64_t *pos, uint32_t n)
+{
+    uint64_t t = *pos;
+
+    if (atomic_load_explicit(&seg->tail, memory_order_relaxed) != t ||
+        !atomic_compare_exchange_strong_explicit(&seg->tail, &t, t + n, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return 0;
+    util_warn("shm: the tail of a ring stood at %llu, behind cells already taken: moved to %llu",
+              (unsigned long long)*pos, (unsigned long long)(*pos + n));
+    *pos += n;
+    return 1;
+}
+
 /* Claims the next n consecutive positions of the peer's ring (n > 1: a
  * span). Our slot names the first and their number before the
  * compare-and-swap that takes them (release: a consumer that sees the
@@ -502,7 +521,7 @@ static inline shm_cell_t *cells_claim(shm_ep_t *ep, uint32_t n, uint64_t *out_po
         } else if (diff < 0) {
             atomic_store_explicit(&claim->pos, SHM_NO_CLAIM, memory_order_relaxed);
             return NULL;
-        } else {
+        } else if (!tail_behind(seg, &pos, n)) {
             pos = atomic_load_explicit(&seg->tail, memory_order_relaxed);
         }
     }
@@ -1070,15 +1089,16 @@ static int64_t shm_now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Whether the cell at pos was claimed by a process that is gone: some
- * sender slot claims pos, and no slot that does holds its liveness lock
+/* Whether no live process claims the cell at pos, which the tail has
+ * passed: no sender slot that claims pos holds its liveness lock
  * (slot_lock). A producer that failed to claim pos may still name it, so
- * one live claimant is enough to wait. The pid a slot names is not asked:
- * it may have been reused, or belong to another pid namespace. */
+ * one live claimant is enough to wait. A producer names a position in its
+ * slot before it moves the tail past it, so a position no slot names was
+ * claimed by no one: the tail was moved by someone else than a producer.
+ * The pid a slot names is not asked: it may have been reused, or belong
+ * to another pid namespace. */
 static int claimants_gone(shm_iface_t *si, uint64_t pos)
 {
-    int found = 0;
-
     for (uint32_t i = 0; i < SHM_N_SENDERS; i++) {
         uint64_t first = atomic_load_explicit(&si->seg->claims[i].pos, memory_order_relaxed);
         uint32_t n = atomic_load_explicit(&si->seg->claims[i].n, memory_order_relaxed);
@@ -1086,9 +1106,8 @@ static int claimants_gone(shm_iface_t *si, uint64_t pos)
             continue;
         if (slot_alive(si->fd, i))
             return 0;
-        found = 1;
     }
-    return found;
+    return 1;
 }
 
 /* A producer that died between claiming our next cell and publishing it
@@ -1101,26 +1120,42 @@ static void ring_unblock(shm_iface_t *si)
 {
     shm_seg_hdr_t *seg = si->seg;
     shm_cell_t *cell = shm_cell(seg, si->head);
+    int taken = (int64_t)(atomic_load_explicit(&seg->tail, memory_order_acquire) - si->head) > 0;
+    uint32_t seq = atomic_load_explicit(&cell->seq, memory_order_acquire);
     int64_t now;
 
-    if (atomic_load_explicit(&seg->tail, memory_order_acquire) == si->head ||
-        atomic_load_explicit(&cell->seq, memory_order_acquire) == shm_seq(si->head + 1))
-        return; /* empty, or published */
+    if (seq == shm_seq(si->head + 1) || (seq == shm_seq(si->head) && !taken)) {
+        si->stuck_since_us = 0;
+        return; /* published, or free and not claimed */
+    }
     now = shm_now_us();
     if (si->stuck_head != si->head || si->stuck_since_us == 0) {
         si->stuck_head = si->head;
         si->stuck_since_us = now;
         return;
     }
-    if (now - si->stuck_since_us < SHM_STUCK_US || !claimants_gone(si, si->head))
+    if (now - si->stuck_since_us < SHM_STUCK_US)
+        return;
+    if (seq != shm_seq(si->head) && !taken) {
+        /* a seq no producer writes, in a cell none claimed: free again */
+        if (atomic_compare_exchange_strong_explicit(&cell->seq, &seq, shm_seq(si->head), memory_order_release,
+                                                    memory_order_relaxed))
+            util_warn("shm: ring position %llu held a seq %u that no sender writes: freed",
+                      (unsigned long long)si->head, seq);
+        si->stuck_since_us = 0;
+        return;
+    }
+    /* claimed and unpublished: skipped once no live producer holds it; a
+     * seq no producer writes (nor can publish over) is skipped at once */
+    if (seq == shm_seq(si->head) && !claimants_gone(si, si->head))
         return;
     si->stuck_since_us = 0;
-    uint32_t seq = shm_seq(si->head);
     if (!atomic_compare_exchange_strong_explicit(&cell->seq, &seq, shm_seq(si->head + SHM_N_CELLS),
                                                  memory_order_release, memory_order_relaxed))
         return; /* published after all: progress delivers it */
-    util_warn("shm: skipped ring position %llu: its sender died before publishing it",
-              (unsigned long long)si->head);
+    util_warn("shm: skipped ring position %llu: %s", (unsigned long long)si->head,
+              seq == shm_seq(si->head) ? "its sender died before publishing it, or no sender claimed it"
+                                       : "it held a seq that no sender writes");
     if (si->rx.on)
         span_end(si, TL_STREAM_GONE);
     si->head++;

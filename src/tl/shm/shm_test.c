@@ -1058,6 +1058,54 @@ static void fbox_all_taken(void **state)
     side_close(&b, NULL);
 }
 
+/* The ring's words as a hostile or broken peer may leave them, then stop
+ * writing: the tail moved back over cells already taken, the tail moved
+ * on past a cell no sender claimed, the sequence of the receiver's next
+ * cell made to look like an older lap's or a later lap's. A send does not
+ * hang on them, the receiver gets past them, and the packets sent after
+ * arrive, in order. */
+static void hostile_ring_words(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 4; k++) {
+        side_t a, b;
+        shm_ep_t *ab;
+        shm_seg_hdr_t *seg;
+        uint64_t head;
+        side_open(&a, UUID_A);
+        side_open(&b, UUID_B);
+        ab = connect_to(&a, &b);
+        seg = ab->seg;
+        assert_int_equal(send_counter(ab, 0), TMX_OK);
+        assert_int_equal(send_counter(ab, 1), TMX_OK);
+        if (k != 0)
+            drain(&b, 2, 10);
+        head = atomic_load(&seg->tail);
+        switch (k) {
+        case 0: atomic_store(&seg->tail, head - 2); break;    /* back over two published cells */
+        case 1: atomic_store(&seg->tail, head + 1); break;    /* on past a cell nobody claimed */
+        case 2: atomic_store(&shm_cell(seg, head)->seq, shm_seq(head - 1)); break; /* an older lap's */
+        default: atomic_store(&shm_cell(seg, head)->seq, shm_seq(head + 3)); break; /* a later lap's */
+        }
+        alarm(20); /* a send that spins is a failure, not a hang */
+        for (uint64_t v = 2; v < 2 + 3 * SHM_N_CELLS; v++) {
+            uint64_t end = now_us() + 5000000;
+            tmx_status_t st;
+            while ((st = send_counter(ab, v)) == TMX_ERR_AGAIN && now_us() < end) {
+                tl_shm_ops.progress(b.iface);
+                tl_shm_ops.check_peers(b.iface);
+            }
+            assert_int_equal(st, TMX_OK);
+        }
+        drain(&b, 2 + 3 * SHM_N_CELLS, 10);
+        alarm(0);
+        assert_int_equal(b.packets, 2 + 3 * SHM_N_CELLS);
+        assert_int_equal(b.out_of_order, 0);
+        side_close(&a, ab);
+        side_close(&b, NULL);
+    }
+}
+
 /* Senders that die holding their slots (killed, or closed without a
  * goodbye) leave them to the receiver, which frees them once nothing of
  * theirs is left: more senders than there are slots come and go over
@@ -1238,6 +1286,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(hostile_help_bounded),
         cmocka_unit_test(hostile_job_word_read),
         cmocka_unit_test(dead_senders_slots_freed),
+        cmocka_unit_test(hostile_ring_words),
     };
     return UNIT_MAIN(argc, argv, tests);
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -108,14 +109,19 @@ static void seg_init(shm_seg_hdr_t *seg, uint64_t uuid)
 }
 
 
+#define SHM_SEALS (F_SEAL_SHRINK | F_SEAL_GROW) /* a segment's size never changes */
+
 static tmx_status_t seg_create(shm_iface_t *si, uint64_t uuid)
 {
-    si->fd = memfd_create("tmx-shm", MFD_CLOEXEC);
+    si->fd = memfd_create("tmx-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (si->fd < 0) {
         util_error("shm: memfd_create: %s", strerror(errno));
         return TMX_ERR_IO;
     }
-    if (ftruncate(si->fd, SHM_SEG_SIZE) != 0)
+    /* sealed at its size: any local process can open it through /proc,
+     * and one that cut it short would kill us and our senders with
+     * SIGBUS (or wipe it, growing it again) */
+    if (ftruncate(si->fd, SHM_SEG_SIZE) != 0 || fcntl(si->fd, F_ADD_SEALS, SHM_SEALS | F_SEAL_SEAL) != 0)
         goto err_close_fd;
     si->seg = mmap(NULL, SHM_SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, si->fd, 0);
     if (si->seg == MAP_FAILED)
@@ -344,6 +350,7 @@ static tmx_status_t shm_reachable(tl_iface_t *iface, const void *addr, size_t le
 static tmx_status_t ep_map(shm_ep_t *ep, const shm_addr_t *a, uint64_t uuid)
 {
     char path[64];
+    struct stat st;
     int fd;
 
     snprintf(path, sizeof(path), "/proc/%u/fd/%d", ep->pid, (int)le32toh((uint32_t)a->fd));
@@ -353,6 +360,12 @@ static tmx_status_t ep_map(shm_ep_t *ep, const shm_addr_t *a, uint64_t uuid)
         return errno == ENOENT ? TMX_ERR_PEER_FAILED : TMX_ERR_UNREACHABLE;
     }
     ep->seg_fd = fd; /* kept: it holds our slot's liveness lock */
+    if (fstat(fd, &st) != 0 || st.st_size != (off_t)SHM_SEG_SIZE ||
+        (fcntl(fd, F_GET_SEALS) & SHM_SEALS) != SHM_SEALS) {
+        util_error("shm: %s is not the segment of peer %u: not a sealed file of %zu bytes", path,
+                   ep->super.peer, (size_t)SHM_SEG_SIZE);
+        return TMX_ERR_UNREACHABLE;
+    }
     ep->seg = mmap(NULL, SHM_SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ep->seg == MAP_FAILED) {
         ep->seg = NULL;

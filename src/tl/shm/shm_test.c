@@ -5,14 +5,17 @@
  * sender that dies between claiming a cell and publishing it. Two
  * interfaces live in this process; the dying sender is a child.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1155,6 +1158,50 @@ static void dead_senders_slots_freed(void **state)
     side_close(&b, NULL);
 }
 
+/* Any local process can open a segment through /proc and try to cut it
+ * short, which would kill its owner and its senders with SIGBUS at their
+ * next touch of a cell; the segment is sealed at its size, and a peer
+ * named by a file of another size (or one that can shrink) is not
+ * reached. */
+static void segment_size_sealed(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ab;
+    char path[64];
+    unsigned char addr[256];
+    size_t len = sizeof(addr);
+    shm_addr_t sa;
+    tl_ep_t *ep;
+    int fd, small;
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ab = connect_to(&a, &b);
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", ((shm_iface_t *)b.iface)->fd);
+    fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    (void)!ftruncate(fd, 0);
+    (void)!ftruncate(fd, SHM_SEG_SIZE * 2);
+    close(fd);
+    assert_int_equal(send_counter(ab, 0), TMX_OK);
+    drain(&b, 1, 10);
+    assert_int_equal(b.packets, 1);
+    /* an address naming a file too short for a segment */
+    small = memfd_create("small", MFD_CLOEXEC);
+    assert_true(small >= 0);
+    assert_int_equal(ftruncate(small, 4096), 0);
+    assert_int_equal(tl_shm_ops.address(b.iface, addr, &len), TMX_OK);
+    assert_int_equal(len, sizeof(sa));
+    memcpy(&sa, addr, sizeof(sa));
+    sa.fd = (int32_t)htole32((uint32_t)small);
+    memcpy(addr, &sa, sizeof(sa));
+    assert_int_equal(tl_shm_ops.ep_create(a.iface, addr, len, 2, UUID_B, &ep), TMX_ERR_UNREACHABLE);
+    close(small);
+    side_close(&a, ab);
+    side_close(&b, NULL);
+}
+
 /* ------------------------------------------------------- shared copies */
 
 /* What a shared copy's owner lends in lend_case: 100 bytes under key 42,
@@ -1287,6 +1334,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(hostile_job_word_read),
         cmocka_unit_test(dead_senders_slots_freed),
         cmocka_unit_test(hostile_ring_words),
+        cmocka_unit_test(segment_size_sealed),
     };
     return UNIT_MAIN(argc, argv, tests);
 }

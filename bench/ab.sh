@@ -11,6 +11,8 @@
 #   tmx-perf -x shm: latency at 8 B, 64 KiB and 1 MiB, bandwidth at 1 MiB,
 #                    message rate at 8 B
 #   tmx-perf -x udp: latency at 8 B, bandwidth at 64 KiB (on this host)
+#   tmx-perf -t wake: the round trip to a peer asleep in its wait, 8 B,
+#                    over shm alone and with udp open too (shm+udp)
 #   Open MPI:        bench/mpi/osu_p2p.c under pml cm, mtl ofi and each
 #                    build's provider: latency, bandwidth at 8 B, 64 KiB,
 #                    1 MiB, message rate at 8 B
@@ -29,7 +31,7 @@ set -euo pipefail
 
 ROUNDS=6
 OUT=""
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while getopts "r:o:h" o; do
     case $o in
     r) ROUNDS=$OPTARG ;;
@@ -96,6 +98,8 @@ one() { # label
     perf "$1" "$d" -t rate -x shm -s 8 -n 1000000
     perf "$1" "$d" -t lat -x udp -s 8 -n 50000
     perf "$1" "$d" -t bw -x udp -s 64k
+    perf "$1" "$d" -t wake -x shm -s 8
+    perf "$1" "$d" -t wake -x shm,udp -s 8
     osu "$1" "$d"
 }
 

@@ -29,9 +29,10 @@ for args in "-n 99999999999999999999" "-n 1000000001" "-n 0" "-n 5x" "-w 4294967
     fi
 done
 for x in shm udp; do
-    for t in lat bw bibw rate overlap; do
+    for t in lat bw bibw rate overlap wake; do
         case $t in
         lat) sizes=0,1,8k,100k want="lat lat_p50 lat_p99" ;;
+        wake) sizes=0,8k,100k want=wake ;;
         overlap) sizes=64k,300k want="overlap xfer total" ;;
         rate) sizes=8 want=rate ;;
         *) sizes=1,8k,100k want=$t ;;

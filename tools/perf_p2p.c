@@ -22,7 +22,7 @@
 #define P2P_TAG_DATA 1
 #define P2P_TAG_ACK 2
 
-typedef enum p2p_test { P2P_LAT, P2P_BW, P2P_BIBW, P2P_RATE, P2P_OVERLAP } p2p_test_t;
+typedef enum p2p_test { P2P_LAT, P2P_BW, P2P_BIBW, P2P_RATE, P2P_OVERLAP, P2P_WAKE, P2P_N_TESTS } p2p_test_t;
 
 typedef struct p2p_opts {
     p2p_test_t test;
@@ -46,8 +46,8 @@ typedef struct p2p {
     double *rtt;         /* lat on rank 0: each round trip, seconds */
 } p2p_t;
 
-static const char *const test_names[] = {"lat", "bw", "bibw", "rate", "overlap"};
-static const char *const test_units[] = {"us", "MB/s", "MB/s", "msg/s", "%"};
+static const char *const test_names[] = {"lat", "bw", "bibw", "rate", "overlap", "wake"};
+static const char *const test_units[] = {"us", "MB/s", "MB/s", "msg/s", "%", "us"};
 
 static double now_s(void)
 {
@@ -59,18 +59,21 @@ static double now_s(void)
 
 static void p2p_usage(FILE *f)
 {
-    fprintf(f, "usage: tmxrun -n 2 tmx-perf [-t lat|bw|bibw|rate|overlap] [-s SIZE[,SIZE...]] [-n ITER]\n"
+    fprintf(f, "usage: tmxrun -n 2 tmx-perf [-t lat|bw|bibw|rate|overlap|wake] [-s SIZE[,SIZE...]] [-n ITER]\n"
                "                [-w WINDOW] [-x TRANSPORT] [-c] [--csv]\n"
                "  -t  test (default lat); overlap: both ranks post a receive and a send, rank 0\n"
                "      computes, without calling tmx, work that takes as long as the exchange\n"
                "      alone on a core of its own, then both wait; overlap =\n"
                "      1 - (total - exchange) / exchange, in percent\n"
-               "      (TMX_OFFLOAD=1 runs the offload engine)\n"
+               "      (TMX_OFFLOAD=1 runs the offload engine); wake: round trips to a\n"
+               "      peer that has gone to sleep in its wait (rank 0 pauses 2 ms\n"
+               "      before each), in microseconds\n"
                "  -s  message sizes up to 4096m, suffixes k and m, at most %d of them\n"
                "      (default 1 to 16m, powers of two)\n"
                "  -n  iterations per size, 1 to %ld (default: chosen per size)\n"
                "  -w  sends in flight for bw, bibw and rate, 1 to %d (default %d)\n"
-               "  -x  transport between the two ranks (default shm)\n"
+               "  -x  transport between the two ranks (default shm); shm,udp opens\n"
+               "      both (the default transports), and shm carries the traffic\n"
                "  -c  check every payload\n"
                "  --csv  print test,transport,size,iterations,value,unit rows\n",
             P2P_MAX_SIZES, P2P_MAX_ITERS, P2P_MAX_WINDOW, P2P_DEFAULT_WINDOW);
@@ -128,7 +131,7 @@ static int parse_sizes(const char *arg, p2p_opts_t *o)
 
 static int parse_test(const char *s, p2p_test_t *t)
 {
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < P2P_N_TESTS; i++) {
         if (strcmp(s, test_names[i]) == 0) {
             *t = (p2p_test_t)i;
             return 0;
@@ -201,6 +204,8 @@ static long iters_for(const p2p_t *p, size_t size)
     n = (long)((size_t)(1u << 30) / (size + 1024));
     if (p->o.test == P2P_LAT)
         n /= 8;
+    if (p->o.test == P2P_WAKE)
+        return 500; /* a second of pauses */
     if (n > 20000)
         n = 20000;
     return n < 20 ? 20 : n;
@@ -301,6 +306,40 @@ static double run_lat(p2p_t *p, size_t size, long n)
             check_payload(p, p->rbuf, size, i);
     }
     return (now_s() - t0) * 1e6 / (2.0 * (double)n);
+}
+
+/* Round trips to a peer that sleeps: rank 0 pauses 2 ms without calling
+ * tmx before each ping, so rank 1, waiting for it, has spun, yielded and
+ * gone to sleep in the transports when it comes. The mean round trip is
+ * then mostly how soon a sleeper wakes. */
+static double run_wake(p2p_t *p, size_t size, long n)
+{
+    const struct timespec pause = {0, 2000000};
+    double sum = 0;
+
+    for (long i = -1; i < n; i++) {
+        tmx_request_h r, s;
+        double t;
+        if (p->o.check && p->rank == 0)
+            stamp(p->sbuf, size, i);
+        post_recv(p, p->rbuf, size, P2P_TAG_DATA, &r);
+        if (p->rank == 0) {
+            nanosleep(&pause, NULL);
+            t = now_s();
+            post_send(p, p->sbuf, size, P2P_TAG_DATA, &s);
+            wait_free(s);
+            wait_free(r);
+            if (i >= 0)
+                sum += now_s() - t;
+            if (p->o.check)
+                check_payload(p, p->rbuf, size, i);
+        } else {
+            wait_free(r);
+            post_send(p, p->rbuf, size, P2P_TAG_DATA, &s);
+            wait_free(s);
+        }
+    }
+    return sum * 1e6 / (double)n;
 }
 
 /* One window: the sender posts w sends, the receiver w receives; the
@@ -472,10 +511,16 @@ static double run_overlap(p2p_t *p, size_t size, long n, double *x_us, double *t
 static void report_row(const p2p_t *p, const char *name, const char *unit, size_t size, long n,
                        double v)
 {
+    char tl[64];
+
+    /* -x shm,udp: shm+udp, one CSV field */
+    snprintf(tl, sizeof(tl), "%s", p->o.transport);
+    for (char *c = tl; *c != '\0'; c++)
+        *c = *c == ',' ? '+' : *c;
     if (p->o.csv)
-        printf("%s,%s,%zu,%ld,%.3f,%s\n", name, p->o.transport, size, n, v, unit);
+        printf("%s,%s,%zu,%ld,%.3f,%s\n", name, tl, size, n, v, unit);
     else
-        printf("%-7s %-6s %10zu %10ld %14.3f %s\n", name, p->o.transport, size, n, v, unit);
+        printf("%-7s %-6s %10zu %10ld %14.3f %s\n", name, tl, size, n, v, unit);
 }
 
 /* lat also gives the median and 99th percentile of the half round trip. */
@@ -572,7 +617,7 @@ int perf_p2p_main(int argc, char **argv)
             }
             continue;
         }
-        v = p.o.test == P2P_LAT ? run_lat(&p, size, n) : run_windows(&p, size, n);
+        v = p.o.test == P2P_LAT ? run_lat(&p, size, n) : p.o.test == P2P_WAKE ? run_wake(&p, size, n) : run_windows(&p, size, n);
         report(&p, size, n, v);
     }
     tmx_job_barrier(p.ctx);

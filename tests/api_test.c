@@ -1726,6 +1726,63 @@ static void test_offload_with_progress(void **state)
     assert_int_equal(tmx_context_destroy(c), TMX_OK);
 }
 
+/* The sender's context goes while the receiver reads its rendezvous
+ * message, after a few progress passes of both, the receive held by the
+ * offload engine and, to compare, without it: the receive must end,
+ * failed with its peer (as shm's test_destroyed_sender_not_read has it)
+ * or, if the read was done, whole. udp's read of a context that was
+ * closing once ended with TMX_ERR_NOT_FOUND, the closing context's answer
+ * to a read of memory it no longer lends. */
+static void test_offload_sender_dies_mid_read(void **state)
+{
+    enum { BIG = 4 << 20 };
+    static const char *const set[] = {"TMX_OFFLOAD_MIN=0", NULL};
+    static const char *const tls[] = {"udp", "self,shm"};
+    unsigned char *big = malloc(BIG), *got = malloc(BIG);
+
+    (void)state;
+    assert_non_null(big);
+    assert_non_null(got);
+    for (int k = 0; k < 2 * 2 * 4; k++) {
+        tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT |
+                                                TMX_CONTEXT_FIELD_OFFLOAD | TMX_CONTEXT_FIELD_SETTINGS,
+                                  .transports = tls[k % 2],
+                                  .boot = TMX_BOOT_NONE,
+                                  .offload = (k / 2) % 2,
+                                  .settings = set};
+        tmx_context_h a, b;
+        tmx_peer_t pb, pa;
+        tmx_request_h sr, rr;
+        tmx_completion_t c;
+        tmx_status_t st;
+
+        assert_int_equal(tmx_context_create(&p, &a), TMX_OK);
+        assert_int_equal(tmx_context_create(&p, &b), TMX_OK);
+        pb = add_addr_of(a, b);
+        pa = add_addr_of(b, a);
+        fill(big, BIG, 3);
+        memset(got, 0, BIG);
+        assert_int_equal(tmx_trecv(b, pa, got, BIG, 9, 0, NULL, &rr), TMX_OK);
+        assert_int_equal(tmx_tsend(a, pb, big, BIG, 9, NULL, &sr), TMX_OK);
+        (void)sr; /* abandoned with its context */
+        for (int i = 0; i < k / 4; i++) {
+            tmx_progress(a);
+            tmx_progress(b);
+        }
+        assert_int_equal(tmx_context_destroy(a), TMX_OK);
+        st = tmx_request_wait(rr, 30000000, &c);
+        if (st != TMX_OK && st != TMX_ERR_PEER_FAILED)
+            fail_msg("%s, engine %s, %d passes: the receive ended with %s", tls[k % 2],
+                     (k / 2) % 2 ? "on" : "off", k / 4, tmx_strerror(st));
+        if (st == TMX_OK)
+            check(got, BIG, 3);
+        assert_int_equal(tmx_request_free(rr), TMX_OK);
+        assert_int_equal(tmx_context_destroy(b), TMX_OK);
+    }
+    free(big);
+    free(got);
+}
+
 /* Two contexts over udp alone, each the other's peer. */
 static tmx_context_h ctx_udp(void)
 {
@@ -1831,6 +1888,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_offload_udp),
         cmocka_unit_test(test_offload_spinning_test),
         cmocka_unit_test(test_offload_with_progress),
+        cmocka_unit_test(test_offload_sender_dies_mid_read),
         cmocka_unit_test(test_keys_independent_of_uuid),
         cmocka_unit_test(test_destroyed_sender_not_read),
         cmocka_unit_test(test_host_sweep_args),

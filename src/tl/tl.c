@@ -89,9 +89,11 @@ static void muted_fail(void *arg, uint64_t uuid, int clean)
 {
 }
 
+/* A context that is closing lends nothing: to a peer reading from it, its
+ * sender is going, which is how the read ends there. */
 static tmx_status_t muted_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_t rkey)
 {
-    return TMX_ERR_NOT_FOUND;
+    return TMX_ERR_PEER_FAILED;
 }
 
 static tmx_status_t muted_put_data(void *arg, uint64_t src_uuid, uint64_t addr, uint64_t rkey,

@@ -1726,6 +1726,438 @@ static void test_offload_with_progress(void **state)
     assert_int_equal(tmx_context_destroy(c), TMX_OK);
 }
 
+/* The offload engine must not change what an MPI library sees: the same
+ * receives get the same messages, in the same order, with the same
+ * statuses, as without it. Two senders and a receiver whose engine holds
+ * receives of every size in a list of 4 run one random script of
+ * receives (named or any source, exact, masked or any tag, 0 bytes to
+ * 300 000, so that eager, streamed and rendezvous messages are truncated),
+ * sends (some synchronous), cancels, probes and claims, once with the
+ * engine and once without; after each step both settle, so that the
+ * script alone decides. Every completion, probe and cancel is logged and
+ * the two logs must be equal. */
+enum { OFFD_STEPS = 1500, OFFD_RECVS = OFFD_STEPS };
+
+typedef struct offd_recv {
+    tmx_request_h r;
+    unsigned char *buf;
+    size_t len;
+    int done;
+} offd_recv_t;
+
+static void offd_settle(tmx_context_h *c, int n)
+{
+    for (int quiet = 0; quiet < 20;) {
+        int ev = 0;
+        for (int i = 0; i < n; i++)
+            ev += tmx_progress(c[i]);
+        quiet = ev > 0 ? 0 : quiet + 1;
+    }
+}
+
+static uint32_t offd_sum(const unsigned char *b, size_t n)
+{
+    uint32_t h = 2166136261u;
+
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+static void offd_log_comp(char *log, size_t room, size_t *at, const char *what, unsigned id,
+                          tmx_status_t st, const tmx_completion_t *c, const unsigned char *buf)
+{
+    int n = snprintf(log + *at, room - *at, "%s %u: %d", what, id, (int)st);
+
+    if (n > 0)
+        *at += (size_t)n;
+    if (st != TMX_ERR_CANCELED && st != TMX_ERR_NO_MESSAGE && c != NULL) {
+        n = snprintf(log + *at, room - *at, " src %u tag %llu len %zu/%zu sum %08x", c->source,
+                     (unsigned long long)c->tag, c->length, c->msg_length,
+                     buf != NULL ? offd_sum(buf, c->length) : 0);
+        if (n > 0)
+            *at += (size_t)n;
+    }
+    if (*at + 1 < room)
+        log[(*at)++] = '\n';
+    log[*at] = 0;
+}
+
+/* Logs the receives that completed since the last look, in the order of
+ * their posts. */
+static void offd_reap(offd_recv_t *rv, unsigned n, char *log, size_t room, size_t *at)
+{
+    for (unsigned i = 0; i < n; i++) {
+        tmx_completion_t c;
+        tmx_status_t st;
+        if (rv[i].done || (st = tmx_request_test(rv[i].r, &c)) == TMX_INPROGRESS)
+            continue;
+        rv[i].done = 1;
+        offd_log_comp(log, room, at, "recv", i, st, &c, rv[i].buf);
+        tmx_request_free(rv[i].r);
+    }
+}
+
+static char *offd_run(int offload, unsigned seed)
+{
+    static const size_t sizes[] = {0, 8, 1000, 30000, 100000, 300000};
+    static const uint64_t ignores[] = {TMX_TAG_EXACT, 1, TMX_TAG_ANY};
+    static const char *const set[] = {"TMX_OFFLOAD_MIN=0", "TMX_OFFLOAD_TAGS=4", NULL};
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT |
+                                            TMX_CONTEXT_FIELD_OFFLOAD | TMX_CONTEXT_FIELD_SETTINGS,
+                              .transports = "self,shm",
+                              .boot = TMX_BOOT_NONE,
+                              .offload = offload,
+                              .settings = set};
+    tmx_context_h c[3];
+    tmx_peer_t to_b[2], from[2];
+    offd_recv_t *rv = calloc(OFFD_RECVS, sizeof(*rv));
+    unsigned char **sbuf = calloc(OFFD_STEPS, sizeof(*sbuf));
+    size_t room = (size_t)OFFD_STEPS * 2 * 128, at = 0;
+    char *log = malloc(room);
+    unsigned nr = 0, ns = 0;
+
+    assert_true(rv && sbuf && log);
+    log[0] = 0;
+    {
+        tmx_context_params_t q = p;
+        q.offload = 0;
+        assert_int_equal(tmx_context_create(&q, &c[0]), TMX_OK);
+        assert_int_equal(tmx_context_create(&q, &c[1]), TMX_OK);
+    }
+    assert_int_equal(tmx_context_create(&p, &c[2]), TMX_OK);
+    for (int i = 0; i < 2; i++) {
+        to_b[i] = add_addr_of(c[i], c[2]);
+        from[i] = add_addr_of(c[2], c[i]);
+    }
+    srand(seed);
+    for (unsigned step = 0; step < OFFD_STEPS; step++) {
+        int what = rand() % 16;
+        int s = rand() % 2;
+        uint64_t tag = (uint64_t)(rand() % 4);
+        if (what < 6) { /* a receive */
+            int src = rand() % 3;
+            offd_recv_t *r = &rv[nr];
+            r->len = sizes[rand() % 6];
+            r->buf = malloc(r->len + 1);
+            assert_non_null(r->buf);
+            assert_int_equal(tmx_trecv(c[2], src == 2 ? TMX_ANY_SOURCE : from[src], r->buf, r->len,
+                                       tag, ignores[rand() % 3], NULL, &r->r),
+                             TMX_OK);
+            nr++;
+        } else if (what < 12) { /* a send */
+            size_t n = sizes[rand() % 6];
+            tmx_op_params_t sp = {.field_mask = TMX_OP_FIELD_FLAGS,
+                                  .flags = TMX_OP_FLAG_NO_CQ | (rand() % 4 == 0 ? TMX_OP_FLAG_SYNC : 0)};
+            sbuf[ns] = malloc(n + 1);
+            assert_non_null(sbuf[ns]);
+            fill(sbuf[ns], n, ns);
+            assert_int_equal(tmx_tsend(c[s], to_b[s], sbuf[ns], n, tag, &sp, NULL), TMX_OK);
+            ns++;
+        } else if (what < 14 && nr > 0) { /* a cancel */
+            unsigned i = (unsigned)rand() % nr;
+            if (!rv[i].done) {
+                int n = snprintf(log + at, room - at, "cancel %u: %d\n", i,
+                                 (int)tmx_request_cancel(rv[i].r));
+                at += n > 0 ? (size_t)n : 0;
+            }
+        } else { /* a probe, or a claim and its receive */
+            int src = rand() % 3;
+            int claim = what == 15;
+            tmx_completion_t info;
+            tmx_message_h msg;
+            tmx_status_t st = tmx_tprobe(c[2], src == 2 ? TMX_ANY_SOURCE : from[src], tag,
+                                         ignores[rand() % 3], claim ? TMX_PROBE_FLAG_CLAIM : 0, &info,
+                                         claim ? &msg : NULL);
+            offd_log_comp(log, room, &at, claim ? "claim" : "probe", step, st, &info, NULL);
+            if (st == TMX_OK && claim) {
+                offd_recv_t *r = &rv[nr++];
+                r->len = sizes[rand() % 6];
+                r->buf = malloc(r->len + 1);
+                assert_non_null(r->buf);
+                assert_int_equal(tmx_mrecv(c[2], msg, r->buf, r->len, NULL, &r->r), TMX_OK);
+            }
+        }
+        offd_settle(c, 3);
+        offd_reap(rv, nr, log, room, &at);
+    }
+    for (unsigned i = 0; i < nr; i++) {
+        if (!rv[i].done)
+            assert_int_equal(tmx_request_cancel(rv[i].r), TMX_OK);
+    }
+    offd_settle(c, 3);
+    offd_reap(rv, nr, log, room, &at);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(tmx_context_destroy(c[i]), TMX_OK);
+    for (unsigned i = 0; i < nr; i++)
+        free(rv[i].buf);
+    for (unsigned i = 0; i < ns; i++)
+        free(sbuf[i]);
+    free(rv);
+    free(sbuf);
+    return log;
+}
+
+static void test_offload_same_as_software(void **state)
+{
+    (void)state;
+    for (unsigned seed = 1; seed <= 3; seed++) {
+        char *off = offd_run(0, seed), *on = offd_run(1, seed);
+        if (strcmp(off, on) != 0) {
+            const char *a = off, *b = on;
+            unsigned line = 1;
+            while (*a && *a == *b) {
+                line += *a == '\n';
+                a++, b++;
+            }
+            while (a > off && a[-1] != '\n')
+                a--, b--;
+            fail_msg("seed %u, line %u: without the engine \"%.120s\", with it \"%.120s\"", seed,
+                     line, a, b);
+        }
+        free(off);
+        free(on);
+    }
+}
+
+/* The same without settling: the script runs at full speed, the engine's
+ * thread racing it. Each sender has tags of its own and receives never
+ * mix them, so MPI's rules (one sender's messages in order, each to the
+ * earliest posted receive that matches) decide every match whatever the
+ * timing; the receives left at the end are given catch-alls. */
+static char *offd_run_unsettled(int offload, unsigned seed)
+{
+    enum { STEPS = 3000 };
+    static const size_t sizes[] = {0, 8, 1000, 30000, 100000, 300000};
+    static const char *const set[] = {"TMX_OFFLOAD_MIN=0", "TMX_OFFLOAD_TAGS=4", NULL};
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT |
+                                            TMX_CONTEXT_FIELD_OFFLOAD | TMX_CONTEXT_FIELD_SETTINGS,
+                              .transports = "self,shm",
+                              .boot = TMX_BOOT_NONE,
+                              .offload = offload,
+                              .settings = set};
+    tmx_context_h c[3];
+    tmx_peer_t to_b[2], from[2];
+    offd_recv_t *rv = calloc(STEPS + 2, sizeof(*rv));
+    unsigned char **sbuf = calloc(STEPS, sizeof(*sbuf));
+    tmx_request_h *sreq = calloc(STEPS, sizeof(*sreq));
+    size_t room = (size_t)STEPS * 128, at = 0;
+    char *log = malloc(room);
+    unsigned nr = 0, ns = 0, sent[2] = {0, 0};
+
+    assert_true(rv && sbuf && sreq && log);
+    log[0] = 0;
+    c[0] = ctx_none();
+    c[1] = ctx_none();
+    assert_int_equal(tmx_context_create(&p, &c[2]), TMX_OK);
+    for (int i = 0; i < 2; i++) {
+        to_b[i] = add_addr_of(c[i], c[2]);
+        from[i] = add_addr_of(c[2], c[i]);
+    }
+    srand(seed);
+    for (unsigned step = 0; step < STEPS; step++) {
+        int s = rand() % 2;
+        uint64_t tag = (uint64_t)(4 * s + rand() % 4);
+        if (rand() % 2) { /* a receive: named, or any source with the tag's sender's mask */
+            int how = rand() % 4;
+            offd_recv_t *r = &rv[nr++];
+            r->len = sizes[rand() % 6];
+            r->buf = malloc(r->len + 1);
+            assert_non_null(r->buf);
+            assert_int_equal(tmx_trecv(c[2], how == 0 ? TMX_ANY_SOURCE : from[s], r->buf, r->len, tag,
+                                       how == 1 ? TMX_TAG_ANY : how == 2 ? 1 : TMX_TAG_EXACT, NULL, &r->r),
+                             TMX_OK);
+        } else {
+            size_t n = sizes[rand() % 6];
+            tmx_op_params_t sp = {.field_mask = TMX_OP_FIELD_FLAGS,
+                                  .flags = rand() % 4 == 0 ? TMX_OP_FLAG_SYNC : 0};
+            sbuf[ns] = malloc(n + 1);
+            assert_non_null(sbuf[ns]);
+            fill(sbuf[ns], n, ns);
+            assert_int_equal(tmx_tsend(c[s], to_b[s], sbuf[ns], n, tag, &sp, &sreq[ns]), TMX_OK);
+            ns++;
+            sent[s]++;
+        }
+        tmx_progress(c[rand() % 3]);
+    }
+    /* whatever is left, in order: every message is here once all settles */
+    offd_settle(c, 3);
+    for (int s = 0; s < 2; s++) {
+        static unsigned char sink[300000];
+        tmx_request_h r;
+        while (tmx_tprobe(c[2], from[s], 0, TMX_TAG_ANY, 0, NULL, NULL) == TMX_OK) {
+            assert_int_equal(tmx_trecv(c[2], from[s], sink, sizeof(sink), 0, TMX_TAG_ANY, NULL, &r), TMX_OK);
+            assert_int_not_equal(tmx_request_wait(r, -1, NULL), TMX_INPROGRESS);
+            tmx_request_free(r);
+        }
+    }
+    offd_settle(c, 3);
+    offd_reap(rv, nr, log, room, &at);
+    for (unsigned i = 0; i < nr; i++) {
+        if (!rv[i].done)
+            assert_int_equal(tmx_request_cancel(rv[i].r), TMX_OK);
+    }
+    offd_reap(rv, nr, log, room, &at);
+    for (unsigned i = 0; i < ns; i++) {
+        assert_int_equal(tmx_request_wait(sreq[i], 10000000, NULL), TMX_OK);
+        tmx_request_free(sreq[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(tmx_context_destroy(c[i]), TMX_OK);
+    for (unsigned i = 0; i < nr; i++)
+        free(rv[i].buf);
+    for (unsigned i = 0; i < ns; i++)
+        free(sbuf[i]);
+    free(rv);
+    free(sbuf);
+    free(sreq);
+    return log;
+}
+
+static void test_offload_same_as_software_racing(void **state)
+{
+    (void)state;
+    for (unsigned seed = 1; seed <= 3; seed++) {
+        char *off = offd_run_unsettled(0, seed), *on = offd_run_unsettled(1, seed);
+        if (strcmp(off, on) != 0) {
+            const char *a = off, *b = on;
+            unsigned line = 1;
+            while (*a && *a == *b) {
+                line += *a == '\n';
+                a++, b++;
+            }
+            while (a > off && a[-1] != '\n')
+                a--, b--;
+            fail_msg("seed %u, line %u: without the engine \"%.120s\", with it \"%.120s\"", seed,
+                     line, a, b);
+        }
+        free(off);
+        free(on);
+    }
+}
+
+/* The offload engine with several application threads (TMX_THREAD_MULTIPLE):
+ * each of three threads receives its own tag's messages, cancelling some
+ * receives right after posting them, while the engine and a sender run.
+ * Whatever the cancels hit, each tag's messages must arrive once each, in
+ * the order sent (MPI's order of one sender's messages), whole or
+ * truncated as the buffer says. */
+enum { OFFMT_THREADS = 3, OFFMT_N = 300 };
+
+typedef struct offmt {
+    tmx_context_h a, b;
+    tmx_peer_t to_b, from_a;
+    int id;
+    int bad;
+} offmt_t;
+
+static size_t offmt_size(unsigned seq)
+{
+    static const size_t sizes[] = {8, 1000, 30000, 100000};
+
+    return sizes[seq % 4];
+}
+
+static void *offmt_recv(void *p)
+{
+    offmt_t *t = p;
+    unsigned next = 0, seed = (unsigned)t->id;
+    unsigned char *buf = malloc(100000);
+
+    while (buf != NULL && next < OFFMT_N && !t->bad) {
+        size_t len = rand_r(&seed) % 2 ? 100000 : 8;
+        tmx_request_h r;
+        tmx_completion_t c;
+        tmx_status_t st;
+        uint64_t seq;
+        if (tmx_trecv(t->b, t->from_a, buf, len, (uint64_t)t->id, 0, NULL, &r) != TMX_OK) {
+            t->bad = 1;
+            break;
+        }
+        if (rand_r(&seed) % 3 == 0)
+            (void)tmx_request_cancel(r); /* may race the message: then BUSY */
+        st = tmx_request_wait(r, 20000000, &c);
+        tmx_request_free(r);
+        if (st == TMX_ERR_CANCELED)
+            continue;
+        memcpy(&seq, buf, sizeof(seq));
+        if ((st != TMX_OK && st != TMX_ERR_TRUNCATED) || seq != next ||
+            c.msg_length != offmt_size(next) || c.length != (len < c.msg_length ? len : c.msg_length)) {
+            fprintf(stderr, "tag %d: %s, seq %llu (%u expected), %zu of %zu bytes\n", t->id,
+                    tmx_strerror(st), (unsigned long long)seq, next, c.length, c.msg_length);
+            t->bad = 1;
+            break;
+        }
+        next++;
+    }
+    free(buf);
+    return NULL;
+}
+
+static void *offmt_send(void *p)
+{
+    offmt_t *t = p;
+    unsigned char *buf = calloc(OFFMT_THREADS * OFFMT_N, 100000);
+    tmx_request_h *r = calloc(OFFMT_THREADS * OFFMT_N, sizeof(*r));
+
+    for (unsigned i = 0; buf != NULL && r != NULL && i < OFFMT_N; i++) {
+        for (int k = 0; k < OFFMT_THREADS; k++) {
+            unsigned char *b = buf + (size_t)(i * OFFMT_THREADS + (unsigned)k) * 100000;
+            uint64_t seq = i;
+            tmx_status_t st;
+            memcpy(b, &seq, sizeof(seq));
+            while ((st = tmx_tsend(t->a, t->to_b, b, offmt_size(i), (uint64_t)k, NULL,
+                                   &r[i * OFFMT_THREADS + (unsigned)k])) == TMX_ERR_AGAIN)
+                tmx_progress(t->a);
+            if (st != TMX_OK)
+                t->bad = 1;
+        }
+    }
+    for (unsigned i = 0; r != NULL && i < OFFMT_THREADS * OFFMT_N; i++) {
+        if (r[i] != NULL && tmx_request_wait(r[i], 20000000, NULL) != TMX_OK)
+            t->bad = 1;
+        if (r[i] != NULL)
+            tmx_request_free(r[i]);
+    }
+    t->bad |= buf == NULL || r == NULL;
+    free(buf);
+    free(r);
+    return NULL;
+}
+
+static void test_offload_threads_cancel(void **state)
+{
+    static const char *const set[] = {"TMX_OFFLOAD_MIN=0", "TMX_OFFLOAD_TAGS=4", NULL};
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT |
+                                            TMX_CONTEXT_FIELD_OFFLOAD | TMX_CONTEXT_FIELD_SETTINGS |
+                                            TMX_CONTEXT_FIELD_THREAD_MODE,
+                              .thread_mode = TMX_THREAD_MULTIPLE,
+                              .transports = "self,shm",
+                              .boot = TMX_BOOT_NONE,
+                              .offload = 1,
+                              .settings = set};
+    offmt_t t[OFFMT_THREADS + 1];
+    pthread_t th[OFFMT_THREADS + 1];
+    tmx_context_h a, b;
+    tmx_peer_t to_b, from_a;
+
+    (void)state;
+    assert_int_equal(tmx_context_create(&p, &a), TMX_OK);
+    assert_int_equal(tmx_context_create(&p, &b), TMX_OK);
+    to_b = add_addr_of(a, b);
+    from_a = add_addr_of(b, a);
+    for (int i = 0; i <= OFFMT_THREADS; i++)
+        t[i] = (offmt_t){.a = a, .b = b, .to_b = to_b, .from_a = from_a, .id = i};
+    for (int i = 0; i <= OFFMT_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, i < OFFMT_THREADS ? offmt_recv : offmt_send, &t[i]), 0);
+    for (int i = 0; i <= OFFMT_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_false(t[i].bad);
+    }
+    assert_int_equal(tmx_context_destroy(a), TMX_OK);
+    assert_int_equal(tmx_context_destroy(b), TMX_OK);
+}
+
 /* The sender's context goes while the receiver reads its rendezvous
  * message, after a few progress passes of both, the receive held by the
  * offload engine and, to compare, without it: the receive must end,
@@ -1781,6 +2213,54 @@ static void test_offload_sender_dies_mid_read(void **state)
     }
     free(big);
     free(got);
+}
+
+/* The receiving context is destroyed while its offload engine holds
+ * receives and reads rendezvous messages into some of them, the
+ * application not progressing (the engine's thread does): nothing may
+ * touch the freed context or the receive buffers after it returns. */
+static void test_offload_destroy_while_reading(void **state)
+{
+    enum { N = 16, BIG = 1 << 20 };
+    static const char *const set[] = {"TMX_OFFLOAD_MIN=0", "TMX_OFFLOAD_TAGS=8", NULL};
+    static const char *const tls[] = {"udp", "self,shm"};
+    unsigned char *big = malloc(BIG);
+
+    (void)state;
+    assert_non_null(big);
+    fill(big, BIG, 5);
+    for (int k = 0; k < 2 * 4; k++) {
+        tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT |
+                                                TMX_CONTEXT_FIELD_OFFLOAD | TMX_CONTEXT_FIELD_SETTINGS,
+                                  .transports = tls[k % 2],
+                                  .boot = TMX_BOOT_NONE,
+                                  .offload = 1,
+                                  .settings = set};
+        tmx_context_h a, b;
+        tmx_peer_t pb, pa;
+        unsigned char *got[N];
+        struct timespec ts = {0, (long)(k / 2) * 300 * 1000};
+
+        assert_int_equal(tmx_context_create(&p, &a), TMX_OK);
+        assert_int_equal(tmx_context_create(&p, &b), TMX_OK);
+        pb = add_addr_of(a, b);
+        pa = add_addr_of(b, a);
+        for (int i = 0; i < N; i++) {
+            got[i] = malloc(BIG);
+            assert_non_null(got[i]);
+            assert_int_equal(tmx_trecv(b, i % 3 ? pa : TMX_ANY_SOURCE, got[i], BIG, (uint64_t)i, 0, NULL, NULL), TMX_OK);
+        }
+        for (int i = 0; i < N; i++)
+            assert_int_equal(tmx_tsend(a, pb, big, (size_t)(i % 4 ? BIG : 100), (uint64_t)i, NULL, NULL), TMX_OK);
+        nanosleep(&ts, NULL); /* the engines work */
+        assert_int_equal(tmx_context_destroy(b), TMX_OK);
+        for (int i = 0; i < N; i++) {
+            memset(got[i], 0xEE, BIG); /* the engine must not write here any more */
+            free(got[i]);
+        }
+        assert_int_equal(tmx_context_destroy(a), TMX_OK);
+    }
+    free(big);
 }
 
 /* Two contexts over udp alone, each the other's peer. */
@@ -1888,7 +2368,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_offload_udp),
         cmocka_unit_test(test_offload_spinning_test),
         cmocka_unit_test(test_offload_with_progress),
+        cmocka_unit_test(test_offload_same_as_software),
+        cmocka_unit_test(test_offload_same_as_software_racing),
+        cmocka_unit_test(test_offload_threads_cancel),
         cmocka_unit_test(test_offload_sender_dies_mid_read),
+        cmocka_unit_test(test_offload_destroy_while_reading),
         cmocka_unit_test(test_keys_independent_of_uuid),
         cmocka_unit_test(test_destroyed_sender_not_read),
         cmocka_unit_test(test_host_sweep_args),

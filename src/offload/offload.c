@@ -61,6 +61,7 @@ struct off_engine {
 
     off_cqe_t *cq;           /* a ring that grows */
     size_t cq_head, cq_n, cq_cap;
+    unsigned cq_fail;        /* reservations left to fail (off_engine_fail_cq) */
 
     uint32_t hw_unexp;       /* messages passed to the host */
     uint32_t sw_reported;    /* what the host's last operation said */
@@ -88,6 +89,11 @@ static void cqe_free_data(off_cqe_t *c)
 /* Room for one more completion: 0, or -1 (logged) without memory. */
 static int cq_reserve(off_engine_t *e)
 {
+    if (__builtin_expect(e->cq_fail > 0, 0)) {
+        e->cq_fail--;
+        util_error("offload: no memory for a completion (a test's)");
+        return -1;
+    }
     if (e->cq_n == e->cq_cap) {
         size_t cap = e->cq_cap ? 2 * e->cq_cap : 64;
         off_cqe_t *n = malloc(cap * sizeof(*n));
@@ -229,6 +235,13 @@ void off_engine_set_serialised(off_engine_t *e)
 void off_engine_caps(const off_engine_t *e, off_caps_t *caps)
 {
     *caps = e->caps;
+}
+
+void off_engine_fail_cq(off_engine_t *e, unsigned n)
+{
+    lock(e);
+    e->cq_fail = n;
+    unlock(e);
 }
 
 void off_engine_stats(off_engine_t *e, off_stats_t *s)
@@ -430,7 +443,7 @@ static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host, off_cqe_
     if ((m->len > 0 && m->data == NULL) || m->len > OFF_MSG_MAX) {
         util_error("offload: a %zu-byte message from %u %s: dropped", m->len, m->src,
                    m->data == NULL ? "without its data" : "longer than any a transport delivers");
-        return 1;
+        return 3;
     }
     lock(e);
     /* Room for the completion first, so that a message lost for want of
@@ -514,7 +527,7 @@ out:
 lost:
     unlock(e);
     util_error("offload: no room for a completion: a message from %u lost", m->src);
-    return 1;
+    return 3;
 }
 
 void off_arrive(off_engine_t *e, const off_msg_t *m)

@@ -210,7 +210,9 @@ void off_arrive(off_engine_t *e, const off_msg_t *m);
  * matchable tag takes m, which then counts as unexpected (the host's count
  * must take it into account as for an OFF_WC_RECV completion) but makes no
  * completion and no copy: the host has it in hand. 1 when the engine took
- * it (or refused it, logged), as off_arrive. 2 when an eager message
+ * it. 3 when it refused it (logged, as off_arrive; the engine's state is
+ * unchanged): the host tells a rendezvous sender, which would otherwise
+ * wait for ever for its read. 2 when an eager message
  * matched while no completion waited in the ring and direct is not NULL:
  * its one completion is written to *direct instead of the ring (its tagged
  * buffer is then already free), for the host to take as if it had polled
@@ -249,6 +251,10 @@ typedef struct off_stats {
 } off_stats_t;
 
 void off_engine_stats(off_engine_t *e, off_stats_t *s);
+
+/* Tests: the next n reservations of room for a completion fail, as they
+ * do without memory. */
+void off_engine_fail_cq(off_engine_t *e, unsigned n);
 
 /* Whether two receives (source or OFF_ANY_SOURCE, tag, ignore mask) can
  * both match some message. The host gives the engine a receive only when

@@ -1278,6 +1278,12 @@ static __attribute__((noinline)) void off_tagged_arrive(proto_t *p, tmx_peer_t s
         off_completion(p, &c);
         off_sync_if(p, (c.flags & OFF_WC_TM_SYNC_REQ) != 0);
         break;
+    case 3: /* refused, lost (logged): a rendezvous sender is told, as by
+               unexpected_store, so that its send fails instead of waiting */
+        if (in->tmh.opcode == WIRE_OP_RNDV)
+            fin_send(p, src, in->tmh.app_ctx, in->tmh.tag, in->rvh.va, in->rvh.rkey, in->rvh.len, 1);
+        off_drain(p);
+        return;
     default:
         off_drain(p);
         return;

@@ -1244,6 +1244,46 @@ static void regcache_lends_live_memory(void **state)
     proto_req_abort(&W->p, &r);
 }
 
+/* A rendezvous that the engine matches but cannot complete for want of
+ * memory is lost (logged); its sender is told with a failed FIN instead
+ * of waiting for ever, and the receive stays posted for the next. */
+static void offload_refusal_tells_sender(void **state)
+{
+    proto_req_t r;
+    char src[100], got[100];
+    off_stats_t st;
+
+    (void)state;
+    assert_int_equal(proto_offload_open(&W->p, NULL, 0), TMX_OK);
+    W->pp[0].hello_sent = 1;
+    memset(src, 's', sizeof(src));
+    memset(got, 0, sizeof(got));
+    req_recv(&r, got, sizeof(got), 0, 7);
+    assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+    off_engine_fail_cq(W->p.off, 1);
+    in_rvh(UUID_A, WIRE_OP_RNDV, 0, 50, 7, (uintptr_t)src, 0x55, sizeof(src));
+    assert_int_equal(W->n_pkts, 1);
+    assert_int_equal(W->pkts[0].to, 0);
+    assert_int_equal(pkt_tmh(&W->pkts[0]).opcode, WIRE_OP_FIN);
+    assert_int_equal(pkt_tmh(&W->pkts[0]).flags, 1u << 15);
+    assert_int_equal(pkt_tmh(&W->pkts[0]).app_ctx, 50);
+    assert_int_equal(pkt_rvh(&W->pkts[0]).rkey, 0x55);
+    assert_int_equal(W->n_done, 0);
+    assert_true(proto_req_waiting(&r));
+    off_engine_stats(W->p.off, &st);
+    assert_int_equal(st.matched, 0);
+    /* the next one finds the receive */
+    W->get_status = TMX_OK;
+    in_rvh(UUID_A, WIRE_OP_RNDV, 0, 51, 7, (uintptr_t)src, 0x56, sizeof(src));
+    off_engine_stats(W->p.off, &st);
+    assert_int_equal(st.matched, 1);
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(W->done_st[0], TMX_OK);
+    assert_memory_equal(got, src, sizeof(got));
+    assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).opcode, WIRE_OP_FIN);
+    assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).flags, 0);
+}
+
 /* With the offload engine in front of the matcher, a rendezvous the
  * engine matches follows the protocol table too: read, or, where the
  * table says write, the sender is asked to write, and the engine
@@ -1381,6 +1421,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(write_sender),
         cmocka_unit_test(regcache_lends_live_memory),
         cmocka_unit_test(offload_follows_table),
+        cmocka_unit_test(offload_refusal_tells_sender),
     };
     return unit_main(argc, argv,
                      &(const unit_group_t){"", tests, sizeof(tests) / sizeof(tests[0]), setup, teardown},

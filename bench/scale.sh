@@ -15,13 +15,16 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-usage: bench/scale.sh [-q] [--hosts "2 4 8"] [--ppn "1 4 8 16"] [--no-ompi] [--no-build] [-o DIR]
+usage: bench/scale.sh [-q] [--hosts "2 4 8"] [--ppn "1 4 8 16"] [--no-ompi] [--no-build] [--glibc-cache] [-o DIR]
   -q          quick: hosts 2 and 8, 4 and 16 ranks per host, Open MPI only up to
               32 ranks; writes to results/quick/ unless -o is given
   --hosts L   the numbers of hosts (default "2 4 8")
   --ppn L     the numbers of ranks per host (default "1 4 8 16")
   --no-ompi   tmx only
   --no-build  use build/release as it is
+  --glibc-cache  keep glibc's per-thread cache of freed blocks (by default every
+              rank runs with GLIBC_TUNABLES=glibc.malloc.tcache_count=0: the
+              cache's blocks count as in use, and are no library's)
   -o DIR      output folder (default bench/results)
 Needs root: it makes network namespaces and a bridge, and removes them on exit.
 EOF
@@ -32,7 +35,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 # shellcheck source=bench/lib.sh
 . "$HERE/lib.sh"
-HOSTS_L="2 4 8" PPN_L="1 4 8 16" QUICK=0 OMPI=1 BUILD=1 OUT="" OMPI_MAX=4096
+HOSTS_L="2 4 8" PPN_L="1 4 8 16" QUICK=0 OMPI=1 BUILD=1 OUT="" OMPI_MAX=4096 TCACHE=0
 while [ $# -gt 0 ]; do
     case "$1" in
     -q | --quick) QUICK=1 HOSTS_L="2 8" PPN_L="4 16" OMPI_MAX=32; shift ;;
@@ -40,6 +43,7 @@ while [ $# -gt 0 ]; do
     --ppn) PPN_L=$2; shift 2 ;;
     --no-ompi) OMPI=0; shift ;;
     --no-build) BUILD=0; shift ;;
+    --glibc-cache) TCACHE=1; shift ;;
     -o) OUT=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "scale.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
@@ -97,6 +101,15 @@ OMPI_CMD=(mpirun --allow-run-as-root --map-by node --bind-to none --timeout "$T_
     --mca plm_rsh_agent "$ROOT/tests/mpi/netns_agent.sh" --mca plm_rsh_no_tree_spawn 1
     --mca oob_tcp_if_include "$FAULT_NET.0/24" --mca pml ob1 --mca btl self,vader,tcp
     --mca btl_tcp_if_include "$FAULT_NET.0/24" --mca mpi_yield_when_idle 1)
+# glibc keeps up to 7 freed blocks of each size up to 1 KiB per thread, and
+# mallinfo2() counts them as in use: whatever a library frees last (tmx: a
+# peer's reliability state once its exchange is over, the arrays a growing
+# map leaves) would show in the heap as held. Both libraries run without
+# that cache unless --glibc-cache.
+if [ "$TCACHE" = 0 ]; then
+    export GLIBC_TUNABLES=glibc.malloc.tcache_count=0
+    OMPI_CMD+=(-x GLIBC_TUNABLES)
+fi
 LINES=$TMP/lines.txt
 : >"$LINES"
 : >"$TMP/jobs.tsv"
@@ -290,9 +303,17 @@ verdict_tmx() {
     echo "  them: for Open MPI, also its daemon's connections and sockets of other ranks in TIME_WAIT)."
     echo "- **fds**: open descriptors (\`/proc/self/fd\`)."
     echo "- **peak RSS**: \`VmHWM\` of \`/proc/self/status\` at the end."
+    if [ "$TCACHE" = 0 ]; then
+        echo "- **glibc's thread cache is off** in every rank of both libraries (\`GLIBC_TUNABLES=glibc.malloc.tcache_count=0\`):"
+        echo "  glibc keeps up to 7 freed blocks of each size up to 1 KiB per thread and \`mallinfo2()\` counts"
+        echo "  them as in use, so blocks a library freed last (tmx: flows of finished exchanges, the arrays its"
+        echo "  maps outgrew) would show as held, more of them in larger jobs. \`--glibc-cache\` keeps it."
+    else
+        echo "- **glibc's thread cache is on** (\`--glibc-cache\`): the heap also counts the freed blocks it keeps."
+    fi
     echo "- **heap**: bytes malloc'd and in use, \`mallinfo2()\` \`uordblks + hblkhd\` (glibc: all arenas, and"
     echo "  chunks served by mmap), and for tmx also what it maps privately for itself (its request and"
-    echo "  message pools, \`tmx_context_memory\`), read with the program's own buffers freed: before any message (tmx:"
+    echo "  message pools, \`tmx_context_memory\`), read with the program's own buffers unmapped (they are mapped outside malloc, which would keep them): before any message (tmx:"
     echo "  after \`tmx_context_create\` and a barrier through tmxrun, which sends nothing between ranks;"
     echo "  Open MPI: right after \`MPI_Init\`), after the 8 B round, after the 64 KiB round (**heap after**),"
     echo "  and **heap settled**: 0.2 s later, after a barrier, the program having called its library all"

@@ -10,7 +10,7 @@
  *
  * The heap is read right after MPI_Init (before any message: a barrier
  * would already open connections), after the 8 B round and after the
- * large one, the program's own buffers freed each time; sockets and
+ * large one, the program's own buffers unmapped each time (mp_proc_map); sockets and
  * descriptors at the end, between two barriers, so that every rank still
  * holds its own. A wrong payload prints "alltoall FAIL ..." and aborts.
  */
@@ -45,8 +45,9 @@ static unsigned char aa_byte(int src, size_t len, size_t i)
 
 static void aa_round(size_t len, int tag)
 {
-    unsigned char *in = malloc((size_t)aa_size * len), *out = malloc(len);
-    MPI_Request *req = malloc(2 * (size_t)aa_size * sizeof(*req));
+    /* outside malloc, as mp_test's: the heap is read around the rounds */
+    unsigned char *in = mp_proc_map((size_t)aa_size * len), *out = mp_proc_map(len);
+    MPI_Request *req = mp_proc_map(2 * (size_t)aa_size * sizeof(*req));
     int n = 0;
 
     if (in == NULL || out == NULL || req == NULL) {
@@ -72,9 +73,9 @@ static void aa_round(size_t len, int tag)
             }
         }
     }
-    free(in);
-    free(out);
-    free(req);
+    mp_proc_unmap(in, (size_t)aa_size * len);
+    mp_proc_unmap(out, len);
+    mp_proc_unmap(req, 2 * (size_t)aa_size * sizeof(*req));
 }
 
 int main(int argc, char **argv)

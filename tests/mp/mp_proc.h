@@ -14,11 +14,13 @@
 #define MP_PROC_H
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define MP_PROC_FD_MAX 65536
@@ -127,23 +129,45 @@ static void mp_proc_sockets(mp_proc_sockets_t *s)
     free(ino);
 }
 
-/* A "Name:   N kB" line of /proc/self/status, in kB (0 if absent). */
+/* A "Name:   N kB" line of /proc/self/status, in kB (0 if absent). Read
+ * without stdio: a stream's buffer, freed by fclose, would sit in glibc's
+ * per-thread cache, which mallinfo2() counts as in use, and show in the
+ * next reading as the library's. */
 static size_t mp_proc_status_kb(const char *name)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    size_t len = strlen(name), v = 0;
+    char buf[8192];
+    size_t len = strlen(name), got = 0;
+    ssize_t r;
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
 
-    if (f == NULL)
+    if (fd < 0)
         return 0;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        if (strncmp(line, name, len) == 0 && line[len] == ':') {
-            v = strtoul(line + len + 1, NULL, 10);
-            break;
-        }
+    while (got < sizeof(buf) - 1 && (r = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+        got += (size_t)r;
+    close(fd);
+    buf[got] = '\0';
+    for (char *line = buf; line != NULL && *line != '\0'; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        if (strncmp(line, name, len) == 0 && line[len] == ':')
+            return strtoul(line + len + 1, NULL, 10);
     }
-    fclose(f);
-    return v;
+    return 0;
+}
+
+/* The program's own buffers, mapped outside malloc: allocated and freed
+ * between two readings of the heap, blocks from malloc would stay in
+ * glibc's per-thread cache (counted as in use) and be taken for the
+ * library's. Zeroed. */
+static void *mp_proc_map(size_t len)
+{
+    void *p = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void mp_proc_unmap(void *p, size_t len)
+{
+    if (p != NULL)
+        munmap(p, len ? len : 1);
 }
 
 /* extra: what the library holds outside malloc (tmx: the pools it maps

@@ -1368,11 +1368,12 @@ static void case_hostgone(void)
  * of an MPI_Alltoall's linear algorithm. */
 static void aa_burst(size_t len, uint64_t tag)
 {
-    unsigned char *in = mp_buf_alloc((size_t)mp_size * len), *out = mp_buf_alloc(len);
-    tmx_request_h *rr = calloc(mp_size, sizeof(*rr)), *sr = calloc(mp_size, sizeof(*sr));
+    /* outside malloc: the scale case reads the heap around it */
+    unsigned char *in = mp_proc_map((size_t)mp_size * len), *out = mp_proc_map(len);
+    tmx_request_h *rr = mp_proc_map(mp_size * sizeof(*rr)), *sr = mp_proc_map(mp_size * sizeof(*sr));
     tmx_completion_t c;
 
-    if (rr == NULL || sr == NULL)
+    if (in == NULL || out == NULL || rr == NULL || sr == NULL)
         mp_fail("out of memory");
     mp_fill(out, len, mp_seed(mp_rank, tag, len)); /* the same to all */
     for (uint32_t p = 0; p < mp_size; p++) {
@@ -1390,10 +1391,10 @@ static void aa_burst(size_t len, uint64_t tag)
         if (mp_wait_for(sr[p], AA_WAIT_US, &c, "alltoall burst send") != TMX_OK)
             mp_fail("alltoall burst send to %u: %s", p, tmx_strerror(c.status));
     }
-    free(in);
-    free(out);
-    free(rr);
-    free(sr);
+    mp_proc_unmap(in, (size_t)mp_size * len);
+    mp_proc_unmap(out, len);
+    mp_proc_unmap(rr, mp_size * sizeof(*rr));
+    mp_proc_unmap(sr, mp_size * sizeof(*sr));
 }
 
 /* The large messages' size: MP_AA_BYTES, or AA_BIG_DEFAULT. */
@@ -1446,7 +1447,7 @@ static void case_alltoall(void)
  * 8 B, then 64 KiB, from every rank to every other at once, payloads
  * checked (aa_burst). The heap is read before any message, after the
  * small round (the peer state created on first use) and after the large
- * one, each time with the test's own buffers freed; sockets and
+ * one, each time with the test's own buffers unmapped (mp_proc_map); sockets and
  * descriptors at the end, while every rank still holds its own (between
  * two barriers). */
 #define SCALE_SMALL 8

@@ -1,8 +1,9 @@
 /*
  * Hostile or careless callers: NULL out-pointers, a poll set holding a
- * closed CQ, a CQ's endpoint closed while another thread sleeps in
- * fi_cq_sread, an injected send with FI_DELIVERY_COMPLETE that nobody
- * receives (fi_tsendmsg must not block). Each case runs in a child; a
+ * closed CQ, a poll set given a CQ of another domain, a CQ's endpoint
+ * closed while another thread sleeps in fi_cq_sread, an injected send
+ * with FI_DELIVERY_COMPLETE that nobody receives (fi_tsendmsg must not
+ * block). Each case runs in a child; a
  * crash or a hang (alarm) is reported per case.
  */
 #include "fe_common.h"
@@ -102,6 +103,33 @@ static void poll_closed_cq(void)
     CHECK_RET(fi_poll(ps, ctx, 4), 0);
     CHECK_RET(fi_poll_del(ps, &cq->fid, 0), -FI_EINVAL);
     CHECK_RET(fi_close(&ps->fid), 0);
+}
+
+/* A poll set takes the CQs and counters of its own domain only: a
+ * closing CQ or counter leaves the poll sets of its domain, so a set of
+ * another domain would keep it after it was freed. */
+static void poll_other_domain(void)
+{
+    struct fid_poll *ps;
+    struct fi_poll_attr pa = {0};
+    struct fid_domain *d2;
+    struct fid_cq *cq;
+    struct fid_cntr *cntr;
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED};
+    struct fi_cntr_attr na = {.events = FI_CNTR_EVENTS_COMP};
+    void *ctx[4];
+    setup(FI_THREAD_SAFE);
+    MUST(fi_domain(f.fabric, f.info, &d2, NULL));
+    MUST(fi_cq_open(d2, &ca, &cq, &cq));
+    MUST(fi_cntr_open(d2, &na, &cntr, &cntr));
+    MUST(fi_poll_open(f.domain, &pa, &ps));
+    CHECK_RET(fi_poll_add(ps, &cq->fid, 0), -FI_EINVAL);
+    CHECK_RET(fi_poll_add(ps, &cntr->fid, 0), -FI_EINVAL);
+    CHECK_RET(fi_close(&cq->fid), 0);
+    CHECK_RET(fi_close(&cntr->fid), 0);
+    CHECK_RET(fi_poll(ps, ctx, 4), 0); /* nothing freed left in it */
+    CHECK_RET(fi_close(&ps->fid), 0);
+    CHECK_RET(fi_close(&d2->fid), 0);
 }
 
 /* fi_poll(3): a counter's context is returned when its success value or
@@ -282,6 +310,7 @@ int main(int argc, char **argv)
         {"trywait_null", trywait_null},
         {"cntr_open_null_attr", cntr_open_null_attr},
         {"poll_closed_cq", poll_closed_cq},
+        {"poll_other_domain", poll_other_domain},
         {"poll_while_closing", poll_while_closing},
         {"poll_cntr_errors", poll_cntr_errors},
         {"close_during_sread", close_during_sread},

@@ -1,8 +1,9 @@
 /*
  * Bad arguments and object lifecycle: close order, operations before
- * fi_enable, bind of wrong classes and flags, a CQ bound without a
- * direction, two counters for one direction, getname/setname, getopt and
- * setopt, fi_control, memory regions, NULL pointers.
+ * fi_enable, bind of wrong classes and flags or of another domain's
+ * objects, a CQ bound without a direction, two counters for one
+ * direction, getname/setname, getopt and setopt, fi_control, memory
+ * regions, NULL pointers.
  * Each case runs in a child; "./fe_args CASE" runs one case in-process.
  */
 #include "fe_common.h"
@@ -108,6 +109,38 @@ static void bind_bad(void)
     CHECK_RET(fi_close(&cq->fid), 0);
     CHECK_RET(fi_close(&cq2->fid), 0);
     CHECK_RET(fi_close(&eq->fid), 0);
+    fe_close(&f);
+}
+
+/* fi_endpoint(3): an endpoint binds objects of its own domain; binding
+ * another domain's is -FI_EDOMAIN (its CQ would be filled under one
+ * domain's lock and read under the other's). */
+static void bind_other_domain(void)
+{
+    fe_t f;
+    struct fid_domain *d2;
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    struct fid_av *av;
+    struct fid_cntr *cntr;
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED};
+    struct fi_av_attr aa = {.type = FI_AV_TABLE};
+    struct fi_cntr_attr na = {.events = FI_CNTR_EVENTS_COMP};
+
+    fe_open(&f, fe_hints(CAPS, FI_THREAD_SAFE), FI_AV_TABLE);
+    MUST(fi_domain(f.fabric, f.info, &d2, NULL));
+    MUST(fi_endpoint(f.domain, f.info, &ep, NULL));
+    MUST(fi_cq_open(d2, &ca, &cq, NULL));
+    MUST(fi_av_open(d2, &aa, &av, NULL));
+    MUST(fi_cntr_open(d2, &na, &cntr, NULL));
+    CHECK_RET(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), -FI_EDOMAIN);
+    CHECK_RET(fi_ep_bind(ep, &av->fid, 0), -FI_EDOMAIN);
+    CHECK_RET(fi_ep_bind(ep, &cntr->fid, FI_SEND), -FI_EDOMAIN);
+    CHECK_RET(fi_close(&cq->fid), 0);
+    CHECK_RET(fi_close(&av->fid), 0);
+    CHECK_RET(fi_close(&cntr->fid), 0);
+    CHECK_RET(fi_close(&ep->fid), 0);
+    CHECK_RET(fi_close(&d2->fid), 0);
     fe_close(&f);
 }
 
@@ -469,6 +502,7 @@ int main(int argc, char **argv)
         {"close_order", close_order},
         {"before_enable", before_enable},
         {"bind_bad", bind_bad},
+        {"bind_other_domain", bind_other_domain},
         {"bind_cq_flags0", bind_cq_flags0},
         {"bind_cq_selective_only", bind_cq_selective_only},
         {"bind_two_cntrs", bind_two_cntrs},

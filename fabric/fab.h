@@ -310,12 +310,22 @@ typedef struct fab_ns_name {
     size_t len;
     unsigned char blob[TMX_ADDRESS_MAX];
 } fab_ns_name_t;
+/* What a query announces of an endpoint with a name socket: its IPv4
+ * name and tmx address. */
+typedef struct fab_ns_self {
+    struct sockaddr_in sa;
+    size_t len;
+    unsigned char blob[TMX_ADDRESS_MAX];
+} fab_ns_self_t;
+/* Copies the announcement of ep into *self: 1, or 0 when ep has no name
+ * socket. The caller keeps ep open meanwhile (the AV's lock). */
+int fab_ns_self_of(const fab_ep_t *ep, fab_ns_self_t *self);
 /* The tmx addresses behind n IPv4 names, resolved at once: as each
  * name's owner announced it when it queried us, or asked of its name
- * socket (announcing the named endpoints among eps). A name waits up to
+ * socket (announcing the n_selves selves, or no one). A name waits up to
  * FAB_NS_TIMEOUT_MS for an answer, or FAB_NS_REFUSED_MS once its port is
- * refused. */
-void fab_ns_resolve(fab_ns_name_t *names, size_t n, fab_ep_t *const *eps, int n_eps);
+ * refused: the caller holds no lock. */
+void fab_ns_resolve(fab_ns_name_t *names, size_t n, const fab_ns_self_t *selves, int n_selves);
 
 /* fab_info.c: 1 when tmx's offload engine runs (TMX_OFFLOAD=1). */
 int fab_offload_on(void);

@@ -450,6 +450,54 @@ static void test_insert_refused_names(void **state)
     side_close(&b);
 }
 
+typedef struct slow_insert {
+    side_t *s;
+    struct sockaddr_in name;
+    int ret;
+} slow_insert_t;
+
+static void *insert_slowly(void *arg)
+{
+    slow_insert_t *si = arg;
+    fi_addr_t out;
+
+    si->ret = fi_av_insert(si->s->av, &si->name, 1, &out, 0, NULL);
+    return NULL;
+}
+
+/* An FI_THREAD_SAFE domain: while one thread's fi_av_insert waits for
+ * an IPv4 name's owner (here a refused port: about 2 s), the other
+ * threads' sends and CQ reads in the domain go on. */
+static void test_insert_wait_unlocked(void **state)
+{
+    side_t a, b;
+    slow_insert_t si;
+    struct sockaddr_in nb;
+    size_t len = sizeof(nb);
+    fi_addr_t to_b;
+    pthread_t t;
+    char port[16];
+    int64_t t0;
+
+    side_open(&a, NULL, free_port(port), FI_SOURCE, hints_new(0, FI_THREAD_SAFE), FI_WAIT_NONE);
+    side_open(&b, NULL, free_port(port), FI_SOURCE, hints_new(0, FI_THREAD_SAFE), FI_WAIT_NONE);
+    assert_int_equal(fi_getname(&b.ep->fid, &nb, &len), 0);
+    assert_int_equal(fi_av_insert(a.av, &nb, 1, &to_b, 0, NULL), 1);
+    si.s = &a;
+    si.name = nb;
+    si.name.sin_port = htons((uint16_t)atoi(free_port(port)));
+    t0 = now_ms();
+    assert_int_equal(pthread_create(&t, NULL, insert_slowly, &si), 0);
+    usleep(200000);
+    send_to(&a, to_b, &b, 7);
+    assert_true(now_ms() - t0 < 1000);
+    pthread_join(t, NULL);
+    assert_int_equal(si.ret, 0);
+    assert_true(now_ms() - t0 >= 1000); /* the insert did wait meanwhile */
+    side_close(&a);
+    side_close(&b);
+}
+
 typedef struct delayed_send {
     side_t *from;
     fi_addr_t to;
@@ -626,6 +674,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_announced_peer_gone),
         cmocka_unit_test(test_announced_during_insert),
         cmocka_unit_test(test_insert_refused_names),
+        cmocka_unit_test(test_insert_wait_unlocked),
         cmocka_unit_test(test_query_oversized_announcement),
         cmocka_unit_test(test_wait_fd),
         cmocka_unit_test(test_wait_fd_thread_domain),

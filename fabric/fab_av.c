@@ -225,11 +225,29 @@ static int av_insert_one(fab_av_t *av, const fab_av_entry_t *e, fi_addr_t *out)
     return 0;
 }
 
+/* The announcements of the AV's named endpoints, copied under the lock
+ * so that a resolution, which may wait seconds, runs without it (the
+ * domain's other threads go on meanwhile). NULL with *n 0 for an AV of
+ * tmx names, or without memory (the queries are then anonymous). */
+static fab_ns_self_t *av_selves(const fab_av_t *av, int *n)
+{
+    fab_ns_self_t *selves;
+
+    *n = 0;
+    if (av->addr_format == FI_FORMAT_UNSPEC || av->n_eps == 0 ||
+        (selves = malloc((size_t)av->n_eps * sizeof(*selves))) == NULL)
+        return NULL;
+    for (int k = 0; k < av->n_eps; k++)
+        *n += fab_ns_self_of(av->eps[k], &selves[*n]);
+    return selves;
+}
+
 /* Parses count addresses into e[] (ret[i] 1 for an IPv4 name still to
  * resolve), then resolves all IPv4 names together: inserting many names
- * of endpoints that are gone waits once, not once per name. */
-static void av_parse_all(fab_av_t *av, const unsigned char *p, size_t count, fab_av_entry_t *e,
-                         int *ret)
+ * of endpoints that are gone waits once, not once per name. Called
+ * without the lock. */
+static void av_parse_all(const fab_av_t *av, const unsigned char *p, size_t count,
+                         fab_av_entry_t *e, int *ret, const fab_ns_self_t *selves, int n_selves)
 {
     fab_ns_name_t *names = NULL;
     size_t nn = 0, k = 0;
@@ -251,7 +269,7 @@ static void av_parse_all(fab_av_t *av, const unsigned char *p, size_t count, fab
         if (ret[i] == 1)
             names[k++].to = e[i].sa;
     }
-    fab_ns_resolve(names, nn, av->eps, av->n_eps);
+    fab_ns_resolve(names, nn, selves, n_selves);
     k = 0;
     for (size_t i = 0; i < count; i++) {
         if (ret[i] != 1)
@@ -269,8 +287,9 @@ static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr
 {
     fab_av_t *av = (fab_av_t *)fid;
     fab_av_entry_t *e = NULL;
+    fab_ns_self_t *selves;
     int *rets = NULL;
-    int done = 0, ret;
+    int done = 0, n_selves, ret;
 
     if (flags & ~(uint64_t)(FI_MORE | FI_SYNC_ERR)) {
         FAB_WARN(FI_LOG_AV, "fi_av_insert: unsupported flags 0x%llx\n", (unsigned long long)flags);
@@ -284,9 +303,13 @@ static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr
         return -FI_ENOMEM;
     }
     fab_lock(av->dom);
+    selves = av_selves(av, &n_selves);
+    fab_unlock(av->dom);
+    av_parse_all(av, addr, count, e, rets, selves, n_selves);
+    free(selves);
+    fab_lock(av->dom);
     if ((ret = av_reserve(av, count)) != 0)
         goto out_unlock;
-    av_parse_all(av, addr, count, e, rets);
     for (size_t i = 0; i < count; i++) {
         fi_addr_t a = FI_ADDR_NOTAVAIL;
         if (rets[i] == 0)

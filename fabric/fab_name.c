@@ -470,38 +470,42 @@ static void ns_serve(fab_ep_t *ep)
 
 /* ------------------------------------------------------------ resolving */
 
+int fab_ns_self_of(const fab_ep_t *ep, fab_ns_self_t *self)
+{
+    if (ep->ns_fd < 0)
+        return 0;
+    self->sa = ep->ns_sa;
+    self->len = ep->ns_blob_len;
+    memcpy(self->blob, ep->ns_blob, ep->ns_blob_len);
+    return 1;
+}
+
 /* One query, announcing self (an endpoint with a name socket) or no one. */
-static void ns_query(int fd, const struct sockaddr_in *to, uint64_t nonce, const fab_ep_t *self)
+static void ns_query(int fd, const struct sockaddr_in *to, uint64_t nonce, const fab_ns_self_t *self)
 {
     unsigned char out[sizeof(ns_hdr_t) + sizeof(ns_announce_t) + TMX_ADDRESS_MAX];
-    size_t blen = self ? self->ns_blob_len : 0;
+    size_t blen = self ? self->len : 0;
     ns_hdr_t q = {htole32(NS_MAGIC), NS_VERSION, NS_QUERY, htole16((uint16_t)blen), nonce};
     ns_announce_t an = {0, 0, 0};
 
     if (self != NULL)
-        an = (ns_announce_t){self->ns_sa.sin_addr.s_addr, self->ns_sa.sin_port, 0};
+        an = (ns_announce_t){self->sa.sin_addr.s_addr, self->sa.sin_port, 0};
     memcpy(out, &q, sizeof(q));
     memcpy(out + sizeof(q), &an, sizeof(an));
     if (blen)
-        memcpy(out + sizeof(q) + sizeof(an), self->ns_blob, blen);
+        memcpy(out + sizeof(q) + sizeof(an), self->blob, blen);
     sendto(fd, out, sizeof(q) + sizeof(an) + blen, MSG_DONTWAIT, (const struct sockaddr *)to,
            sizeof(*to));
 }
 
-/* Queries for every endpoint of the AV that has a name, so that each is
- * announced; one anonymous query when none has. */
-static void ns_query_all(int fd, const struct sockaddr_in *to, uint64_t nonce, fab_ep_t *const *eps,
-                         int n_eps)
+/* Queries for every named endpoint of the AV, so that each is announced;
+ * one anonymous query when none has a name. */
+static void ns_query_all(int fd, const struct sockaddr_in *to, uint64_t nonce,
+                         const fab_ns_self_t *selves, int n_selves)
 {
-    int sent = 0;
-
-    for (int k = 0; k < n_eps; k++) {
-        if (eps[k]->ns_fd >= 0) {
-            ns_query(fd, to, nonce, eps[k]);
-            sent++;
-        }
-    }
-    if (sent == 0)
+    for (int k = 0; k < n_selves; k++)
+        ns_query(fd, to, nonce, &selves[k]);
+    if (n_selves == 0)
         ns_query(fd, to, nonce, NULL);
 }
 
@@ -593,7 +597,8 @@ static void ns_res_read(ns_res_t *r, int64_t now)
 }
 
 /* Resolves n names (at most NS_BATCH) at once, their waits overlapping. */
-static void ns_resolve_batch(fab_ns_name_t *names, size_t n, fab_ep_t *const *eps, int n_eps)
+static void ns_resolve_batch(fab_ns_name_t *names, size_t n, const fab_ns_self_t *selves,
+                             int n_selves)
 {
     ns_res_t res[NS_BATCH];
     struct pollfd pfd[NS_BATCH];
@@ -638,7 +643,7 @@ static void ns_resolve_batch(fab_ns_name_t *names, size_t n, fab_ep_t *const *ep
                 if (!r->fb_have && (r->fb_have = ns_lookup(&r->name->to, r->fb_blob, &r->fb_len)) &&
                     r->end > now + NS_ANNOUNCED_WAIT_MS * 1000)
                     r->end = now + NS_ANNOUNCED_WAIT_MS * 1000;
-                ns_query_all(r->fd, &r->name->to, r->nonce, eps, n_eps);
+                ns_query_all(r->fd, &r->name->to, r->nonce, selves, n_selves);
             }
             pfd[np].fd = r->fd;
             pfd[np].events = POLLIN;
@@ -660,10 +665,10 @@ static void ns_resolve_batch(fab_ns_name_t *names, size_t n, fab_ep_t *const *ep
     }
 }
 
-void fab_ns_resolve(fab_ns_name_t *names, size_t n, fab_ep_t *const *eps, int n_eps)
+void fab_ns_resolve(fab_ns_name_t *names, size_t n, const fab_ns_self_t *selves, int n_selves)
 {
     for (size_t i = 0; i < n; i += NS_BATCH)
-        ns_resolve_batch(names + i, n - i < NS_BATCH ? n - i : NS_BATCH, eps, n_eps);
+        ns_resolve_batch(names + i, n - i < NS_BATCH ? n - i : NS_BATCH, selves, n_selves);
 }
 
 int fab_ns_getname(fab_ep_t *ep, void *addr, size_t *addrlen)

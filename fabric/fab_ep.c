@@ -385,6 +385,13 @@ static int ep_control(struct fid *fid, int command, void *arg)
         FAB_WARN(FI_LOG_EP_CTRL, "fi_control: NULL flags\n");
         return -FI_EINVAL;
     }
+    /* fi_endpoint(3): the flags name FI_TRANSMIT or FI_RECV, not both */
+    if ((command == FI_GETOPSFLAG || command == FI_SETOPSFLAG) &&
+        !(*flags & FI_TRANSMIT) == !(*flags & FI_RECV)) {
+        FAB_WARN(FI_LOG_EP_CTRL, "fi_control: flags 0x%llx name %s of FI_TRANSMIT and FI_RECV\n",
+                 (unsigned long long)*flags, (*flags & FI_TRANSMIT) ? "both" : "neither");
+        return -FI_EINVAL;
+    }
     switch (command) {
     case FI_ENABLE:
         return ep_enable(ep);

@@ -336,6 +336,19 @@ static void names_opts(void)
         fl = FI_RECV;
         CHECK_RET(fi_control(&a.ep->fid, FI_GETOPSFLAG, &fl), 0);
         CHECK(!(fl & FI_MULTI_RECV), "rx op flags 0x%llx", (unsigned long long)fl);
+        /* fi_endpoint(3): FI_TRANSMIT or FI_RECV, not both; one of them */
+        fl = FI_COMPLETION;
+        CHECK_RET(fi_control(&a.ep->fid, FI_SETOPSFLAG, &fl), -FI_EINVAL);
+        fl = FI_TRANSMIT | FI_RECV | FI_COMPLETION;
+        CHECK_RET(fi_control(&a.ep->fid, FI_SETOPSFLAG, &fl), -FI_EINVAL);
+        fl = FI_TRANSMIT | FI_RECV;
+        CHECK_RET(fi_control(&a.ep->fid, FI_GETOPSFLAG, &fl), -FI_EINVAL);
+        fl = 0;
+        CHECK_RET(fi_control(&a.ep->fid, FI_GETOPSFLAG, &fl), -FI_EINVAL);
+        fl = FI_RECV;
+        CHECK_RET(fi_control(&a.ep->fid, FI_GETOPSFLAG, &fl), 0);
+        CHECK(!(fl & FI_COMPLETION), "rx op flags untouched by the refused calls: 0x%llx",
+              (unsigned long long)fl);
     }
     /* alias */
     CHECK_RET(1, 1);

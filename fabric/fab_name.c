@@ -113,10 +113,12 @@ int fab_str_to_sa(const char *s, struct sockaddr_in *sa)
 }
 
 /* node and service as an IPv4 address: passive (a wildcard for no node)
- * for a source, loopback for no node otherwise. */
+ * for a source, loopback for no node otherwise. A node in FI_ADDR_STR form
+ * with no service is that address (fi_getinfo(3)). */
 int fab_resolve_node(const char *node, const char *service, int passive, struct sockaddr_in *sa)
 {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res;
+    struct sockaddr_in str_sa;
     int rc;
 
     if (passive)
@@ -125,6 +127,10 @@ int fab_resolve_node(const char *node, const char *service, int passive, struct 
     sa->sin_family = AF_INET;
     if (node == NULL && service == NULL)
         return 0;
+    if (node != NULL && service == NULL && fab_str_to_sa(node, &str_sa) == 0) {
+        *sa = str_sa;
+        return 0;
+    }
     if ((rc = getaddrinfo(node, service ? service : "0", &hints, &res)) != 0) {
         FI_INFO(&fab_prov, FI_LOG_CORE, "%s:%s does not resolve to IPv4: %s\n",
                 node ? node : "", service ? service : "", gai_strerror(rc));

@@ -200,6 +200,36 @@ static void nodes(void)
     CHECK(r == -FI_ENODATA, "IPv6 node -> %d (%s)", r, fi_strerror(-r));
     if (r == 0)
         fi_freeinfo(i);
+    /* fi_getinfo(3): an FI_ADDR_STR address as the node, no service */
+    i = NULL;
+    r = fi_getinfo(FI_VERSION(1, 17), "fi_sockaddr_in://127.0.0.1:33346", NULL, 0, h, &i);
+    CHECK(r == 0, "FI_ADDR_STR node -> %d (%s)", r, fi_strerror(-r));
+    if (r == 0) {
+        struct sockaddr_in *sa = i->dest_addr;
+        CHECK(i->addr_format == FI_SOCKADDR_IN && sa && i->dest_addrlen == sizeof(*sa) &&
+                  sa->sin_port == htons(33346) && sa->sin_addr.s_addr == htonl(INADDR_LOOPBACK),
+              "dest_addr of an FI_ADDR_STR node");
+        fi_freeinfo(i);
+    }
+    i = NULL;
+    r = fi_getinfo(FI_VERSION(1, 17), "fi_sockaddr_in://127.0.0.1:33347", NULL, FI_SOURCE, h, &i);
+    CHECK(r == 0, "FI_ADDR_STR node with FI_SOURCE -> %d (%s)", r, fi_strerror(-r));
+    if (r == 0) {
+        struct sockaddr_in *sa = i->src_addr;
+        CHECK(sa && i->src_addrlen == sizeof(*sa) && sa->sin_port == htons(33347) &&
+                  sa->sin_addr.s_addr == htonl(INADDR_LOOPBACK),
+              "src_addr of an FI_ADDR_STR node with FI_SOURCE");
+        fi_freeinfo(i);
+    }
+    h->addr_format = FI_ADDR_STR;
+    i = NULL;
+    r = fi_getinfo(FI_VERSION(1, 17), "fi_sockaddr_in://127.0.0.1:33348", NULL, 0, h, &i);
+    CHECK(r == 0 && i->dest_addr && strcmp(i->dest_addr, "fi_sockaddr_in://127.0.0.1:33348") == 0,
+          "FI_ADDR_STR node answered in FI_ADDR_STR -> %d: %s", r,
+          r == 0 && i->dest_addr ? (char *)i->dest_addr : "(none)");
+    if (r == 0)
+        fi_freeinfo(i);
+    h->addr_format = FI_FORMAT_UNSPEC;
     /* a string address of the wrong form in the hints */
     h->addr_format = FI_ADDR_STR;
     h->src_addr = strdup("garbage");

@@ -199,6 +199,35 @@ static void test_inband_sockaddr(void **state)
     side_close(&srv);
 }
 
+/* fi_av_insertsvc takes node and service as fi_getinfo does (or an
+ * FI_ADDR_STR node with no service), in an AV of either IPv4 format; a
+ * name nobody answers at is not inserted. */
+static void test_insertsvc(void **state)
+{
+    side_t srv, cli, str;
+    char port[16], other[16], node[64];
+    fi_addr_t to_srv = 0, none = 0;
+    int err = 0;
+
+    side_open(&srv, NULL, free_port(port), FI_SOURCE, hints_new(0, 0), FI_WAIT_NONE);
+    side_open(&cli, NULL, NULL, 0, hints_new(FI_SOCKADDR_IN, 0), FI_WAIT_NONE);
+    assert_int_equal(fi_av_insertsvc(cli.av, "127.0.0.1", port, &to_srv, 0, NULL), 1);
+    send_to(&cli, to_srv, &srv, 1);
+    assert_int_equal(fi_av_insertsvc(cli.av, "127.0.0.1", free_port(other), &none, FI_SYNC_ERR,
+                                     &err), 0);
+    assert_true(none == FI_ADDR_NOTAVAIL);
+    assert_int_equal(err, FI_ECONNREFUSED);
+    assert_int_equal(fi_av_insertsvc(cli.av, "no-such-host.invalid", "1", &none, 0, NULL), 0);
+    assert_true(none == FI_ADDR_NOTAVAIL);
+    side_open(&str, NULL, NULL, 0, hints_new(FI_ADDR_STR, 0), FI_WAIT_NONE);
+    snprintf(node, sizeof(node), "fi_sockaddr_in://127.0.0.1:%s", port);
+    assert_int_equal(fi_av_insertsvc(str.av, node, NULL, &to_srv, 0, NULL), 1);
+    send_to(&str, to_srv, &srv, 2);
+    side_close(&str);
+    side_close(&cli);
+    side_close(&srv);
+}
+
 /* fi_loopback's way: the source fi_getinfo reports names the endpoint
  * opened with it, and inserting it reaches the endpoint itself. */
 static void test_loopback_source(void **state)
@@ -669,6 +698,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_getinfo_source),
         cmocka_unit_test(test_inband_sockaddr),
+        cmocka_unit_test(test_insertsvc),
         cmocka_unit_test(test_loopback_source),
         cmocka_unit_test(test_addr_str),
         cmocka_unit_test(test_announced_peer_gone),

@@ -328,10 +328,44 @@ out_unlock:
     return ret;
 }
 
-static int av_insertsvc(struct fid_av *av, const char *node, const char *service,
+/* node and service as fi_getinfo takes them (or an FI_ADDR_STR node with
+ * no service), into an AV of IPv4 names: the address they resolve to,
+ * inserted as fi_av_insert inserts it. An AV of tmx names has nothing
+ * they could name. */
+static int av_insertsvc(struct fid_av *fid, const char *node, const char *service,
                         fi_addr_t *fi_addr, uint64_t flags, void *context)
 {
-    return -FI_ENOSYS;
+    fab_av_t *av = (fab_av_t *)fid;
+    struct sockaddr_in sa;
+    char str[64];
+    int ret;
+
+    if (av->addr_format == FI_FORMAT_UNSPEC) {
+        FAB_WARN(FI_LOG_AV, "fi_av_insertsvc: an AV of tmx names takes no node and service\n");
+        return -FI_ENOSYS;
+    }
+    if (flags & ~(uint64_t)(FI_MORE | FI_SYNC_ERR)) {
+        FAB_WARN(FI_LOG_AV, "fi_av_insertsvc: unsupported flags 0x%llx\n", (unsigned long long)flags);
+        return -FI_EBADFLAGS;
+    }
+    if (node == NULL && service == NULL) {
+        FAB_WARN(FI_LOG_AV, "fi_av_insertsvc: no node and no service\n");
+        return -FI_EINVAL;
+    }
+    if ((ret = fab_resolve_node(node, service, 0, &sa)) != 0) {
+        FAB_WARN(FI_LOG_AV, "fi_av_insertsvc: %s:%s is no IPv4 address\n", node ? node : "",
+                 service ? service : "");
+        if (fi_addr)
+            *fi_addr = FI_ADDR_NOTAVAIL;
+        if ((flags & FI_SYNC_ERR) && context)
+            *(int *)context = -ret;
+        return 0;
+    }
+    if (av->addr_format == FI_ADDR_STR) {
+        fab_sa_to_str(&sa, str, sizeof(str));
+        return av_insert(fid, str, 1, fi_addr, flags, context);
+    }
+    return av_insert(fid, &sa, 1, fi_addr, flags, context);
 }
 
 static int av_insertsym(struct fid_av *av, const char *node, size_t nodecnt, const char *service,

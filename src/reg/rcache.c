@@ -219,6 +219,20 @@ static void uffd_unregister(rcache_t *c, uint64_t start, uint64_t end)
     (void)ioctl(c->uffd, UFFDIO_UNREGISTER, &r);
 }
 
+/* 1 while an unmap, remap or discard of memory registered with us is
+ * under way in some thread: the kernel counts it (the userfaultfd's
+ * mmap_changing) from before the memory goes until that thread has seen
+ * its event read, and meanwhile refuses UFFDIO_WRITEPROTECT with EAGAIN
+ * before looking at anything else. Asked with a misaligned range, which
+ * it then refuses (EINVAL) without taking the mm's lock or touching a
+ * page. A kernel without the ioctl answers otherwise: 0. */
+static int events_in_flight(const rcache_t *c)
+{
+    struct uffdio_writeprotect wp = {.range = {.start = 1, .len = c->page}, .mode = 0};
+
+    return ioctl(c->uffd, UFFDIO_WRITEPROTECT, &wp) != 0 && errno == EAGAIN;
+}
+
 typedef struct gap_walk {
     rcache_t *c;
     uint64_t cur;
@@ -662,6 +676,16 @@ tmx_status_t rcache_get(rcache_t *c, const void *addr, size_t len, rcache_reg_t 
     base = a & ~(c->page - 1);
     end = (a + len + c->page - 1) & ~(c->page - 1);
     pthread_mutex_lock(&c->lock);
+    /* Memory at this address may be new memory where another thread's
+     * munmap has just taken the old away, its event not read yet: the old
+     * memory's entry would be found, and dropped by that event after we
+     * lent the new memory under it; a new entry would be dropped by it
+     * too. So the monitor reads such events first (it needs the lock). */
+    while (c->cached && events_in_flight(c)) {
+        pthread_mutex_unlock(&c->lock);
+        sched_yield();
+        pthread_mutex_lock(&c->lock);
+    }
     if (c->cached) {
         e = tree_find_exact(c->root, base, end);
         e = e != NULL ? entry_hit(c, e) : entry_new(c, base, end - base, &err);

@@ -77,7 +77,11 @@ void rcache_release(rcache_t *rc);
  * TMX_ERR_INVALID, logged, for rc, addr or out NULL, len 0 or a range
  * past the end of the address space; TMX_ERR_NOMEM, logged, if an
  * uncached registration cannot be allocated. *out is written on success
- * only. Takes the cache's lock; on a miss, one ioctl. */
+ * only. Takes the cache's lock and asks the kernel (one ioctl) whether
+ * an unmap, remap or discard of cached memory is under way in another
+ * thread: if so, waits (without the lock) until the monitor has read its
+ * event, so that new memory at an address being unmapped is never served
+ * by the old memory's entry; on a miss, one ioctl more. */
 tmx_status_t rcache_get(rcache_t *rc, const void *addr, size_t len, rcache_reg_t **out);
 
 /* Gives back the reference a get returned; reg NULL: nothing. */

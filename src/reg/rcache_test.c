@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -564,6 +565,102 @@ static void munmap_races_get(void **state)
     rcache_release(r.rc);
 }
 
+/* Two threads take turns at one address: the other maps it, registers it
+ * and unmaps it; this one maps it again the moment the other's munmap has
+ * taken the old mapping away, while that munmap still waits for the
+ * monitor, and registers the new memory there. */
+typedef struct reuse {
+    rcache_t *rc;
+    char *at;
+    size_t len;
+    atomic_int round;           /* the other's turn: it maps and registers */
+    atomic_int ready;           /* registered under old_id, about to unmap */
+    atomic_int unmapped;        /* its munmap of that round has returned */
+    atomic_ullong old_id;
+    atomic_int failed;
+} reuse_t;
+
+static void *reuse_other(void *arg)
+{
+    reuse_t *u = arg;
+
+    for (int i = 1; i <= 200; i++) {
+        rcache_reg_t *reg;
+        void *p;
+        while (atomic_load(&u->round) != i && !atomic_load(&u->failed))
+            ;
+        if (atomic_load(&u->failed))
+            return NULL;
+        p = mmap(u->at, u->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (p != u->at || rcache_get(u->rc, p, u->len, &reg) != TMX_OK) {
+            atomic_store(&u->failed, 1);   /* something else took the address */
+            return NULL;
+        }
+        atomic_store(&u->old_id, reg->id);
+        rcache_put(u->rc, reg);
+        atomic_store(&u->ready, i);
+        munmap(p, u->len);
+        atomic_store(&u->unmapped, i);
+    }
+    return NULL;
+}
+
+/* Maps u->at the moment the other's mapping of round i is gone (its
+ * munmap not returned yet, as a rule); NULL when something else took the
+ * address. Returns once that munmap has. */
+static char *reuse_take(reuse_t *u, int i)
+{
+    void *p;
+
+    do
+        p = mmap(u->at, u->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    while (p == MAP_FAILED && errno == EEXIST && atomic_load(&u->unmapped) != i);
+    if (p == MAP_FAILED && errno == EEXIST) /* too late: the round is lost */
+        p = mmap(u->at, u->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p != MAP_FAILED && p != u->at)
+        munmap(p, u->len);
+    return p == u->at ? p : NULL;
+}
+
+/* New memory at an address whose old mapping another thread is unmapping
+ * (munmap has taken it away and waits for the monitor to read its event)
+ * is new memory: a get of it must not find the old memory's entry, which
+ * the event then drops (a rendezvous lending the new memory would be
+ * refused for nothing, and until the event came, an unmap of the new
+ * memory would go unseen, its pages never registered). The get waits for
+ * such events to be read. */
+static void get_waits_for_unmap_in_flight(void **state)
+{
+    reuse_t u = {.rc = cache_or_skip(16, 0), .len = 16 * page};
+    int rounds = 0;
+    pthread_t t;
+
+    assert_int_equal(pthread_create(&t, NULL, reuse_other, &u), 0); /* its stack first */
+    u.at = (char *)map_pages(16);
+    munmap(u.at, u.len);
+    for (int i = 1; i <= 200 && !atomic_load(&u.failed); i++) {
+        rcache_reg_t *mine;
+        char *p;
+        atomic_store(&u.round, i);
+        while (atomic_load(&u.ready) != i && !atomic_load(&u.failed))
+            ;
+        if (atomic_load(&u.failed) || (p = reuse_take(&u, i)) == NULL)
+            break;
+        mine = get(u.rc, p, u.len);
+        while (atomic_load(&u.unmapped) != i)
+            ;
+        assert_int_not_equal(mine->id, atomic_load(&u.old_id));
+        assert_true(rcache_reg_valid(mine));
+        rcache_put(u.rc, mine);
+        munmap(p, u.len);
+        rounds++;
+    }
+    atomic_store(&u.failed, 1);
+    pthread_join(t, NULL);
+    print_message("%d rounds\n", rounds);
+    rcache_release(u.rc);
+}
+
 /* The child of a fork runs without the parent's monitor: what it holds is
  * invalid and caches nothing; once released, a new acquire starts afresh.
  * The parent is unaffected. */
@@ -721,6 +818,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(all_referenced_gives_uncached),
         cmocka_unit_test(file_backed_is_uncached),
         cmocka_unit_test(munmap_races_get),
+        cmocka_unit_test(get_waits_for_unmap_in_flight),
         cmocka_unit_test(fork_child_starts_afresh),
         cmocka_unit_test(uffd_unavailable_fallback),
         cmocka_unit_test(zero_entries_caches_nothing),

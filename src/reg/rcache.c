@@ -328,8 +328,12 @@ static void doom_visit(rcache_entry_t *e, void *arg)
     *list = e;
 }
 
-/* Drops every entry overlapping [start, end), whose memory went away. */
-static void invalidate_range(rcache_t *c, uint64_t start, uint64_t end)
+/* Drops every entry overlapping [start, end), whose memory went away, and
+ * unregisters their pages, but for those of [start, end) when gone is
+ * set: nothing there is registered any more (an unmap), and what may have
+ * taken its place (a file mapped there with MAP_FIXED) the kernel would
+ * refuse to unregister, and with it the rest of the range. */
+static void invalidate_range(rcache_t *c, uint64_t start, uint64_t end, int gone)
 {
     rcache_entry_t *list = NULL;
 
@@ -338,8 +342,16 @@ static void invalidate_range(rcache_t *c, uint64_t start, uint64_t end)
         entry_drop(c, e);
         c->stats.invalidations++;
     }
-    for (rcache_entry_t *e = list; e != NULL; e = e->doomed)
-        unregister_uncovered(c, e->reg.base, entry_end(e));
+    for (rcache_entry_t *e = list; e != NULL; e = e->doomed) {
+        if (!gone) {
+            unregister_uncovered(c, e->reg.base, entry_end(e));
+            continue;
+        }
+        if (e->reg.base < start)
+            unregister_uncovered(c, e->reg.base, start);
+        if (entry_end(e) > end)
+            unregister_uncovered(c, end, entry_end(e));
+    }
 }
 
 /* A new cached entry for [base, base + len), referenced; NULL (nothing
@@ -402,13 +414,16 @@ static void monitor_handle(rcache_t *c, const struct uffd_msg *m)
 {
     switch (m->event) {
     case UFFD_EVENT_UNMAP:
-    case UFFD_EVENT_REMOVE:
-        invalidate_range(c, m->arg.remove.start, m->arg.remove.end);
+        invalidate_range(c, m->arg.remove.start, m->arg.remove.end, 1);
+        break;
+    case UFFD_EVENT_REMOVE: /* the pages stay mapped, and registered */
+        invalidate_range(c, m->arg.remove.start, m->arg.remove.end, 0);
         break;
     case UFFD_EVENT_REMAP:
         /* The moved pages keep the registration at their new place, where
-         * no entry is: unregister them there. */
-        invalidate_range(c, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len);
+         * no entry is: unregister them there. (MREMAP_DONTUNMAP leaves the
+         * old mapping, registered: unregistered as well.) */
+        invalidate_range(c, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len, 0);
         unregister_uncovered(c, m->arg.remap.to, m->arg.remap.to + m->arg.remap.len);
         break;
     default:

@@ -332,6 +332,29 @@ static void map_fixed_over_invalidates(void **state)
     rcache_release(rc);
 }
 
+/* A file mapped over part of an entry (which the kernel will not register
+ * for us): the entry goes, and the rest of its pages, still the
+ * application's anonymous memory, are no longer registered. */
+static void file_over_part_unregisters_rest(void **state)
+{
+    rcache_t *rc = cache_or_skip(16, 0);
+    char *p = map_pages(4);
+    rcache_reg_t *a = get(rc, p, 4 * page);
+    int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+
+    assert_true(fd >= 0);
+    assert_true(vma_uffd_wp(p));
+    assert_ptr_equal(mmap(p + 2 * page, 2 * page, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0), p + 2 * page);
+    close(fd);
+    assert_false(rcache_reg_valid(a));
+    assert_int_equal(stats(rc).entries, 0);
+    assert_false(vma_uffd_wp(p));
+    assert_false(vma_uffd_wp(p + page));
+    rcache_put(rc, a);
+    munmap(p, 4 * page);
+    rcache_release(rc);
+}
+
 /* glibc's free() of a chunk above the mmap threshold unmaps it from inside
  * libc, not through the PLT: the event still comes. */
 static void free_of_large_malloc_invalidates(void **state)
@@ -810,6 +833,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(madvise_dontneed_invalidates),
         cmocka_unit_test(madvise_remove_invalidates),
         cmocka_unit_test(map_fixed_over_invalidates),
+        cmocka_unit_test(file_over_part_unregisters_rest),
         cmocka_unit_test(free_of_large_malloc_invalidates),
         cmocka_unit_test(sbrk_shrink_invalidates),
         cmocka_unit_test(lru_eviction),

@@ -17,6 +17,7 @@
 #include "proto/wire.h"
 #include "reg/reg.h"
 #include "tl/shm/shm_layout.h"
+#include "tl/tl_emu.h"
 #include "tl/udp/udp_wire.h"
 #include "util/crc32c.h"
 #include <arpa/inet.h>
@@ -2311,6 +2312,59 @@ static void test_destroy_udp_rndv_waiting_for_fin(void **state)
     free(got);
 }
 
+/* A sender over udp with no memory to serve the receiver's read refuses
+ * it at once: the receive fails with TMX_ERR_NOMEM and the send learns
+ * it from the failed FIN, promptly, both alive (the request was once
+ * dropped and the read waited until one of them failed). */
+static void test_udp_read_without_memory(void **state)
+{
+    enum { BIG = 1 << 20 };
+    unsigned char *big = malloc(BIG), *got = calloc(1, BIG);
+    tmx_context_h a = ctx_udp(), b = ctx_udp();
+    tmx_peer_t pb = add_addr_of(a, b), pa = add_addr_of(b, a);
+    tmx_request_h sr, rr;
+    tmx_completion_t c;
+    int64_t end;
+    long i;
+
+    (void)state;
+    assert_non_null(big);
+    assert_non_null(got);
+    fill(big, BIG, 5);
+    assert_int_equal(tmx_trecv(a, pb, got, BIG, 9, 0, NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_tsend(b, pa, big, BIG, 9, NULL, &sr), TMX_OK);
+    /* until a matched and asked for the data; b has not seen the request */
+    for (i = 0; i < 1000000 && match_recv_is_posted(&rr->p.recv); i++) {
+        tmx_progress(a);
+        if (match_recv_is_posted(&rr->p.recv))
+            tmx_progress(b);
+    }
+    assert_false(match_recv_is_posted(&rr->p.recv));
+    tl_emu_test_fail_alloc(1);
+    end = core_now_us() + 3000000;
+    while ((tmx_request_test(rr, NULL) == TMX_INPROGRESS || tmx_request_test(sr, NULL) == TMX_INPROGRESS) &&
+           core_now_us() < end) {
+        tmx_progress(b);
+        tmx_progress(a);
+    }
+    tl_emu_test_fail_alloc(0);
+    assert_int_equal(tmx_request_test(rr, &c), TMX_ERR_NOMEM);
+    assert_int_equal(c.msg_length, BIG);
+    assert_int_equal(tmx_request_test(sr, NULL), TMX_ERR_IO);
+    assert_int_equal(tmx_request_free(rr), TMX_OK);
+    assert_int_equal(tmx_request_free(sr), TMX_OK);
+    /* and the next one goes through */
+    assert_int_equal(tmx_trecv(a, pb, got, BIG, 10, 0, NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_tsend(b, pa, big, BIG, 10, NULL, &sr), TMX_OK);
+    assert_int_equal(wait2(rr, a, b).status, TMX_OK);
+    assert_int_equal(wait2(sr, b, a).status, TMX_OK);
+    check(got, BIG, 5);
+    assert_int_equal(tmx_context_destroy(a), TMX_OK);
+    assert_int_equal(tmx_context_destroy(b), TMX_OK);
+    free(big);
+    free(got);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -2364,6 +2418,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_offload_threads_cancel),
         cmocka_unit_test(test_offload_sender_dies_mid_read),
         cmocka_unit_test(test_offload_destroy_while_reading),
+        cmocka_unit_test(test_udp_read_without_memory),
         cmocka_unit_test(test_keys_independent_of_uuid),
         cmocka_unit_test(test_destroyed_sender_not_read),
         cmocka_unit_test(test_host_sweep_args),

@@ -1,4 +1,5 @@
 /* The emulated remote read: see tl_emu.h. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -43,6 +44,25 @@ typedef struct emu_push {
     tmx_status_t status;        /* TMX_INPROGRESS until every chunk went, or an error */
 } emu_push_t;
 
+static atomic_uint emu_alloc_fails; /* tl_emu_test_fail_alloc */
+
+void tl_emu_test_fail_alloc(unsigned n)
+{
+    atomic_store(&emu_alloc_fails, n);
+}
+
+/* A zeroed record, or NULL when out of memory (or told to fail). */
+static void *emu_alloc(size_t size)
+{
+    unsigned n = atomic_load_explicit(&emu_alloc_fails, memory_order_relaxed);
+
+    while (n != 0) {
+        if (atomic_compare_exchange_weak(&emu_alloc_fails, &n, n - 1))
+            return NULL;
+    }
+    return calloc(1, size);
+}
+
 static uint64_t emu_now_us(void)
 {
     struct timespec ts;
@@ -58,6 +78,7 @@ void tl_emu_init(tl_emu_t *e, tl_iface_t *iface, const tl_emu_ops_t *ops, size_t
     e->chunk = chunk;
     e->next_id = 0;
     e->n_refused[0] = e->n_refused[1] = 0;
+    e->n_nomem = 0;
     util_dlist_init(&e->gets);
     util_dlist_init(&e->serves);
     util_dlist_init(&e->pushes);
@@ -97,7 +118,7 @@ tmx_status_t tl_emu_get(tl_emu_t *e, tl_ep_t *ep, void *dst, size_t len, uint64_
 
     if (len == 0)
         return TMX_OK;
-    if ((g = calloc(1, sizeof(*g))) == NULL)
+    if ((g = emu_alloc(sizeof(*g))) == NULL)
         return TMX_ERR_NOMEM;
     g->ep = ep;
     g->dst = dst;
@@ -169,13 +190,45 @@ static int key_served(const tl_emu_t *e, uint64_t rkey)
     return 0;
 }
 
+/* No memory to serve req: the reader is refused without any, at once or
+ * from the table that waits for room (tl_emu_progress), so that its read
+ * fails instead of waiting until one of us fails. TMX_ERR_NOMEM when the
+ * table is full too. */
+static tmx_status_t serve_nomem(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req)
+{
+    tmx_status_t st = e->ops->data_send(ep, req->id, 0, TMX_ERR_NOMEM, NULL, 0, req->rkey);
+
+    util_error("%s: no memory to serve a read of %llu bytes for peer %u: refused", e->iface->ops->name,
+               (unsigned long long)req->len, ep->peer);
+    if (st != TMX_ERR_AGAIN)
+        return TMX_OK; /* gone, or the transport's refusal ends ep */
+    if (e->n_nomem == TL_EMU_NOMEM_MAX)
+        return TMX_ERR_NOMEM;
+    e->nomem[e->n_nomem++] = (struct tl_emu_nomem){ep, req->id, req->rkey};
+    return TMX_OK;
+}
+
+/* Sends the refusals serve_nomem kept; the number sent. */
+static int nomem_progress(tl_emu_t *e)
+{
+    uint32_t i = 0, kept = 0;
+
+    for (; i < e->n_nomem; i++) {
+        struct tl_emu_nomem *n = &e->nomem[i];
+        if (e->ops->data_send(n->ep, n->id, 0, TMX_ERR_NOMEM, NULL, 0, n->rkey) == TMX_ERR_AGAIN)
+            e->nomem[kept++] = *n;
+    }
+    e->n_nomem = kept;
+    return (int)(i - kept);
+}
+
 tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req)
 {
-    emu_serve_t *s = calloc(1, sizeof(*s));
+    emu_serve_t *s = emu_alloc(sizeof(*s));
     int kind;
 
     if (s == NULL)
-        return TMX_ERR_NOMEM;
+        return serve_nomem(e, ep, req);
     s->ep = ep;
     s->req = *req;
     /* asked once here so that a request for nothing lent is refused
@@ -268,7 +321,7 @@ static void push_send(tl_emu_t *e, emu_push_t *w)
 tmx_status_t tl_emu_put(tl_emu_t *e, tl_ep_t *ep, const void *src, size_t len, uint64_t raddr,
                         uint64_t rkey, uint64_t lkey)
 {
-    emu_push_t *w = calloc(1, sizeof(*w));
+    emu_push_t *w = emu_alloc(sizeof(*w));
 
     if (w == NULL)
         return TMX_ERR_NOMEM;
@@ -300,6 +353,8 @@ int tl_emu_progress(tl_emu_t *e, uint64_t now_us)
         }
     }
 
+    if (e->n_nomem != 0)
+        events += nomem_progress(e);
     util_dlist_foreach_safe(pos, tmp, &e->serves) {
         emu_serve_t *s = util_container_of(pos, emu_serve_t, link);
         if (serve_push(e, s)) {
@@ -322,6 +377,13 @@ int tl_emu_progress(tl_emu_t *e, uint64_t now_us)
 void tl_emu_ep_fail(tl_emu_t *e, tl_ep_t *ep)
 {
     util_dlist_t *pos, *tmp;
+    uint32_t kept = 0;
+
+    for (uint32_t i = 0; i < e->n_nomem; i++) {
+        if (e->nomem[i].ep != ep)
+            e->nomem[kept++] = e->nomem[i];
+    }
+    e->n_nomem = kept;
 
     util_dlist_foreach_safe(pos, tmp, &e->pushes) {
         emu_push_t *w = util_container_of(pos, emu_push_t, link);
@@ -360,4 +422,5 @@ void tl_emu_abandon(tl_emu_t *e)
     util_dlist_init(&e->serves);
     util_dlist_init(&e->pushes);
     e->n_refused[0] = e->n_refused[1] = 0;
+    e->n_nomem = 0;
 }

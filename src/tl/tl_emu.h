@@ -59,6 +59,10 @@ typedef struct tl_emu_ops {
                              uint64_t lkey);
 } tl_emu_ops_t;
 
+/* Requests that found no memory to serve them and no room to refuse them
+ * at once, kept (without memory) until there is room: past that, dropped. */
+#define TL_EMU_NOMEM_MAX 64
+
 typedef struct tl_emu {
     tl_iface_t *iface;          /* mem_check and recv_arg */
     const tl_emu_ops_t *ops;
@@ -70,6 +74,14 @@ typedef struct tl_emu {
     uint32_t n_refused[2];      /* serves refused on arrival, waiting for room:
                                    [0] strangers' (no peer number, or an
                                    implicit one), [1] added peers' */
+    /* Requests we had no memory to serve, refused without any, waiting
+     * for room to send the refusal (tl_emu_req_arrive). */
+    struct tl_emu_nomem {
+        tl_ep_t *ep;
+        uint32_t id;
+        uint64_t rkey;
+    } nomem[TL_EMU_NOMEM_MAX];
+    uint32_t n_nomem;
 } tl_emu_t;
 
 /* Refusals of reads waiting for room to go, at most, to processes that are
@@ -96,9 +108,12 @@ tmx_status_t tl_emu_get(tl_emu_t *e, tl_ep_t *ep, void *dst, size_t len, uint64_
  * tl_emu_progress. A key lends its memory to one read at a time (the
  * layer above gives each key to one reader, which reads once): a request
  * under a key whose read is being served is refused (TMX_ERR_BUSY), as
- * one for memory not lent is. TMX_ERR_NOMEM: dropped (the reader asks
- * nothing twice, so its read waits until ep fails: the caller logs it).
- * TMX_ERR_AGAIN: refused and dropped, since
+ * one for memory not lent is. One we have no memory to serve is refused
+ * with TMX_ERR_NOMEM (logged here), at once or, without room now, from
+ * tl_emu_progress, so that its read fails instead of waiting: TMX_OK.
+ * TMX_ERR_NOMEM: not even that (TL_EMU_NOMEM_MAX such refusals wait for
+ * room already): dropped, its read waits until ep fails (the caller
+ * logs it). TMX_ERR_AGAIN: refused and dropped, since
  * TL_EMU_REFUSED_MAX refusals to strangers (TL_EMU_REFUSED_PEERS_MAX to
  * peers) wait for room already. */
 tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req);
@@ -131,12 +146,16 @@ int tl_emu_progress(tl_emu_t *e, uint64_t now_us);
 static inline int tl_emu_busy(const tl_emu_t *e)
 {
     return !util_dlist_empty(&e->gets) || !util_dlist_empty(&e->serves) ||
-           !util_dlist_empty(&e->pushes);
+           !util_dlist_empty(&e->pushes) || e->n_nomem != 0;
 }
 
 /* ep failed: its reads complete with TMX_ERR_PEER_FAILED, what we served
  * or wrote it is dropped. Calls done() (not put_done). */
 void tl_emu_ep_fail(tl_emu_t *e, tl_ep_t *ep);
+
+/* Test hook: the next n allocations of any tl_emu fail, as when memory
+ * runs out (0: none fail). */
+void tl_emu_test_fail_alloc(unsigned n);
 
 /* The interface closes: reads are abandoned without done() (their data,
  * arriving later, is dropped), serves and writes end (no put_done). Safe to call more than once. */

@@ -519,6 +519,75 @@ static void one_read_per_key(void **state)
     side_fini(&o);
 }
 
+/* No memory: a reader that cannot keep its read is told at once and sends
+ * nothing; an owner that cannot keep a request refuses it at once with
+ * TMX_ERR_NOMEM, or, without room, as soon as there is, so that the read
+ * fails now instead of waiting until one side fails; past
+ * TL_EMU_NOMEM_MAX refusals waiting, a request is dropped. */
+static void no_memory_refused(void **state)
+{
+    unsigned char src[64], dst[64];
+    side_t r, o;
+    op_t op = {{op_done}, 0, TMX_OK}, op2 = {{op_done}, 0, TMX_OK};
+
+    (void)state;
+    side_init(&r, 64);
+    side_init(&o, 64);
+    o.lent = src;
+    o.lent_len = sizeof(src);
+    tl_emu_test_fail_alloc(1);
+    assert_int_equal(tl_emu_get(&r.emu, &r.ep, dst, sizeof(dst), (uintptr_t)src, KEY, &op.super), TMX_ERR_NOMEM);
+    assert_int_equal(r.n_out, 0);
+    assert_false(tl_emu_busy(&r.emu));
+    /* the owner: refused at once */
+    assert_int_equal(tl_emu_get(&r.emu, &r.ep, dst, sizeof(dst), (uintptr_t)src, KEY, &op.super), TMX_INPROGRESS);
+    tl_emu_test_fail_alloc(1);
+    deliver(&r, &o);
+    assert_int_equal(o.n_out, 1);
+    assert_int_equal(o.out[0].status, TMX_ERR_NOMEM);
+    assert_int_equal(o.out[0].n, 0);
+    assert_false(tl_emu_busy(&o.emu));
+    deliver(&o, &r);
+    assert_int_equal(op.done, 1);
+    assert_int_equal(op.status, TMX_ERR_NOMEM);
+    assert_false(tl_emu_busy(&r.emu));
+    /* no room: the refusal waits, without memory, and goes with room */
+    assert_int_equal(tl_emu_get(&r.emu, &r.ep, dst, sizeof(dst), (uintptr_t)src, KEY, &op2.super), TMX_INPROGRESS);
+    o.room = 0;
+    tl_emu_test_fail_alloc(1);
+    deliver(&r, &o);
+    assert_int_equal(o.n_out, 0);
+    assert_true(tl_emu_busy(&o.emu));
+    tl_emu_progress(&o.emu, 0);
+    assert_int_equal(o.n_out, 0);
+    o.room = -1;
+    assert_int_equal(tl_emu_progress(&o.emu, 0), 1);
+    assert_false(tl_emu_busy(&o.emu));
+    deliver(&o, &r);
+    assert_int_equal(op2.done, 1);
+    assert_int_equal(op2.status, TMX_ERR_NOMEM);
+    /* bounded: the rest are dropped; a failed reader's go with it */
+    o.room = 0;
+    tl_emu_test_fail_alloc(TL_EMU_NOMEM_MAX + 1);
+    for (uint32_t i = 0; i < TL_EMU_NOMEM_MAX + 1; i++)
+        assert_int_equal(tl_emu_req_arrive(&o.emu, &o.ep, &(tl_emu_req_t){1000 + i, (uintptr_t)src, KEY, 64}),
+                         i < TL_EMU_NOMEM_MAX ? TMX_OK : TMX_ERR_NOMEM);
+    assert_true(tl_emu_busy(&o.emu));
+    tl_emu_ep_fail(&o.emu, &o.ep);
+    assert_false(tl_emu_busy(&o.emu));
+    o.room = -1;
+    tl_emu_progress(&o.emu, 0);
+    assert_int_equal(o.n_out, 0);
+    /* and memory back, served as ever */
+    run(&r, &o);
+    assert_int_equal(tl_emu_get(&r.emu, &r.ep, dst, sizeof(dst), (uintptr_t)src, KEY, &op.super), TMX_INPROGRESS);
+    run(&r, &o);
+    assert_int_equal(op.done, 2);
+    assert_int_equal(op.status, TMX_OK);
+    side_fini(&r);
+    side_fini(&o);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -533,6 +602,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(abandon_calls_nothing),
         cmocka_unit_test(many_reads_interleaved),
         cmocka_unit_test(one_read_per_key),
+        cmocka_unit_test(no_memory_refused),
     };
     return UNIT_MAIN(argc, argv, tests);
 }

@@ -238,9 +238,12 @@ typedef struct tmx_completion {
     tmx_op_type_t op;     /* which operation completed */
     tmx_peer_t source;    /* receives: the sender; sends: the destination */
     uint64_t tag;         /* receives: the message's tag; sends: the tag sent */
-    size_t length;        /* bytes placed in the receive buffer, or sent */
-    size_t msg_length;    /* receives: the message's full length (length <
-                             msg_length exactly when truncated) */
+    size_t length;        /* bytes placed in the receive buffer (0 when
+                             the receive failed other than by truncation:
+                             nothing in it may be used), or sent */
+    size_t msg_length;    /* receives: the message's full length, once one
+                             matched (with TMX_OK, length == msg_length;
+                             TMX_ERR_TRUNCATED, length < msg_length) */
     uint64_t data;        /* remote CQ data, if has_data */
     uint32_t has_data;    /* non-zero when the sender attached data */
 } tmx_completion_t;

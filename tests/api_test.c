@@ -2349,6 +2349,7 @@ static void test_udp_read_without_memory(void **state)
     }
     tl_emu_test_fail_alloc(0);
     assert_int_equal(tmx_request_test(rr, &c), TMX_ERR_NOMEM);
+    assert_int_equal(c.length, 0); /* nothing delivered */
     assert_int_equal(c.msg_length, BIG);
     assert_int_equal(tmx_request_test(sr, NULL), TMX_ERR_IO);
     assert_int_equal(tmx_request_free(rr), TMX_OK);

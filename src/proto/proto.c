@@ -274,8 +274,19 @@ tmx_status_t proto_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t
 
 /* ------------------------------------------------------------------- send */
 
+/* A receive that failed (not truncated) delivered nothing the caller may
+ * use, whatever part of it landed: its length says 0 (tmx.h), msg_length
+ * keeps the message's. */
+static void recv_failed(proto_req_t *req)
+{
+    if (req->comp.op == TMX_OP_TRECV)
+        req->comp.length = 0;
+}
+
 static void req_complete(proto_t *p, proto_req_t *req, tmx_status_t st)
 {
+    if (st < 0 && st != TMX_ERR_TRUNCATED)
+        recv_failed(req);
     p->up.complete(p->up.arg, req, st);
 }
 
@@ -1091,6 +1102,7 @@ int proto_req_waiting(const proto_req_t *req)
 
 void proto_req_abort(proto_t *p, proto_req_t *req)
 {
+    recv_failed(req);
     if (req->comp.op == TMX_OP_TSEND) {
         if (req->fin_wait)
             rndv_slot_put(p, req);

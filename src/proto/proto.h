@@ -240,7 +240,8 @@ tmx_status_t proto_recv_cancel(proto_t *p, proto_req_t *req);
 
 /* A request that can no longer finish because its peer is gone: a
  * rendezvous send gives up its slot (a late FIN is then dropped), a
- * posted receive leaves the matcher. The caller completes it. */
+ * posted receive leaves the matcher, a receive's length says 0 (nothing
+ * delivered). The caller completes it. */
 void proto_req_abort(proto_t *p, proto_req_t *req);
 
 /* 1 while a send waits for its FIN, a receive is posted, or a receive

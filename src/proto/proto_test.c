@@ -625,9 +625,46 @@ static void failed_read_fails_both_sides(void **state)
     in_rvh(UUID_B, WIRE_OP_RNDV, 0, 3, 7, 0x1000, 0x99, 100);
     assert_int_equal(W->n_done, 1);
     assert_int_equal(W->done_st[0], TMX_ERR_IO);
+    assert_int_equal(r.comp.length, 0); /* nothing delivered (tmx.h) */
+    assert_int_equal(r.comp.msg_length, 100);
     assert_int_equal(W->n_pkts, 1);
     assert_int_equal(pkt_tmh(&W->pkts[0]).opcode, WIRE_OP_FIN);
     assert_int_equal(pkt_tmh(&W->pkts[0]).flags, 1u << 15);
+}
+
+/* A read that fails later, or a receive waiting for its sender's write
+ * when the sender is gone, delivered nothing: the completion's length
+ * says 0 (tmx.h), the message's length stays in msg_length. */
+static void failed_rendezvous_delivers_nothing(void **state)
+{
+    proto_req_t r;
+    char src[100], got[100];
+
+    (void)state;
+    W->pp[0].hello_sent = 1;
+    memset(src, 's', sizeof(src));
+    req_recv(&r, got, sizeof(got), 0, 7);
+    assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+    W->get_status = TMX_INPROGRESS;
+    in_rvh(UUID_A, WIRE_OP_RNDV, 0, 3, 7, (uintptr_t)src, 0x99, sizeof(src));
+    assert_int_equal(W->n_done, 0);
+    W->get_pending->done(W->get_pending, TMX_ERR_PEER_FAILED);
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(W->done_st[0], TMX_ERR_PEER_FAILED);
+    assert_int_equal(r.comp.length, 0);
+    assert_int_equal(r.comp.msg_length, sizeof(src));
+    /* by write: the sender is gone before its WDONE (core then completes
+     * the receive with TMX_ERR_PEER_FAILED) */
+    table_write();
+    req_recv(&r, got, 60, 0, 8);
+    assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+    in_rvh(UUID_A, WIRE_OP_RNDV, 0, 4, 8, (uintptr_t)src, 0x9a, sizeof(src));
+    assert_int_equal(proto_req_writer(&r), 0);
+    assert_int_equal(r.comp.length, 60);
+    proto_req_abort(&W->p, &r);
+    assert_false(proto_req_waiting(&r));
+    assert_int_equal(r.comp.length, 0);
+    assert_int_equal(r.comp.msg_length, sizeof(src));
 }
 
 /* A FIN that finds the transport full waits in proto, and goes out on
@@ -927,12 +964,14 @@ static void stream_short_or_cut(void **state)
     stream_in(UUID_A, 7, 900, 10, TL_STREAM_WHOLE, NULL);
     assert_int_equal(W->n_done, 1);
     assert_int_equal(W->done_st[0], TMX_ERR_PROTO);
+    assert_int_equal(r.comp.length, 0);
     stream_in(UUID_A, 7, 900, 10, TL_STREAM_WHOLE, NULL);
     assert_int_equal(W->msgs_live, 0);
     req_recv(&r, got, sizeof(got), 0, 7);
     assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
     stream_in(UUID_A, 7, 900, 300, TL_STREAM_GONE, NULL);
     assert_int_equal(W->done_st[1], TMX_ERR_PEER_FAILED);
+    assert_int_equal(r.comp.length, 0);
     stream_in(UUID_A, 7, 900, 0, TL_STREAM_WHOLE, NULL);
     assert_int_equal(W->msgs_live, 1);
 }
@@ -1037,6 +1076,9 @@ static void write_receiver(void **state)
         assert_int_equal(W->n_done, done + 1);
         assert_ptr_equal(W->done[done], &r);
         assert_false(proto_req_waiting(&r));
+        /* what was delivered: what fit, or nothing for a failure */
+        assert_int_equal(r.comp.length, round == 2 || round == 4 ? 0 : sizeof(got));
+        assert_int_equal(r.comp.msg_length, sizeof(src));
         if (round != 2 && round != 4)
             assert_memory_equal(got, src, sizeof(got));
         /* the slot is gone: late writes and a repeated WDONE are refused */
@@ -1406,6 +1448,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(unexpected_eager_then_receive),
         cmocka_unit_test(unexpected_rendezvous_read_then_fin),
         cmocka_unit_test(failed_read_fails_both_sides),
+        cmocka_unit_test(failed_rendezvous_delivers_nothing),
         cmocka_unit_test(fin_waits_for_room),
         cmocka_unit_test(admission_at_the_bound),
         cmocka_unit_test(hello_from_strangers),

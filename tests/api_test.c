@@ -1,5 +1,6 @@
 /* The public API over the self transport: every call, every error path. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1302,7 +1303,7 @@ static void test_implicit_peer(void **state)
  * datagrams come from (a port per node: every process of a node has its
  * host's address and the node's port), else any process could make us
  * send to a third party. A raw socket plays the process. */
-static void hello_from_socket(tmx_context_h a, uint64_t x, int fd, uint16_t named_port)
+static void hello_dgram(tmx_context_h a, uint64_t x, int fd, uint16_t named_port)
 {
     unsigned char blob[TMX_ADDRESS_MAX], dgram[sizeof(udp_hdr_t) + sizeof(wire_tmh_t) + TMX_ADDRESS_MAX];
     const size_t at = 16 + 8 + 2; /* the blob's header, then the udp section's name and length */
@@ -1331,6 +1332,11 @@ static void hello_from_socket(tmx_context_h a, uint64_t x, int fd, uint16_t name
     sa.sin_port = ua.port;
     assert_int_equal(sendto(fd, dgram, sizeof(h) + pkt, 0, (struct sockaddr *)&sa, sizeof(sa)),
                      (ssize_t)(sizeof(h) + pkt));
+}
+
+static void hello_from_socket(tmx_context_h a, uint64_t x, int fd, uint16_t named_port)
+{
+    hello_dgram(a, x, fd, named_port);
     for (int i = 0; i < 1000; i++)
         tmx_progress(a);
 }
@@ -2366,6 +2372,87 @@ static void test_udp_read_without_memory(void **state)
     free(got);
 }
 
+/* The argument checks of the operations name a peer while the offload
+ * engine's thread, progressing the context, makes implicit peers of
+ * processes that write to it (growing the table of implicit peers): the
+ * application thread sends, injects, posts, cancels and probes naming an
+ * implicit peer, never progressing (so that the engine does), while
+ * strangers keep arriving. Under ThreadSanitizer the checks once raced
+ * with the table's growth. */
+typedef struct peer_race {
+    tmx_context_h a;
+    tmx_peer_t imp;
+    atomic_int stop;
+    unsigned ops;
+} peer_race_t;
+
+static void *peer_race_app(void *arg)
+{
+    peer_race_t *r = arg;
+    unsigned char buf[8] = {0};
+    tmx_op_params_t nocq = {.field_mask = TMX_OP_FIELD_FLAGS, .flags = TMX_OP_FLAG_NO_CQ};
+    tmx_request_h rr;
+    tmx_status_t st;
+
+    while (!atomic_load(&r->stop)) {
+        st = tmx_tinject(r->a, r->imp, buf, sizeof(buf), 1, 0, 0);
+        assert_int_not_equal(st, TMX_ERR_INVALID);
+        st = tmx_tsend(r->a, r->imp, buf, sizeof(buf), 2, &nocq, NULL);
+        assert_int_not_equal(st, TMX_ERR_INVALID);
+        if (tmx_trecv(r->a, r->imp, buf, sizeof(buf), 3, 0, &nocq, &rr) == TMX_OK) {
+            tmx_request_cancel(rr);
+            assert_int_equal(tmx_request_free(rr), TMX_OK);
+        }
+        if ((++r->ops & 1023) == 0) /* progresses: rarely, to leave it to the engine */
+            assert_int_not_equal(tmx_tprobe(r->a, r->imp, 4, 0, 0, NULL, NULL), TMX_ERR_INVALID);
+        usleep(50);
+    }
+    return NULL;
+}
+
+static void test_peer_checks_race_implicit_peers(void **state)
+{
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT |
+                                            TMX_CONTEXT_FIELD_OFFLOAD,
+                              .transports = "self,udp",
+                              .boot = TMX_BOOT_NONE,
+                              .offload = 1};
+    unsigned char blob[TMX_ADDRESS_MAX];
+    size_t len = sizeof(blob);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t sl = sizeof(sa);
+    peer_race_t r = {0};
+    pthread_t t;
+    udp_addr_t ua;
+    uint32_t n;
+    int fd;
+
+    (void)state;
+    assert_int_equal(tmx_context_create(&p, &r.a), TMX_OK);
+    assert_int_equal(tmx_address(r.a, blob, &len), TMX_OK);
+    memcpy(&ua, blob + len - sizeof(ua), sizeof(ua));
+    sa.sin_addr.s_addr = ua.ip;
+    assert_true((fd = socket(AF_INET, SOCK_DGRAM, 0)) >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    hello_from_socket(r.a, 0x7e57ab1e00ULL, fd, sa.sin_port);
+    r.imp = core_peer_by_uuid(r.a, 0x7e57ab1e00ULL);
+    assert_true(r.imp & TMX_PEER_IMPLICIT);
+    assert_int_equal(pthread_create(&t, NULL, peer_race_app, &r), 0);
+    for (uint64_t x = 1; x <= 300; x++) {
+        hello_dgram(r.a, 0x7e57ab1e00ULL + x, fd, sa.sin_port);
+        usleep(3000);
+    }
+    atomic_store(&r.stop, 1);
+    pthread_join(t, NULL);
+    core_lock(r.a); /* the engine may still be adding */
+    n = r.a->n_ipeers;
+    core_unlock(r.a);
+    assert_true(n > 32); /* the table grew while the thread checked it */
+    close(fd);
+    assert_int_equal(tmx_context_destroy(r.a), TMX_OK);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -2420,6 +2507,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_offload_sender_dies_mid_read),
         cmocka_unit_test(test_offload_destroy_while_reading),
         cmocka_unit_test(test_udp_read_without_memory),
+        cmocka_unit_test(test_peer_checks_race_implicit_peers),
         cmocka_unit_test(test_keys_independent_of_uuid),
         cmocka_unit_test(test_destroyed_sender_not_read),
         cmocka_unit_test(test_host_sweep_args),

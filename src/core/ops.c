@@ -13,15 +13,23 @@
      TMX_OP_FLAG_INJECT)
 #define RECV_FLAGS (TMX_OP_FLAG_NO_CQ | TMX_OP_FLAG_CQ_ERRORS_ONLY)
 
-static tmx_status_t send_check(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
+/* The peer an operation names exists (added or implicit). Under the
+ * context's lock, which every operation takes anyway: the peer tables
+ * grow under it (tmx_peer_add in another thread, the offload engine's
+ * thread making an implicit peer of a process that wrote to us). */
+static tmx_status_t peer_check_locked(tmx_context_h ctx, tmx_peer_t peer, const char *fn)
+{
+    if (__builtin_expect(core_peer_get(ctx, peer) != NULL, 1))
+        return TMX_OK;
+    util_error("%s: peer %u does not exist (%u peers)", fn, peer, ctx->n_peers);
+    return TMX_ERR_INVALID;
+}
+
+static tmx_status_t send_check(tmx_context_h ctx, const void *buf, size_t len,
                                const tmx_op_params_t *params)
 {
     if (ctx == NULL || (buf == NULL && len != 0)) {
         util_error("tmx_tsend: NULL %s", ctx == NULL ? "context" : "buffer");
-        return TMX_ERR_INVALID;
-    }
-    if (core_peer_get(ctx, peer) == NULL) {
-        util_error("tmx_tsend: peer %u does not exist (%u peers)", peer, ctx->n_peers);
         return TMX_ERR_INVALID;
     }
     return core_op_params_check(params, SEND_FLAGS);
@@ -43,14 +51,15 @@ static tmx_status_t submit_end(struct tmx_request *req, tmx_status_t st, tmx_req
 
 /* A send that keeps nothing: the payload goes into the transport now. */
 static inline tmx_status_t inject(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
-                                  uint64_t tag, int has_data, uint64_t data)
+                                  uint64_t tag, int has_data, uint64_t data, const char *fn)
 {
     tl_ep_t *ep;
     proto_peer_t *pp;
     tmx_status_t st;
 
     core_lock(ctx);
-    if ((st = core_peer_ready(ctx, peer, &ep, &pp)) == TMX_OK)
+    if ((st = peer_check_locked(ctx, peer, fn)) == TMX_OK &&
+        (st = core_peer_ready(ctx, peer, &ep, &pp)) == TMX_OK)
         st = proto_inject(&ctx->proto, ep, pp, buf, len, tag, has_data, data);
     core_unlock(ctx);
     return st;
@@ -67,23 +76,21 @@ static tmx_status_t send_inject(tmx_context_h ctx, tmx_peer_t peer, const void *
                    "(%zu given)", TMX_INJECT_MAX, len);
         return TMX_ERR_INVALID;
     }
-    return inject(ctx, peer, buf, len, tag, has_data, (f & TMX_OP_FIELD_DATA) ? params->data : 0);
+    return inject(ctx, peer, buf, len, tag, has_data, (f & TMX_OP_FIELD_DATA) ? params->data : 0,
+                  "tmx_tsend");
 }
 
 TMX_API tmx_status_t tmx_tinject(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
                                  uint64_t tag, int has_data, uint64_t data)
 {
-    if (__builtin_expect(ctx == NULL || (buf == NULL && len != 0) || len > TMX_INJECT_MAX ||
-                             core_peer_get(ctx, peer) == NULL, 0)) {
+    if (__builtin_expect(ctx == NULL || (buf == NULL && len != 0) || len > TMX_INJECT_MAX, 0)) {
         if (ctx == NULL || (buf == NULL && len != 0))
             util_error("tmx_tinject: NULL %s", ctx == NULL ? "context" : "buffer");
-        else if (len > TMX_INJECT_MAX)
-            util_error("tmx_tinject: %zu bytes, above TMX_INJECT_MAX (%d)", len, TMX_INJECT_MAX);
         else
-            util_error("tmx_tinject: peer %u does not exist (%u peers)", peer, ctx->n_peers);
+            util_error("tmx_tinject: %zu bytes, above TMX_INJECT_MAX (%d)", len, TMX_INJECT_MAX);
         return TMX_ERR_INVALID;
     }
-    return inject(ctx, peer, buf, len, tag, has_data != 0, has_data ? data : 0);
+    return inject(ctx, peer, buf, len, tag, has_data != 0, has_data ? data : 0, "tmx_tinject");
 }
 
 TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
@@ -93,7 +100,7 @@ TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *b
     tl_ep_t *ep;
     proto_peer_t *pp;
     void *copy = NULL;
-    tmx_status_t st = send_check(ctx, peer, buf, len, params);
+    tmx_status_t st = send_check(ctx, buf, len, params);
 
     if (st != TMX_OK)
         return st;
@@ -117,11 +124,11 @@ TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *b
         buf = copy;
     }
     core_lock(ctx);
-    req = core_req_alloc(ctx, params, TMX_OP_TSEND);
-    if (req == NULL) {
+    if ((st = peer_check_locked(ctx, peer, "tmx_tsend")) != TMX_OK ||
+        (req = core_req_alloc(ctx, params, TMX_OP_TSEND)) == NULL) {
         core_unlock(ctx);
         free(copy);
-        return TMX_ERR_NOMEM;
+        return st != TMX_OK ? st : TMX_ERR_NOMEM;
     }
     req->owns_buf = copy != NULL;
     req->handle_held = out != NULL;
@@ -139,15 +146,11 @@ TMX_API tmx_status_t tmx_tsend(tmx_context_h ctx, tmx_peer_t peer, const void *b
     return st;
 }
 
-static tmx_status_t recv_check(tmx_context_h ctx, tmx_peer_t peer, const void *buf, size_t len,
+static tmx_status_t recv_check(tmx_context_h ctx, const void *buf, size_t len,
                                const tmx_op_params_t *params)
 {
     if (ctx == NULL || (buf == NULL && len != 0)) {
         util_error("tmx_trecv: NULL %s", ctx == NULL ? "context" : "buffer");
-        return TMX_ERR_INVALID;
-    }
-    if (peer != TMX_ANY_SOURCE && core_peer_get(ctx, peer) == NULL) {
-        util_error("tmx_trecv: peer %u does not exist (%u peers)", peer, ctx->n_peers);
         return TMX_ERR_INVALID;
     }
     return core_op_params_check(params, RECV_FLAGS);
@@ -180,15 +183,15 @@ TMX_API tmx_status_t tmx_trecv(tmx_context_h ctx, tmx_peer_t peer, void *buf, si
                                tmx_request_h *out)
 {
     struct tmx_request *req;
-    tmx_status_t st = recv_check(ctx, peer, buf, len, params);
+    tmx_status_t st = recv_check(ctx, buf, len, params);
 
     if (st != TMX_OK)
         return st;
     core_lock(ctx);
-    req = core_req_alloc(ctx, params, TMX_OP_TRECV);
-    if (req == NULL) {
+    if ((peer != TMX_ANY_SOURCE && (st = peer_check_locked(ctx, peer, "tmx_trecv")) != TMX_OK) ||
+        (req = core_req_alloc(ctx, params, TMX_OP_TRECV)) == NULL) {
         core_unlock(ctx);
-        return TMX_ERR_NOMEM;
+        return st != TMX_OK ? st : TMX_ERR_NOMEM;
     }
     req->handle_held = out != NULL;
     req->p.buf = buf;
@@ -218,8 +221,7 @@ static void probe_fill(const struct tmx_message *msg, tmx_completion_t *info)
     info->data = msg->p.data;
 }
 
-static tmx_status_t probe_check(tmx_context_h ctx, tmx_peer_t peer, uint32_t flags,
-                                tmx_message_h *msg)
+static tmx_status_t probe_check(tmx_context_h ctx, uint32_t flags, tmx_message_h *msg)
 {
     if (ctx == NULL) {
         util_error("tmx_tprobe: NULL context");
@@ -233,10 +235,6 @@ static tmx_status_t probe_check(tmx_context_h ctx, tmx_peer_t peer, uint32_t fla
         util_error("tmx_tprobe: CLAIM without a message handle to return");
         return TMX_ERR_INVALID;
     }
-    if (peer != TMX_ANY_SOURCE && core_peer_get(ctx, peer) == NULL) {
-        util_error("tmx_tprobe: peer %u does not exist (%u peers)", peer, ctx->n_peers);
-        return TMX_ERR_INVALID;
-    }
     return TMX_OK;
 }
 
@@ -245,11 +243,15 @@ TMX_API tmx_status_t tmx_tprobe(tmx_context_h ctx, tmx_peer_t peer, uint64_t tag
 {
     match_msg_t *m;
     struct tmx_message *msg;
-    tmx_status_t st = probe_check(ctx, peer, flags, out);
+    tmx_status_t st = probe_check(ctx, flags, out);
 
     if (st != TMX_OK)
         return st;
     core_lock(ctx);
+    if (peer != TMX_ANY_SOURCE && (st = peer_check_locked(ctx, peer, "tmx_tprobe")) != TMX_OK) {
+        core_unlock(ctx);
+        return st;
+    }
     core_progress(ctx);
     m = match_find_msg(&ctx->proto.match, peer, tag, ignore);
     if (m == NULL) {

@@ -1,6 +1,7 @@
 #include "proto/proto.h"
 
 #include <endian.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,15 +12,44 @@
 /* Set in a FIN's flags when the receiver could not read the data. */
 #define PROTO_FIN_FAILED (1u << 15)
 
-/* A control packet (FIN, CTS, WDONE) that found the transport full, kept
- * until there is room. */
-#define PROTO_CTRL_MAX (sizeof(wire_tmh_t) + sizeof(wire_ctsh_t))
-typedef struct proto_ctrl {
-    util_dlist_t link;
-    tmx_peer_t peer;
-    size_t len;
-    unsigned char pkt[PROTO_CTRL_MAX];
-} proto_ctrl_t;
+_Static_assert(PROTO_CTRL_MAX >= sizeof(wire_tmh_t) + sizeof(wire_ctsh_t) &&
+                   PROTO_CTRL_MAX >= sizeof(wire_tmh_t) + sizeof(wire_rvh_t),
+               "a control packet fits a proto_ctrl_t");
+
+static atomic_uint ctrl_alloc_fails; /* proto_test_fail_alloc */
+
+void proto_test_fail_alloc(unsigned n)
+{
+    atomic_store(&ctrl_alloc_fails, n);
+}
+
+/* Room to keep a control packet until the transport takes it: malloc'ed,
+ * or, without memory, one of the spares (NULL when those are taken too). */
+static proto_ctrl_t *ctrl_alloc(proto_t *p)
+{
+    unsigned n = atomic_load_explicit(&ctrl_alloc_fails, memory_order_relaxed);
+    proto_ctrl_t *q = NULL;
+
+    while (n != 0 && !atomic_compare_exchange_weak(&ctrl_alloc_fails, &n, n - 1))
+        ;
+    if (n == 0 && (q = malloc(sizeof(*q))) != NULL)
+        return q;
+    for (unsigned i = 0; i < PROTO_CTRL_SPARES; i++) {
+        if (!(p->ctrl_spares_used & (1u << i))) {
+            p->ctrl_spares_used |= 1u << i;
+            return &p->ctrl_spares[i];
+        }
+    }
+    return NULL;
+}
+
+static void ctrl_free(proto_t *p, proto_ctrl_t *q)
+{
+    if (q >= p->ctrl_spares && q < p->ctrl_spares + PROTO_CTRL_SPARES)
+        p->ctrl_spares_used &= ~(1u << (q - p->ctrl_spares));
+    else
+        free(q);
+}
 
 /* What a tagged packet carries once parsed and checked. */
 typedef struct proto_in {
@@ -142,7 +172,7 @@ void proto_fini(proto_t *p)
     regcache_close(p);
 
     util_dlist_foreach_safe(pos, tmp, &p->ctrl_pending) {
-        free(util_container_of(pos, proto_ctrl_t, link));
+        ctrl_free(p, util_container_of(pos, proto_ctrl_t, link));
     }
     util_dlist_init(&p->ctrl_pending);
     /* packets a transport was handing up when it closed: their receives
@@ -452,8 +482,7 @@ static void ctrl_send(proto_t *p, tmx_peer_t peer, const wire_tmh_t *tmh, const 
             util_error("%s to peer %u lost: %s", ctrl_name(&c), peer, tmx_strerror(st));
         return;
     }
-    q = malloc(sizeof(*q));
-    if (q == NULL) {
+    if ((q = ctrl_alloc(p)) == NULL) {
         util_error("%s to peer %u lost: out of memory", ctrl_name(&c), peer);
         return;
     }
@@ -487,7 +516,7 @@ int proto_progress(proto_t *p)
         if (st != TMX_OK)
             util_error("%s to peer %u lost: %s", ctrl_name(q), q->peer, tmx_strerror(st));
         util_dlist_unlink(&q->link);
-        free(q);
+        ctrl_free(p, q);
         events++;
     }
     return events;

@@ -130,6 +130,20 @@ typedef struct proto_upcalls {
 
 typedef struct proto_stream proto_stream_t;
 
+/* A control packet (FIN, CTS, WDONE) that found the transport full, kept
+ * until there is room. */
+#define PROTO_CTRL_MAX 64
+typedef struct proto_ctrl {
+    util_dlist_t link;
+    tmx_peer_t peer;
+    size_t len;
+    unsigned char pkt[PROTO_CTRL_MAX];
+} proto_ctrl_t;
+
+/* Control packets kept without memory (malloc failed): a peer waits for
+ * each, so it must not be lost for want of a few bytes. */
+#define PROTO_CTRL_SPARES 16
+
 struct proto {
     proto_upcalls_t up;
     match_engine_t match;       /* posted receives and unexpected messages */
@@ -140,6 +154,8 @@ struct proto {
     uint32_t rndv_free;         /* head of the free-slot chain */
     reg_keygen_t keygen;        /* remote-access keys (src/reg) */
     util_dlist_t ctrl_pending;  /* FINs waiting for room */
+    proto_ctrl_t ctrl_spares[PROTO_CTRL_SPARES]; /* for them, when malloc fails */
+    uint32_t ctrl_spares_used;  /* bit i: ctrl_spares[i] is in ctrl_pending */
     util_dlist_t streams;       /* packets streaming in (proto_stream_t) */
     proto_stream_t *spare_stream; /* one freed, for the next */
     uint64_t dropped;           /* packets from the wire that did not parse */
@@ -282,6 +298,10 @@ tmx_status_t proto_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t
 tmx_status_t proto_put_data_cb(void *arg, uint64_t src_uuid, uint64_t addr, uint64_t rkey,
                                const void *data, size_t len);
 void proto_put_done_cb(void *arg, uint64_t lkey, tmx_status_t status);
+
+/* Test hook: the next n control packets that must wait for room find no
+ * memory (0: none). */
+void proto_test_fail_alloc(unsigned n);
 
 /* Retries FINs that found the transport full; the number sent. */
 int proto_progress(proto_t *p);

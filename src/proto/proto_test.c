@@ -25,7 +25,7 @@
 #include "proto/wire.h"
 
 #define N_PEERS 2
-#define MAX_PKTS 16
+#define MAX_PKTS 32
 #define EAGER_LIMIT 64
 #define UUID_A 0xa0a0a0a0a0a0a0a0ULL /* peer 0 */
 #define UUID_B 0xb0b0b0b0b0b0b0b0ULL /* peer 1 */
@@ -51,8 +51,8 @@ typedef struct world {
     int n_puts;
     pkt_t pkts[MAX_PKTS];
     int n_pkts;
-    proto_req_t *done[8];       /* complete() calls, in order */
-    tmx_status_t done_st[8];
+    proto_req_t *done[32];      /* complete() calls, in order */
+    tmx_status_t done_st[32];
     int n_done;
     size_t kept_bytes;
     int msgs_live;
@@ -123,7 +123,7 @@ static const tl_ops_t fake_ops = {.name = "fake", .send = fake_send, .get = fake
 static void up_complete(void *arg, proto_req_t *req, tmx_status_t st)
 {
     (void)arg;
-    assert_true(W->n_done < 8);
+    assert_true(W->n_done < 32);
     W->done[W->n_done] = req;
     W->done_st[W->n_done++] = st;
 }
@@ -689,6 +689,45 @@ static void fin_waits_for_room(void **state)
     assert_int_equal(W->n_pkts, 1);
     assert_int_equal(pkt_tmh(&W->pkts[0]).opcode, WIRE_OP_FIN);
     assert_int_equal(pkt_tmh(&W->pkts[0]).app_ctx, 11);
+}
+
+/* A FIN that must wait for room when there is no memory to keep it waits
+ * in a spare, and goes once there is room: the sender is not left waiting
+ * until we fail. Past the spares it is lost (logged). */
+static void fin_waits_without_memory(void **state)
+{
+    proto_req_t r[PROTO_CTRL_SPARES + 1];
+    char src_buf[80] = {0}, got[80];
+
+    (void)state;
+    W->pp[0].hello_sent = 1;
+    W->full = 1;
+    proto_test_fail_alloc(PROTO_CTRL_SPARES + 1);
+    for (uint32_t i = 0; i < PROTO_CTRL_SPARES + 1; i++) {
+        in_rvh(UUID_A, WIRE_OP_RNDV, 0, 100 + i, 1, (uintptr_t)src_buf, 5, sizeof(src_buf));
+        req_recv(&r[i], got, sizeof(got), 0, 1);
+        assert_int_equal(proto_recv_match(&W->p, &r[i]), TMX_OK);
+    }
+    proto_test_fail_alloc(0);
+    assert_int_equal(W->n_done, PROTO_CTRL_SPARES + 1); /* the data is here: done */
+    assert_true(proto_has_work(&W->p));
+    W->full = 0;
+    assert_int_equal(proto_progress(&W->p), PROTO_CTRL_SPARES);
+    assert_false(proto_has_work(&W->p));
+    assert_int_equal(W->n_pkts, PROTO_CTRL_SPARES);
+    for (int i = 0; i < PROTO_CTRL_SPARES; i++) {
+        assert_int_equal(pkt_tmh(&W->pkts[i]).opcode, WIRE_OP_FIN);
+        assert_int_equal(pkt_tmh(&W->pkts[i]).app_ctx, 100 + i);
+    }
+    /* the spares are free again */
+    W->full = 1;
+    proto_test_fail_alloc(1);
+    in_rvh(UUID_A, WIRE_OP_RNDV, 0, 200, 1, (uintptr_t)src_buf, 5, sizeof(src_buf));
+    req_recv(&r[0], got, sizeof(got), 0, 1);
+    assert_int_equal(proto_recv_match(&W->p, &r[0]), TMX_OK);
+    W->full = 0;
+    assert_int_equal(proto_progress(&W->p), 1);
+    assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).app_ctx, 200);
 }
 
 /* At the bound on unexpected memory, a packet that would be kept waits in
@@ -1450,6 +1489,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(failed_read_fails_both_sides),
         cmocka_unit_test(failed_rendezvous_delivers_nothing),
         cmocka_unit_test(fin_waits_for_room),
+        cmocka_unit_test(fin_waits_without_memory),
         cmocka_unit_test(admission_at_the_bound),
         cmocka_unit_test(hello_from_strangers),
         cmocka_unit_test(abort_releases),

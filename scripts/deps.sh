@@ -8,7 +8,7 @@ PKGS="build-essential cmake pkg-config libcmocka-dev clang libclang-rt-14-dev va
 APPS=""
 if [ "${1:-}" = test ]; then
     PKGS="$PKGS slurmd slurmctld munge"
-    APPS="hpcc lammps"
+    APPS="hpcc lammps scalapack-mpi-test"
 fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -4,11 +4,14 @@
 # FFT, STREAM, DGEMM and the ring latency and bandwidth tests, each
 # validating its own result) and LAMMPS (lmp: a Lennard-Jones melt whose
 # thermodynamic output must be identical, digit for digit, to the same job
-# over Open MPI's own ob1 + vader). Each runs at 4 ranks over shm, over udp,
-# with the offload engine on, and over udp with injected faults.
+# over Open MPI's own ob1 + vader) and the BLACS tester of ScaLAPACK
+# (xCbtest: point-to-point, broadcast and combine operations of every type
+# over process grids, each result checked, then BLACS_ABORT, which must kill
+# the job). Each runs at 4 ranks over shm, over udp, with the offload
+# engine on, and over udp with injected faults.
 #   usage: run_apps.sh PROVIDER_DIR
-# Exits 77 (skipped) when neither application is installed (Debian: hpcc,
-# lammps) or the provider was not built.
+# Exits 77 (skipped) when no application is installed (Debian: hpcc,
+# lammps, scalapack-mpi-test) or the provider was not built.
 set -u
 PROV_DIR="$1"
 N=4
@@ -18,8 +21,11 @@ ran=0
 [ -e "$PROV_DIR/libtmx-fi.so" ] || { echo "SKIP: the tmx provider was not built"; exit 77; }
 HPCC=$(command -v hpcc)
 LMP=$(command -v lmp)
-if [ -z "$HPCC" ] && [ -z "$LMP" ]; then
-    echo "SKIP: neither hpcc nor lmp is installed (Debian: apt-get install hpcc lammps)"
+BLACS_DIR=/usr/lib/x86_64-linux-gnu/scalapack/openmpi-tests/BLACS
+BLACS=""
+[ -x "$BLACS_DIR/xCbtest" ] && BLACS="$BLACS_DIR/xCbtest"
+if [ -z "$HPCC" ] && [ -z "$LMP" ] && [ -z "$BLACS" ]; then
+    echo "SKIP: none of hpcc, lmp and xCbtest is installed (Debian: apt-get install hpcc lammps scalapack-mpi-test)"
     exit 77
 fi
 
@@ -221,6 +227,47 @@ if [ -n "$LMP" ]; then
             ran=$((ran + 1))
         done
     fi
+fi
+
+# What the BLACS tester's output must hold: every test group's summary
+# with no failure, the six auxiliary tests passed (the repeatable-sum test
+# skips itself when the sum came out the same without asking for it,
+# which depends on the order the contributions arrive in), and the last
+# one (BLACS_ABORT) reached, which ends the job with an error by design.
+blacs_check() {
+    local out=$1 groups bad
+    groups=$(grep -cE 'TESTS: +[0-9]+ TESTS;' "$out")
+    bad=$(grep -E 'TESTS: +[0-9]+ TESTS;' "$out" | grep -vc ' 0 FAILED\.$')
+    [ "$groups" -ge 22 ] || { echo "$groups test groups reported, 22 expected"; return 1; }
+    [ "$bad" -eq 0 ] || { grep -E 'TESTS: +[0-9]+ TESTS;' "$out" | grep -v ' 0 FAILED\.$' | head -n 5; return 1; }
+    [ "$(grep -cE '^ (PASSED  |SKIPPED REPEATABLE SUM)' "$out")" -ge 6 ] || { echo "an auxiliary test did not pass"; return 1; }
+    grep -q '^ FAILED' "$out" && { grep '^ FAILED' "$out" | head -n 5; return 1; }
+    grep -q 'The final auxiliary test is for BLACS_ABORT' "$out" || { echo "it did not reach BLACS_ABORT"; return 1; }
+    return 0
+}
+
+if [ -n "$BLACS" ]; then
+    cp "$BLACS_DIR"/*.dat . || fail "the BLACS tester's input files could not be copied"
+    for v in "${VARIANTS[@]}"; do
+        name="BLACS tester, $N ranks over tmx (${v%%:*})"
+        t0=$(date +%s)
+        job blacs.log "${v#*:}" "${TMX[@]}" "$BLACS"
+        rc=$?
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            fail "$name: timed out" blacs.log
+        elif ! used_tmx blacs.log; then
+            fail "$name: not every rank used the tmx provider" blacs.log
+        elif ! faults_injected "$v" blacs.log; then
+            fail "$name: not every rank injected faults" blacs.log
+        elif ! why=$(blacs_check blacs.log); then
+            fail "$name: $why" blacs.log
+        elif [ "$rc" -eq 0 ]; then
+            fail "$name: BLACS_ABORT did not end the job with an error" blacs.log
+        else
+            echo "ok   $name ($(($(date +%s) - t0)) s)"
+        fi
+        ran=$((ran + 1))
+    done
 fi
 
 echo "$ran application runs, $fails failed"

@@ -7,6 +7,7 @@
 
 #include "proto/wire.h"
 #include "util/copy.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 /* Set in a FIN's flags when the receiver could not read the data. */
@@ -27,12 +28,9 @@ void proto_test_fail_alloc(unsigned n)
  * or, without memory, one of the spares (NULL when those are taken too). */
 static proto_ctrl_t *ctrl_alloc(proto_t *p)
 {
-    unsigned n = atomic_load_explicit(&ctrl_alloc_fails, memory_order_relaxed);
-    proto_ctrl_t *q = NULL;
+    proto_ctrl_t *q;
 
-    while (n != 0 && !atomic_compare_exchange_weak(&ctrl_alloc_fails, &n, n - 1))
-        ;
-    if (n == 0 && (q = malloc(sizeof(*q))) != NULL)
+    if (!util_fault_take(&ctrl_alloc_fails) && (q = malloc(sizeof(*q))) != NULL)
         return q;
     for (unsigned i = 0; i < PROTO_CTRL_SPARES; i++) {
         if (!(p->ctrl_spares_used & (1u << i))) {

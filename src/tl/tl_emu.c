@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "tl/tl_emu.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 /* A read we wait for. */
@@ -54,13 +55,7 @@ void tl_emu_test_fail_alloc(unsigned n)
 /* A zeroed record, or NULL when out of memory (or told to fail). */
 static void *emu_alloc(size_t size)
 {
-    unsigned n = atomic_load_explicit(&emu_alloc_fails, memory_order_relaxed);
-
-    while (n != 0) {
-        if (atomic_compare_exchange_weak(&emu_alloc_fails, &n, n - 1))
-            return NULL;
-    }
-    return calloc(1, size);
+    return util_fault_take(&emu_alloc_fails) ? NULL : calloc(1, size);
 }
 
 static uint64_t emu_now_us(void)

@@ -154,6 +154,21 @@ struct fab_cntr {
     int n_eps, cap_eps;
 };
 
+/* The domain of a CQ, AV or counter; NULL for another class. */
+static inline fab_domain_t *fab_fid_domain(const struct fid *f)
+{
+    switch (f->fclass) {
+    case FI_CLASS_CQ:
+        return ((const fab_cq_t *)f)->dom;
+    case FI_CLASS_AV:
+        return ((const fab_av_t *)f)->dom;
+    case FI_CLASS_CNTR:
+        return ((const fab_cntr_t *)f)->dom;
+    default:
+        return NULL;
+    }
+}
+
 /* The tmx user context of an operation that wants no CQ entry but is
  * counted: the CQ counts its completion and drops its success. */
 extern char fab_count_only;

@@ -310,21 +310,6 @@ static int bind_cntr(fab_ep_t *ep, fab_cntr_t *cntr, uint64_t flags)
     return 0;
 }
 
-/* The domain of a CQ, AV or counter; NULL for another class. */
-static fab_domain_t *bound_domain(struct fid *bfid)
-{
-    switch (bfid->fclass) {
-    case FI_CLASS_CQ:
-        return ((fab_cq_t *)bfid)->dom;
-    case FI_CLASS_AV:
-        return ((fab_av_t *)bfid)->dom;
-    case FI_CLASS_CNTR:
-        return ((fab_cntr_t *)bfid)->dom;
-    default:
-        return NULL;
-    }
-}
-
 /* Objects of the endpoint's domain only (fi_endpoint(3), -FI_EDOMAIN):
  * another domain's CQ would be filled under this domain's lock and read
  * under its own. */
@@ -336,7 +321,7 @@ static int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
 
     if (bfid == NULL)
         return -FI_EINVAL;
-    if ((dom = bound_domain(bfid)) != NULL && dom != ep->dom) {
+    if ((dom = fab_fid_domain(bfid)) != NULL && dom != ep->dom) {
         FAB_WARN(FI_LOG_EP_CTRL, "cannot bind class %zu of another domain\n", bfid->fclass);
         return -FI_EDOMAIN;
     }

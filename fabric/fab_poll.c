@@ -68,12 +68,6 @@ static int poll_poll(struct fid_poll *fid, void **context, int count)
     return n;
 }
 
-/* The domain of a CQ or counter. */
-static fab_domain_t *member_domain(struct fid *f)
-{
-    return f->fclass == FI_CLASS_CQ ? ((fab_cq_t *)f)->dom : ((fab_cntr_t *)f)->dom;
-}
-
 /* Members of the set's own domain only: a closing CQ or counter leaves
  * the poll sets of its domain (fab_poll_forget), so a set of another
  * domain would keep it once freed. */
@@ -87,7 +81,7 @@ static int poll_add(struct fid_poll *fid, struct fid *event_fid, uint64_t flags)
         FAB_WARN(FI_LOG_DOMAIN, "fi_poll_add: only CQs and counters\n");
         return -FI_EINVAL;
     }
-    if (member_domain(event_fid) != ps->dom) {
+    if (fab_fid_domain(event_fid) != ps->dom) {
         FAB_WARN(FI_LOG_DOMAIN, "fi_poll_add: a CQ or counter of another domain\n");
         return -FI_EINVAL;
     }

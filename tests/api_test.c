@@ -2322,6 +2322,53 @@ static void test_destroy_udp_rndv_waiting_for_fin(void **state)
  * it at once: the receive fails with TMX_ERR_NOMEM and the send learns
  * it from the failed FIN, promptly, both alive (the request was once
  * dropped and the read waited until one of them failed). */
+/* The completion queue grows when an operation is accepted, never when
+ * it completes: with no memory to grow it, the operation is refused, and
+ * every accepted one still reports its completion. */
+static void test_cq_full_without_memory(void **state)
+{
+    fixture_t *f = *state;
+    enum { N = 256 + 8 }; /* past the queue's first size */
+    static uint64_t bufs[N];
+    tmx_completion_t c[64];
+    tmx_op_params_t nocq = {.field_mask = TMX_OP_FIELD_FLAGS, .flags = TMX_OP_FLAG_NO_CQ};
+    tmx_request_h r;
+    size_t got = 0, n;
+    int posted = 0, refused = 0;
+
+    for (int i = 0; i < N; i++) {
+        if (i == N - 8)
+            core_cq_test_fail_grow(1000);
+        tmx_status_t st = tmx_trecv(f->ctx, TMX_ANY_SOURCE, &bufs[i], sizeof(bufs[i]), (uint64_t)i, 0,
+                                    NULL, NULL);
+        if (st == TMX_OK)
+            posted++;
+        else {
+            assert_int_equal(st, TMX_ERR_NOMEM);
+            refused++;
+        }
+    }
+    /* an operation that reports no completion needs no slot */
+    assert_int_equal(tmx_trecv(f->ctx, TMX_ANY_SOURCE, bufs, 8, 1u << 20, 0, &nocq, &r), TMX_OK);
+    core_cq_test_fail_grow(0);
+    assert_true(refused > 0);
+    for (int i = 0; i < posted; i++) {
+        uint64_t v = (uint64_t)i * 3;
+        assert_int_equal(tmx_tinject(f->ctx, f->self, &v, sizeof(v), (uint64_t)i, 0, 0), TMX_OK);
+    }
+    for (long i = 0; i < 1000000 && got < (size_t)posted; i++) {
+        assert_int_equal(tmx_cq_read(f->ctx, c, 64, &n), TMX_OK);
+        for (size_t k = 0; k < n; k++) {
+            assert_int_equal(c[k].status, TMX_OK);
+            assert_int_equal(bufs[c[k].tag], c[k].tag * 3);
+        }
+        got += n;
+    }
+    assert_int_equal(got, posted);
+    assert_int_equal(tmx_request_cancel(r), TMX_OK);
+    assert_int_equal(tmx_request_free(r), TMX_OK);
+}
+
 static void test_udp_read_without_memory(void **state)
 {
     enum { BIG = 1 << 20 };
@@ -2507,6 +2554,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_offload_sender_dies_mid_read),
         cmocka_unit_test(test_offload_destroy_while_reading),
         cmocka_unit_test(test_udp_read_without_memory),
+        cmocka_unit_test_setup_teardown(test_cq_full_without_memory, setup, teardown),
         cmocka_unit_test(test_peer_checks_race_implicit_peers),
         cmocka_unit_test(test_keys_independent_of_uuid),
         cmocka_unit_test(test_destroyed_sender_not_read),

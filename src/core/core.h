@@ -58,6 +58,7 @@ struct tmx_request {
     uint8_t big;                /* counted in ctx->off_big */
     uint8_t owns_buf;           /* p.buf is a copy it frees (a copying
                                    synchronous send: INJECT with SYNC) */
+    uint8_t cq_slot;            /* holds one of cq.reserved */
     proto_req_t p;
 };
 
@@ -76,6 +77,8 @@ typedef struct core_cq {
     size_t cap;                 /* a power of two */
     size_t head;                /* next to read */
     size_t count;
+    size_t reserved;            /* slots promised to operations in flight
+                                   (core_cq_reserve): count + reserved <= cap */
 } core_cq_t;
 
 struct tmx_context {
@@ -173,7 +176,11 @@ static inline void core_unlock(tmx_context_h ctx)
 /* cq.c */
 tmx_status_t core_cq_init(core_cq_t *cq);
 void core_cq_fini(core_cq_t *cq);
+/* A slot for a completion to come: TMX_ERR_NOMEM if the queue cannot
+ * grow to hold it. core_cq_push of a reserved completion cannot fail. */
+tmx_status_t core_cq_reserve(core_cq_t *cq);
 tmx_status_t core_cq_push(core_cq_t *cq, const tmx_completion_t *c);
+void core_cq_test_fail_grow(unsigned n);
 size_t core_cq_pop(core_cq_t *cq, tmx_completion_t *out, size_t max);
 
 /* request.c */

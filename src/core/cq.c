@@ -1,6 +1,7 @@
 #include <stdlib.h>
 
 #include "core/core.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 #define CQ_INITIAL 256
@@ -13,6 +14,7 @@ tmx_status_t core_cq_init(core_cq_t *cq)
     cq->cap = CQ_INITIAL;
     cq->head = 0;
     cq->count = 0;
+    cq->reserved = 0;
     return TMX_OK;
 }
 
@@ -22,11 +24,18 @@ void core_cq_fini(core_cq_t *cq)
     cq->ring = NULL;
 }
 
+static atomic_uint grow_fails; /* core_cq_test_fail_grow */
+
+void core_cq_test_fail_grow(unsigned n)
+{
+    atomic_store(&grow_fails, n);
+}
+
 /* Doubles the ring, unrolling it so that head is 0 again. */
 static tmx_status_t cq_grow(core_cq_t *cq)
 {
     size_t cap = cq->cap * 2;
-    tmx_completion_t *ring = malloc(cap * sizeof(*ring));
+    tmx_completion_t *ring = util_fault_take(&grow_fails) ? NULL : malloc(cap * sizeof(*ring));
 
     if (ring == NULL)
         return TMX_ERR_NOMEM;
@@ -41,10 +50,23 @@ static tmx_status_t cq_grow(core_cq_t *cq)
 
 /* The queue grows rather than overruns: every operation accepted has
  * exactly one entry waiting for it, so its size is bounded by the
- * operations the caller has in flight. */
+ * operations the caller has in flight. It grows when an operation is
+ * accepted, which can fail then with TMX_ERR_NOMEM, and not when the
+ * operation completes, where a failure would lose its completion. */
+tmx_status_t core_cq_reserve(core_cq_t *cq)
+{
+    if (cq->count + cq->reserved == cq->cap && cq_grow(cq) != TMX_OK) {
+        util_error("out of memory growing the completion queue past %zu entries: operation refused",
+                   cq->cap);
+        return TMX_ERR_NOMEM;
+    }
+    cq->reserved++;
+    return TMX_OK;
+}
+
 tmx_status_t core_cq_push(core_cq_t *cq, const tmx_completion_t *c)
 {
-    if (cq->count == cq->cap && cq_grow(cq) != TMX_OK) {
+    if (cq->count + cq->reserved >= cq->cap && cq_grow(cq) != TMX_OK) {
         util_error("out of memory growing the completion queue past %zu entries", cq->cap);
         return TMX_ERR_NOMEM;
     }

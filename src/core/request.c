@@ -53,6 +53,13 @@ struct tmx_request *core_req_alloc(tmx_context_h ctx, const tmx_op_params_t *par
         }
     }
     req->p.comp.status = TMX_INPROGRESS;
+    if (!(req->p.flags & TMX_OP_FLAG_NO_CQ)) {
+        if (core_cq_reserve(&ctx->cq) != TMX_OK) {
+            util_pool_put(&ctx->req_pool, req);
+            return NULL;
+        }
+        req->cq_slot = 1;
+    }
     util_dlist_push_tail(&ctx->reqs, &req->link);
     return req;
 }
@@ -62,6 +69,10 @@ void core_req_release(struct tmx_request *req)
     tmx_context_h ctx = req->ctx;
 
     req->handle_held = 0; /* a handle to it, kept by mistake, is stale now */
+    if (req->cq_slot) {
+        req->cq_slot = 0;
+        ctx->cq.reserved--;
+    }
     if (req->owns_buf) {
         free(req->p.buf);
         req->owns_buf = 0;
@@ -80,6 +91,10 @@ void core_req_complete(struct tmx_request *req, tmx_status_t status)
     }
     req->state = CORE_REQ_DONE;
     req->p.comp.status = status;
+    if (req->cq_slot) {
+        req->cq_slot = 0;
+        req->ctx->cq.reserved--; /* the push below takes its place */
+    }
     if (!(req->p.flags & TMX_OP_FLAG_NO_CQ) &&
         (status != TMX_OK || !(req->p.flags & TMX_OP_FLAG_CQ_ERRORS_ONLY)))
         core_cq_push(&req->ctx->cq, &req->p.comp);

@@ -25,6 +25,10 @@
  * most: each is kept for good (its number may be in the application's
  * hands), and any process of the job can make up new identities. */
 #define CORE_IMPLICIT_MAX 65536
+/* Progress passes a receive from a failed peer makes to take in what that
+ * peer sent before it failed: a pass reads a batch of every transport,
+ * so this covers a full shm ring and a full UDP socket buffer. */
+#define CORE_DRAIN_PASSES 4096
 
 typedef struct core_peer {
     union {

@@ -149,6 +149,9 @@ hpcc_check() {
     [ "$(grep -c ' 0 tests completed and failed residual checks' "$out")" -ge 2 ] ||
         { echo "HPL or PTRANS did not pass its residual checks"; return 1; }
     grep -q 'Solution Validates' "$out" || { echo "STREAM did not validate"; return 1; }
+    # RandomAccess loses no update at 4 ranks or fewer; above 4 it keeps 4
+    # receives posted and, at the end, drops any that matched an update it
+    # had not applied yet (MPIRandomAccess.c): ob1 + vader shows errors too
     if grep -q 'Found [1-9][0-9]* errors' "$out"; then
         grep 'Found [1-9][0-9]* errors' "$out" | head -n 5
         return 1

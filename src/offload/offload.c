@@ -61,6 +61,7 @@ struct off_engine {
 
     off_cqe_t *cq;           /* a ring that grows */
     size_t cq_head, cq_n, cq_cap;
+    size_t cq_owed;          /* reads in flight: room kept for their DATA_VALID */
     unsigned cq_fail;        /* reservations left to fail (off_engine_fail_cq) */
 
     uint32_t hw_unexp;       /* messages passed to the host */
@@ -86,39 +87,43 @@ static void cqe_free_data(off_cqe_t *c)
     c->msg.data = NULL;
 }
 
-/* Room for one more completion: 0, or -1 (logged) without memory. */
-static int cq_reserve(off_engine_t *e)
+/* Room in the ring for n more completions besides the one owed to every
+ * read in flight (its DATA_VALID, which off_read_done cannot refuse): 0,
+ * or -1 (logged) without memory. */
+static int cq_reserve(off_engine_t *e, size_t n)
 {
+    size_t need = e->cq_n + e->cq_owed + n;
+
     if (__builtin_expect(e->cq_fail > 0, 0)) {
         e->cq_fail--;
         util_error("offload: no memory for a completion (a test's)");
         return -1;
     }
-    if (e->cq_n == e->cq_cap) {
-        size_t cap = e->cq_cap ? 2 * e->cq_cap : 64;
-        off_cqe_t *n = malloc(cap * sizeof(*n));
-        if (n == NULL) {
+    if (need > e->cq_cap) {
+        size_t cap = e->cq_cap ? e->cq_cap : 64;
+        off_cqe_t *c;
+        while (cap < need)
+            cap *= 2;
+        if ((c = malloc(cap * sizeof(*c))) == NULL) {
             util_error("offload: no memory for %zu completions", cap);
             return -1;
         }
         for (size_t i = 0; i < e->cq_n; i++)
-            n[i] = e->cq[(e->cq_head + i) & (e->cq_cap - 1)];
+            c[i] = e->cq[(e->cq_head + i) & (e->cq_cap - 1)];
         free(e->cq);
-        e->cq = n;
+        e->cq = c;
         e->cq_cap = cap;
         e->cq_head = 0;
     }
     return 0;
 }
 
-/* A completion at the ring's end; NULL (logged) only without memory. */
+/* A completion at the ring's end, in room reserved before (cq_reserve,
+ * or a read's owed room). */
 static off_cqe_t *cq_push(off_engine_t *e)
 {
-    off_cqe_t *c;
+    off_cqe_t *c = &e->cq[(e->cq_head + e->cq_n++) & (e->cq_cap - 1)];
 
-    if (cq_reserve(e) != 0)
-        return NULL;
-    c = &e->cq[(e->cq_head + e->cq_n++) & (e->cq_cap - 1)];
     util_zero(c, sizeof(*c));
     if (e->hw_unexp != e->sw_reported)
         c->flags = OFF_WC_TM_SYNC_REQ;
@@ -299,8 +304,9 @@ static void op_complete(off_engine_t *e, const off_op_t *op, enum off_wc_status 
 
     if (status == OFF_WC_SUCCESS && !(op->flags & OFF_OPS_SIGNALED))
         return;
-    if ((c = cq_push(e)) == NULL)
+    if (cq_reserve(e, 1) != 0)
         return;
+    c = cq_push(e);
     c->opcode = wc[op->opcode];
     c->status = (uint8_t)status;
     c->wr_id = op->wr_id;
@@ -372,11 +378,12 @@ size_t off_engine_run(off_engine_t *e, size_t max)
 
 /* ------------------------------------------------------------- arrivals */
 
-/* A completion that hands m whole to the host, data copied. */
+/* A completion that hands m whole to the host, data copied: c, or a new
+ * one in room reserved before. */
 static void to_host(off_engine_t *e, const off_msg_t *m, uint8_t opcode, off_cqe_t *c)
 {
-    if (c == NULL && (c = cq_push(e)) == NULL)
-        return;
+    if (c == NULL)
+        c = cq_push(e);
     c->opcode = opcode;
     c->src = m->src;
     c->priv = m->app_ctx;
@@ -431,6 +438,14 @@ static void eager_complete(off_engine_t *e, const off_msg_t *m, uint32_t i, off_
     c->status = n < m->len ? OFF_WC_TRUNCATED : OFF_WC_SUCCESS;
 }
 
+/* Whether a rendezvous request that matched slot i goes on in the host
+ * (RNDV_INCOMPLETE): its buffer is too small, or the request larger than
+ * the engine parses. */
+static int rndv_incomplete(const off_engine_t *e, const off_msg_t *m, uint32_t i)
+{
+    return m->rlen > e->tb[i].len || m->len > e->caps.max_rndv_hdr_size - OFF_RNDV_HDR_FIXED;
+}
+
 static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host, off_cqe_t *direct)
 {
     off_msg_t req;
@@ -450,13 +465,13 @@ static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host, off_cqe_
      * memory leaves the engine as it was. None is needed for what an
      * inline host takes in hand, nor for a direct completion. */
     if (m->op != OFF_TM_EAGER && m->op != OFF_TM_RNDV) {
-        if (cq_reserve(e) != 0)
+        if (cq_reserve(e, 1) != 0)
             goto lost;
         to_host(e, m, OFF_WC_TM_NO_TAG, NULL);
         goto out;
     }
     if ((i = list_match(e, m)) == NIL) {
-        if (!inline_host && cq_reserve(e) != 0)
+        if (!inline_host && cq_reserve(e, 1) != 0)
             goto lost;
         e->hw_unexp++;
         e->stats.unexpected++;
@@ -469,7 +484,9 @@ static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host, off_cqe_
     /* nothing older waits in the ring: an eager completion may go straight
      * to the host, which takes it as it would from the ring */
     to_direct = direct != NULL && m->op == OFF_TM_EAGER && e->cq_n == 0;
-    if (!to_direct && cq_reserve(e) != 0)
+    /* a read the engine starts is owed room for its DATA_VALID too */
+    read = m->op == OFF_TM_RNDV && !rndv_incomplete(e, m, i);
+    if (!to_direct && cq_reserve(e, read ? 2 : 1) != 0)
         goto lost;
     e->stats.matched++;
     off_tagbuf_t *t = &e->tb[i];
@@ -499,7 +516,7 @@ static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host, off_cqe_
     c->msg.op = m->op;
     c->msg.imm = m->imm;
     c->msg.has_imm = m->has_imm;
-    if (m->rlen > t->len || m->len > e->caps.max_rndv_hdr_size - OFF_RNDV_HDR_FIXED) {
+    if (!read) {
         /* The buffer is too small, or the request larger than the engine
          * parses: the tag is consumed all the same (an older message may
          * not overtake it), and the headers go to the host, which
@@ -517,7 +534,7 @@ static int arrive(off_engine_t *e, const off_msg_t *m, int inline_host, off_cqe_
         buf = t->buf;
         token = c->handle;
         recv_wr_id = t->recv_wr_id;
-        read = 1;
+        e->cq_owed++;
     }
 out:
     unlock(e);
@@ -566,20 +583,20 @@ void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status)
     if (i == NIL)
         return;
     req = e->tb[i].msg;
-    if ((c = cq_push(e)) != NULL) {
-        c->opcode = OFF_WC_TM_RECV;
-        c->flags |= OFF_WC_TM_DATA_VALID;
-        c->wr_id = e->tb[i].recv_wr_id;
-        c->handle = handle_of(e, i);
-        c->src = req.src;
-        c->priv = req.app_ctx;
-        c->tag = req.tag;
-        c->byte_len = status == TMX_OK ? req.rlen : 0;
-        c->msg = req; /* headers only: its data stayed with the request */
-        c->status = status == TMX_OK ? OFF_WC_SUCCESS : OFF_WC_REM_ERR;
-        c->dev_status = status;
-        e->tb[i].state = TB_DONE;
-    }
+    e->cq_owed--;
+    c = cq_push(e); /* in the room the read was owed */
+    c->opcode = OFF_WC_TM_RECV;
+    c->flags |= OFF_WC_TM_DATA_VALID;
+    c->wr_id = e->tb[i].recv_wr_id;
+    c->handle = handle_of(e, i);
+    c->src = req.src;
+    c->priv = req.app_ctx;
+    c->tag = req.tag;
+    c->byte_len = status == TMX_OK ? req.rlen : 0;
+    c->msg = req; /* headers only: its data stayed with the request */
+    c->status = status == TMX_OK ? OFF_WC_SUCCESS : OFF_WC_REM_ERR;
+    c->dev_status = status;
+    e->tb[i].state = TB_DONE;
     unlock(e);
     /* The sender's buffer is released by FIN, whatever the read gave: a
      * failed read is reported here and not retried. */
@@ -592,6 +609,7 @@ int off_read_abandon(off_engine_t *e, uint64_t token)
 
     if (i == NIL)
         return -1;
+    e->cq_owed--;
     slot_free(e, i);
     unlock(e);
     return 0;

@@ -220,7 +220,9 @@ void off_arrive(off_engine_t *e, const off_msg_t *m);
  * trip through the ring. */
 int off_arrive_inline(off_engine_t *e, const off_msg_t *m, off_cqe_t *direct);
 
-/* The device's answer to dev->read. */
+/* The device's answer to dev->read. Its DATA_VALID completion never lacks
+ * memory: the room for it was reserved when the request matched (a
+ * request that found no room for both its completions was refused). */
 void off_read_done(off_engine_t *e, uint64_t token, tmx_status_t status);
 
 /* The device gives up a read it started and the host ends that receive

@@ -277,6 +277,62 @@ static void test_read_abandoned(void **state)
     dev_close(&d);
 }
 
+/* A read's end always finds room for its DATA_VALID: the ring keeps it
+ * from the match on, so that a ring that cannot grow then does not lose
+ * the completion (the receive waited for ever, its slot never freed,
+ * while FIN told the sender all was well). Without that room at the
+ * match, the request is refused whole, as other messages are. */
+static void test_read_done_room_kept(void **state)
+{
+    tdev_t d;
+    char src[70][16], buf[70][16];
+    off_op_t add;
+    off_msg_t m = {.op = OFF_TM_RNDV, .src = 3, .rkey = 9, .rlen = 16};
+    off_cqe_t c[160];
+    off_stats_t st;
+    size_t n;
+
+    (void)state;
+    dev_open(&d, &(off_caps_t){.max_num_tags = 70});
+    d.defer = 1;
+    /* 70 reads in flight, their MATCH taken: the ring's 64 would not do */
+    for (int i = 0; i < 70; i++) {
+        snprintf(src[i], sizeof(src[i]), "payload %d", i);
+        add = op_add((uint64_t)i, buf[i], sizeof(buf[i]), 3, (uint64_t)i, 0, 0);
+        assert_int_equal(off_post_ops(d.e, &add, 1, NULL), TMX_OK);
+        off_engine_run(d.e, SIZE_MAX);
+        m.tag = (uint64_t)i;
+        m.va = (uintptr_t)src[i];
+        off_arrive(d.e, &m);
+    }
+    assert_int_equal(poll_all(d.e, c, 160), 70);
+    assert_int_equal(d.n_held, 70);
+    off_engine_fail_cq(d.e, 1000); /* from now on the ring cannot grow */
+    dev_complete_reads(&d, 7);
+    n = poll_all(d.e, c, 160);
+    assert_int_equal(n, 70);
+    for (size_t k = 0; k < n; k++) {
+        assert_int_equal(c[k].flags & OFF_WC_TM_DATA_VALID, OFF_WC_TM_DATA_VALID);
+        assert_int_equal(c[k].status, OFF_WC_SUCCESS);
+        assert_string_equal(buf[c[k].wr_id], src[c[k].wr_id]);
+    }
+    assert_int_equal(d.fins, 70);
+    off_engine_stats(d.e, &st);
+    assert_int_equal(st.reading, 0);
+    /* a request that finds no room for both its completions is refused,
+     * its tag kept */
+    add = op_add(0, buf[0], sizeof(buf[0]), 3, 0, 0, 0);
+    assert_int_equal(off_post_ops(d.e, &add, 1, NULL), TMX_OK);
+    off_engine_run(d.e, SIZE_MAX);
+    m.tag = 0;
+    m.va = (uintptr_t)src[0];
+    assert_int_equal(off_arrive_inline(d.e, &m, NULL), 3);
+    off_engine_stats(d.e, &st);
+    assert_int_equal(st.listed, 1);
+    assert_int_equal(st.reading, 0);
+    dev_close(&d);
+}
+
 static void test_rndv_incomplete(void **state)
 {
     tdev_t d;
@@ -1348,6 +1404,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_eager_truncated),
         cmocka_unit_test(test_rndv_two_completions),
         cmocka_unit_test(test_read_abandoned),
+        cmocka_unit_test(test_read_done_room_kept),
         cmocka_unit_test(test_rndv_incomplete),
         cmocka_unit_test(test_rndv_header_too_big),
         cmocka_unit_test(test_stale_handle),

@@ -14,6 +14,9 @@
  *   --ignore-term       ignore SIGTERM (tmxrun must escalate to SIGKILL)
  *   --bad-requests      send malformed requests over a raw connection and
  *                       check that each gets ERR and the service survives
+ *   --many-keys N       put N distinct keys, pipelined, and read back every
+ *                       1000th: the service must keep up however many keys
+ *                       it holds
  * Other arguments are ignored (tests pass a unique marker for pgrep).
  * Exit status 1 means a check failed; the reason is on stderr.
  */
@@ -32,7 +35,7 @@
 #define LEFT_FENCE_EXIT 42
 
 typedef struct rank_opts {
-    int exit_rank, exit_code, kill_rank, leave_rank, ignore_term, bad_requests;
+    int exit_rank, exit_code, kill_rank, leave_rank, ignore_term, bad_requests, many_keys;
     double sleep_s;
 } rank_opts_t;
 
@@ -69,6 +72,8 @@ static void parse(int argc, char **argv, rank_opts_t *o)
             o->ignore_term = 1;
         } else if (strcmp(argv[i], "--bad-requests") == 0) {
             o->bad_requests = 1;
+        } else if (strcmp(argv[i], "--many-keys") == 0 && i + 1 < argc) {
+            o->many_keys = atoi(argv[++i]);
         }
     }
 }
@@ -242,6 +247,63 @@ static void bad_requests(void)
     printf("kvs_rank: every bad request got ERR\n");
 }
 
+/* --------------------------------------------------------- many keys */
+
+/* Reads one reply line into line (cap bytes, NUL-terminated). */
+static void raw_line(int fd, char *line, size_t cap)
+{
+    size_t n = 0;
+
+    while (n < cap - 1 && (n == 0 || line[n - 1] != '\n')) {
+        if (recv(fd, line + n, 1, 0) != 1)
+            die("raw recv", TMX_ERR_IO);
+        n++;
+    }
+    line[n] = '\0';
+}
+
+/* Puts keys first..first+count-1 in one send, then reads their replies. */
+static void put_batch(int fd, int first, int count)
+{
+    static char req[64 * 1000];
+    char line[256];
+    size_t len = 0;
+
+    for (int i = first; i < first + count; i++)
+        len += (size_t)snprintf(req + len, sizeof(req) - len, "PUT many.%d v%d\n", i, i);
+    if (send(fd, req, len, MSG_NOSIGNAL) != (ssize_t)len)
+        die("raw send", TMX_ERR_IO);
+    for (int i = 0; i < count; i++) {
+        raw_line(fd, line, sizeof(line));
+        if (strcmp(line, "OK\n") != 0) {
+            fprintf(stderr, "kvs_rank: PUT many.%d got '%s'\n", first + i, line);
+            exit(1);
+        }
+    }
+}
+
+static void many_keys(int n)
+{
+    char req[64], want[64], line[256];
+    int fd = raw_connect();
+
+    for (int i = 0; i < n; i += 1000)
+        put_batch(fd, i, n - i < 1000 ? n - i : 1000);
+    for (int i = 0; i < n; i += 1000) {
+        snprintf(req, sizeof(req), "GET many.%d\n", i);
+        snprintf(want, sizeof(want), "VAL v%d\n", i);
+        if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
+            die("raw send", TMX_ERR_IO);
+        raw_line(fd, line, sizeof(line));
+        if (strcmp(line, want) != 0) {
+            fprintf(stderr, "kvs_rank: GET many.%d got '%s'\n", i, line);
+            exit(1);
+        }
+    }
+    close(fd);
+    printf("kvs_rank: %d keys put and read back\n", n);
+}
+
 int main(int argc, char **argv)
 {
     rank_opts_t o;
@@ -269,6 +331,10 @@ int main(int argc, char **argv)
     }
     if (o.bad_requests) {
         bad_requests();
+        return 0;
+    }
+    if (o.many_keys > 0) {
+        many_keys(o.many_keys);
         return 0;
     }
     if ((st = boot_kvs_connect(env.kvs_addr, &kvs)) != TMX_OK)

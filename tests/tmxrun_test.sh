@@ -128,6 +128,13 @@ expect_rc 0 "every bad request got ERR, good ones still worked"
 expect_line err 'kvs: bad request' "tmxrun logged them"
 expect_no_leftovers
 
+begin "the service keeps up with many keys"
+run -n 1 "$KVS_RANK" --many-keys 300000 "$MARK"
+expect_rc 0 "300000 keys put, every 1000th read back"
+expect_line out '^kvs_rank: 300000 keys put and read back$' "the rank says so"
+expect_faster 10000 "lookups do not slow down as the store grows"
+expect_no_leftovers
+
 begin "a program that cannot be run"
 run -n 2 "$TMP/no-such-program-$MARK"
 expect_rc 127 "as a shell would"

@@ -133,7 +133,8 @@ typedef struct run_job {
     size_t max_conns;
     size_t fence_waiting;
     run_kv_t **buckets;
-    size_t nbuckets;        /* a power of two */
+    size_t nbuckets;        /* a power of two, doubled as keys come */
+    size_t nkeys;
     size_t store_bytes;
     struct pollfd *pfds;
     run_poll_tag_t *tags;

@@ -25,13 +25,43 @@
 
 /* ------------------------------------------------------- key-value store */
 
-static run_kv_t **kv_bucket(run_job_t *job, const char *key)
+static size_t kv_hash(const char *key, size_t nbuckets)
 {
     uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a, then mixed */
 
     for (const char *p = key; *p != '\0'; p++)
         h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
-    return &job->buckets[tmxrun_mix64(h) & (job->nbuckets - 1)];
+    return (size_t)(tmxrun_mix64(h) & (nbuckets - 1));
+}
+
+static run_kv_t **kv_bucket(run_job_t *job, const char *key)
+{
+    return &job->buckets[kv_hash(key, job->nbuckets)];
+}
+
+/* Doubles the buckets once there are as many keys as buckets, so that a
+ * lookup stays a short walk however many keys the clients put. Without
+ * the memory, the chains just grow longer. */
+static void kv_grow(run_job_t *job)
+{
+    size_t n = 2 * job->nbuckets;
+    run_kv_t **b;
+
+    if (job->nkeys < job->nbuckets || (b = calloc(n, sizeof(*b))) == NULL)
+        return;
+    for (size_t i = 0; i < job->nbuckets; i++) {
+        while (job->buckets[i] != NULL) {
+            run_kv_t *kv = job->buckets[i];
+            size_t h = kv_hash(kv->key, n);
+
+            job->buckets[i] = kv->next;
+            kv->next = b[h];
+            b[h] = kv;
+        }
+    }
+    free(job->buckets);
+    job->buckets = b;
+    job->nbuckets = n;
 }
 
 static run_kv_t *kv_find(run_job_t *job, const char *key)
@@ -60,8 +90,10 @@ static run_kv_t *kv_store(run_job_t *job, const char *key, const char *value, co
     if (v == NULL)
         return NULL;
     if (kv == NULL) {
-        run_kv_t **b = kv_bucket(job, key);
+        run_kv_t **b;
 
+        kv_grow(job);
+        b = kv_bucket(job, key);
         kv = malloc(sizeof(*kv) + klen + 1);
         if (kv == NULL)
             goto err_free_value;
@@ -69,6 +101,7 @@ static run_kv_t *kv_store(run_job_t *job, const char *key, const char *value, co
         kv->value = NULL;
         kv->next = *b;
         *b = kv;
+        job->nkeys++;
         job->store_bytes += klen;
     }
     free(kv->value);
@@ -94,6 +127,7 @@ static void kv_free_all(run_job_t *job)
     }
     free(job->buckets);
     job->buckets = NULL;
+    job->nkeys = 0;
 }
 
 /* ------------------------------------------------------------ connections */

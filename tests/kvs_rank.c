@@ -17,6 +17,9 @@
  *   --many-keys N       put N distinct keys, pipelined, and read back every
  *                       1000th: the service must keep up however many keys
  *                       it holds
+ *   --stalled-pipeline  send a GET that waits and more requests behind it
+ *                       than the service buffers, then check that tmxrun
+ *                       waits for the key without spinning
  * Other arguments are ignored (tests pass a unique marker for pgrep).
  * Exit status 1 means a check failed; the reason is on stderr.
  */
@@ -35,7 +38,8 @@
 #define LEFT_FENCE_EXIT 42
 
 typedef struct rank_opts {
-    int exit_rank, exit_code, kill_rank, leave_rank, ignore_term, bad_requests, many_keys;
+    int exit_rank, exit_code, kill_rank, leave_rank, ignore_term, bad_requests, many_keys,
+        stalled_pipeline;
     double sleep_s;
 } rank_opts_t;
 
@@ -74,6 +78,8 @@ static void parse(int argc, char **argv, rank_opts_t *o)
             o->bad_requests = 1;
         } else if (strcmp(argv[i], "--many-keys") == 0 && i + 1 < argc) {
             o->many_keys = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--stalled-pipeline") == 0) {
+            o->stalled_pipeline = 1;
         }
     }
 }
@@ -304,6 +310,53 @@ static void many_keys(int n)
     printf("kvs_rank: %d keys put and read back\n", n);
 }
 
+/* --------------------------------------------------- stalled pipeline */
+
+/* The CPU time tmxrun (our parent) has used, in seconds. */
+static double parent_cpu_s(void)
+{
+    char path[64], stat[1024], *p;
+    unsigned long utime = 0, stime = 0;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)getppid());
+    if ((f = fopen(path, "r")) == NULL)
+        die("open parent's stat", TMX_ERR_IO);
+    n = fread(stat, 1, sizeof(stat) - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    /* after "pid (comm) ": state is field 3, utime 14, stime 15 */
+    if ((p = strrchr(stat, ')')) == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2)
+        die("parse parent's stat", TMX_ERR_IO);
+    return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static void stalled_pipeline(void)
+{
+    char req[2 * BOOT_KVS_LINE_MAX];
+    size_t len = 0;
+    double cpu;
+    int fd = raw_connect();
+
+    len += (size_t)snprintf(req, sizeof(req), "GET never.put\n");
+    while (len + 32 < sizeof(req))
+        len += (size_t)snprintf(req + len, sizeof(req) - len, "PUT behind.%zu v\n", len);
+    if (send(fd, req, len, MSG_NOSIGNAL) != (ssize_t)len)
+        die("raw send", TMX_ERR_IO);
+    nap(0.2);
+    cpu = parent_cpu_s();
+    nap(2);
+    cpu = parent_cpu_s() - cpu;
+    if (cpu > 0.5) {
+        fprintf(stderr, "kvs_rank: tmxrun used %.2f s of CPU in 2 s while our GET waited\n", cpu);
+        exit(1);
+    }
+    close(fd);
+    printf("kvs_rank: tmxrun idle behind a waiting GET (%.2f s of CPU in 2 s)\n", cpu);
+}
+
 int main(int argc, char **argv)
 {
     rank_opts_t o;
@@ -331,6 +384,10 @@ int main(int argc, char **argv)
     }
     if (o.bad_requests) {
         bad_requests();
+        return 0;
+    }
+    if (o.stalled_pipeline) {
+        stalled_pipeline();
         return 0;
     }
     if (o.many_keys > 0) {

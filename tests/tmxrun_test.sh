@@ -135,6 +135,12 @@ expect_line out '^kvs_rank: 300000 keys put and read back$' "the rank says so"
 expect_faster 10000 "lookups do not slow down as the store grows"
 expect_no_leftovers
 
+begin "requests queued behind a waiting GET do not make tmxrun spin"
+run -n 1 "$KVS_RANK" --stalled-pipeline "$MARK"
+expect_rc 0 "tmxrun used little CPU while the connection's input was full"
+expect_line out '^kvs_rank: tmxrun idle behind a waiting GET' "the rank says so"
+expect_no_leftovers
+
 begin "a program that cannot be run"
 run -n 2 "$TMP/no-such-program-$MARK"
 expect_rc 127 "as a shell would"

@@ -414,7 +414,11 @@ static size_t poll_build(run_job_t *job)
     }
     for (size_t i = 0; i < job->nconns; i++) {
         run_conn_t *c = job->conns[i];
-        short ev = (short)((c->eof ? 0 : POLLIN) | (c->out_len > 0 ? POLLOUT : 0));
+        /* A full input buffer waits for its requests to be handled (a
+         * deferred GET or FENCE, unread replies): POLLIN would be ready at
+         * once, and for ever. A hang-up is reported without asking. */
+        int more_in = !c->eof && c->in_len < sizeof(c->in);
+        short ev = (short)((more_in ? POLLIN : 0) | (c->out_len > 0 ? POLLOUT : 0));
 
         n = poll_add(job, n, c->fd, ev, POLL_CONN, c);
     }

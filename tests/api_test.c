@@ -177,6 +177,29 @@ static void test_context_params_ok(void **state)
     assert_int_equal(tmx_context_destroy(ctx), TMX_OK);
 }
 
+/* A process whose TMX_KVS names a service it cannot reach is in a job it
+ * cannot join: creating a joining context fails, however the address
+ * fails (refused, or a host name that does not resolve), rather than
+ * making a context that runs as if the process were alone. */
+static void test_context_join_unreachable(void **state)
+{
+    static const char *const addrs[] = {"unix:@tmx-api-test-nobody", "tcp:no-such-host.invalid:1"};
+    tmx_context_h ctx = NULL;
+
+    setenv("TMX_RANK", "0", 1);
+    setenv("TMX_SIZE", "2", 1);
+    setenv("TMX_JOBID", "00000000deadbeef", 1);
+    for (size_t i = 0; i < sizeof(addrs) / sizeof(addrs[0]); i++) {
+        setenv("TMX_KVS", addrs[i], 1);
+        assert_int_not_equal(tmx_context_create(NULL, &ctx), TMX_OK);
+        assert_null(ctx);
+    }
+    unsetenv("TMX_KVS");
+    unsetenv("TMX_RANK");
+    unsetenv("TMX_SIZE");
+    unsetenv("TMX_JOBID");
+}
+
 static void test_address(void **state)
 {
     fixture_t *f = *state;
@@ -2506,6 +2529,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_version_strerror),
         cmocka_unit_test(test_context_bad_params),
         cmocka_unit_test(test_context_params_ok),
+        cmocka_unit_test(test_context_join_unreachable),
         cmocka_unit_test_setup_teardown(test_address, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peer_add_bad, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_bad_args, setup, teardown),

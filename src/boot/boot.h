@@ -92,8 +92,9 @@ typedef struct boot_kvs boot_kvs_t;
  * only: a unix: address is tried once (the server listens before any rank
  * starts); a tcp: one is tried again for up to BOOT_TCP_CONNECT_MS, since
  * the network of another host or namespace may come up late. TMX_ERR_IO
- * when it cannot connect. *out is set on success; on failure nothing is
- * left open. */
+ * when it cannot connect, a tcp: host name that does not resolve included;
+ * TMX_ERR_INVALID for a malformed address. *out is set on success; on
+ * failure nothing is left open. */
 tmx_status_t boot_kvs_connect(const char *addr, boot_kvs_t **out);
 
 /* Stores value under key; returns once the server has stored it. */

@@ -250,9 +250,11 @@ tmx_status_t boot_kvs_connect(const char *addr, boot_kvs_t **out)
         util_error("boot_kvs_connect: NULL output");
         return TMX_ERR_INVALID;
     }
+    /* A name that does not resolve is a service we cannot reach, not the
+     * "not launched" that TMX_ERR_NOT_FOUND means to boot_job_join. */
     st = boot_addr_parse(addr, &a);
     if (st != TMX_OK)
-        return st;
+        return st == TMX_ERR_NOT_FOUND ? TMX_ERR_IO : st;
     kvs = calloc(1, sizeof(*kvs));
     if (kvs == NULL) {
         util_error("kvs connect: out of memory");

@@ -541,6 +541,7 @@ static void test_client_connect_errors(void **state)
     snprintf(addr, sizeof(addr), "unix:@tmx-kvs-test-nobody-%d", (int)getpid());
     assert_int_equal(boot_kvs_connect(addr, &kvs), TMX_ERR_IO);
     assert_int_equal(boot_kvs_connect("tcp:localhost", &kvs), TMX_ERR_INVALID);
+    assert_int_equal(boot_kvs_connect("tcp:no-such-host.invalid:1", &kvs), TMX_ERR_IO);
     assert_int_equal(boot_kvs_connect("nonsense", &kvs), TMX_ERR_INVALID);
     assert_int_equal(boot_kvs_connect(NULL, &kvs), TMX_ERR_INVALID);
     assert_true(kvs == (boot_kvs_t *)(uintptr_t)1); /* untouched */

@@ -196,6 +196,24 @@ signal_case INT 130
 begin "SIGTERM to tmxrun"
 signal_case TERM 143
 
+begin "Ctrl-\\ (SIGQUIT) to tmxrun stops the job like Ctrl-C, children of the ranks included"
+# as from a terminal: a script's background job would ignore SIGQUIT
+env --default-signal=QUIT "$TMXRUN" -n 2 sh -c '"$1" --sleep 30 "$0" & wait' "$MARK" "$KVS_RANK" \
+    >"$TMP/out" 2>"$TMP/err" &
+BG_PID=$!
+if wait_for_procs 5; then
+    t0=$(now_ms)
+    kill -QUIT "$BG_PID"
+    wait "$BG_PID"
+    RC=$?
+    MS=$(($(now_ms) - t0))
+    BG_PID=""
+    expect_rc 131 "128 + SIGQUIT"
+    expect_faster 5000 "the ranks were terminated"
+    expect_line err 'got signal 3' "tmxrun stopped the job itself"
+    expect_no_leftovers
+fi
+
 begin "tmxrun killed by SIGKILL takes its ranks with it"
 start_bg -n 3 "$KVS_RANK" --sleep 30 "$MARK"
 if wait_for_procs 4; then

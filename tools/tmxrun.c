@@ -106,8 +106,8 @@ static void usage(FILE *f)
             "  -h, --help         show this help\n"
             "Ranks read stdin from /dev/null. Exit status: 0 when every rank exits 0;\n"
             "else the first failing rank's (128+S if killed by signal S); %d on timeout;\n"
-            "128+S when tmxrun gets signal S (130 for Ctrl-C); %d on bad usage; %d when\n"
-            "tmxrun itself fails.\n",
+            "128+S when tmxrun gets SIGINT, SIGTERM, SIGHUP or SIGQUIT (130 for Ctrl-C),\n"
+            "which stop the job; %d on bad usage; %d when tmxrun itself fails.\n",
             RUN_MAX_RANKS, RUN_MAX_TIMEOUT_S, RUN_EXIT_TIMEOUT, RUN_EXIT_TIMEOUT, RUN_EXIT_USAGE,
             RUN_EXIT_INTERNAL);
 }
@@ -531,6 +531,7 @@ static int signals_init(run_job_t *job)
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGQUIT); /* Ctrl-\: by default we would die, and leave the ranks' children */
     signal(SIGCHLD, SIG_DFL); /* SIG_IGN inherited would reap for us */
     signal(SIGPIPE, SIG_IGN);
     if (sigprocmask(SIG_BLOCK, &set, &job->old_mask) != 0)

@@ -225,12 +225,7 @@ begin "Ctrl-C (SIGINT) to tmxrun stops agent-started ranks"
     >"$TMP/out" 2>"$TMP/err" &
 BG_PID=$!
 if wait_for_procs 4; then
-    t0=$(now_ms)
-    kill -INT "$BG_PID"
-    wait "$BG_PID"
-    RC=$?
-    MS=$(($(now_ms) - t0))
-    BG_PID=""
+    stop_bg INT
     expect_rc 130 "tmxrun got SIGINT"
     expect_faster 5000 "the ranks were terminated"
     expect_no_leftovers

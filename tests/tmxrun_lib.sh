@@ -157,6 +157,18 @@ wait_for_procs() {
     return 1
 }
 
+# Sends signal $1 to the job started in the background and waits for it:
+# RC its exit status, MS how long it took to end.
+stop_bg() {
+    local t0
+    t0=$(now_ms)
+    kill "-$1" "$BG_PID"
+    wait "$BG_PID"
+    RC=$?
+    MS=$(($(now_ms) - t0))
+    BG_PID=""
+}
+
 # The summary, last: exit status 0 only when every check passed.
 finish() {
     echo

@@ -177,15 +177,9 @@ start_bg() {
 
 # Sends signal $1 to the background tmxrun once its ranks run; expects $2.
 signal_case() {
-    local t0
     start_bg -n 3 "$KVS_RANK" --sleep 30 "$MARK"
     wait_for_procs 4 || return
-    t0=$(now_ms)
-    kill "-$1" "$BG_PID"
-    wait "$BG_PID"
-    RC=$?
-    MS=$(($(now_ms) - t0))
-    BG_PID=""
+    stop_bg "$1"
     expect_rc "$2" "tmxrun got SIG$1"
     expect_faster 5000 "the ranks were terminated"
     expect_no_leftovers
@@ -202,12 +196,7 @@ env --default-signal=QUIT "$TMXRUN" -n 2 sh -c '"$1" --sleep 30 "$0" & wait' "$M
     >"$TMP/out" 2>"$TMP/err" &
 BG_PID=$!
 if wait_for_procs 5; then
-    t0=$(now_ms)
-    kill -QUIT "$BG_PID"
-    wait "$BG_PID"
-    RC=$?
-    MS=$(($(now_ms) - t0))
-    BG_PID=""
+    stop_bg QUIT
     expect_rc 131 "128 + SIGQUIT"
     expect_faster 5000 "the ranks were terminated"
     expect_line err 'got signal 3' "tmxrun stopped the job itself"

@@ -36,7 +36,12 @@
 #define RUN_LINE_MAX 65536              /* longer lines are forwarded in pieces */
 #define RUN_CONNS_PER_RANK 4            /* service connections allowed, per rank */
 #define RUN_OUT_HIGH 65536              /* a client's unread replies that pause its requests */
-#define RUN_STORE_MAX ((size_t)256 << 20) /* bytes of keys and values held at most */
+#define RUN_STORE_MAX ((size_t)256 << 20) /* bytes of keys and values held at most, each key
+                                            counted with RUN_KV_OVERHEAD */
+/* What a key holds besides its bytes and its value's: its entry, the
+ * headers of its two allocations, its share of the buckets. So that tiny
+ * keys cannot make the store hold many times RUN_STORE_MAX. */
+#define RUN_KV_OVERHEAD 64
 #define RUN_PEER_MAX 64                 /* "pid N" or "IP:PORT" of a client, for log lines */
 
 #define RUN_EXIT_USAGE 2

@@ -81,7 +81,7 @@ static run_kv_t *kv_store(run_job_t *job, const char *key, const char *value, co
     size_t old = kv != NULL ? strlen(kv->value) : 0;
     char *v;
 
-    if (job->store_bytes - old + vlen + (kv == NULL ? klen : 0) > RUN_STORE_MAX) {
+    if (job->store_bytes - old + vlen + (kv == NULL ? klen + RUN_KV_OVERHEAD : 0) > RUN_STORE_MAX) {
         *why = "the key-value store is full";
         return NULL;
     }
@@ -102,7 +102,7 @@ static run_kv_t *kv_store(run_job_t *job, const char *key, const char *value, co
         kv->next = *b;
         *b = kv;
         job->nkeys++;
-        job->store_bytes += klen;
+        job->store_bytes += klen + RUN_KV_OVERHEAD;
     }
     free(kv->value);
     kv->value = v;

@@ -84,10 +84,11 @@ static int probe_run(const char *cmd, char *buf, size_t cap)
         _exit(127);
     }
     close(pfd[1]);
-    while (pid > 0 && used + 1 < cap && now_ms() < end) {
+    while (pid > 0 && used + 1 < cap) {
         struct pollfd p = {pfd[0], POLLIN, 0};
+        int64_t left = end - now_ms(); /* read once: poll() waits for ever below 0 */
         ssize_t n;
-        if (poll(&p, 1, (int)(end - now_ms())) <= 0)
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0)
             break;
         if ((n = read(pfd[0], buf + used, cap - 1 - used)) <= 0)
             break;

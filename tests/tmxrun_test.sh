@@ -203,6 +203,20 @@ if wait_for_procs 5; then
     expect_no_leftovers
 fi
 
+begin "SIGUSR1 and SIGUSR2 to tmxrun go on to the ranks, as mpirun and srun forward them"
+start_bg -n 2 sh -c 'trap "echo usr1" USR1; trap "echo usr2; exit 0" USR2
+    while :; do sleep 0.1; done' "$MARK"
+if wait_for_procs 3; then
+    kill -USR1 "$BG_PID"
+    sleep 0.5
+    stop_bg USR2
+    expect_rc 0 "the ranks ended by themselves"
+    expect_faster 5000 "at once"
+    [ "$(grep -c '^usr1$' "$TMP/out")" -eq 2 ] || fail "both ranks should have got SIGUSR1"
+    [ "$(grep -c '^usr2$' "$TMP/out")" -eq 2 ] || fail "both ranks should have got SIGUSR2"
+    expect_no_leftovers
+fi
+
 begin "tmxrun killed by SIGKILL takes its ranks with it"
 start_bg -n 3 "$KVS_RANK" --sleep 30 "$MARK"
 if wait_for_procs 4; then

@@ -107,7 +107,8 @@ static void usage(FILE *f)
             "Ranks read stdin from /dev/null. Exit status: 0 when every rank exits 0;\n"
             "else the first failing rank's (128+S if killed by signal S); %d on timeout;\n"
             "128+S when tmxrun gets SIGINT, SIGTERM, SIGHUP or SIGQUIT (130 for Ctrl-C),\n"
-            "which stop the job; %d on bad usage; %d when tmxrun itself fails.\n",
+            "which stop the job; %d on bad usage; %d when tmxrun itself fails.\n"
+            "SIGUSR1 and SIGUSR2 go on to every rank's process group.\n",
             RUN_MAX_RANKS, RUN_MAX_TIMEOUT_S, RUN_EXIT_TIMEOUT, RUN_EXIT_TIMEOUT, RUN_EXIT_USAGE,
             RUN_EXIT_INTERNAL);
 }
@@ -368,6 +369,8 @@ static void signals_read(run_job_t *job)
     while (read(job->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
         if (si.ssi_signo == SIGCHLD)
             ranks_reap(job);
+        else if (si.ssi_signo == SIGUSR1 || si.ssi_signo == SIGUSR2)
+            ranks_signal(job, (int)si.ssi_signo); /* the ranks', as mpirun and srun forward them */
         else
             job_signal(job, (int)si.ssi_signo);
     }
@@ -520,8 +523,9 @@ static int fds_reserve(run_job_t *job)
     return 0;
 }
 
-/* SIGCHLD and the stop signals arrive through a signalfd; SIGPIPE is
- * ignored (a client or our reader may go away). */
+/* SIGCHLD, the stop signals and the ones forwarded to the ranks (SIGUSR1,
+ * SIGUSR2) arrive through a signalfd; SIGPIPE is ignored (a client or our
+ * reader may go away). */
 static int signals_init(run_job_t *job)
 {
     sigset_t set;
@@ -532,6 +536,8 @@ static int signals_init(run_job_t *job)
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
     sigaddset(&set, SIGQUIT); /* Ctrl-\: by default we would die, and leave the ranks' children */
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
     signal(SIGCHLD, SIG_DFL); /* SIG_IGN inherited would reap for us */
     signal(SIGPIPE, SIG_IGN);
     if (sigprocmask(SIG_BLOCK, &set, &job->old_mask) != 0)

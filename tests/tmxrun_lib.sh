@@ -157,12 +157,22 @@ wait_for_procs() {
     return 1
 }
 
-# Sends signal $1 to the job started in the background and waits for it:
+# Sends signal $1 to the job started in the background and waits for it,
+# RUN_LIMIT seconds at most (then it is killed, and that is a failure):
 # RC its exit status, MS how long it took to end.
 stop_bg() {
-    local t0
+    local t0 i
     t0=$(now_ms)
     kill "-$1" "$BG_PID"
+    # bash reaps a background job as it ends: kill -0 fails from then on
+    for ((i = 0; i < RUN_LIMIT * 20; i++)); do
+        kill -0 "$BG_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    if kill -0 "$BG_PID" 2>/dev/null; then
+        fail "tmxrun did not end within $RUN_LIMIT s of SIG$1: killed by the test"
+        kill -KILL "$BG_PID"
+    fi
     wait "$BG_PID"
     RC=$?
     MS=$(($(now_ms) - t0))

@@ -217,6 +217,76 @@ if wait_for_procs 3; then
     expect_no_leftovers
 fi
 
+# A reader of tmxrun's stdout that stops reading (a pager, a stopped
+# pipeline): a process holding a FIFO open that never reads it.
+HOLD_PID=""
+cleanup_more() {
+    [ -n "$HOLD_PID" ] && kill -KILL "$HOLD_PID" 2>/dev/null
+}
+hold_fifo() {
+    rm -f "$TMP/fifo"
+    mkfifo "$TMP/fifo"
+    sleep 60 <"$TMP/fifo" &
+    HOLD_PID=$!
+}
+unhold_fifo() {
+    kill -KILL "$HOLD_PID" 2>/dev/null
+    wait "$HOLD_PID" 2>/dev/null
+    HOLD_PID=""
+}
+# Ranks that print $1 bytes of lines, then run the command after it.
+LINES_THEN='yes 0123456789 | head -c "$1"; shift; [ $# -eq 0 ] || exec "$@"'
+
+begin "stdout not read: Ctrl-C still stops the job at once"
+hold_fifo
+"$TMXRUN" -n 2 sh -c "$LINES_THEN" "$MARK" 4000000 "$KVS_RANK" --sleep 30 "$MARK" \
+    >"$TMP/fifo" 2>"$TMP/err" &
+BG_PID=$!
+if wait_for_procs 3; then
+    sleep 1
+    stop_bg INT
+    expect_rc 130 "tmxrun got SIGINT while its stdout was full"
+    expect_faster 5000 "the ranks were terminated"
+    expect_no_leftovers
+fi
+unhold_fifo
+
+begin "stdout not read once the ranks are gone: Ctrl-C ends tmxrun, saying what it dropped"
+hold_fifo
+"$TMXRUN" -n 2 sh -c "$LINES_THEN" "$MARK" 100000 >"$TMP/fifo" 2>"$TMP/err" &
+BG_PID=$!
+sleep 1.5
+stop_bg INT
+expect_rc 130 "tmxrun got SIGINT while the ranks' last output waited"
+expect_faster 5000 "tmxrun did not wait for the reader"
+expect_line err 'bytes of the ranks. output not written' "it says how much output it dropped"
+expect_no_leftovers
+unhold_fifo
+
+begin "stdout not read: --timeout still ends the job"
+hold_fifo
+run_t0=$(now_ms)
+timeout -k 2 "$RUN_LIMIT" "$TMXRUN" -n 2 --timeout 2 sh -c "$LINES_THEN" "$MARK" 4000000 \
+    >"$TMP/fifo" 2>"$TMP/err"
+RC=$?
+MS=$(($(now_ms) - run_t0))
+expect_rc 124 "the timeout's status"
+expect_faster 8000 "2 s, and the grace before SIGKILL"
+expect_no_leftovers
+unhold_fifo
+
+begin "a slow reader gets every line, whole and in order"
+timeout -k 2 "$RUN_LIMIT" "$TMXRUN" -n 3 --tag-output sh -c "$LINES_THEN" "$MARK" 1100000 \
+    2>"$TMP/err" | { sleep 1; cat; } >"$TMP/out"
+RC=${PIPESTATUS[0]}
+expect_rc 0 "the ranks exit 0"
+for r in 0 1 2; do
+    n=$(grep -cx "\[$r\] 0123456789" "$TMP/out")
+    [ "$n" -eq 100000 ] || fail "rank $r: $n whole lines of 100000"
+done
+n=$(grep -vcx '\[[012]\] 0123456789' "$TMP/out")
+[ "$n" -eq 0 ] || fail "$n lines broken or mixed"
+
 begin "tmxrun killed by SIGKILL takes its ranks with it"
 start_bg -n 3 "$KVS_RANK" --sleep 30 "$MARK"
 if wait_for_procs 4; then

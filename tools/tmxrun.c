@@ -43,15 +43,26 @@
 
 /* ------------------------------------------------------------- utilities */
 
+/* Once the job is set up its log lines go where the ranks' stderr goes,
+ * never waiting for its reader. */
+static run_job_t *log_job;
+
 void run_log(const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
+    int len;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    len = vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "tmxrun: %s\n", msg);
+    if (log_job == NULL || !log_job->outq_on) {
+        fprintf(stderr, "tmxrun: %s\n", msg);
+        return;
+    }
+    len = len < 0 ? 0 : len >= (int)sizeof(msg) ? (int)sizeof(msg) - 1 : len;
+    out_writev(log_job, 2,
+               (struct iovec[3]){{"tmxrun: ", 8}, {msg, (size_t)len}, {"\n", 1}}, 3);
 }
 
 int64_t now_ms(void)
@@ -382,6 +393,7 @@ static void timers_check(run_job_t *job)
 
     if (job->timeout_at != 0 && now >= job->timeout_at) {
         job->timeout_at = 0;
+        job->timed_out = 1;
         job_fail(job, RUN_EXIT_TIMEOUT, "timed out after %g s", job->opts.timeout_s);
     }
     if (job->kill_at != 0 && now >= job->kill_at) {
@@ -410,10 +422,15 @@ static size_t poll_build(run_job_t *job)
     for (int r = 0; r < job->started; r++) {
         run_rank_t *rk = &job->ranks[r];
 
-        if (rk->out.fd >= 0)
+        /* not while their output waits for its reader (tmxrun_io.c) */
+        if (rk->out.fd >= 0 && !outq_full(job, 1))
             n = poll_add(job, n, rk->out.fd, POLLIN, POLL_STREAM, &rk->out);
-        if (rk->err.fd >= 0)
+        if (rk->err.fd >= 0 && !outq_full(job, 2))
             n = poll_add(job, n, rk->err.fd, POLLIN, POLL_STREAM, &rk->err);
+    }
+    for (int fd = 1; fd <= 2; fd++) {
+        if (outq_poll_fd(job, fd) >= 0)
+            n = poll_add(job, n, outq_poll_fd(job, fd), POLLOUT, POLL_OUTQ, &job->outq[fd]);
     }
     for (size_t i = 0; i < job->nconns; i++) {
         run_conn_t *c = job->conns[i];
@@ -458,7 +475,11 @@ static void poll_dispatch(run_job_t *job, size_t n)
             conns_accept(job);
             break;
         case POLL_STREAM:
-            stream_read(job, job->tags[i].obj);
+            if (!outq_full(job, ((run_stream_t *)job->tags[i].obj)->out_fd))
+                stream_read(job, job->tags[i].obj);
+            break;
+        case POLL_OUTQ:
+            outq_flush(job, job->tags[i].obj == &job->outq[1] ? 1 : 2);
             break;
         case POLL_CONN:
             conn_event(job->tags[i].obj, rev);
@@ -559,8 +580,8 @@ static int job_alloc(run_job_t *job)
         job->ranks[r].out.fd = job->ranks[r].err.fd = -1;
     job->conns = calloc(job->max_conns, sizeof(*job->conns));
     job->buckets = calloc(job->nbuckets, sizeof(*job->buckets));
-    job->pfds = calloc(2 + 2 * n + job->max_conns, sizeof(*job->pfds));
-    job->tags = calloc(2 + 2 * n + job->max_conns, sizeof(*job->tags));
+    job->pfds = calloc(4 + 2 * n + job->max_conns, sizeof(*job->pfds));
+    job->tags = calloc(4 + 2 * n + job->max_conns, sizeof(*job->tags));
     if (job->ranks == NULL || job->conns == NULL || job->buckets == NULL || job->pfds == NULL ||
         job->tags == NULL)
         return -1;
@@ -575,6 +596,7 @@ static void job_fini(run_job_t *job)
         stream_close(job, &job->ranks[r].err);
     }
     kvs_fini(job);
+    outq_fini(job);
     free(job->ranks);
     free(job->conns);
     free(job->pfds);
@@ -603,6 +625,8 @@ static int job_init(run_job_t *job)
     job->sig_fd = job->listen_fd = job->null_fd = -1;
     job->self = getpid();
     std_fds_open();
+    outq_init(job);
+    log_job = job;
     snprintf(job->jobid, sizeof(job->jobid), "%016llx", (unsigned long long)random64());
     if (fds_reserve(job) != 0)
         return -1;
@@ -647,7 +671,7 @@ int main(int argc, char **argv)
     job_loop(&job);
     /* ranks killed whole leave the table of their shared UDP port behind */
     (void)tmx_host_sweep(job.jobid);
-    streams_drain(&job);
+    output_finish(&job, signals_read);
     rc = job.exit_code;
     job_fini(&job);
     return rc;

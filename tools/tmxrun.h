@@ -34,6 +34,8 @@
 #define RUN_MAX_TIMEOUT_S 10000000      /* --timeout, seconds (about 115 days) */
 #define RUN_KILL_GRACE_MS 2000          /* from SIGTERM to SIGKILL */
 #define RUN_LINE_MAX 65536              /* longer lines are forwarded in pieces */
+#define RUN_OUTQ_HIGH (256 * 1024)      /* output waiting for a slow reader of tmxrun's stdout or
+                                           stderr that stops reading the ranks' pipes into it */
 #define RUN_CONNS_PER_RANK 4            /* service connections allowed, per rank */
 #define RUN_OUT_HIGH 65536              /* a client's unread replies that pause its requests */
 #define RUN_STORE_MAX ((size_t)256 << 20) /* bytes of keys and values held at most, each key
@@ -71,6 +73,20 @@ typedef struct run_stream {
     size_t part_cap;
 } run_stream_t;
 
+/* What waits to go to tmxrun's stdout or stderr: written as the reader
+ * takes it, never by a write that could block (which would leave signals,
+ * the timeout and the service unanswered while the reader stalls). */
+typedef struct run_outq {
+    int fd;             /* written through: 1 or 2, or a non-blocking open of the same file */
+    int how;            /* enum out_how (tmxrun_io.c) */
+    int broken;         /* the reader went away: output is dropped */
+    char *buf;
+    size_t off;         /* buf[off..len) waits */
+    size_t len;
+    size_t cap;
+    size_t lost;        /* bytes dropped for want of memory */
+} run_outq_t;
+
 typedef struct run_rank {
     pid_t pid;          /* also its process group; 0 if never started */
     int exited;
@@ -106,7 +122,7 @@ typedef struct run_kv {
     char key[];
 } run_kv_t;
 
-typedef enum run_poll_kind { POLL_SIGNAL, POLL_LISTEN, POLL_STREAM, POLL_CONN } run_poll_kind_t;
+typedef enum run_poll_kind { POLL_SIGNAL, POLL_LISTEN, POLL_STREAM, POLL_CONN, POLL_OUTQ } run_poll_kind_t;
 
 typedef struct run_poll_tag {
     run_poll_kind_t kind;
@@ -128,7 +144,10 @@ typedef struct run_job {
     int sig_fd;
     int listen_fd;
     int null_fd;
-    int out_broken[3];      /* our stdout/stderr went away: drop output */
+    run_outq_t outq[3];     /* [1] our stdout, [2] our stderr */
+    int out_same;           /* stdout and stderr are one file: outq[1] serves both */
+    int outq_on;            /* outq_init ran: run_log goes through outq[2] */
+    int timed_out;          /* --timeout passed */
     sigset_t old_mask;
     struct rlimit nofile;   /* as we found it, restored in the ranks */
     char kvs_addr[RUN_ADDR_MAX];
@@ -168,8 +187,32 @@ void job_fail(run_job_t *job, int code, const char *fmt, ...)
 
 /* ---------------------------------------------------------- tmxrun_io.c */
 
-/* Writes everything or gives up on the descriptor for good (reader gone). */
+/* Sets up stdout and stderr for writes that never block. */
+void outq_init(run_job_t *job);
+
+/* Writes what goes at once and queues the rest; drops it all once the
+ * reader is gone. */
 void out_writev(run_job_t *job, int fd, struct iovec *iov, int cnt);
+
+/* Writes what waits for fd, as far as it goes at once. */
+void outq_flush(run_job_t *job, int fd);
+
+/* Output waits for fd: its descriptor for POLLOUT, else -1. */
+int outq_poll_fd(const run_job_t *job, int fd);
+
+/* So much waits for fd that the ranks' pipes into it are not read. */
+int outq_full(const run_job_t *job, int fd);
+
+/* After the last rank: forwards what the pipes still hold and what waits,
+ * as the readers take it, until all is written, a stop signal comes, or
+ * the timeout passes; then says what it could not write, closes the
+ * pipes and the descriptors outq_init opened. signal_cb handles the
+ * signalfd. */
+void output_finish(run_job_t *job, void (*signal_cb)(run_job_t *job));
+
+/* Writes what goes at once of what waits, drops the rest, closes what
+ * outq_init opened; run_log writes to stderr directly again. */
+void outq_fini(run_job_t *job);
 
 /* Takes fd (made non-blocking) as rank's stream, going to out_fd. */
 void stream_init(run_stream_t *s, int fd, int out_fd, int rank);
@@ -182,8 +225,6 @@ int stream_read(run_job_t *job, run_stream_t *s);
  * Safe to call again. */
 void stream_close(run_job_t *job, run_stream_t *s);
 
-/* After the last rank: forward what the pipes still hold, then close them. */
-void streams_drain(run_job_t *job);
 
 /* --------------------------------------------------------- tmxrun_kvs.c */
 

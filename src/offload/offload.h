@@ -220,6 +220,15 @@ void off_arrive(off_engine_t *e, const off_msg_t *m);
  * trip through the ring. */
 int off_arrive_inline(off_engine_t *e, const off_msg_t *m, off_cqe_t *direct);
 
+/* What off_arrive_inline does with a message when no matchable tag is
+ * listed, whatever the message: for a serialised host, before it builds
+ * the message. 1 when no tag is matchable: the message counts as
+ * unexpected, exactly as off_arrive_inline's 0, and is the host's. 0 when
+ * some tag is: nothing changes, and the message goes to
+ * off_arrive_inline. The usual case while every receive is short (the
+ * host keeps those): an arrival then costs the engine a look and a count. */
+int off_arrive_unlisted(off_engine_t *e);
+
 /* The device's answer to dev->read. Its DATA_VALID completion never lacks
  * memory: the room for it was reserved when the request matched (a
  * request that found no room for both its completions was refused). */

@@ -1295,6 +1295,13 @@ static __attribute__((noinline)) void off_tagged_arrive(proto_t *p, tmx_peer_t s
     off_cqe_t c;
     off_msg_t m;
 
+    if (off_arrive_unlisted(p->off)) { /* no receive of the engine's could take it */
+        p->off_handled++;
+        tagged_match(p, src, in);
+        if (!off_cq_empty(p->off))
+            off_drain(p);
+        return;
+    }
     m = (off_msg_t){.op = in->tmh.opcode == WIRE_OP_EAGER ? OFF_TM_EAGER : OFF_TM_RNDV,
                     .src = src,
                     .app_ctx = in->tmh.app_ctx,

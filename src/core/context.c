@@ -91,6 +91,7 @@ static tmx_status_t open_one(tmx_context_h ctx, const char *name)
                             .fail_cb = core_peer_failed_cb,
                             .fail_arg = ctx,
                             .mt = ctx->mt,
+                            .wake_asym = ctx->asym,
                             .settings = &ctx->cfg.tl,
                             .in_job = ctx->boot_join};
     tmx_status_t st;

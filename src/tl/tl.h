@@ -190,6 +190,13 @@ typedef struct tl_iface_params {
                                job's other processes on the node */
     tl_peer_addr_t peer_addr; /* published addresses (may be NULL: none known);
                                  called with recv_arg */
+    int wake_asym;          /* with mt: those threads are the application's one
+                               and the offload engine's, and the process is
+                               registered for membarrier(PRIVATE_EXPEDITED)
+                               (the context's asymmetric lock): a thread about
+                               to sleep runs it after counting itself asleep,
+                               so that a thread that progressed needs no fence
+                               before it looks for sleepers of its process */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */

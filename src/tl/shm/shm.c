@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -157,6 +158,7 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     si->super.admit_cb = params->admit_cb;
     si->uuid = params->uuid;
     si->mt = params->mt;
+    si->wake_asym = params->mt && params->wake_asym;
     si->host_id = tl_host_id();
     si->cma = params->settings->shm.cma ? SHM_CMA_ON : SHM_CMA_OFF;
     si->fbox = params->settings->shm.fbox;
@@ -1208,14 +1210,24 @@ static _Thread_local struct {
 /* Progress that found work moves the epoch and wakes the threads asleep
  * in shm_wait (the seq_cst fence in seg_wake pairs with theirs): a thread
  * that unlocked, found its cell unpublished because another thread
- * consumed it and then slept, would sleep with its request done. */
+ * consumed it and then slept, would sleep with its request done. Those
+ * threads are all this process's: with wake_asym the fence is the
+ * sleeper's, a membarrier() that makes every thread of ours pass one
+ * (sleep_fence), and the thread that progresses, on every message, needs
+ * only the compiler's. */
 static void epoch_note(shm_iface_t *si, int events)
 {
     uint64_t e = atomic_load_explicit(&si->epoch, memory_order_relaxed);
 
     if (events != 0) {
         atomic_store_explicit(&si->epoch, ++e, memory_order_relaxed);
-        seg_wake(si, si->seg);
+        if (si->wake_asym) {
+            atomic_signal_fence(memory_order_seq_cst);
+            if (atomic_load_explicit(&si->seg->sleeping, memory_order_relaxed) != 0)
+                seg_wake_now(si, si->seg);
+        } else {
+            seg_wake(si, si->seg);
+        }
     }
     shm_seen.si = si;
     shm_seen.epoch = e;
@@ -1366,6 +1378,15 @@ static int shm_ready(shm_iface_t *si)
     return si->mt && (shm_seen.si != si || atomic_load_explicit(&si->epoch, memory_order_relaxed) != shm_seen.epoch);
 }
 
+/* A sleeper that counted itself, before it looks: with wake_asym, the
+ * fence the threads of its process that progress leave out (epoch_note). */
+static void sleep_fence(const shm_iface_t *si)
+{
+    if (si->wake_asym && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+        util_error("shm: membarrier failed (%s) though registered: a wake may come late",
+                   strerror(errno));
+}
+
 static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
 {
     shm_iface_t *si = (shm_iface_t *)iface;
@@ -1374,6 +1395,7 @@ static void shm_wait(tl_iface_t *iface, int64_t timeout_us)
     struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000};
 
     atomic_fetch_add_explicit(&seg->sleeping, 1, memory_order_seq_cst);
+    sleep_fence(si);
     if (!shm_ready(si))
         futex(&seg->wake_seq, FUTEX_WAIT, seq, timeout_us < 0 ? NULL : &ts);
     atomic_fetch_sub_explicit(&seg->sleeping, 1, memory_order_relaxed);
@@ -1394,6 +1416,7 @@ static int shm_wait_arm(tl_iface_t *iface, struct pollfd *pfd, int64_t *cap_us)
     *cap_us = -1;
     atomic_fetch_add_explicit(&si->seg->fd_sleeping, 1, memory_order_seq_cst);
     atomic_fetch_add_explicit(&si->seg->sleeping, 1, memory_order_seq_cst);
+    sleep_fence(si);
     return shm_ready(si) ? TL_WAIT_READY : TL_WAIT_ARMED;
 }
 

@@ -60,6 +60,7 @@ typedef struct shm_iface {
     int fb_held;                /* a box's next entry is left for later */
     _Atomic uint64_t epoch;     /* progress calls that found work (mt only) */
     int mt;                     /* threads may wait at once */
+    int wake_asym;              /* tl_iface_params_t's: see epoch_note */
     int closing;                /* iface_close is under way */
     uint64_t uuid;
     uint64_t host_id;

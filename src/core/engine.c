@@ -170,6 +170,9 @@ static void *engine_main(void *arg)
 
     /* Its short sleeps must be short: the default slack is 50 us. */
     prctl(PR_SET_TIMERSLACK, 1000UL);
+    /* the side of the transports' asymmetric wake-ups that fences (tl.h) */
+    for (int i = 0; i < ctx->n_ifaces; i++)
+        atomic_store_explicit(&ctx->ifaces[i]->rare_thread, (uintptr_t)pthread_self(), memory_order_relaxed);
     while (!atomic_load_explicit(&ctx->off_stop, memory_order_acquire)) {
         uint64_t calls;
         int events;

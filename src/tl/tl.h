@@ -18,6 +18,7 @@
 #ifndef TMX_TL_H
 #define TMX_TL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <poll.h>
@@ -191,12 +192,14 @@ typedef struct tl_iface_params {
     tl_peer_addr_t peer_addr; /* published addresses (may be NULL: none known);
                                  called with recv_arg */
     int wake_asym;          /* with mt: those threads are the application's one
-                               and the offload engine's, and the process is
-                               registered for membarrier(PRIVATE_EXPEDITED)
-                               (the context's asymmetric lock): a thread about
-                               to sleep runs it after counting itself asleep,
-                               so that a thread that progressed needs no fence
-                               before it looks for sleepers of its process */
+                               and the offload engine's (tl_iface_t's
+                               rare_thread), and the process is registered
+                               for membarrier(PRIVATE_EXPEDITED) (the
+                               context's asymmetric lock): the application's
+                               thread, which progresses all the time, needs
+                               no fence before it looks for sleepers of its
+                               process, since the engine's runs membarrier
+                               when it is about to sleep */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */
@@ -256,6 +259,13 @@ struct tl_iface {
     /* Owned by the layer above: its data for this interface (proto's
      * protocol table). Transports never touch it. */
     const void *above;
+    /* With tl_iface_params_t.wake_asym: the offload engine's thread,
+     * (uintptr_t)pthread_self(), stored by that thread before it first
+     * progresses; 0 before. Only a thread comparing it with itself reads
+     * it: the engine's is the side of the asymmetric wake-up that fences
+     * when it woke others (and runs membarrier before it sleeps), the
+     * application's the side that does neither. */
+    _Atomic uintptr_t rare_thread;
 };
 
 #define TL_QUIET_POLL_EVERY 64

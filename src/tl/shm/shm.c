@@ -11,6 +11,7 @@
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1207,21 +1208,30 @@ static _Thread_local struct {
     uint64_t epoch;
 } shm_seen;
 
+/* With wake_asym: whether this is the offload engine's thread, the one of
+ * the two that progresses and sleeps rarely. */
+static inline int on_rare_thread(const shm_iface_t *si)
+{
+    return atomic_load_explicit(&si->super.rare_thread, memory_order_relaxed) == (uintptr_t)pthread_self();
+}
+
 /* Progress that found work moves the epoch and wakes the threads asleep
  * in shm_wait (the seq_cst fence in seg_wake pairs with theirs): a thread
  * that unlocked, found its cell unpublished because another thread
  * consumed it and then slept, would sleep with its request done. Those
- * threads are all this process's: with wake_asym the fence is the
- * sleeper's, a membarrier() that makes every thread of ours pass one
- * (sleep_fence), and the thread that progresses, on every message, needs
- * only the compiler's. */
+ * threads are all this process's. With wake_asym they are two, and the
+ * application's, which progresses on every message, needs only the
+ * compiler's fence: the engine's runs membarrier(), which makes every
+ * thread of ours pass a full fence, when it is about to sleep
+ * (sleep_fence). The engine's fences as before, so the application's
+ * sleeps cost no system call. */
 static void epoch_note(shm_iface_t *si, int events)
 {
     uint64_t e = atomic_load_explicit(&si->epoch, memory_order_relaxed);
 
     if (events != 0) {
         atomic_store_explicit(&si->epoch, ++e, memory_order_relaxed);
-        if (si->wake_asym) {
+        if (si->wake_asym && !on_rare_thread(si)) {
             atomic_signal_fence(memory_order_seq_cst);
             if (atomic_load_explicit(&si->seg->sleeping, memory_order_relaxed) != 0)
                 seg_wake_now(si, si->seg);
@@ -1379,10 +1389,12 @@ static int shm_ready(shm_iface_t *si)
 }
 
 /* A sleeper that counted itself, before it looks: with wake_asym, the
- * fence the threads of its process that progress leave out (epoch_note). */
+ * engine's thread makes the fence the application's leaves out
+ * (epoch_note). */
 static void sleep_fence(const shm_iface_t *si)
 {
-    if (si->wake_asym && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+    if (si->wake_asym && on_rare_thread(si) &&
+        syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
         util_error("shm: membarrier failed (%s) though registered: a wake may come late",
                    strerror(errno));
 }

@@ -287,6 +287,43 @@ done
 n=$(grep -vcx '\[[012]\] 0123456789' "$TMP/out")
 [ "$n" -eq 0 ] || fail "$n lines broken or mixed"
 
+begin "stdin goes to rank 0, as mpirun's, whole however slowly it reads"
+head -c 3000000 /dev/urandom >"$TMP/in"
+want=$(md5sum <"$TMP/in")
+timeout -k 2 "$RUN_LIMIT" "$TMXRUN" -n 3 -p sh -c 'sleep 0.5; md5sum' "$MARK" <"$TMP/in" \
+    >"$TMP/out" 2>"$TMP/err"
+RC=$?
+expect_rc 0 "the ranks exit 0"
+expect_line out "^\[0\] $want\$" "rank 0 read all of it"
+expect_line out "^\[1\] d41d8cd98f00b204e9800998ecf8427e  -\$" "rank 1 read nothing"
+expect_line out "^\[2\] d41d8cd98f00b204e9800998ecf8427e  -\$" "rank 2 read nothing"
+
+begin "--stdin all: every rank reads all of it; --stdin 2: rank 2 alone"
+timeout -k 2 "$RUN_LIMIT" "$TMXRUN" -n 3 -p --stdin all sh -c 'sleep 0.$TMX_RANK; md5sum' "$MARK" \
+    <"$TMP/in" >"$TMP/out" 2>"$TMP/err"
+RC=$?
+expect_rc 0 "the ranks exit 0"
+[ "$(grep -c "^\[[012]\] $want\$" "$TMP/out")" -eq 3 ] || fail "every rank should have read all of it"
+printf 'one\ntwo\n' | timeout -k 2 "$RUN_LIMIT" "$TMXRUN" -n 3 -p --stdin 2 sh -c 'sed s/^/in:/' "$MARK" \
+    >"$TMP/out" 2>"$TMP/err"
+RC=$?
+expect_rc 0 "the ranks exit 0"
+[ "$(cat "$TMP/out")" = "$(printf '[2] in:one\n[2] in:two')" ] || fail "rank 2 alone should have read it"
+
+begin "--stdin none leaves stdin unread; a rank that stops reading it does not hold the job"
+{ timeout -k 2 "$RUN_LIMIT" "$TMXRUN" -n 2 --stdin none sh -c 'cat' "$MARK"; cat; } \
+    <<<"left for the next" >"$TMP/out" 2>"$TMP/err"
+expect_line out '^left for the next$' "tmxrun read none of it"
+run_t0=$(now_ms)
+yes | timeout -k 2 "$RUN_LIMIT" "$TMXRUN" -n 2 --stdin all sh -c 'head -c 10 >/dev/null; echo done' \
+    "$MARK" >"$TMP/out" 2>"$TMP/err"
+RC=${PIPESTATUS[1]}
+MS=$(($(now_ms) - run_t0))
+expect_rc 0 "the ranks exit 0 with endless input"
+expect_faster 5000 "tmxrun ended with its ranks"
+expect_usage "-n 2 --stdin 2 true" "-n 2 --stdin x true" "-n 2 --stdin -1 true" "-n 2 --stdin true"
+expect_no_leftovers
+
 begin "tmxrun killed by SIGKILL takes its ranks with it"
 start_bg -n 3 "$KVS_RANK" --sleep 30 "$MARK"
 if wait_for_procs 4; then

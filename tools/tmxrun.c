@@ -114,8 +114,11 @@ static void usage(FILE *f)
             "  --kvs-addr IP      with --hosts: listen on IP only and tell the ranks\n"
             "                     to connect there (default: listen on every address,\n"
             "                     advertise the one on the route to the hosts)\n"
+            "  --stdin R|all|none which ranks read tmxrun's stdin: rank R (default 0,\n"
+            "                     as mpirun), every rank (each gets all of it), or\n"
+            "                     none; the others read /dev/null\n"
             "  -h, --help         show this help\n"
-            "Ranks read stdin from /dev/null. Exit status: 0 when every rank exits 0;\n"
+            "Exit status: 0 when every rank exits 0;\n"
             "else the first failing rank's (128+S if killed by signal S); %d on timeout;\n"
             "128+S when tmxrun gets SIGINT, SIGTERM, SIGHUP or SIGQUIT (130 for Ctrl-C),\n"
             "which stop the job; %d on bad usage; %d when tmxrun itself fails.\n"
@@ -201,6 +204,29 @@ static int parse_agent(const char *s, run_opts_t *o)
     return 0;
 }
 
+static int parse_stdin(const char *s, run_opts_t *o)
+{
+    char *end;
+    long v;
+
+    if (strcmp(s, "all") == 0) {
+        o->stdin_to = RUN_STDIN_ALL;
+        return 0;
+    }
+    if (strcmp(s, "none") == 0) {
+        o->stdin_to = RUN_STDIN_NONE;
+        return 0;
+    }
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < 0 || v >= RUN_MAX_RANKS) {
+        fprintf(stderr, "tmxrun: --stdin '%s': expected a rank, 'all' or 'none'\n", s);
+        return -1;
+    }
+    o->stdin_to = (int)v;
+    return 0;
+}
+
 static int parse_kvs_addr(const char *s, run_opts_t *o)
 {
     struct in_addr in;
@@ -222,6 +248,8 @@ static int opts_check(const run_opts_t *o)
         why = "-n N is required";
     else if (o->argv == NULL || o->argv[0] == NULL)
         why = "no program";
+    else if (o->stdin_to >= o->nranks)
+        why = "--stdin names a rank the job does not have";
     else if (o->hosts == NULL && (o->agent != NULL || o->kvs_ip != NULL))
         why = "--agent and --kvs-addr go with --hosts";
     else if (o->hosts != NULL && o->agent == NULL)
@@ -250,6 +278,8 @@ static int opt_apply(int c, const char *arg, run_opts_t *o)
         return parse_agent(arg, o);
     case 'K':
         return parse_kvs_addr(arg, o);
+    case 'I':
+        return parse_stdin(arg, o);
     default:
         return -1; /* '?' or ':': getopt has said what is wrong */
     }
@@ -273,6 +303,7 @@ static run_parse_t opts_parse(int argc, char **argv, run_opts_t *o)
                                           {"hosts", required_argument, NULL, 'H'},
                                           {"agent", required_argument, NULL, 'A'},
                                           {"kvs-addr", required_argument, NULL, 'K'},
+                                          {"stdin", required_argument, NULL, 'I'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     int c;
@@ -321,6 +352,7 @@ static void rank_exited(run_job_t *job, int r, int status)
 
     job->ranks[r].exited = 1;
     job->live--;
+    stdin_close(job, r);
     if (job->first_gone < 0)
         job->first_gone = r;
     if (code != 0 && WIFSIGNALED(status))
@@ -380,6 +412,8 @@ static void signals_read(run_job_t *job)
     while (read(job->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
         if (si.ssi_signo == SIGCHLD)
             ranks_reap(job);
+        else if (si.ssi_signo == SIGCONT)
+            continue; /* the loop looks at the terminal again */
         else if (si.ssi_signo == SIGUSR1 || si.ssi_signo == SIGUSR2)
             ranks_signal(job, (int)si.ssi_signo); /* the ranks', as mpirun and srun forward them */
         else
@@ -432,6 +466,12 @@ static size_t poll_build(run_job_t *job)
         if (outq_poll_fd(job, fd) >= 0)
             n = poll_add(job, n, outq_poll_fd(job, fd), POLLOUT, POLL_OUTQ, &job->outq[fd]);
     }
+    if (stdin_pollable(job))
+        n = poll_add(job, n, 0, POLLIN, POLL_STDIN, NULL);
+    for (int r = 0; r < job->started; r++) {
+        if (job->ranks[r].in_fd >= 0 && job->ranks[r].in_off < job->in_len)
+            n = poll_add(job, n, job->ranks[r].in_fd, POLLOUT, POLL_STDIN_RANK, &job->ranks[r]);
+    }
     for (size_t i = 0; i < job->nconns; i++) {
         run_conn_t *c = job->conns[i];
         /* A full input buffer waits for its requests to be handled (a
@@ -481,6 +521,12 @@ static void poll_dispatch(run_job_t *job, size_t n)
         case POLL_OUTQ:
             outq_flush(job, job->tags[i].obj == &job->outq[1] ? 1 : 2);
             break;
+        case POLL_STDIN:
+            stdin_read(job);
+            break;
+        case POLL_STDIN_RANK:
+            stdin_feed(job, (int)((run_rank_t *)job->tags[i].obj - job->ranks));
+            break;
         case POLL_CONN:
             conn_event(job->tags[i].obj, rev);
             break;
@@ -521,7 +567,7 @@ static void ranks_spawn(run_job_t *job)
  * more. Raises the soft limit as far as needed and allowed. */
 static int fds_reserve(run_job_t *job)
 {
-    rlim_t pipes = 2 * (rlim_t)job->opts.nranks, extra = 32;
+    rlim_t pipes = 3 * (rlim_t)job->opts.nranks, extra = 32;
     rlim_t conns = RUN_CONNS_PER_RANK * (rlim_t)job->opts.nranks + 16;
     rlim_t want = pipes + conns + extra;
     struct rlimit lim;
@@ -557,10 +603,12 @@ static int signals_init(run_job_t *job)
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
     sigaddset(&set, SIGQUIT); /* Ctrl-\: by default we would die, and leave the ranks' children */
+    sigaddset(&set, SIGCONT); /* brought to the foreground: stdin may be read again */
     sigaddset(&set, SIGUSR1);
     sigaddset(&set, SIGUSR2);
     signal(SIGCHLD, SIG_DFL); /* SIG_IGN inherited would reap for us */
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGTTIN, SIG_IGN); /* a read of the terminal from its background fails instead */
     if (sigprocmask(SIG_BLOCK, &set, &job->old_mask) != 0)
         return -1;
     job->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -577,11 +625,11 @@ static int job_alloc(run_job_t *job)
         job->nbuckets *= 2;
     job->ranks = calloc(n, sizeof(*job->ranks));
     for (size_t r = 0; job->ranks != NULL && r < n; r++)
-        job->ranks[r].out.fd = job->ranks[r].err.fd = -1;
+        job->ranks[r].out.fd = job->ranks[r].err.fd = job->ranks[r].in_fd = -1;
     job->conns = calloc(job->max_conns, sizeof(*job->conns));
     job->buckets = calloc(job->nbuckets, sizeof(*job->buckets));
-    job->pfds = calloc(4 + 2 * n + job->max_conns, sizeof(*job->pfds));
-    job->tags = calloc(4 + 2 * n + job->max_conns, sizeof(*job->tags));
+    job->pfds = calloc(5 + 3 * n + job->max_conns, sizeof(*job->pfds));
+    job->tags = calloc(5 + 3 * n + job->max_conns, sizeof(*job->tags));
     if (job->ranks == NULL || job->conns == NULL || job->buckets == NULL || job->pfds == NULL ||
         job->tags == NULL)
         return -1;
@@ -594,7 +642,9 @@ static void job_fini(run_job_t *job)
     for (int r = 0; job->ranks != NULL && r < job->opts.nranks; r++) {
         stream_close(job, &job->ranks[r].out);
         stream_close(job, &job->ranks[r].err);
+        stdin_close(job, r);
     }
+    free(job->in_buf);
     kvs_fini(job);
     outq_fini(job);
     free(job->ranks);

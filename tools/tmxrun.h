@@ -46,6 +46,11 @@
 #define RUN_KV_OVERHEAD 64
 #define RUN_PEER_MAX 64                 /* "pid N" or "IP:PORT" of a client, for log lines */
 
+#define RUN_STDIN_ALL (-1)              /* --stdin all: every rank reads tmxrun's stdin */
+#define RUN_STDIN_NONE (-2)             /* --stdin none: every rank reads /dev/null */
+#define RUN_STDIN_CHUNK 65536           /* stdin read at most this much ahead of the slowest
+                                           rank that reads it */
+
 #define RUN_EXIT_USAGE 2
 #define RUN_EXIT_TIMEOUT 124
 #define RUN_EXIT_INTERNAL 125           /* tmxrun itself failed, as timeout(1) */
@@ -60,6 +65,7 @@ typedef struct run_opts {
     int nhosts;
     const char *agent;  /* --agent: the command that starts a rank on {host} */
     const char *kvs_ip; /* --kvs-addr: IPv4 address to bind and advertise */
+    int stdin_to;       /* --stdin: a rank, RUN_STDIN_ALL or RUN_STDIN_NONE */
 } run_opts_t;
 
 /* One forwarded output stream (stdout or stderr) of one rank. */
@@ -90,6 +96,8 @@ typedef struct run_outq {
 typedef struct run_rank {
     pid_t pid;          /* also its process group; 0 if never started */
     int exited;
+    int in_fd;          /* write end of its stdin pipe (non-blocking); -1: none or closed */
+    size_t in_off;      /* how much of job->in_buf it has taken */
     run_stream_t out;
     run_stream_t err;
 } run_rank_t;
@@ -122,7 +130,15 @@ typedef struct run_kv {
     char key[];
 } run_kv_t;
 
-typedef enum run_poll_kind { POLL_SIGNAL, POLL_LISTEN, POLL_STREAM, POLL_CONN, POLL_OUTQ } run_poll_kind_t;
+typedef enum run_poll_kind {
+    POLL_SIGNAL,
+    POLL_LISTEN,
+    POLL_STREAM,
+    POLL_CONN,
+    POLL_OUTQ,
+    POLL_STDIN,         /* tmxrun's stdin */
+    POLL_STDIN_RANK     /* a rank's stdin pipe, with input left for it */
+} run_poll_kind_t;
 
 typedef struct run_poll_tag {
     run_poll_kind_t kind;
@@ -148,6 +164,9 @@ typedef struct run_job {
     int out_same;           /* stdout and stderr are one file: outq[1] serves both */
     int outq_on;            /* outq_init ran: run_log goes through outq[2] */
     int timed_out;          /* --timeout passed */
+    char *in_buf;           /* the last piece read from our stdin: RUN_STDIN_CHUNK bytes */
+    size_t in_len;          /* its length; the next is read once every rank took it */
+    int in_eof;             /* our stdin ended (or failed): no more is read */
     sigset_t old_mask;
     struct rlimit nofile;   /* as we found it, restored in the ranks */
     char kvs_addr[RUN_ADDR_MAX];
@@ -225,6 +244,29 @@ int stream_read(run_job_t *job, run_stream_t *s);
  * Safe to call again. */
 void stream_close(run_job_t *job, run_stream_t *s);
 
+
+/* Forwards tmxrun's stdin to the ranks that read it (--stdin): the next
+ * piece is read only once each of them took the last, so that the slowest
+ * sets the pace and nothing piles up here. */
+
+/* Whether rank r reads tmxrun's stdin. */
+int stdin_wanted(const run_job_t *job, int r);
+
+/* Our stdin is to be polled: some rank still takes it, every rank took
+ * the last piece, and we may read it (not a terminal of which we are in
+ * the background: that read would stop tmxrun). */
+int stdin_pollable(const run_job_t *job);
+
+/* Reads a piece of our stdin and hands it to the ranks (POLL_STDIN). */
+void stdin_read(run_job_t *job);
+
+/* Writes what rank r has not taken yet, as far as its pipe takes it
+ * (POLL_STDIN_RANK); closes its pipe once it took all and stdin ended, or
+ * it stopped reading. */
+void stdin_feed(run_job_t *job, int r);
+
+/* No more input for rank r: its pipe is closed. */
+void stdin_close(run_job_t *job, int r);
 
 /* --------------------------------------------------------- tmxrun_kvs.c */
 

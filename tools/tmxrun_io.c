@@ -17,6 +17,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "tmxrun.h"
@@ -319,6 +320,81 @@ int stream_read(run_job_t *job, run_stream_t *s)
     }
     stream_feed(job, s, buf, (size_t)n);
     return 1;
+}
+
+/* ---------------------------------------------------------------- stdin */
+
+int stdin_wanted(const run_job_t *job, int r)
+{
+    return job->opts.stdin_to == RUN_STDIN_ALL || job->opts.stdin_to == r;
+}
+
+int stdin_pollable(const run_job_t *job)
+{
+    int takers = 0;
+    pid_t fg;
+
+    if (job->in_eof)
+        return 0;
+    for (int r = 0; r < job->started; r++) {
+        if (job->ranks[r].in_fd < 0)
+            continue;
+        if (job->ranks[r].in_off < job->in_len)
+            return 0; /* the last piece is not taken yet */
+        takers++;
+    }
+    /* a terminal's background process group that reads it is stopped */
+    return takers > 0 && (!isatty(0) || ((fg = tcgetpgrp(0)) >= 0 && fg == getpgrp()));
+}
+
+void stdin_close(run_job_t *job, int r)
+{
+    if (job->ranks[r].in_fd >= 0)
+        close(job->ranks[r].in_fd);
+    job->ranks[r].in_fd = -1;
+}
+
+void stdin_feed(run_job_t *job, int r)
+{
+    run_rank_t *rk = &job->ranks[r];
+
+    while (rk->in_fd >= 0 && rk->in_off < job->in_len) {
+        ssize_t n = write(rk->in_fd, job->in_buf + rk->in_off, job->in_len - rk->in_off);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) { /* it closed its stdin: it reads no more */
+            stdin_close(job, r);
+            return;
+        }
+        rk->in_off += (size_t)n;
+    }
+    if (job->in_eof && rk->in_off == job->in_len)
+        stdin_close(job, r);
+}
+
+void stdin_read(run_job_t *job)
+{
+    ssize_t n;
+
+    if (job->in_buf == NULL && (job->in_buf = malloc(RUN_STDIN_CHUNK)) == NULL) {
+        run_log("out of memory: the ranks' stdin ends here");
+        n = 0;
+    } else {
+        n = read(0, job->in_buf, RUN_STDIN_CHUNK);
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR || errno == EIO))
+        return; /* EIO: sent to the background of the terminal meanwhile */
+    if (n < 0)
+        run_log("stdin: %s: the ranks' stdin ends here", strerror(errno));
+    job->in_len = n > 0 ? (size_t)n : 0;
+    job->in_eof = n <= 0;
+    for (int r = 0; r < job->started; r++) {
+        job->ranks[r].in_off = 0;
+        stdin_feed(job, r);
+    }
 }
 
 /* ------------------------------------------------------------- the end */

@@ -251,26 +251,28 @@ static void rank_setenv(const run_job_t *job, int r)
 
 /* Everything but the exec: own process group, death with tmxrun, the
  * standard descriptors, the signal state and limits tmxrun found. */
-static void child_prepare(const run_job_t *job, int out_fd, int err_fd)
+static void child_prepare(const run_job_t *job, int in_fd, int out_fd, int err_fd)
 {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != job->self)
         _exit(RUN_EXIT_INTERNAL); /* tmxrun is already gone */
     setpgid(0, 0);
-    if (dup2(job->null_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
+    if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
         _exit(RUN_EXIT_INTERNAL);
     signal(SIGPIPE, SIG_DFL);
+    signal(SIGTTIN, SIG_DFL);
     sigprocmask(SIG_SETMASK, &job->old_mask, NULL);
     setrlimit(RLIMIT_NOFILE, &job->nofile);
 }
 
 /* In the child: never returns. cmd is the agent command, NULL to run the
  * program here. */
-static void rank_exec(const run_job_t *job, int r, const char *cmd, int out_fd, int err_fd)
+static void rank_exec(const run_job_t *job, int r, const char *cmd, int in_fd, int out_fd,
+                      int err_fd)
 {
     const char *what = cmd != NULL ? "/bin/sh" : job->opts.argv[0];
     int err;
 
-    child_prepare(job, out_fd, err_fd);
+    child_prepare(job, in_fd, out_fd, err_fd);
     if (cmd != NULL) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
     } else {
@@ -286,7 +288,7 @@ static void rank_exec(const run_job_t *job, int r, const char *cmd, int out_fd, 
 
 int rank_spawn(run_job_t *job, int r)
 {
-    int outp[2], errp[2];
+    int outp[2], errp[2], inp[2] = {-1, -1};
     char *cmd = NULL;
     int err;
     pid_t pid;
@@ -301,17 +303,26 @@ int rank_spawn(run_job_t *job, int r)
         err = errno;
         goto err_close_out_pipe;
     }
-    pid = fork();
-    if (pid < 0) {
+    if (stdin_wanted(job, r) && pipe2(inp, O_CLOEXEC) != 0) {
         err = errno;
         goto err_close_err_pipe;
     }
+    pid = fork();
+    if (pid < 0) {
+        err = errno;
+        goto err_close_in_pipe;
+    }
     if (pid == 0)
-        rank_exec(job, r, cmd, outp[1], errp[1]);
+        rank_exec(job, r, cmd, inp[0] >= 0 ? inp[0] : job->null_fd, outp[1], errp[1]);
     setpgid(pid, pid); /* also here: no window in which kill(-pid) misses */
     free(cmd);
     close(outp[1]);
     close(errp[1]);
+    if (inp[0] >= 0) {
+        close(inp[0]);
+        fcntl(inp[1], F_SETFL, fcntl(inp[1], F_GETFL) | O_NONBLOCK);
+        job->ranks[r].in_fd = inp[1];
+    }
     job->ranks[r].pid = pid;
     stream_init(&job->ranks[r].out, outp[0], 1, r);
     stream_init(&job->ranks[r].err, errp[0], 2, r);
@@ -319,6 +330,11 @@ int rank_spawn(run_job_t *job, int r)
     job->live++;
     return 0;
 
+err_close_in_pipe:
+    if (inp[0] >= 0) {
+        close(inp[0]);
+        close(inp[1]);
+    }
 err_close_err_pipe:
     close(errp[0]);
     close(errp[1]);

@@ -677,6 +677,7 @@ static int job_init(run_job_t *job)
     std_fds_open();
     outq_init(job);
     log_job = job;
+    job->in_tty = isatty(0);
     snprintf(job->jobid, sizeof(job->jobid), "%016llx", (unsigned long long)random64());
     if (fds_reserve(job) != 0)
         return -1;

@@ -167,6 +167,7 @@ typedef struct run_job {
     char *in_buf;           /* the last piece read from our stdin: RUN_STDIN_CHUNK bytes */
     size_t in_len;          /* its length; the next is read once every rank took it */
     int in_eof;             /* our stdin ended (or failed): no more is read */
+    int in_tty;             /* our stdin is a terminal (looked at once) */
     sigset_t old_mask;
     struct rlimit nofile;   /* as we found it, restored in the ranks */
     char kvs_addr[RUN_ADDR_MAX];

@@ -344,7 +344,7 @@ int stdin_pollable(const run_job_t *job)
         takers++;
     }
     /* a terminal's background process group that reads it is stopped */
-    return takers > 0 && (!isatty(0) || ((fg = tcgetpgrp(0)) >= 0 && fg == getpgrp()));
+    return takers > 0 && (!job->in_tty || ((fg = tcgetpgrp(0)) >= 0 && fg == getpgrp()));
 }
 
 void stdin_close(run_job_t *job, int r)

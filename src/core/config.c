@@ -53,8 +53,9 @@ static const cfg_entry_t cfg_table[] = {
      "deliveries, rendezvous reads and FIN, acknowledgements) while the application computes "
      "without calling tmx; contexts then lock as in TMX_THREAD_MULTIPLE (docs/offload.md)"},
     {"TMX_OFFLOAD_POLL_US", CFG_UINT, "10", 1, 100000, NULL, CFG_FIELD(offload_poll_us),
-     "offload engine: how often, in microseconds, it looks whether the application has stopped "
-     "calling tmx (it leaves the traffic to the application while that calls)"},
+     "offload engine: how often, in microseconds, it first looks whether the application has "
+     "stopped calling tmx (it leaves the traffic to the application while that calls; the period "
+     "then doubles while the application polls, up to 20 ms or this value)"},
     {"TMX_OFFLOAD_TAGS", CFG_UINT, "64", 1, 65535, NULL, CFG_FIELD(offload_tags),
      "offload engine: receives its matching list holds (max_num_tags); the rest are matched by "
      "software"},

@@ -18,11 +18,20 @@
  *   not progress), so that small messages and udp's housekeeping still
  *   move within milliseconds;
  * - looking, while such requests are live and the application progresses
- *   the context: every TMX_OFFLOAD_POLL_US (backing off to 16 times that
- *   while the application stays busy, and back to the start when a new
- *   large request starts) it checks whether the application is inside or
- *   made a progress pass since its last look (core_progress counts them),
- *   and leaves the traffic to it;
+ *   the context: after TMX_OFFLOAD_POLL_US, then at a period that doubles
+ *   while the application polls (up to ENGINE_LOOK_MAX_US) and starts
+ *   again when it calls only now and then or a new large request starts,
+ *   it checks whether the application is inside or made a progress pass
+ *   since its last look (core_progress counts them), and leaves the
+ *   traffic to it. The doubling keeps a look from coming later than the
+ *   application's polling so far, and makes an application that waits
+ *   long in tmx (or in MPI_Wait over it) cost a few looks a second, not
+ *   thousands: with looks at most 160 us apart, Open MPI jobs whose ranks
+ *   poll while they wait stalled for minutes across two test hosts, the
+ *   test machine's scheduler giving one host's processes almost no
+ *   processor time (bench/results/stalls.md). A look 1 ms or more away is
+ *   a wait on the futex word, which a new large request interrupts
+ *   (core_offload_big);
  * - working, once a whole period passed without the application: it takes
  *   the lock, progresses until nothing moves, and sleeps in the
  *   transports, where a sender wakes it.
@@ -43,7 +52,9 @@
 #define ENGINE_PASSES 64          /* progress passes per turn while work keeps coming */
 #define ENGINE_SLEEP_BUSY_US 1000 /* a sleep in the transports while big requests are live */
 #define ENGINE_SLEEP_IDLE_US 5000 /* a look this often while none is */
-#define ENGINE_BACKOFF_MAX 4      /* looks at most 2^4 periods apart */
+#define ENGINE_LOOK_MAX_US 20000  /* looks double their period up to this (or the setting) */
+#define ENGINE_LOOK_DENSE 4       /* the application polls: a call per 4 periods at least */
+#define ENGINE_NAP_US 1000        /* a look at least this far off can be interrupted */
 #define ENGINE_TRIES 64           /* tries to get in while asleep, at each look */
 
 static void sleep_us(uint64_t us)
@@ -60,15 +71,34 @@ static void futex_wait_us(atomic_int *word, int val, uint64_t us)
     syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
 }
 
+/* The wait until the next look while the application is busy: a plain
+ * sleep when short; when long, a wait on the futex word that a large
+ * request started meanwhile (off_posts moves past posts) cuts short. */
+static void engine_look_wait(tmx_context_h ctx, uint64_t us, unsigned posts)
+{
+    if (us < ENGINE_NAP_US) {
+        sleep_us(us);
+        return;
+    }
+    atomic_store(&ctx->off_sleeping, 1); /* seq_cst: see core_offload_big */
+    if (atomic_load(&ctx->off_posts) == posts)
+        futex_wait_us(&ctx->off_word, 0, us);
+    atomic_store_explicit(&ctx->off_sleeping, 0, memory_order_release);
+    atomic_store_explicit(&ctx->off_word, 0, memory_order_relaxed);
+}
+
 void core_offload_big(tmx_context_h ctx, struct tmx_request *req)
 {
     req->big = 1;
-    atomic_fetch_add_explicit(&ctx->off_posts, 1, memory_order_relaxed);
     /* seq_cst on both sides (here and where the thread goes to sleep): each
      * writes one word and then reads the other, and at least one must see
      * the other's write, or the wake-up is lost (for up to
-     * ENGINE_SLEEP_IDLE_US). */
-    if (atomic_fetch_add(&ctx->off_big, 1) == 0 && atomic_load(&ctx->off_sleeping)) {
+     * ENGINE_SLEEP_IDLE_US asleep, or a long look's ENGINE_NAP_US or
+     * more). The engine sleeps on the word only asleep and in long looks,
+     * so a post costs a system call only then. */
+    atomic_fetch_add(&ctx->off_posts, 1);
+    atomic_fetch_add(&ctx->off_big, 1);
+    if (atomic_load(&ctx->off_sleeping)) {
         atomic_store_explicit(&ctx->off_word, 1, memory_order_release);
         syscall(SYS_futex, &ctx->off_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     }
@@ -112,8 +142,11 @@ void core_asym_wait(tmx_context_h ctx)
 {
     for (;;) {
         atomic_store_explicit(&ctx->app_in, 0, memory_order_release);
+        /* The engine works a bounded turn. A yield, not a sleep: while we
+         * are out (app_in 0) the engine may take its next turn at once,
+         * and a sleeping waiter would rarely catch the gap between. */
         while (atomic_load_explicit(&ctx->eng_in, memory_order_acquire))
-            sched_yield(); /* the engine works a bounded turn */
+            sched_yield();
         atomic_store_explicit(&ctx->app_in, 1, memory_order_relaxed);
         atomic_thread_fence(memory_order_seq_cst);
         if (!atomic_load_explicit(&ctx->eng_in, memory_order_acquire))
@@ -165,6 +198,7 @@ static void *engine_main(void *arg)
     tmx_context_h ctx = arg;
     uint64_t seen = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed);
     unsigned backoff = 0; /* looks in a row that found the application busy */
+    uint64_t period = 0;  /* the wait before this look, us */
     unsigned posts = 0;   /* off_posts at the last look */
     int woke = 0;         /* slept in the transports since the last turn */
 
@@ -206,12 +240,23 @@ static void *engine_main(void *arg)
             backoff = 0;
         }
         if (calls != seen || !engine_trylock(ctx)) {
-            /* The application advances its traffic itself. The longer it
-             * does, the rarer the looks (up to 16 periods apart), so that
-             * on a core shared with it they cost little. */
+            /* The application advances its traffic itself. While it is
+             * inside all along or polls (a call per ENGINE_LOOK_DENSE
+             * periods of TMX_OFFLOAD_POLL_US at least: a wait, not a
+             * computation that tests now and then) the looks grow rarer,
+             * so that on a core shared with it they cost little; otherwise
+             * they start over, so that the engine takes over soon once it
+             * stops calling. */
+            uint64_t poll = ctx->cfg.offload_poll_us;
+            uint64_t cap = poll > ENGINE_LOOK_MAX_US ? poll : ENGINE_LOOK_MAX_US;
+
+            if (calls != seen && (calls - seen) * poll * ENGINE_LOOK_DENSE < period)
+                backoff = 0;
+            period = poll << backoff < cap ? poll << backoff : cap;
+            if (poll << backoff < cap)
+                backoff++;
             seen = calls;
-            sleep_us(ctx->cfg.offload_poll_us << (backoff < ENGINE_BACKOFF_MAX ? backoff : ENGINE_BACKOFF_MAX));
-            backoff++;
+            engine_look_wait(ctx, period, posts);
             continue;
         }
         backoff = 0;
@@ -243,7 +288,7 @@ tmx_status_t core_offload_start(tmx_context_h ctx)
         util_error("offload engine: cannot start its thread: %s", strerror(err));
         return TMX_ERR_NOMEM;
     }
-    util_debug("%s: offload engine started (looks every %llu us)", ctx->name,
+    util_debug("%s: offload engine started (looks from every %llu us)", ctx->name,
                (unsigned long long)ctx->cfg.offload_poll_us);
     return TMX_OK;
 }

@@ -5,7 +5,6 @@
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 #include <unistd.h>
 
 #include "util/log.h"
+#include "util/spin.h"
 
 #ifndef UFFD_USER_MODE_ONLY
 #define UFFD_USER_MODE_ONLY 1
@@ -696,9 +696,9 @@ tmx_status_t rcache_get(rcache_t *c, const void *addr, size_t len, rcache_reg_t 
      * memory's entry would be found, and dropped by that event after we
      * lent the new memory under it; a new entry would be dropped by it
      * too. So the monitor reads such events first (it needs the lock). */
-    while (c->cached && events_in_flight(c)) {
+    for (unsigned turns = 0; c->cached && events_in_flight(c);) {
         pthread_mutex_unlock(&c->lock);
-        sched_yield();
+        util_spin_wait(&turns);
         pthread_mutex_lock(&c->lock);
     }
     if (c->cached) {
@@ -748,8 +748,8 @@ int rcache_reg_valid(const rcache_reg_t *reg)
         return 0;
     if (!(seq & 1))
         return 1;
-    while (atomic_load_explicit(&drain_seq, memory_order_acquire) == seq)
-        sched_yield();
+    for (unsigned turns = 0; atomic_load_explicit(&drain_seq, memory_order_acquire) == seq;)
+        util_spin_wait(&turns);
     return atomic_load_explicit(&e->valid, memory_order_acquire);
 }
 

@@ -15,7 +15,6 @@
  */
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +24,7 @@
 
 #include "tl/shm/shm.h"
 #include "util/log.h"
+#include "util/spin.h"
 
 #define SHM_DATA_CHUNK (SHM_CELL_PAYLOAD - sizeof(shm_get_data_t))
 
@@ -286,8 +286,8 @@ static tmx_status_t shared_get(shm_iface_t *si, shm_ep_t *ep, unsigned char *dst
     if (w.status == TMX_ERR_UNSUPPORTED) {
         /* the kernel refuses CMA here: once the owner's chunks under way
          * are written, copy through cells from now on, as shm_get does */
-        while (!owner_finished(si, &w) && !ep->failed && !shm_peer_dead(ep))
-            sched_yield();
+        for (unsigned turns = 0; !owner_finished(si, &w) && !ep->failed && !shm_peer_dead(ep);)
+            util_spin_wait(&turns);
         job_release(si, job);
         util_warn("shm: process_vm_readv refused; copying through shared memory from now on");
         cma_refused(si);
@@ -303,8 +303,8 @@ static tmx_status_t shared_get(shm_iface_t *si, shm_ep_t *ep, unsigned char *dst
      * failed still waits, so that nothing is written after we returned the
      * buffer. */
     if ((wait = malloc(sizeof(*wait))) == NULL) {
-        while (!owner_finished(si, &w) && !ep->failed && !shm_peer_dead(ep))
-            sched_yield();
+        for (unsigned turns = 0; !owner_finished(si, &w) && !ep->failed && !shm_peer_dead(ep);)
+            util_spin_wait(&turns);
         job_release(si, job);
         return w.status == TMX_OK ? TMX_ERR_NOMEM : w.status;
     }
@@ -538,8 +538,8 @@ void shm_get_fini(shm_iface_t *si)
 
     util_dlist_foreach_safe(pos, tmp, &si->helps) {
         shm_help_op_t *w = util_container_of(pos, shm_help_op_t, link);
-        while (!owner_finished(si, w) && !w->ep->failed && !shm_peer_dead(w->ep))
-            sched_yield();
+        for (unsigned turns = 0; !owner_finished(si, w) && !w->ep->failed && !shm_peer_dead(w->ep);)
+            util_spin_wait(&turns);
         free(w);
     }
 

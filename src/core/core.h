@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "boot/job.h"
 #include "core/config.h"
@@ -30,21 +31,25 @@
  * so this covers a full shm ring and a full UDP socket buffer. */
 #define CORE_DRAIN_PASSES 4096
 
+/* A remote process. Its identity (the remote context's uuid) is kept
+ * once: in its endpoint (tl_ep_t.uuid) once that is made, before that in
+ * the 8 bytes in front of the address copy (core_peer_uuid). */
 typedef struct core_peer {
     union {
         tl_ep_t *ep;            /* has_ep: made on first use */
         unsigned char *addr;    /* until then: the transport's address
-                                   section (a copy; NULL for self) */
+                                   section (a copy, after the uuid; NULL
+                                   for self) */
     };
-    proto_peer_t proto;         /* proto's state for it; proto.uuid is the
-                                   remote context's identity */
-    uint16_t addr_len;
+    proto_peer_t proto;         /* proto's state for it */
     uint8_t iface;              /* the transport that reaches it: ctx->ifaces[iface] */
+    uint16_t addr_len;
     uint8_t has_ep : 1;
     uint8_t failed : 1;         /* its process died or stopped answering */
+    uint8_t closed : 1;         /* its endpoint is gone with the context */
 } core_peer_t;
-_Static_assert(sizeof(void *) != 8 || sizeof(core_peer_t) == 24,
-               "a peer entry is 24 bytes on 64-bit targets: one per remote process");
+_Static_assert(sizeof(void *) != 8 || sizeof(core_peer_t) == 16,
+               "a peer entry is 16 bytes on 64-bit targets: one per remote process");
 
 enum core_req_state {
     CORE_REQ_PENDING = 0,  /* with proto: waiting in the matcher, for the wire or a FIN */
@@ -267,6 +272,20 @@ static inline core_peer_t *core_peer_get(tmx_context_h ctx, tmx_peer_t peer)
     if (peer == TMX_ANY_SOURCE || peer == TMX_PEER_NONE || !(peer & TMX_PEER_IMPLICIT))
         return NULL;
     return (peer & ~TMX_PEER_IMPLICIT) < ctx->n_ipeers ? &ctx->ipeers[peer & ~TMX_PEER_IMPLICIT] : NULL;
+}
+/* A peer's identity: its remote context's uuid (0 once its endpoint went
+ * with the context). */
+static inline uint64_t core_peer_uuid(const struct tmx_context *ctx, const core_peer_t *p)
+{
+    uint64_t uuid;
+
+    if (p->has_ep)
+        return p->ep->uuid;
+    if (p->addr != NULL) {
+        memcpy(&uuid, p->addr - sizeof(uuid), sizeof(uuid));
+        return uuid;
+    }
+    return p->closed ? 0 : ctx->uuid; /* self: no address */
 }
 tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep);
 tmx_status_t core_peer_addr_cb(void *arg, const tl_iface_t *iface, uint64_t uuid, const void **addr,

@@ -49,11 +49,11 @@ void core_peer_failed_cb(void *arg, uint64_t uuid, int clean)
         return;
     }
     for (uint32_t i = 0; i < ctx->n_peers; i++) {
-        if (ctx->peers[i].proto.uuid == uuid)
+        if (core_peer_uuid(ctx, &ctx->peers[i]) == uuid)
             ctx->peers[i].failed = 1;
     }
     for (uint32_t i = 0; i < ctx->n_ipeers; i++) {
-        if (ctx->ipeers[i].proto.uuid == uuid)
+        if (core_peer_uuid(ctx, &ctx->ipeers[i]) == uuid)
             ctx->ipeers[i].failed = 1;
     }
     util_dlist_foreach_safe(pos, tmp, &ctx->reqs) {
@@ -83,11 +83,11 @@ void core_watch_for_wildcards(tmx_context_h ctx)
     for (uint32_t i = 0; i < ctx->n_peers; i++) {
         if (!ctx->peers[i].has_ep && !ctx->peers[i].failed &&
             core_peer_ep(ctx, i, &ep) == TMX_ERR_PEER_FAILED)
-            core_peer_failed_cb(ctx, ctx->peers[i].proto.uuid, 0);
+            core_peer_failed_cb(ctx, core_peer_uuid(ctx, &ctx->peers[i]), 0);
     }
     for (uint32_t i = 0; i < ctx->n_ipeers; i++) {
         if (!ctx->ipeers[i].has_ep && !ctx->ipeers[i].failed &&
             core_peer_ep(ctx, TMX_PEER_IMPLICIT | i, &ep) == TMX_ERR_PEER_FAILED)
-            core_peer_failed_cb(ctx, ctx->ipeers[i].proto.uuid, 0);
+            core_peer_failed_cb(ctx, core_peer_uuid(ctx, &ctx->ipeers[i]), 0);
     }
 }

@@ -133,7 +133,10 @@ err_parse:
     return TMX_ERR_INVALID;
 }
 
-static tmx_status_t addr_parse(tmx_context_h ctx, const void *addr, size_t len, core_peer_t *peer)
+/* Parses an address into *peer (its address section pointing into addr)
+ * and *uuid. */
+static tmx_status_t addr_parse(tmx_context_h ctx, const void *addr, size_t len, core_peer_t *peer,
+                               uint64_t *uuid)
 {
     addr_hdr_t hdr;
 
@@ -149,8 +152,8 @@ static tmx_status_t addr_parse(tmx_context_h ctx, const void *addr, size_t len, 
         return TMX_ERR_INVALID;
     }
     memset(peer, 0, sizeof(*peer));
-    peer->proto.uuid = le64toh(hdr.uuid);
-    if (peer->proto.uuid == ctx->uuid && ctx->self_iface != NULL) {
+    *uuid = le64toh(hdr.uuid);
+    if (*uuid == ctx->uuid && ctx->self_iface != NULL) {
         for (int k = 0; k < ctx->n_ifaces; k++)
             if (ctx->ifaces[k] == ctx->self_iface)
                 peer->iface = (uint8_t)k;
@@ -168,7 +171,7 @@ static uint32_t uuid_slot(const tmx_context_h ctx, uint64_t uuid)
 {
     uint32_t i = (uint32_t)(((util_hash64(uuid ^ ctx->uuid_seed) >> 32) * ctx->uuid_cap) >> 32);
 
-    while (ctx->uuid_vals[i] != TMX_PEER_NONE && core_peer_get(ctx, ctx->uuid_vals[i])->proto.uuid != uuid)
+    while (ctx->uuid_vals[i] != TMX_PEER_NONE && core_peer_uuid(ctx, core_peer_get(ctx, ctx->uuid_vals[i])) != uuid)
         i = i + 1 == ctx->uuid_cap ? 0 : i + 1;
     return i;
 }
@@ -189,7 +192,7 @@ static tmx_status_t uuid_grow(tmx_context_h ctx)
         ctx->uuid_vals[i] = TMX_PEER_NONE;
     for (uint32_t i = 0; i < old_cap; i++) {
         if (old_vals[i] != TMX_PEER_NONE)
-            ctx->uuid_vals[uuid_slot(ctx, core_peer_get(ctx, old_vals[i])->proto.uuid)] = old_vals[i];
+            ctx->uuid_vals[uuid_slot(ctx, core_peer_uuid(ctx, core_peer_get(ctx, old_vals[i])))] = old_vals[i];
     }
     free(old_vals);
     return TMX_OK;
@@ -245,19 +248,27 @@ static tmx_status_t peers_reserve(core_peer_t **arr, uint32_t n, uint32_t *cap_i
     return TMX_OK;
 }
 
-/* The parsed address points into the caller's buffer: keep a copy, until
- * the endpoint is made from it. */
-static tmx_status_t addr_keep(core_peer_t *peer)
+/* The parsed address points into the caller's buffer: keep a copy, after
+ * the uuid (core_peer_uuid), until the endpoint is made from it. */
+static tmx_status_t addr_keep(core_peer_t *peer, uint64_t uuid)
 {
     unsigned char *copy;
 
     if (peer->addr == NULL)
         return TMX_OK;
-    if ((copy = malloc(peer->addr_len)) == NULL)
+    if ((copy = malloc(sizeof(uuid) + peer->addr_len)) == NULL)
         return TMX_ERR_NOMEM;
-    memcpy(copy, peer->addr, peer->addr_len);
-    peer->addr = copy;
+    memcpy(copy, &uuid, sizeof(uuid));
+    memcpy(copy + sizeof(uuid), peer->addr, peer->addr_len);
+    peer->addr = copy + sizeof(uuid);
     return TMX_OK;
+}
+
+static void addr_free(core_peer_t *peer)
+{
+    if (peer->addr != NULL)
+        free(peer->addr - sizeof(uint64_t));
+    peer->addr = NULL;
 }
 
 /* Receives posted naming the implicit number would never see the
@@ -306,20 +317,21 @@ static void implicit_rekey(tmx_context_h ctx, tmx_peer_t old, tmx_peer_t added)
 tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_peer_t *out)
 {
     core_peer_t peer;
-    tmx_status_t st = addr_parse(ctx, addr, len, &peer);
+    uint64_t uuid;
+    tmx_status_t st = addr_parse(ctx, addr, len, &peer, &uuid);
     tmx_peer_t old;
 
-    if (st != TMX_OK || (st = addr_keep(&peer)) != TMX_OK)
+    if (st != TMX_OK || (st = addr_keep(&peer, uuid)) != TMX_OK)
         return st;
-    old = core_peer_by_uuid(ctx, peer.proto.uuid);
+    old = core_peer_by_uuid(ctx, uuid);
     if ((st = peers_reserve(&ctx->peers, ctx->n_peers, &ctx->cap_peers)) != TMX_OK ||
-        (st = uuid_insert(ctx, peer.proto.uuid, ctx->n_peers,
-                          old != TMX_PEER_NONE && (old & TMX_PEER_IMPLICIT))) != TMX_OK) {
+        (st = uuid_insert(ctx, uuid, ctx->n_peers, old != TMX_PEER_NONE && (old & TMX_PEER_IMPLICIT))) !=
+            TMX_OK) {
         util_error("tmx_peer_add: cannot grow the peer table past %u", ctx->n_peers);
-        free(peer.addr);
+        addr_free(&peer);
         return st;
     }
-    if (peer.proto.uuid == ctx->uuid && ctx->self_peer == TMX_PEER_NONE)
+    if (uuid == ctx->uuid && ctx->self_peer == TMX_PEER_NONE)
         ctx->self_peer = ctx->n_peers;
     ctx->peers[ctx->n_peers] = peer;
     ctx->watch_all = 0;
@@ -333,15 +345,16 @@ tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void
                                     tmx_peer_t *out)
 {
     core_peer_t peer;
-    tmx_status_t st = addr_parse(ctx, addr, len, &peer);
+    uint64_t named;
+    tmx_status_t st = addr_parse(ctx, addr, len, &peer, &named);
     tl_iface_t *iface;
     tmx_peer_t num;
 
     if (st != TMX_OK)
         return st;
-    if (peer.proto.uuid != uuid) {
+    if (named != uuid) {
         util_error("an address names context %016llx, but came from %016llx",
-                   (unsigned long long)peer.proto.uuid, (unsigned long long)uuid);
+                   (unsigned long long)named, (unsigned long long)uuid);
         return TMX_ERR_INVALID;
     }
     if ((*out = core_peer_by_uuid(ctx, uuid)) != TMX_PEER_NONE)
@@ -358,11 +371,11 @@ tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void
         return TMX_ERR_NOMEM;
     }
     num = TMX_PEER_IMPLICIT | ctx->n_ipeers;
-    if ((st = addr_keep(&peer)) != TMX_OK)
+    if ((st = addr_keep(&peer, uuid)) != TMX_OK)
         return st;
     if ((st = peers_reserve(&ctx->ipeers, ctx->n_ipeers, &ctx->cap_ipeers)) != TMX_OK ||
         (st = uuid_insert(ctx, uuid, num, 0)) != TMX_OK) {
-        free(peer.addr);
+        addr_free(&peer);
         return st;
     }
     peer.proto.hello_sent = 1; /* it knows us: it wrote first */
@@ -413,13 +426,13 @@ tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
     if (!p->has_ep) {
         tl_iface_t *iface = ctx->ifaces[p->iface];
         tl_ep_t *made;
-        st = iface->ops->ep_create(iface, p->addr, p->addr_len, peer, p->proto.uuid, &made);
+        st = iface->ops->ep_create(iface, p->addr, p->addr_len, peer, core_peer_uuid(ctx, p), &made);
         if (st != TMX_OK) {
             util_error("cannot reach peer %u over %s: %s", peer, iface->ops->name, tmx_strerror(st));
             return st;
         }
-        /* the endpoint holds what it needs of the address */
-        free(p->addr);
+        /* the endpoint holds what it needs of the address, and the uuid */
+        addr_free(p);
         p->ep = made;
         p->has_ep = 1;
     }
@@ -449,6 +462,7 @@ static void peers_close(tmx_context_h ctx, core_peer_t *arr, uint32_t n)
             ctx->ifaces[arr[i].iface]->ops->ep_destroy(arr[i].ep);
             arr[i].has_ep = 0;
             arr[i].ep = NULL; /* no address either */
+            arr[i].closed = 1;
         }
     }
 }
@@ -463,7 +477,7 @@ static void peers_free(tmx_context_h ctx, core_peer_t *arr, uint32_t n)
 {
     peers_close(ctx, arr, n);
     for (uint32_t i = 0; i < n; i++)
-        free(arr[i].addr);
+        addr_free(&arr[i]);
     free(arr);
 }
 

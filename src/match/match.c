@@ -6,8 +6,7 @@
 #include "util/hash.h"
 #include "util/log.h"
 
-#define MATCH_MIN_BUCKETS 64
-#define MATCH_KEEP_BUCKETS 128 /* shrinks stop here */
+#define MATCH_MIN_BUCKETS 128 /* the first size, and where shrinks stop */
 #define MATCH_BIN_CHUNK 256
 
 /* A FIFO of entries sharing one key: (mask, src or ANY, tag & ~mask). */
@@ -129,8 +128,8 @@ static match_bin_t *table_get(match_engine_t *m, match_table_t *t, uint64_t mask
     return b;
 }
 
-/* Unlinks and frees a bin whose queue has become empty. */
-static void table_drop(match_engine_t *m, match_table_t *t, match_bin_t *bin)
+/* Takes a bin out of its chain. */
+static void table_unlink(match_table_t *t, match_bin_t *bin)
 {
     match_bin_t **pp = &t->buckets[bin->hash & (t->n_buckets - 1)];
 
@@ -140,13 +139,35 @@ static void table_drop(match_engine_t *m, match_table_t *t, match_bin_t *bin)
     if (t->hot == bin)
         t->hot = NULL;
     t->n_bins--;
+}
+
+/* Unlinks and frees a bin whose queue has become empty. */
+static void table_drop(match_engine_t *m, match_table_t *t, match_bin_t *bin)
+{
+    table_unlink(t, bin);
     util_pool_put(&m->bin_pool, bin);
     /* A burst's bins gone, a large array follows, halving at an eighth
      * full: it doubled at half full, so a load that hovers does not
      * rehash again and again, and one that comes and goes in hundreds of
-     * keys rehashes once each way. */
-    if (t->n_bins <= t->n_buckets / 8 && t->n_buckets > MATCH_KEEP_BUCKETS)
-        table_resize(t, t->n_buckets / 2);
+     * keys rehashes once each way. Idle bins do not hold it up: once the
+     * bins in use fit, the longest idle ones go until the array may
+     * halve, down to MATCH_MIN_BUCKETS, so what a burst of keys leaves
+     * behind does not depend on how many keys it had. */
+    size_t n = t->n_buckets;
+
+    while (n > MATCH_MIN_BUCKETS && t->n_bins - t->n_idle <= n / 8) {
+        while (t->n_bins > n / 8) {
+            match_bin_t *old = util_container_of(t->idle.next, match_bin_t, idle);
+
+            util_dlist_unlink(&old->idle);
+            t->n_idle--;
+            table_unlink(t, old);
+            util_pool_put(&m->bin_pool, old);
+        }
+        n /= 2;
+    }
+    if (n != t->n_buckets)
+        table_resize(t, n);
 }
 
 tmx_status_t match_init(match_engine_t *m)

@@ -91,8 +91,10 @@ typedef struct match_mask {
 
 /* Posted bins that empty stay in the table, this many at most, so that a
  * receive posted again on the same key (every iteration of a loop) finds
- * its bin instead of allocating and hashing one in anew. */
-#define MATCH_IDLE_BINS 64
+ * its bin instead of allocating and hashing one in anew. As many again in
+ * use fit the table's smallest kept size (MATCH_MIN_BUCKETS, at most
+ * half full) without growing it. */
+#define MATCH_IDLE_BINS 32
 /* Masks whose receives are all gone stay listed, up to this many. */
 #define MATCH_MASKS_KEPT 8
 /* Receives kept out of the bins while at most this many wait, unless

@@ -949,6 +949,17 @@ static void test_growth_posted_exact(void **state)
     for (size_t i = 0; i < GROWTH_N; i++)
         arrive_expect(m, (uint32_t)(i % 7), (uint64_t)i << 16, &r[i]);
     assert_empty(m);
+    /* the burst's bins went, idle ones too as far as the array needed:
+     * it is back at its first size, whatever the burst's size */
+    assert_int_equal(m->posted.n_buckets, 128);
+    assert_true(m->posted.n_idle <= MATCH_IDLE_BINS);
+    /* and a burst again grows it again, correctly */
+    fill_posted(m, r, GROWTH_N, false);
+    assert_true(m->posted.n_buckets >= GROWTH_N);
+    for (size_t i = 0; i < GROWTH_N; i++)
+        arrive_expect(m, (uint32_t)(i % 7), (uint64_t)i << 16, &r[i]);
+    assert_empty(m);
+    assert_int_equal(m->posted.n_buckets, 128);
     free(r);
 }
 
@@ -968,7 +979,7 @@ static void test_growth_posted_mixed_cancel(void **state)
     assert_empty(m);
     /* the bins beyond the idle ones went, and the array with them */
     assert_true(m->posted.n_bins <= MATCH_IDLE_BINS);
-    assert_true(m->posted.n_buckets <= 8 * MATCH_IDLE_BINS);
+    assert_int_equal(m->posted.n_buckets, 128);
     free(r);
 }
 

@@ -351,7 +351,7 @@ static tmx_status_t send_rndv(proto_t *p, tl_ep_t *ep, const proto_peer_t *pp, p
 
     if (st != TMX_OK)
         return st;
-    req->dest_uuid = pp->uuid;
+    req->dest_uuid = ep->uuid;
     req->wr_started = 0;
     reg_take(p, req, req->len);
     wire_tmh_pack(&tmh, WIRE_OP_RNDV, req->comp.has_data ? WIRE_FLAG_DATA : 0, req->id, tag);
@@ -607,7 +607,7 @@ static void wr_wait_end(proto_t *p, proto_req_t *req)
  * send's) and asks the sender to write into it (CTS). The receive then
  * waits for WDONE (wdone_arrive); TMX_OK, or an error and nothing was
  * sent (the caller reads instead). */
-static tmx_status_t write_ask(proto_t *p, proto_req_t *req, const proto_peer_t *pp)
+static tmx_status_t write_ask(proto_t *p, proto_req_t *req, const tl_ep_t *ep)
 {
     wire_tmh_t tmh;
     wire_ctsh_t cts;
@@ -619,7 +619,7 @@ static tmx_status_t write_ask(proto_t *p, proto_req_t *req, const proto_peer_t *
     req->wr_wait = 1;
     p->n_wr_wait++;
     reg_take(p, req, req->comp.length);
-    req->wr_uuid = pp->uuid;
+    req->wr_uuid = ep->uuid;
     req->wr_placed = 0;
     wire_tmh_pack(&tmh, WIRE_OP_CTS, 0, req->rndv_app_ctx, req->comp.tag);
     wire_ctsh_pack(&cts, (uintptr_t)req->buf, req->rkey, req->comp.length, req->rndv_rkey);
@@ -654,7 +654,7 @@ static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t ap
     req->get.done = rndv_get_done;
     req->off_wr = 0; /* software's, even with the engine on (off_post may never have run) */
     if (p->up.peer_ep(p->up.arg, src, &ep, &pp) == TMX_OK && write_wanted(p, ep, req->comp.length) &&
-        write_ask(p, req, pp) == TMX_OK)
+        write_ask(p, req, ep) == TMX_OK)
         return;
     rndv_read(p, req);
 }
@@ -946,7 +946,7 @@ static void off_dev_read(void *arg, const off_msg_t *m, void *buf, uint64_t recv
         req->comp.length = m->rlen;
         req->comp.tag = m->tag;
         req->off_wr = 1; /* before the CTS: its WDONE is the engine's */
-        if (write_ask(p, req, pp) == TMX_OK) {
+        if (write_ask(p, req, ep) == TMX_OK) {
             util_debug("offload: rendezvous of %llu bytes from peer %u matched: its sender writes",
                        (unsigned long long)m->rlen, m->src);
             return;

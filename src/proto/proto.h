@@ -35,12 +35,10 @@
 
 typedef struct proto proto_t;
 
-/* proto's state for one peer number; core keeps it with its peer. Packed
- * to 12 bytes (4-byte aligned), so that core's own fields share the last
- * word with hello_sent instead of a word of padding: a peer entry is
- * 24 bytes, not 32, and a job holds one per remote process. */
-typedef struct __attribute__((packed, aligned(4))) proto_peer {
-    uint64_t uuid;              /* the remote context */
+/* proto's state for one peer number; core keeps it with its peer, which
+ * a job holds one of per remote process: a byte. The remote context's
+ * uuid is its endpoint's (tl_ep_t.uuid). */
+typedef struct proto_peer {
     uint8_t hello_sent;         /* our address went to it */
 } proto_peer_t;
 

@@ -214,8 +214,8 @@ static int setup(void **state)
     W->iface.eager_limit = EAGER_LIMIT;
     W->iface.max_packet = 256;
     for (int i = 0; i < N_PEERS; i++) {
-        W->ep[i] = (tl_ep_t){.iface = &W->iface, .peer = (tmx_peer_t)i};
-        W->pp[i] = (proto_peer_t){i == 0 ? UUID_A : UUID_B, 0};
+        W->ep[i] = (tl_ep_t){.iface = &W->iface, .peer = (tmx_peer_t)i, .uuid = i == 0 ? UUID_A : UUID_B};
+        W->pp[i] = (proto_peer_t){0};
     }
     W->iface.get_kinds = TL_GET_DIRECT | TL_GET_COPY;
     assert_int_equal(proto_init(&W->p, &up, NULL), TMX_OK);

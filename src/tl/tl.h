@@ -281,6 +281,8 @@ struct tl_ep {
     tmx_peer_t peer;        /* the core's number for the remote process */
     uint32_t own;           /* the transport's, never read above it: room
                                that would be padding on 64-bit targets */
+    uint64_t uuid;          /* the remote context (ep_create's uuid): the
+                               core reads it here, and keeps no copy */
 };
 
 /*

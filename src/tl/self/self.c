@@ -81,6 +81,7 @@ static tmx_status_t self_ep_create(tl_iface_t *iface, const void *addr, size_t l
         return TMX_ERR_NOMEM;
     ep->iface = iface;
     ep->peer = peer;
+    ep->uuid = uuid;
     *out = ep;
     return TMX_OK;
 }

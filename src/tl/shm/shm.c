@@ -169,7 +169,7 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
     si->super.put_kinds = si->cma == SHM_CMA_ON ? TL_PUT_DIRECT : 0;
     tl_put_cbs_set(&si->super, params);
     util_dlist_init(&si->eps);
-    util_idmap_init(&si->ep_map, offsetof(shm_ep_t, uuid));
+    util_idmap_init(&si->ep_map, offsetof(shm_ep_t, super.uuid));
     util_dlist_init(&si->closed_eps);
     if (si->super.stream == NULL && (si->bounce = malloc(SHM_MAX_PACKET)) == NULL) {
         free(si);
@@ -401,7 +401,7 @@ static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t le
         return TMX_ERR_NOMEM;
     ep->super.iface = iface;
     ep->super.peer = peer;
-    ep->uuid = uuid;
+    ep->super.uuid = uuid;
     ep->pid = le32toh(a.pid);
     ep->pidfd = (int)syscall(SYS_pidfd_open, ep->pid, 0);
     ep->seg_fd = -1;
@@ -466,7 +466,7 @@ static void ep_map_forget(shm_iface_t *si, uint64_t uuid)
     util_idmap_del(&si->ep_map, uuid);
     util_dlist_foreach(pos, &si->eps) {
         shm_ep_t *other = util_container_of(pos, shm_ep_t, link);
-        if (other->uuid == uuid) {
+        if (other->super.uuid == uuid) {
             util_idmap_put(&si->ep_map, other); /* a slot was just freed */
             return;
         }
@@ -485,8 +485,8 @@ static void shm_ep_destroy(tl_ep_t *tep)
     slot_give_back(ep);
     util_dlist_unlink(&ep->link);
     util_dlist_push_tail(&si->closed_eps, &ep->link);
-    if (util_idmap_get(&si->ep_map, ep->uuid) == ep)
-        ep_map_forget(si, ep->uuid);
+    if (util_idmap_get(&si->ep_map, ep->super.uuid) == ep)
+        ep_map_forget(si, ep->super.uuid);
 }
 
 /* The cell at pos + n - 1 was taken in this lap (its seq is ahead), so
@@ -1564,14 +1564,14 @@ static void shm_check_peers(tl_iface_t *iface)
         /* a context that closed is gone as surely as a process that died:
          * nothing will take what we send it */
         int closed = atomic_load_explicit(&ep->seg->closed, memory_order_acquire) != 0;
-        if (ep->failed || (!ep->lost && !closed && !shm_peer_dead(ep)) || ring_holds_from(si, ep->uuid))
+        if (ep->failed || (!ep->lost && !closed && !shm_peer_dead(ep)) || ring_holds_from(si, ep->super.uuid))
             continue;
         int clean = !ep->lost && closed;
         ep->failed = 1;
         if (!clean)
             util_warn("shm: peer %u (pid %u) died", ep->super.peer, ep->pid);
         shm_get_fail_ep(si, ep);
-        si->super.fail_cb(si->super.fail_arg, ep->uuid, clean);
+        si->super.fail_cb(si->super.fail_arg, ep->super.uuid, clean);
     }
 }
 

@@ -21,7 +21,6 @@ typedef struct shm_ep {
     tl_ep_t super;
     util_dlist_t link;          /* in shm_iface_t.eps */
     shm_seg_hdr_t *seg;         /* the peer's segment, mapped */
-    uint64_t uuid;              /* the peer's context */
     unsigned char *fb_data;     /* our fast box's entries (fbox) */
     uint64_t fb_write;          /* bytes we have written into it, ever */
     uint64_t fb_read;           /* its consumer's read, as we last saw it */

@@ -103,7 +103,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->job_key = params->job_key;
     ui->cfg.set = params->settings->udp;
     ui->in_job = params->in_job;
-    util_idmap_init(&ui->ep_map, offsetof(udp_ep_t, uuid));
+    util_idmap_init(&ui->ep_map, offsetof(udp_ep_t, super.uuid));
     util_pool_init_align(&ui->ep_pool, sizeof(udp_ep_t), 16, _Alignof(udp_ep_t));
     util_dlist_init(&ui->acks);
     util_wheel_init(&ui->wheel, UDP_TICK_US, udp_now_us());

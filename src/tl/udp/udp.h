@@ -144,7 +144,6 @@ typedef struct udp_flow {
 typedef struct udp_ep {
     tl_ep_t super;               /* super.own: when the peer was last heard
                                     (udp_ep_heard, udp_ep_silence) */
-    uint64_t uuid;
     union {
         udp_flow_t *flow;        /* has_flow: the exchange under way */
         struct {                 /* !has_flow: the flow's sequence numbers */

@@ -17,8 +17,8 @@ void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep)
     udp_conn_t *c = udp_ep_conn(ui, ep);
 
     udp_flow_free(ui, ep);
-    if (util_idmap_get(&ui->ep_map, ep->uuid) == ep)
-        util_idmap_del(&ui->ep_map, ep->uuid);
+    if (util_idmap_get(&ui->ep_map, ep->super.uuid) == ep)
+        util_idmap_del(&ui->ep_map, ep->super.uuid);
     ui->n_eps--;
     udp_sock_ep_disconnect(ui, ep);
     if (c->refs == 1)
@@ -69,7 +69,7 @@ udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *s
     if (ep == NULL)
         return NULL;
     memset(ep, 0, sizeof(*ep));
-    ep->uuid = uuid;
+    ep->super.uuid = uuid;
     if ((c = udp_conn_get(ui, sa)) == NULL) {
         util_pool_put(&ui->ep_pool, ep);
         return NULL;
@@ -98,7 +98,7 @@ static int stranger(udp_iface_t *ui, const udp_ep_t *ep)
 
     return !ep->connected && ep->super.peer == TMX_PEER_NONE &&
            (ui->super.peer_addr == NULL ||
-            ui->super.peer_addr(ui->super.recv_arg, &ui->super, ep->uuid, &addr, &len) != TMX_OK);
+            ui->super.peer_addr(ui->super.recv_arg, &ui->super, ep->super.uuid, &addr, &len) != TMX_OK);
 }
 
 /* ep goes with what it holds (pieces of packets, refusals of its reads,
@@ -127,7 +127,7 @@ int udp_ep_evict_stranger(udp_iface_t *ui)
             continue;
         if (util_log_sparse(&ui->evicted))
             util_info("udp: %u peers known, the most: %llu strangers forgotten so far to make room (the "
-                      "last %016llx)", ui->n_eps, (unsigned long long)ui->evicted, (unsigned long long)ep->uuid);
+                      "last %016llx)", ui->n_eps, (unsigned long long)ui->evicted, (unsigned long long)ep->super.uuid);
         ep_forget(ui, ep);
         return 1;
     }
@@ -193,7 +193,7 @@ tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_
 tmx_status_t udp_sender_check(tl_iface_t *iface, uint64_t uuid, const void *addr, size_t len)
 {
     udp_iface_t *ui = (udp_iface_t *)iface;
-    udp_ep_t *ep = ui->rx_ep != NULL && ui->rx_ep->uuid == uuid ? ui->rx_ep : udp_ep_find(ui, uuid);
+    udp_ep_t *ep = ui->rx_ep != NULL && ui->rx_ep->super.uuid == uuid ? ui->rx_ep : udp_ep_find(ui, uuid);
     const struct sockaddr_in *sa;
     char named[INET_ADDRSTRLEN];
     udp_addr_t a;
@@ -229,7 +229,7 @@ static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)
     udp_sock_ep_disconnect(ui, ep); /* nothing more goes to it: the descriptor is for the next peer */
     tl_emu_ep_fail(&ui->emu, &ep->super);
     udp_flow_empty(ui, ep); /* nothing more comes from it or goes to it */
-    ui->super.fail_cb(ui->super.fail_arg, ep->uuid, clean);
+    ui->super.fail_cb(ui->super.fail_arg, ep->super.uuid, clean);
 }
 
 void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why)

@@ -98,7 +98,7 @@ void udp_put_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, cons
 
     if (h->len == 0)
         return;
-    if (ui->super.put_data(ui->super.recv_arg, ep->uuid, h->offset, rkey, p, h->len) != TMX_OK) {
+    if (ui->super.put_data(ui->super.recv_arg, ep->super.uuid, h->offset, rkey, p, h->len) != TMX_OK) {
         ui->stats.dropped++;
         if (!ui->closing && util_log_sparse(&ui->put_refused))
             util_warn("udp: written data of %u bytes from peer %u refused (%llu refused so far)", h->len,

@@ -424,7 +424,7 @@ static void ack_send(udp_iface_t *ui, udp_ep_t *ep, uint16_t extra)
                    : extra & UDP_FLAG_BYE ? udp_ep_next_seq(ep, UDP_CH_PRIO) : 0;
     uint32_t frag = extra & UDP_FLAG_BYE ? udp_ep_next_seq(ep, UDP_CH_DATA) : 0;
     udp_hdr_t h = {UDP_WIRE_VERSION, UDP_CH_PRIO, htole16(UDP_FLAG_ACK_ONLY), 0, ui->sock.self_sa.sin_port,
-                   htole64(ui->job_key), htole64(ui->uuid), htole64(ep->uuid), htole32(seq), {0, 0},
+                   htole64(ui->job_key), htole64(ui->uuid), htole64(ep->super.uuid), htole32(seq), {0, 0},
                    htole32(frag), 0, 0, 0, htons(ui->sock.index), htons(ep->index), 0};
     unsigned char buf[sizeof(h) + sizeof(udp_sack_t)];
     size_t n = ep->has_flow ? sack_fill(ui, &ep->flow->rx[UDP_CH_DATA], (udp_sack_t *)(buf + sizeof(h))) : 0;
@@ -666,7 +666,7 @@ static void deliver_packet_seg(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx, cons
             if (h->offset != h->len)
                 reasm_fail(ui, rx, "a packet of one segment whose length is not its payload's");
             else if (h->len != 0) /* empty: a keepalive */
-                ui->super.recv_cb(ui->super.recv_arg, ep->uuid, p, h->len);
+                ui->super.recv_cb(ui->super.recv_arg, ep->super.uuid, p, h->len);
             return;
         }
         /* a packet of several segments has more bytes than its first */
@@ -689,7 +689,7 @@ static void deliver_packet_seg(udp_iface_t *ui, udp_ep_t *ep, udp_rx_t *rx, cons
     if (!(h->flags & UDP_FLAG_LAST))
         return;
     if (rx->reasm_len == rx->reasm_total)
-        ui->super.recv_cb(ui->super.recv_arg, ep->uuid, rx->reasm, rx->reasm_len);
+        ui->super.recv_cb(ui->super.recv_arg, ep->super.uuid, rx->reasm, rx->reasm_len);
     else
         reasm_fail(ui, rx, "short packet");
     reasm_reset(ui, rx);
@@ -824,7 +824,7 @@ static int rx_leave(udp_iface_t *ui, udp_ep_t *ep, const udp_rx_t *rx, const udp
 {
     if (!ui->super.rx_full || h->channel != UDP_CH_DATA || rx->reasm != NULL ||
         !(h->flags & UDP_FLAG_FIRST) || (h->flags & (UDP_FLAG_GET_REQ | UDP_FLAG_GET_DATA | UDP_FLAG_PUT_DATA)) ||
-        ui->super.admit_cb(ui->super.recv_arg, ep->uuid, p, h->len))
+        ui->super.admit_cb(ui->super.recv_arg, ep->super.uuid, p, h->len))
         return 0;
     if (!ep->rx_left) {
         ep->rx_left = 1;

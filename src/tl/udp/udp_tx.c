@@ -103,7 +103,7 @@ static inline void hdr_fill(const udp_iface_t *ui, const udp_ep_t *ep, udp_seg_t
     h->port = ui->sock.self_sa.sin_port;
     h->job_key = htole64(ui->job_key);
     h->src_id = htole64(ui->uuid);
-    h->dst_id = htole64(ep->uuid);
+    h->dst_id = htole64(ep->super.uuid);
     h->seq = htole32(seg->seq);
     h->frag_id = htole32(sd->frag_id);
     h->offset = htole64(sd->offset);

@@ -150,12 +150,17 @@ static void table_drop(match_engine_t *m, match_table_t *t, match_bin_t *bin)
      * full: it doubled at half full, so a load that hovers does not
      * rehash again and again, and one that comes and goes in hundreds of
      * keys rehashes once each way. Idle bins do not hold it up: once the
-     * bins in use fit, the longest idle ones go until the array may
-     * halve, down to MATCH_MIN_BUCKETS, so what a burst of keys leaves
-     * behind does not depend on how many keys it had. */
+     * bins in use fill a sixteenth at most, the longest idle ones go until
+     * the array may halve, down to MATCH_MIN_BUCKETS, so what a burst of
+     * keys leaves behind does not depend on how many keys it had. (At an
+     * eighth, receives that stay posted on as many keys as idle bins are
+     * kept would make a stream of new keys grow the array and empty it of
+     * idle bins again and again.) */
     size_t n = t->n_buckets;
 
     while (n > MATCH_MIN_BUCKETS && t->n_bins - t->n_idle <= n / 8) {
+        if (t->n_bins > n / 8 && t->n_bins - t->n_idle > n / 16)
+            break;
         while (t->n_bins > n / 8) {
             match_bin_t *old = util_container_of(t->idle.next, match_bin_t, idle);
 

@@ -866,6 +866,32 @@ static void test_idle_bins_bounded(void **state)
     assert_empty(m);
 }
 
+/* Receives that stay posted on as many keys as idle bins are kept, and a
+ * stream of new keys beside them: the idle bins stay (the array grows
+ * once), not emptied each time the array could halve. */
+static void test_idle_bins_kept_beside_posted(void **state)
+{
+    match_engine_t *m = *state;
+    match_recv_t stay[MATCH_IDLE_BINS], r;
+    size_t grown = 0;
+
+    for (uint64_t i = 0; i < MATCH_IDLE_BINS; i++)
+        post(m, &stay[i], 1, 1000000 + i, 0);
+    for (uint64_t tag = 0; tag < 20 * MATCH_IDLE_BINS; tag++) {
+        post(m, &r, 3, tag, 0);
+        arrive_expect(m, 3, tag, &r);
+        if (tag == 2 * MATCH_IDLE_BINS)
+            grown = m->posted.n_buckets;
+        if (tag > 2 * MATCH_IDLE_BINS) {
+            assert_int_equal(m->posted.n_idle, MATCH_IDLE_BINS);
+            assert_int_equal(m->posted.n_buckets, grown);
+        }
+    }
+    for (uint64_t i = 0; i < MATCH_IDLE_BINS; i++)
+        arrive_expect(m, 1, 1000000 + i, &stay[i]);
+    assert_empty(m);
+}
+
 static void test_posted_bin_reused(void **state)
 {
     match_engine_t *m = *state;
@@ -1443,6 +1469,7 @@ int main(int argc, char **argv)
         T(test_probe_then_claim_exposes_next),
         T(test_posted_bin_reused),
         T(test_idle_bins_bounded),
+        T(test_idle_bins_kept_beside_posted),
         T(test_posted_refilled_bin_is_younger),
         T(test_unexp_bin_reused),
         T(test_unexp_refilled_bin_is_younger),

@@ -171,7 +171,8 @@ static uint32_t uuid_slot(const tmx_context_h ctx, uint64_t uuid)
 {
     uint32_t i = (uint32_t)(((util_hash64(uuid ^ ctx->uuid_seed) >> 32) * ctx->uuid_cap) >> 32);
 
-    while (ctx->uuid_vals[i] != TMX_PEER_NONE && core_peer_uuid(ctx, core_peer_get(ctx, ctx->uuid_vals[i])) != uuid)
+    while (ctx->uuid_vals[i] != TMX_PEER_NONE &&
+           core_peer_uuid(ctx, core_peer_get(ctx, ctx->uuid_vals[i])) != uuid)
         i = i + 1 == ctx->uuid_cap ? 0 : i + 1;
     return i;
 }

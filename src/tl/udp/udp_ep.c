@@ -127,7 +127,8 @@ int udp_ep_evict_stranger(udp_iface_t *ui)
             continue;
         if (util_log_sparse(&ui->evicted))
             util_info("udp: %u peers known, the most: %llu strangers forgotten so far to make room (the "
-                      "last %016llx)", ui->n_eps, (unsigned long long)ui->evicted, (unsigned long long)ep->super.uuid);
+                      "last %016llx)", ui->n_eps, (unsigned long long)ui->evicted,
+                      (unsigned long long)ep->super.uuid);
         ep_forget(ui, ep);
         return 1;
     }

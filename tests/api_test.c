@@ -533,6 +533,56 @@ static void test_implicit_peers_bounded(void **state)
     assert_int_equal(tmx_context_destroy(other), TMX_OK);
 }
 
+/* A peer's identity is kept once: in front of its address copy until its
+ * endpoint is made, then in the endpoint. Lookups by uuid find every peer
+ * across the map's growth, a process added twice is found as the first
+ * number, and the self peer is the context itself. */
+static void test_peer_identity(void **state)
+{
+    fixture_t *f = *state;
+    enum { N = 300 };
+    tmx_context_h other;
+    unsigned char addr[TMX_ADDRESS_MAX];
+    size_t len = sizeof(addr), at = SIZE_MAX;
+    tmx_peer_t p[N], first, again;
+    tl_ep_t *ep;
+    uint64_t le;
+
+    assert_int_equal(core_peer_uuid(f->ctx, core_peer_get(f->ctx, f->self)), f->ctx->uuid);
+    assert_int_equal(tmx_context_create(NULL, &other), TMX_OK);
+    assert_int_equal(tmx_address(other, addr, &len), TMX_OK);
+    le = htole64(other->uuid);
+    for (size_t i = 0; i + 8 <= len && at == SIZE_MAX; i++)
+        if (memcmp(addr + i, &le, 8) == 0)
+            at = i;
+    assert_true(at != SIZE_MAX);
+    for (uint64_t i = 0; i < N; i++) { /* made-up processes: never connected */
+        le = htole64(other->uuid ^ ((i + 1) << 40));
+        memcpy(addr + at, &le, 8);
+        assert_int_equal(tmx_peer_add(f->ctx, addr, len, &p[i]), TMX_OK);
+    }
+    le = htole64(other->uuid);
+    memcpy(addr + at, &le, 8);
+    assert_int_equal(tmx_peer_add(f->ctx, addr, len, &first), TMX_OK);
+    assert_int_equal(tmx_peer_add(f->ctx, addr, len, &again), TMX_OK);
+    for (uint64_t i = 0; i < N; i++) {
+        uint64_t u = other->uuid ^ ((i + 1) << 40);
+        assert_int_equal(core_peer_uuid(f->ctx, core_peer_get(f->ctx, p[i])), u);
+        assert_int_equal(core_peer_by_uuid(f->ctx, u), p[i]);
+    }
+    assert_int_equal(core_peer_uuid(f->ctx, core_peer_get(f->ctx, again)), other->uuid);
+    assert_int_equal(core_peer_by_uuid(f->ctx, other->uuid), first);
+    /* connected: the endpoint holds it, the address copy is gone */
+    assert_int_equal(core_peer_ep(f->ctx, again, &ep), TMX_OK);
+    assert_int_equal(ep->uuid, other->uuid);
+    assert_true(core_peer_get(f->ctx, again)->has_ep);
+    assert_int_equal(core_peer_uuid(f->ctx, core_peer_get(f->ctx, again)), other->uuid);
+    assert_int_equal(core_peer_uuid(f->ctx, core_peer_get(f->ctx, first)), other->uuid);
+    assert_int_equal(core_peer_by_uuid(f->ctx, other->uuid), first);
+    assert_int_equal(core_peer_by_uuid(f->ctx, other->uuid ^ 1), TMX_PEER_NONE);
+    assert_int_equal(tmx_context_destroy(other), TMX_OK);
+}
+
 /* Messages from one source match in send order, eager and rendezvous mixed. */
 static void test_order_mixed(void **state)
 {
@@ -2542,6 +2592,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_wildcards, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stranger_failure_ignored, setup, teardown),
         cmocka_unit_test_setup_teardown(test_implicit_peers_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_identity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_order_mixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_probe_claim_discard, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),

@@ -287,6 +287,22 @@ ratio() { # A B -> A/B (2 decimals, or 2 significant digits when below 0.1)
         awk -v a="$1" -v b="$2" 'BEGIN { if (b <= 0) { printf "n/a"; exit } r = a / b; printf (r < 0.1 ? "%.2g" : "%.2f"), r }'
     else echo "n/a"; fi
 }
+# A's figure over B's in each round, median over the rounds that have both
+# (2 decimals, or 2 significant digits when below 0.1): a ratio of figures
+# measured minutes apart on a machine whose speed drifts compares its
+# speeds as much as the two systems, one of figures measured back to back
+# does not.
+rratio() { # A B METRIC SIZE
+    awk -F'\t' -v a="$1" -v b="$2" -v m="$3" -v s="$4" '
+        $3 == m && $4 == s && $2 == a { va[$1] = $5 }
+        $3 == m && $4 == s && $2 == b { vb[$1] = $5 }
+        END {
+            for (r in va) if ((r in vb) && vb[r] > 0) v[++n] = va[r] / vb[r]
+            if (n == 0) { printf "n/a"; exit }
+            for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
+            x = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+            printf (x < 0.1 ? "%.2g" : "%.2f"), x }' "$DATA"
+}
 pct_of() { # A B -> "NN%" (A as a percentage of B)
     awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.0f%%", 100 * a / b; else printf "n/a" }'
 }

@@ -279,9 +279,22 @@ VADER_COPY=$(ompi_info --parsable --param btl vader --level 9 2>/dev/null |
 START=$(date '+%F %T %Z')
 T0=$(date +%s)
 SYSTEMS=(tmx vader ucx rxm tmxudp tcp)
-STEPS=("${SYSTEMS[@]}" tmxperf pairs)
+# tmx and the two it is held against on one host run back to back, in an
+# order that rotates from round to round, so that each round's ratios
+# compare figures taken within a minute (the targets use their median)
+NEAR=(tmx vader ucx)
+STEPS=(near rxm tmxudp tcp tmxperf pairs)
 log "output: $OUT (rounds: $ROUNDS$([ "$QUICK" = 1 ] && echo ', quick')); hosts $NS1, $NS2"
 for sys in "${SYSTEMS[@]}"; do eval "sys_$sys() { sys_run $sys; }"; done
+sys_near() {
+    local k y
+    for k in 0 1 2; do
+        y=${NEAR[$(((k + ROUND - 1) % 3))]}
+        quiet "$y"
+        log "round $ROUND/$ROUNDS: $y"
+        "sys_$y"
+    done
+}
 bench_rounds "${STEPS[@]}"
 END=$(date '+%F %T %Z')
 ELAPSED=$(($(date +%s) - T0))
@@ -426,7 +439,7 @@ verdict() { # lat|ucx|bw RATIO
     echo "Other processes (this machine is shared) kept cores 0 and 1 busy $(busy_summary) just before the steps;"
     echo "see the calibration section at the end, which has every step's figure."
     echo
-    echo "## Ratios: Open MPI over tmx / other (of the medians)"
+    echo "## Ratios: Open MPI over tmx / other (median of the rounds' ratios)"
     echo
     echo "Latency: below 1 means Open MPI over tmx is faster. Bandwidth and rate: above 1 means it is faster."
     echo
@@ -434,7 +447,7 @@ verdict() { # lat|ucx|bw RATIO
     echo "|---|---|---|---|---|"
     for m in "lat 8 latency 8 B (mean)" "latmed 8 latency 8 B (median)" "bw 1048576 bandwidth 1 MiB" "bw 16777216 bandwidth 16 MiB" "rate 8 message rate 8 B"; do
         read -r mm ss label <<<"$m"
-        echo "| $label | $(ratio "$(med tmx "$mm" "$ss")" "$(med vader "$mm" "$ss")") | $(ratio "$(med tmx "$mm" "$ss")" "$(med ucx "$mm" "$ss")") | $(ratio "$(med tmx "$mm" "$ss")" "$(med rxm "$mm" "$ss")") | $(ratio "$(med tmxudp "$mm" "$ss")" "$(med tcp "$mm" "$ss")") |"
+        echo "| $label | $(rratio tmx vader "$mm" "$ss") | $(rratio tmx ucx "$mm" "$ss") | $(rratio tmx rxm "$mm" "$ss") | $(rratio tmxudp tcp "$mm" "$ss") |"
     done
     echo
     echo "## Message rate at 8 B with 1, $(echo $PAIRS | sed 's/ / and /') pairs of ranks (msg/s, sum over the pairs; median over rounds)"
@@ -445,9 +458,9 @@ verdict() { # lat|ucx|bw RATIO
     echo
     echo "| pairs | Open MPI over tmx | ob1 + vader | tmx / vader |"
     echo "|---|---|---|---|"
-    echo "| 1 | $(cell tmx rate 8 rate) | $(cell vader rate 8 rate) | $(ratio "$(med tmx rate 8)" "$(med vader rate 8)") |"
+    echo "| 1 | $(cell tmx rate 8 rate) | $(cell vader rate 8 rate) | $(rratio tmx vader rate 8) |"
     for p in $PAIRS; do
-        echo "| $p | $(cell tmx "rate$p" 8 rate) | $(cell vader "rate$p" 8 rate) | $(ratio "$(med tmx "rate$p" 8)" "$(med vader "rate$p" 8)") |"
+        echo "| $p | $(cell tmx "rate$p" 8 rate) | $(cell vader "rate$p" 8 rate) | $(rratio tmx vader "rate$p" 8) |"
     done
     echo
     echo "### The targets: Open MPI over tmx against Open MPI's own transports"
@@ -456,27 +469,28 @@ verdict() { # lat|ucx|bw RATIO
     echo "64 KiB; the 8 B message rate at or above vader's; bandwidth at or above vader's from 1 MiB up."
     echo
     echo "Latency is given as the mean (as OSU reports it) and as the median round trip, which a"
-    echo "preempted round trip on this shared machine does not move."
+    echo "preempted round trip on this shared machine does not move. The figures are medians over rounds;"
+    echo "the ratio is the median of the rounds' ratios (the two run back to back in each round)."
     echo
     echo "| target | over tmx | ob1 + vader | tmx / vader | target met? |"
     echo "|---|---|---|---|---|"
     for s in $SIZES; do
         [ "$s" -le 1024 ] || continue
         for m in lat latmed; do
-            r=$(ratio "$(med tmx $m "$s")" "$(med vader $m "$s")")
+            r=$(rratio tmx vader $m "$s")
             echo "| latency $(human "$s") (us, $([ $m = lat ] && echo mean || echo median)) | $(fmt us "$(med tmx $m "$s")") | $(fmt us "$(med vader $m "$s")") (vader) | $r (&le; 1.05) | $([ $m = lat ] && verdict lat "$r" || echo "-") |"
         done
     done
     for s in $SIZES; do
         [ "$s" -ge 8192 ] && [ "$s" -le 65536 ] || continue
-        r=$(ratio "$(med tmx lat "$s")" "$(med ucx lat "$s")")
+        r=$(rratio tmx ucx lat "$s")
         echo "| latency $(human "$s") (us, mean) | $(fmt us "$(med tmx lat "$s")") | $(fmt us "$(med ucx lat "$s")") (ucx) | $r (&le; 1) | $(verdict ucx "$r") |"
     done
-    r=$(ratio "$(med tmx rate 8)" "$(med vader rate 8)")
+    r=$(rratio tmx vader rate 8)
     echo "| message rate 8 B (msg/s) | $(fmt rate "$(med tmx rate 8)") | $(fmt rate "$(med vader rate 8)") (vader) | $r (&ge; 1) | $(verdict bw "$r") |"
     for s in $SIZES; do
         [ "$s" -ge 1048576 ] || continue
-        r=$(ratio "$(med tmx bw "$s")" "$(med vader bw "$s")")
+        r=$(rratio tmx vader bw "$s")
         echo "| bandwidth $(human "$s") (MB/s) | $(fmt mbs "$(med tmx bw "$s")") | $(fmt mbs "$(med vader bw "$s")") | $r (&ge; 1) | $(verdict bw "$r") |"
     done
     echo
@@ -496,7 +510,7 @@ verdict() { # lat|ucx|bw RATIO
     echo "| size $(for y in "${SYSTEMS[@]}"; do printf '| %s ' "${LABEL[$y]}"; done)| tmx / vader | tmx udp / tcp |"
     echo "|---$(for y in "${SYSTEMS[@]}"; do printf '|---'; done)|---|---|"
     for s in $SIZES; do
-        echo "| $(human "$s") $(for y in "${SYSTEMS[@]}"; do printf '| %s ' "$(fmt us "$(med "$y" lat "$s")")"; done)| $(ratio "$(med tmx lat "$s")" "$(med vader lat "$s")") | $(ratio "$(med tmxudp lat "$s")" "$(med tcp lat "$s")") |"
+        echo "| $(human "$s") $(for y in "${SYSTEMS[@]}"; do printf '| %s ' "$(fmt us "$(med "$y" lat "$s")")"; done)| $(rratio tmx vader lat "$s") | $(rratio tmxudp tcp lat "$s") |"
     done
     echo
     echo "## Bandwidth by size, windows of $WINDOW (MB/s; median over rounds)"
@@ -504,7 +518,7 @@ verdict() { # lat|ucx|bw RATIO
     echo "| size $(for y in "${SYSTEMS[@]}"; do printf '| %s ' "${LABEL[$y]}"; done)| tmx / vader | tmx udp / tcp |"
     echo "|---$(for y in "${SYSTEMS[@]}"; do printf '|---'; done)|---|---|"
     for s in $SIZES; do
-        echo "| $(human "$s") $(for y in "${SYSTEMS[@]}"; do printf '| %s ' "$(fmt mbs "$(med "$y" bw "$s")")"; done)| $(ratio "$(med tmx bw "$s")" "$(med vader bw "$s")") | $(ratio "$(med tmxudp bw "$s")" "$(med tcp bw "$s")") |"
+        echo "| $(human "$s") $(for y in "${SYSTEMS[@]}"; do printf '| %s ' "$(fmt mbs "$(med "$y" bw "$s")")"; done)| $(rratio tmx vader bw "$s") | $(rratio tmxudp tcp bw "$s") |"
     done
     echo
     echo "![latency and bandwidth vs size](openmpi.png)"
@@ -545,7 +559,10 @@ verdict() { # lat|ucx|bw RATIO
     echo "- **One job per configuration and round**: all sizes of all three tests, in order, each after an"
     echo "  MPI_Barrier; each job bounded by mpirun --timeout $OMB_TO."
     echo "- **Order**: each round runs every configuration once, in an order that rotates from round to"
-    echo "  round; the tables give the median over rounds. Before each step the script idles 0.5 s to read"
+    echo "  round, Open MPI over tmx, ob1 + vader and pml ucx back to back (their order rotating too); the"
+    echo "  tables give the median over rounds, and every ratio between configurations is the median of the"
+    echo "  rounds' ratios: this machine's speed changes for minutes at a time, so a ratio of medians could"
+    echo "  compare one configuration's fast rounds with another's slow ones. Before each step the script idles 0.5 s to read"
     echo "  how busy other processes keep cores 0 and 1 (the machine is shared), waiting for them to quieten"
     echo "  as described below."
     echo
@@ -555,7 +572,7 @@ verdict() { # lat|ucx|bw RATIO
     echo "itself moved during the run. raw/openmpi/r<round>_calibration.txt also has the load average and"
     echo "the busiest processes at that moment."
     echo
-    calibration_tables "calibration ${STEPS[*]}"
+    calibration_tables "calibration ${SYSTEMS[*]} tmxperf pairs"
     echo
     echo "## Exact commands (round 1)"
     echo

@@ -1,6 +1,6 @@
 set terminal pngcairo noenhanced size 2100,720 font 'DejaVu Sans,10'
-set output 'bench/results/raw/.openmpi.new.3323/openmpi.png'
-set multiplot layout 1,3 title 'Open MPI 4.1.4, osu_p2p, 2 ranks on cores 0 and 1 of vm: over tmx vs its own transports, median of 3 round(s), 2026-11-28'
+set output 'bench/results/raw/.openmpi.new.18115/openmpi.png'
+set multiplot layout 1,3 title 'Open MPI 4.1.4, osu_p2p, 2 ranks on cores 0 and 1 of vm: over tmx vs its own transports, median of 3 round(s), 2026-11-29'
 set logscale xy; set grid xtics ytics lc rgb '#dddddd'
 set xtics ('1' 1, '16' 16, '256' 256, '4K' 4096, '64K' 65536, '1M' 1048576, '16M' 16777216)
 set xlabel 'message size (bytes)'; set xrange [0.7:16777216*1.5]

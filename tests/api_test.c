@@ -490,6 +490,30 @@ static void test_stranger_failure_ignored(void **state)
     assert_int_equal(tmx_context_destroy(other), TMX_OK);
 }
 
+/* Another context and its address, and where in the address its uuid
+ * is: a test makes up other processes' addresses from it (address_name). */
+static size_t other_address(tmx_context_h *other, unsigned char *addr, size_t *len)
+{
+    size_t at = SIZE_MAX;
+    uint64_t le;
+
+    assert_int_equal(tmx_context_create(NULL, other), TMX_OK);
+    assert_int_equal(tmx_address(*other, addr, len), TMX_OK);
+    le = htole64((*other)->uuid);
+    for (size_t i = 0; i + 8 <= *len && at == SIZE_MAX; i++)
+        if (memcmp(addr + i, &le, 8) == 0)
+            at = i;
+    assert_true(at != SIZE_MAX);
+    return at;
+}
+
+static void address_name(unsigned char *addr, size_t at, uint64_t uuid)
+{
+    uint64_t le = htole64(uuid);
+
+    memcpy(addr + at, &le, 8);
+}
+
 /* Processes that write to us without being added are kept for good, and
  * any process of the job can make up identities: at most
  * CORE_IMPLICIT_MAX of them are taken; an added peer still is. */
@@ -498,21 +522,14 @@ static void test_implicit_peers_bounded(void **state)
     fixture_t *f = *state;
     tmx_context_h other;
     unsigned char addr[TMX_ADDRESS_MAX];
-    size_t len = sizeof(addr), at = SIZE_MAX;
-    uint64_t u, le;
+    size_t len = sizeof(addr), at;
+    uint64_t u;
     tmx_peer_t num, first = TMX_PEER_NONE, added;
 
-    assert_int_equal(tmx_context_create(NULL, &other), TMX_OK);
-    assert_int_equal(tmx_address(other, addr, &len), TMX_OK);
-    le = htole64(other->uuid);
-    for (size_t i = 0; i + 8 <= len && at == SIZE_MAX; i++)
-        if (memcmp(addr + i, &le, 8) == 0)
-            at = i;
-    assert_true(at != SIZE_MAX);
+    at = other_address(&other, addr, &len);
     for (uint32_t i = 0; i <= CORE_IMPLICIT_MAX; i++) {
         u = (other->uuid ^ 0x5a5a000000000000ULL) + i;
-        le = htole64(u);
-        memcpy(addr + at, &le, 8);
+        address_name(addr, at, u);
         tmx_status_t st = core_peer_add_implicit(f->ctx, u, addr, len, &num);
         if (i < CORE_IMPLICIT_MAX) {
             assert_int_equal(st, TMX_OK);
@@ -523,12 +540,10 @@ static void test_implicit_peers_bounded(void **state)
         }
     }
     u = other->uuid ^ 0x5a5a000000000000ULL; /* one taken: known still */
-    le = htole64(u);
-    memcpy(addr + at, &le, 8);
+    address_name(addr, at, u);
     assert_int_equal(core_peer_add_implicit(f->ctx, u, addr, len, &num), TMX_OK);
     assert_int_equal(num, first);
-    le = htole64(other->uuid);
-    memcpy(addr + at, &le, 8);
+    address_name(addr, at, other->uuid);
     assert_int_equal(tmx_peer_add(f->ctx, addr, len, &added), TMX_OK);
     assert_int_equal(tmx_context_destroy(other), TMX_OK);
 }
@@ -543,26 +558,17 @@ static void test_peer_identity(void **state)
     enum { N = 300 };
     tmx_context_h other;
     unsigned char addr[TMX_ADDRESS_MAX];
-    size_t len = sizeof(addr), at = SIZE_MAX;
+    size_t len = sizeof(addr), at;
     tmx_peer_t p[N], first, again;
     tl_ep_t *ep;
-    uint64_t le;
 
     assert_int_equal(core_peer_uuid(f->ctx, core_peer_get(f->ctx, f->self)), f->ctx->uuid);
-    assert_int_equal(tmx_context_create(NULL, &other), TMX_OK);
-    assert_int_equal(tmx_address(other, addr, &len), TMX_OK);
-    le = htole64(other->uuid);
-    for (size_t i = 0; i + 8 <= len && at == SIZE_MAX; i++)
-        if (memcmp(addr + i, &le, 8) == 0)
-            at = i;
-    assert_true(at != SIZE_MAX);
+    at = other_address(&other, addr, &len);
     for (uint64_t i = 0; i < N; i++) { /* made-up processes: never connected */
-        le = htole64(other->uuid ^ ((i + 1) << 40));
-        memcpy(addr + at, &le, 8);
+        address_name(addr, at, other->uuid ^ ((i + 1) << 40));
         assert_int_equal(tmx_peer_add(f->ctx, addr, len, &p[i]), TMX_OK);
     }
-    le = htole64(other->uuid);
-    memcpy(addr + at, &le, 8);
+    address_name(addr, at, other->uuid);
     assert_int_equal(tmx_peer_add(f->ctx, addr, len, &first), TMX_OK);
     assert_int_equal(tmx_peer_add(f->ctx, addr, len, &again), TMX_OK);
     for (uint64_t i = 0; i < N; i++) {

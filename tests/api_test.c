@@ -581,7 +581,7 @@ static void test_peer_identity(void **state)
     /* connected: the endpoint holds it, the address copy is gone */
     assert_int_equal(core_peer_ep(f->ctx, again, &ep), TMX_OK);
     assert_int_equal(ep->uuid, other->uuid);
-    assert_true(core_peer_get(f->ctx, again)->has_ep);
+    assert_true(core_peer_has_ep(core_peer_get(f->ctx, again)));
     assert_int_equal(core_peer_uuid(f->ctx, core_peer_get(f->ctx, again)), other->uuid);
     assert_int_equal(core_peer_uuid(f->ctx, core_peer_get(f->ctx, first)), other->uuid);
     assert_int_equal(core_peer_by_uuid(f->ctx, other->uuid), first);

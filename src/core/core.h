@@ -31,25 +31,57 @@
  * so this covers a full shm ring and a full UDP socket buffer. */
 #define CORE_DRAIN_PASSES 4096
 
-/* A remote process. Its identity (the remote context's uuid) is kept
- * once: in its endpoint (tl_ep_t.uuid) once that is made, before that in
- * the 8 bytes in front of the address copy (core_peer_uuid). */
-typedef struct core_peer {
-    union {
-        tl_ep_t *ep;            /* has_ep: made on first use */
-        unsigned char *addr;    /* until then: the transport's address
-                                   section (a copy, after the uuid; NULL
-                                   for self) */
-    };
-    proto_peer_t proto;         /* proto's state for it */
-    uint8_t iface;              /* the transport that reaches it: ctx->ifaces[iface] */
-    uint16_t addr_len;
-    uint8_t has_ep : 1;
-    uint8_t failed : 1;         /* its process died or stopped answering */
-    uint8_t closed : 1;         /* its endpoint is gone with the context */
+/* A peer's address while it has no endpoint: the transport's section of
+ * the address it was added with (a copy), behind its identity (the remote
+ * context's uuid) and the transport that reaches it. */
+typedef struct core_addr {
+    uint64_t uuid;
+    uint16_t len;               /* bytes of bytes[] */
+    uint8_t iface;              /* the transport: ctx->ifaces[iface] */
+    unsigned char bytes[];
+} core_addr_t;
+
+/* A remote process: one word. Its low three bits are flags; the rest
+ * points at its endpoint once that is made (CORE_PEER_EP: made on first
+ * use), before that at the copy of its address (core_addr_t; NULL for the
+ * self peer, which has none). Its identity is kept once: in the endpoint
+ * (tl_ep_t.uuid), or in the address's copy (core_peer_uuid). An endpoint
+ * gone with the context leaves CORE_PEER_EP with no pointer. */
+typedef union core_peer {
+    uintptr_t w;
+    proto_peer_t proto;         /* proto's bit of the word: PROTO_PEER_HELLO */
 } core_peer_t;
-_Static_assert(sizeof(void *) != 8 || sizeof(core_peer_t) == 16,
-               "a peer entry is 16 bytes on 64-bit targets: one per remote process");
+_Static_assert(sizeof(void *) != 8 || sizeof(core_peer_t) == 8,
+               "a peer entry is 8 bytes on 64-bit targets: one per remote process");
+
+#define CORE_PEER_EP ((uintptr_t)1)     /* the pointer is to its endpoint */
+#define CORE_PEER_FAILED ((uintptr_t)2) /* its process died or stopped answering */
+#define CORE_PEER_FLAGS ((uintptr_t)7)  /* these two and PROTO_PEER_HELLO */
+_Static_assert((CORE_PEER_EP | CORE_PEER_FAILED | PROTO_PEER_HELLO) == CORE_PEER_FLAGS &&
+                   !((CORE_PEER_EP | CORE_PEER_FAILED) & PROTO_PEER_HELLO),
+               "core's flags and proto's fill the low bits of a pointer to 8-byte aligned memory");
+
+static inline int core_peer_has_ep(const core_peer_t *p)
+{
+    return (p->w & CORE_PEER_EP) != 0;
+}
+
+static inline int core_peer_failed(const core_peer_t *p)
+{
+    return (p->w & CORE_PEER_FAILED) != 0;
+}
+
+/* Its endpoint (core_peer_has_ep), NULL once gone with the context. */
+static inline tl_ep_t *core_peer_ep_of(const core_peer_t *p)
+{
+    return (tl_ep_t *)(p->w & ~CORE_PEER_FLAGS);
+}
+
+/* Its address (!core_peer_has_ep), NULL for the self peer. */
+static inline core_addr_t *core_peer_addr(const core_peer_t *p)
+{
+    return (core_addr_t *)(p->w & ~CORE_PEER_FLAGS);
+}
 
 enum core_req_state {
     CORE_REQ_PENDING = 0,  /* with proto: waiting in the matcher, for the wire or a FIN */
@@ -277,15 +309,9 @@ static inline core_peer_t *core_peer_get(tmx_context_h ctx, tmx_peer_t peer)
  * with the context). */
 static inline uint64_t core_peer_uuid(const struct tmx_context *ctx, const core_peer_t *p)
 {
-    uint64_t uuid;
-
-    if (p->has_ep)
-        return p->ep->uuid;
-    if (p->addr != NULL) {
-        memcpy(&uuid, p->addr - sizeof(uuid), sizeof(uuid));
-        return uuid;
-    }
-    return p->closed ? 0 : ctx->uuid; /* self: no address */
+    if (core_peer_has_ep(p))
+        return core_peer_ep_of(p) != NULL ? core_peer_ep_of(p)->uuid : 0;
+    return core_peer_addr(p) != NULL ? core_peer_addr(p)->uuid : ctx->uuid; /* self: no address */
 }
 tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep);
 tmx_status_t core_peer_addr_cb(void *arg, const tl_iface_t *iface, uint64_t uuid, const void **addr,
@@ -298,8 +324,8 @@ static inline tmx_status_t core_peer_ready(tmx_context_h ctx, tmx_peer_t peer, t
     core_peer_t *p = core_peer_get(ctx, peer);
     tmx_status_t st;
 
-    if (p != NULL && p->has_ep && !p->failed) {
-        *ep = p->ep;
+    if (p != NULL && (p->w & (CORE_PEER_EP | CORE_PEER_FAILED)) == CORE_PEER_EP && core_peer_ep_of(p) != NULL) {
+        *ep = core_peer_ep_of(p);
         *pp = &p->proto;
         return TMX_OK;
     }

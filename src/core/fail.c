@@ -6,7 +6,7 @@ static int peer_gone(tmx_context_h ctx, tmx_peer_t peer)
 {
     core_peer_t *p = core_peer_get(ctx, peer);
 
-    return p != NULL && p->failed;
+    return p != NULL && core_peer_failed(p);
 }
 
 /* Operations that can no longer finish: sends waiting for a FIN from the
@@ -50,11 +50,11 @@ void core_peer_failed_cb(void *arg, uint64_t uuid, int clean)
     }
     for (uint32_t i = 0; i < ctx->n_peers; i++) {
         if (core_peer_uuid(ctx, &ctx->peers[i]) == uuid)
-            ctx->peers[i].failed = 1;
+            ctx->peers[i].w |= CORE_PEER_FAILED;
     }
     for (uint32_t i = 0; i < ctx->n_ipeers; i++) {
         if (core_peer_uuid(ctx, &ctx->ipeers[i]) == uuid)
-            ctx->ipeers[i].failed = 1;
+            ctx->ipeers[i].w |= CORE_PEER_FAILED;
     }
     util_dlist_foreach_safe(pos, tmp, &ctx->reqs) {
         struct tmx_request *req = util_container_of(pos, struct tmx_request, link);
@@ -81,12 +81,12 @@ void core_watch_for_wildcards(tmx_context_h ctx)
         return;
     ctx->watch_all = 1;
     for (uint32_t i = 0; i < ctx->n_peers; i++) {
-        if (!ctx->peers[i].has_ep && !ctx->peers[i].failed &&
+        if (!(ctx->peers[i].w & (CORE_PEER_EP | CORE_PEER_FAILED)) &&
             core_peer_ep(ctx, i, &ep) == TMX_ERR_PEER_FAILED)
             core_peer_failed_cb(ctx, core_peer_uuid(ctx, &ctx->peers[i]), 0);
     }
     for (uint32_t i = 0; i < ctx->n_ipeers; i++) {
-        if (!ctx->ipeers[i].has_ep && !ctx->ipeers[i].failed &&
+        if (!(ctx->ipeers[i].w & (CORE_PEER_EP | CORE_PEER_FAILED)) &&
             core_peer_ep(ctx, TMX_PEER_IMPLICIT | i, &ep) == TMX_ERR_PEER_FAILED)
             core_peer_failed_cb(ctx, core_peer_uuid(ctx, &ctx->ipeers[i]), 0);
     }

@@ -100,9 +100,17 @@ TMX_API tmx_status_t tmx_address_check(const void *addr, size_t len)
     return off == len ? TMX_OK : TMX_ERR_INVALID;
 }
 
+/* A parsed address: the section of the transport that reaches the
+ * process (pointing into the caller's buffer; NULL for the self peer). */
+typedef struct addr_pick {
+    const unsigned char *sec;
+    uint16_t len;
+    uint8_t iface;
+} addr_pick_t;
+
 /* Finds the first section of a transport this context has open. */
 static tmx_status_t addr_pick(tmx_context_h ctx, const unsigned char *p, size_t len,
-                              unsigned n_sections, core_peer_t *peer)
+                              unsigned n_sections, addr_pick_t *peer)
 {
     size_t off = sizeof(addr_hdr_t);
 
@@ -115,18 +123,18 @@ static tmx_status_t addr_pick(tmx_context_h ctx, const unsigned char *p, size_t 
         sec.len = le16toh(sec.len);
         if (len - off < sec.len || memchr(sec.name, '\0', ADDR_NAME_LEN) == NULL)
             goto err_parse;
-        for (int k = 0; k < ctx->n_ifaces && peer->addr == NULL; k++) {
+        for (int k = 0; k < ctx->n_ifaces && peer->sec == NULL; k++) {
             tl_iface_t *iface = ctx->ifaces[k];
             if (iface != ctx->self_iface && strcmp(iface->ops->name, sec.name) == 0 &&
                 sec.len != 0 && iface->ops->reachable(iface, p + off, sec.len) == TMX_OK) {
                 peer->iface = (uint8_t)k;
-                peer->addr = (unsigned char *)p + off;
-                peer->addr_len = sec.len;
+                peer->sec = p + off;
+                peer->len = sec.len;
             }
         }
         off += sec.len;
     }
-    return peer->addr != NULL ? TMX_OK : TMX_ERR_UNREACHABLE;
+    return peer->sec != NULL ? TMX_OK : TMX_ERR_UNREACHABLE;
 
 err_parse:
     util_error("tmx_peer_add: a transport section of the address is malformed");
@@ -135,7 +143,7 @@ err_parse:
 
 /* Parses an address into *peer (its address section pointing into addr)
  * and *uuid. */
-static tmx_status_t addr_parse(tmx_context_h ctx, const void *addr, size_t len, core_peer_t *peer,
+static tmx_status_t addr_parse(tmx_context_h ctx, const void *addr, size_t len, addr_pick_t *peer,
                                uint64_t *uuid)
 {
     addr_hdr_t hdr;
@@ -249,27 +257,32 @@ static tmx_status_t peers_reserve(core_peer_t **arr, uint32_t n, uint32_t *cap_i
     return TMX_OK;
 }
 
-/* The parsed address points into the caller's buffer: keep a copy, after
- * the uuid (core_peer_uuid), until the endpoint is made from it. */
-static tmx_status_t addr_keep(core_peer_t *peer, uint64_t uuid)
+/* The parsed address points into the caller's buffer: the peer keeps a
+ * copy, behind its uuid (core_addr_t), until the endpoint is made from it.
+ * The self peer keeps none. */
+static tmx_status_t addr_keep(core_peer_t *peer, const addr_pick_t *pick, uint64_t uuid)
 {
-    unsigned char *copy;
+    core_addr_t *a;
 
-    if (peer->addr == NULL)
+    peer->w = 0;
+    if (pick->sec == NULL)
         return TMX_OK;
-    if ((copy = malloc(sizeof(uuid) + peer->addr_len)) == NULL)
+    if ((a = malloc(offsetof(core_addr_t, bytes) + pick->len)) == NULL)
         return TMX_ERR_NOMEM;
-    memcpy(copy, &uuid, sizeof(uuid));
-    memcpy(copy + sizeof(uuid), peer->addr, peer->addr_len);
-    peer->addr = copy + sizeof(uuid);
+    a->uuid = uuid;
+    a->len = pick->len;
+    a->iface = pick->iface;
+    memcpy(a->bytes, pick->sec, pick->len);
+    peer->w = (uintptr_t)a;
     return TMX_OK;
 }
 
 static void addr_free(core_peer_t *peer)
 {
-    if (peer->addr != NULL)
-        free(peer->addr - sizeof(uint64_t));
-    peer->addr = NULL;
+    if (!core_peer_has_ep(peer)) {
+        free(core_peer_addr(peer));
+        peer->w &= CORE_PEER_FLAGS;
+    }
 }
 
 /* Receives posted naming the implicit number would never see the
@@ -317,12 +330,13 @@ static void implicit_rekey(tmx_context_h ctx, tmx_peer_t old, tmx_peer_t added)
 
 tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_peer_t *out)
 {
+    addr_pick_t pick;
     core_peer_t peer;
     uint64_t uuid;
-    tmx_status_t st = addr_parse(ctx, addr, len, &peer, &uuid);
+    tmx_status_t st = addr_parse(ctx, addr, len, &pick, &uuid);
     tmx_peer_t old;
 
-    if (st != TMX_OK || (st = addr_keep(&peer, uuid)) != TMX_OK)
+    if (st != TMX_OK || (st = addr_keep(&peer, &pick, uuid)) != TMX_OK)
         return st;
     old = core_peer_by_uuid(ctx, uuid);
     if ((st = peers_reserve(&ctx->peers, ctx->n_peers, &ctx->cap_peers)) != TMX_OK ||
@@ -345,9 +359,10 @@ tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_
 tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void *addr, size_t len,
                                     tmx_peer_t *out)
 {
+    addr_pick_t pick;
     core_peer_t peer;
     uint64_t named;
-    tmx_status_t st = addr_parse(ctx, addr, len, &peer, &named);
+    tmx_status_t st = addr_parse(ctx, addr, len, &pick, &named);
     tl_iface_t *iface;
     tmx_peer_t num;
 
@@ -360,9 +375,9 @@ tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void
     }
     if ((*out = core_peer_by_uuid(ctx, uuid)) != TMX_PEER_NONE)
         return TMX_OK;
-    iface = ctx->ifaces[peer.iface];
-    if (iface->ops->sender_check != NULL &&
-        (st = iface->ops->sender_check(iface, uuid, peer.addr, peer.addr_len)) != TMX_OK)
+    iface = ctx->ifaces[pick.iface];
+    if (iface->ops->sender_check != NULL && pick.sec != NULL &&
+        (st = iface->ops->sender_check(iface, uuid, pick.sec, pick.len)) != TMX_OK)
         return st; /* it names another place than its packets come from */
     if (ctx->n_ipeers >= CORE_IMPLICIT_MAX) {
         if (util_log_sparse(&ctx->ipeers_refused))
@@ -372,14 +387,14 @@ tmx_status_t core_peer_add_implicit(tmx_context_h ctx, uint64_t uuid, const void
         return TMX_ERR_NOMEM;
     }
     num = TMX_PEER_IMPLICIT | ctx->n_ipeers;
-    if ((st = addr_keep(&peer, uuid)) != TMX_OK)
+    if ((st = addr_keep(&peer, &pick, uuid)) != TMX_OK)
         return st;
     if ((st = peers_reserve(&ctx->ipeers, ctx->n_ipeers, &ctx->cap_ipeers)) != TMX_OK ||
         (st = uuid_insert(ctx, uuid, num, 0)) != TMX_OK) {
         addr_free(&peer);
         return st;
     }
-    peer.proto.hello_sent = 1; /* it knows us: it wrote first */
+    proto_peer_hello_set(&peer.proto); /* it knows us: it wrote first */
     ctx->ipeers[ctx->n_ipeers++] = peer;
     ctx->watch_all = 0;
     *out = num;
@@ -422,22 +437,29 @@ tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep)
         util_error("peer %u does not exist (%u peers)", peer, ctx->n_peers);
         return TMX_ERR_NOT_FOUND;
     }
-    if (p->failed)
+    if (core_peer_failed(p))
         return TMX_ERR_PEER_FAILED;
-    if (!p->has_ep) {
-        tl_iface_t *iface = ctx->ifaces[p->iface];
+    if (!core_peer_has_ep(p)) {
+        core_addr_t *a = core_peer_addr(p);
+        tl_iface_t *iface = a != NULL ? ctx->ifaces[a->iface] : ctx->self_iface;
         tl_ep_t *made;
-        st = iface->ops->ep_create(iface, p->addr, p->addr_len, peer, core_peer_uuid(ctx, p), &made);
+        st = iface->ops->ep_create(iface, a != NULL ? a->bytes : NULL, a != NULL ? a->len : 0, peer,
+                                   core_peer_uuid(ctx, p), &made);
         if (st != TMX_OK) {
             util_error("cannot reach peer %u over %s: %s", peer, iface->ops->name, tmx_strerror(st));
             return st;
         }
+        if ((uintptr_t)made & CORE_PEER_FLAGS) { /* every endpoint holds pointers */
+            util_error("%s made an endpoint at %p, not 8-byte aligned", iface->ops->name, (void *)made);
+            iface->ops->ep_destroy(made);
+            return TMX_ERR_INTERNAL;
+        }
         /* the endpoint holds what it needs of the address, and the uuid */
         addr_free(p);
-        p->ep = made;
-        p->has_ep = 1;
+        p->w |= (uintptr_t)made | CORE_PEER_EP;
     }
-    *ep = p->ep;
+    if ((*ep = core_peer_ep_of(p)) == NULL)
+        return TMX_ERR_NOT_FOUND; /* gone with the context */
     return TMX_OK;
 }
 
@@ -448,35 +470,35 @@ tmx_status_t core_peer_addr_cb(void *arg, const tl_iface_t *iface, uint64_t uuid
 {
     tmx_context_h ctx = util_container_of((proto_t *)arg, struct tmx_context, proto);
     core_peer_t *p = core_peer_get(ctx, core_peer_by_uuid(ctx, uuid));
+    core_addr_t *a;
 
-    if (p == NULL || p->has_ep || p->addr == NULL || ctx->ifaces[p->iface] != iface)
+    if (p == NULL || core_peer_has_ep(p) || (a = core_peer_addr(p)) == NULL || ctx->ifaces[a->iface] != iface)
         return TMX_ERR_NOT_FOUND;
-    *addr = p->addr;
-    *len = p->addr_len;
+    *addr = a->bytes;
+    *len = a->len;
     return TMX_OK;
 }
 
-static void peers_close(tmx_context_h ctx, core_peer_t *arr, uint32_t n)
+static void peers_close(core_peer_t *arr, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
-        if (arr[i].has_ep) {
-            ctx->ifaces[arr[i].iface]->ops->ep_destroy(arr[i].ep);
-            arr[i].has_ep = 0;
-            arr[i].ep = NULL; /* no address either */
-            arr[i].closed = 1;
+        tl_ep_t *ep = core_peer_ep_of(&arr[i]);
+        if (core_peer_has_ep(&arr[i]) && ep != NULL) {
+            ep->iface->ops->ep_destroy(ep);
+            arr[i].w &= CORE_PEER_FLAGS; /* CORE_PEER_EP stays: no address either */
         }
     }
 }
 
 void core_peers_close(tmx_context_h ctx)
 {
-    peers_close(ctx, ctx->peers, ctx->n_peers);
-    peers_close(ctx, ctx->ipeers, ctx->n_ipeers);
+    peers_close(ctx->peers, ctx->n_peers);
+    peers_close(ctx->ipeers, ctx->n_ipeers);
 }
 
 static void peers_free(tmx_context_h ctx, core_peer_t *arr, uint32_t n)
 {
-    peers_close(ctx, arr, n);
+    peers_close(arr, n);
     for (uint32_t i = 0; i < n; i++)
         addr_free(&arr[i]);
     free(arr);

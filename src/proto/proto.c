@@ -382,7 +382,7 @@ static tmx_status_t hello_send(proto_t *p, proto_peer_t *pp, tl_ep_t *ep)
     wire_tmh_pack(&tmh, WIRE_OP_HELLO, 0, 0, 0);
     iov[1].iov_len = len;
     if ((st = ep->iface->ops->send(ep, iov, 2)) == TMX_OK)
-        pp->hello_sent = 1;
+        proto_peer_hello_set(pp);
     return st;
 }
 
@@ -391,7 +391,7 @@ static tmx_status_t proto_ep(proto_t *p, tmx_peer_t peer, tl_ep_t **ep, proto_pe
 {
     tmx_status_t st = p->up.peer_ep(p->up.arg, peer, ep, pp);
 
-    if (st != TMX_OK || (*pp)->hello_sent)
+    if (st != TMX_OK || proto_peer_hello(*pp))
         return st;
     return hello_send(p, *pp, *ep);
 }
@@ -410,7 +410,7 @@ tmx_status_t proto_send_ep(proto_t *p, proto_req_t *req, tmx_peer_t peer, tl_ep_
 {
     tmx_status_t st;
 
-    if (!pp->hello_sent && (st = hello_send(p, pp, ep)) != TMX_OK)
+    if (!proto_peer_hello(pp) && (st = hello_send(p, pp, ep)) != TMX_OK)
         return st;
     /* To a peer past its soft bound, a send that will say when it is done
      * goes as rendezvous; one that says nothing (no completion entry: its
@@ -437,7 +437,7 @@ tmx_status_t proto_inject(proto_t *p, tl_ep_t *ep, proto_peer_t *pp, const void 
 {
     tmx_status_t st;
 
-    if (!pp->hello_sent && (st = hello_send(p, pp, ep)) != TMX_OK)
+    if (!proto_peer_hello(pp) && (st = hello_send(p, pp, ep)) != TMX_OK)
         return st;
     return send_eager(ep, buf, len, tag, has_data, data);
 }

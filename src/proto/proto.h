@@ -35,12 +35,26 @@
 
 typedef struct proto proto_t;
 
-/* proto's state for one peer number; core keeps it with its peer, which
- * a job holds one of per remote process: a byte. The remote context's
- * uuid is its endpoint's (tl_ep_t.uuid). */
+/* proto's state for one peer number: one bit, PROTO_PEER_HELLO (our
+ * address went to it), of the word core keeps per peer, which a job holds
+ * one of per remote process. The word's other bits are core's: proto
+ * reads and sets only its own, through the two calls below. The remote
+ * context's uuid is its endpoint's (tl_ep_t.uuid). */
 typedef struct proto_peer {
-    uint8_t hello_sent;         /* our address went to it */
+    uintptr_t word;
 } proto_peer_t;
+
+#define PROTO_PEER_HELLO ((uintptr_t)4)
+
+static inline int proto_peer_hello(const proto_peer_t *pp)
+{
+    return (pp->word & PROTO_PEER_HELLO) != 0;
+}
+
+static inline void proto_peer_hello_set(proto_peer_t *pp)
+{
+    pp->word |= PROTO_PEER_HELLO;
+}
 
 /* proto's part of a request. Core fills comp (op, user context, remote
  * data), flags, buf and len, and for receives recv (source, tag, ignore)

@@ -374,7 +374,7 @@ static void send_refused_untouched(void **state)
     char buf[100] = {0};
 
     (void)state;
-    W->pp[0].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
     W->full = 1;
     req_send(&r, buf, 8, 0);
     assert_int_equal(proto_send(&W->p, &r, 0, 1), TMX_ERR_AGAIN);
@@ -396,7 +396,8 @@ static void rendezvous_send_and_fin(void **state)
     wire_rvh_t v;
 
     (void)state;
-    W->pp[0].hello_sent = W->pp[1].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
+    proto_peer_hello_set(&W->pp[1]);
     req_send(&r, big, sizeof(big), 0);
     assert_int_equal(proto_send(&W->p, &r, 0, 5), TMX_OK);
     req_send(&s, small, sizeof(small), TMX_OP_FLAG_SYNC);
@@ -456,7 +457,7 @@ static void unexpected_rendezvous_no_memory_refused(void **state)
     wire_rvh_t v;
 
     (void)state;
-    W->pp[0].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
     req_send(&r, big, sizeof(big), 0);
     assert_int_equal(proto_send(&W->p, &r, 0, 9), TMX_OK);
     assert_int_equal(W->n_pkts, 1);
@@ -494,7 +495,7 @@ static void rendezvous_burst_gives_slots_back(void **state)
     static wire_rvh_t v[N];
 
     (void)state;
-    W->pp[0].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
     for (int i = 0; i < N; i++) {
         req_send(&r[i], big[i], sizeof(big[i]), 0);
         assert_int_equal(proto_send(&W->p, &r[i], 0, 5), TMX_OK);
@@ -585,7 +586,7 @@ static void unexpected_rendezvous_read_then_fin(void **state)
     wire_rvh_t v;
 
     (void)state;
-    W->pp[0].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
     memset(src_buf, 'r', sizeof(src_buf));
     in_rvh(UUID_A, WIRE_OP_RNDV, 0, 42, 7, (uintptr_t)src_buf, 0x1234, sizeof(src_buf));
     assert_int_equal(W->msgs_live, 1);
@@ -618,7 +619,7 @@ static void failed_read_fails_both_sides(void **state)
     char got[100];
 
     (void)state;
-    W->pp[1].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[1]);
     req_recv(&r, got, sizeof(got), 1, 7);
     assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
     W->get_status = TMX_ERR_IO;
@@ -641,7 +642,7 @@ static void failed_rendezvous_delivers_nothing(void **state)
     char src[100], got[100];
 
     (void)state;
-    W->pp[0].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
     memset(src, 's', sizeof(src));
     req_recv(&r, got, sizeof(got), 0, 7);
     assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
@@ -675,7 +676,7 @@ static void fin_waits_for_room(void **state)
     char src_buf[80] = {0}, got[80];
 
     (void)state;
-    W->pp[0].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
     in_rvh(UUID_A, WIRE_OP_RNDV, 0, 11, 1, (uintptr_t)src_buf, 5, sizeof(src_buf));
     W->full = 1;
     req_recv(&r, got, sizeof(got), 0, 1);
@@ -700,7 +701,7 @@ static void fin_waits_without_memory(void **state)
     char src_buf[80] = {0}, got[80];
 
     (void)state;
-    W->pp[0].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
     W->full = 1;
     proto_test_fail_alloc(PROTO_CTRL_SPARES + 1);
     for (uint32_t i = 0; i < PROTO_CTRL_SPARES + 1; i++) {
@@ -792,7 +793,7 @@ static void abort_releases(void **state)
     wire_rvh_t v;
 
     (void)state;
-    W->pp[0].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
     req_send(&s, big, sizeof(big), 0);
     assert_int_equal(proto_send(&W->p, &s, 0, 1), TMX_OK);
     h = pkt_tmh(&W->pkts[0]);
@@ -820,7 +821,7 @@ static void discard_sends_fin(void **state)
     match_msg_t *m;
 
     (void)state;
-    W->pp[1].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[1]);
     in_rvh(UUID_B, WIRE_OP_RNDV, 0, 8, 3, 0x5000, 0x77, 1000);
     in_eager(UUID_B, 4, "e", 1);
     m = match_find_msg(&W->p.match, 1, 3, 0);
@@ -893,7 +894,7 @@ static void table_decides(void **state)
     W->p.n_tls = 0;
     assert_int_equal(proto_iface_add(&W->p, &W->iface), TMX_OK);
     assert_int_equal(W->p.tls[0].eager_end, 16);
-    W->pp[0].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
     req_send(&r, src_buf, 15, 0);
     assert_int_equal(proto_send(&W->p, &r, 0, 1), TMX_OK);
     assert_int_equal(pkt_tmh(&W->pkts[0]).opcode, WIRE_OP_EAGER);
@@ -1046,7 +1047,7 @@ static void write_receiver(void **state)
 
     (void)state;
     table_write();
-    W->pp[0].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
     memset(src, 'w', sizeof(src));
     for (int round = 0; round < 6; round++) {
         int before = W->n_pkts, done = W->n_done;
@@ -1141,7 +1142,7 @@ static void write_receiver_hostile(void **state)
 
     (void)state;
     table_write();
-    W->pp[1].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[1]);
     memset(junk, 'j', sizeof(junk));
     req_recv(&r, got, sizeof(got), TMX_ANY_SOURCE, 9);
     assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
@@ -1199,7 +1200,7 @@ static void write_sender(void **state)
 
     (void)state;
     W->iface.put_kinds = TL_PUT_DIRECT;
-    W->pp[1].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[1]);
     for (int i = 0; i < 3; i++) {
         int before = W->n_pkts, done = W->n_done, dropped = (int)W->p.dropped;
         wire_tmh_t h;
@@ -1274,7 +1275,7 @@ static void regcache_lends_live_memory(void **state)
     (void)state;
     assert_true(buf != MAP_FAILED);
     assert_int_equal(proto_regcache_open(&W->p, 64), TMX_OK);
-    W->pp[0].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
     for (int i = 0; i < 4; i++) {
         int before = W->n_pkts, done = W->n_done;
         req_send(&r, buf, len, 0);
@@ -1336,7 +1337,7 @@ static void offload_refusal_tells_sender(void **state)
 
     (void)state;
     assert_int_equal(proto_offload_open(&W->p, NULL, 0), TMX_OK);
-    W->pp[0].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
     memset(src, 's', sizeof(src));
     memset(got, 0, sizeof(got));
     req_recv(&r, got, sizeof(got), 0, 7);
@@ -1382,7 +1383,7 @@ static void offload_follows_table(void **state)
 
     (void)state;
     assert_int_equal(proto_offload_open(&W->p, NULL, 0), TMX_OK);
-    W->pp[0].hello_sent = 1;
+    proto_peer_hello_set(&W->pp[0]);
     for (int round = 0; round < 5; round++) {
         int before = W->n_pkts, done = W->n_done, ask = round >= 1 && round <= 3;
         memset(src, 'a' + round, sizeof(src));

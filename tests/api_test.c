@@ -1207,15 +1207,20 @@ static void test_keys_independent_of_uuid(void **state)
 
 /* ------------------------------------------------- implicit peers */
 
-static tmx_context_h ctx_none(void)
+static tmx_context_h ctx_over(const char *transports)
 {
     tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT,
-                              .transports = "self,shm",
+                              .transports = transports,
                               .boot = TMX_BOOT_NONE};
     tmx_context_h c;
 
     assert_int_equal(tmx_context_create(&p, &c), TMX_OK);
     return c;
+}
+
+static tmx_context_h ctx_none(void)
+{
+    return ctx_over("self,shm");
 }
 
 static tmx_peer_t add_addr_of(tmx_context_h to, tmx_context_h of)
@@ -1290,18 +1295,22 @@ static void send2(tmx_context_h from, tmx_peer_t to, const void *buf, size_t len
 
 /* A process that was never added sends eager and rendezvous messages,
  * gets answered through its implicit number, and once added, its waiting
- * and later messages carry the added number. */
-static void test_implicit_peer(void **state)
+ * and later messages carry the added number, and it is written to and
+ * heard through either number. Over udp, the endpoint the implicit number
+ * made is found through the core's peers until the added number comes
+ * first, then through udp's own map (tl_ops_t.ep_unfound): found nowhere,
+ * udp would make a second endpoint, whose sequence numbers start again,
+ * and the process's datagrams would be taken for duplicates. */
+static void implicit_peer_over(const char *transports)
 {
     enum { BIG = 100000 };
-    tmx_context_h a = ctx_none(), b = ctx_none();
+    tmx_context_h a = ctx_over(transports), b = ctx_over(transports);
     unsigned char small[100], r7buf[16], *big = malloc(BIG), *got = malloc(BIG);
     tmx_peer_t pa = add_addr_of(b, a), pb, imp;
     tmx_request_h r, r7;
     tmx_completion_t c;
     uint32_t n;
 
-    (void)state;
     assert_non_null(big);
     assert_non_null(got);
     fill(small, sizeof(small), 1);
@@ -1354,12 +1363,31 @@ static void test_implicit_peer(void **state)
     send2(b, pa, small, sizeof(small), 5, a);
     assert_int_equal(tmx_trecv(a, TMX_ANY_SOURCE, got, BIG, 5, 0, NULL, &r), TMX_OK);
     assert_int_equal(wait2(r, a, b).source, pb);
-    /* an empty message with no buffer, over shm (MPI sends those) */
+    /* an empty message with no buffer (MPI sends those) */
     send2(b, pa, NULL, 0, 6, a);
     assert_int_equal(tmx_trecv(a, pb, NULL, 0, 6, 0, NULL, &r), TMX_OK);
     c = wait2(r, a, b);
     assert_int_equal(c.status, TMX_OK);
     assert_int_equal(c.length, 0);
+    /* both ways through either number, eager and rendezvous */
+    for (int k = 0; k < 2; k++) {
+        tmx_peer_t to = k == 0 ? pb : imp;
+        size_t len = k == 0 ? sizeof(small) : BIG;
+        assert_int_equal(tmx_trecv(b, pa, got, BIG, 8, 0, NULL, &r), TMX_OK);
+        send2(a, to, k == 0 ? small : big, len, 8, b);
+        c = wait2(r, b, a);
+        assert_int_equal(c.status, TMX_OK);
+        assert_int_equal(c.length, len);
+        check(got, len, k == 0 ? 1 : 2);
+        memset(got, 0, BIG);
+        assert_int_equal(tmx_trecv(a, pb, got, BIG, 9, 0, NULL, &r), TMX_OK);
+        send2(b, pa, k == 0 ? small : big, len, 9, a);
+        c = wait2(r, a, b);
+        assert_int_equal(c.status, TMX_OK);
+        assert_int_equal(c.source, pb);
+        assert_int_equal(c.length, len);
+        check(got, len, k == 0 ? 1 : 2);
+    }
     /* a HELLO whose address is not its sender's is refused */
     {
         unsigned char pkt[sizeof(wire_tmh_t) + TMX_ADDRESS_MAX];
@@ -1375,6 +1403,18 @@ static void test_implicit_peer(void **state)
     free(got);
     assert_int_equal(tmx_context_destroy(a), TMX_OK);
     assert_int_equal(tmx_context_destroy(b), TMX_OK);
+}
+
+static void test_implicit_peer(void **state)
+{
+    (void)state;
+    implicit_peer_over("self,shm");
+}
+
+static void test_implicit_peer_udp(void **state)
+{
+    (void)state;
+    implicit_peer_over("self,udp");
 }
 
 /* A HELLO over udp from a process that was not added makes it a peer at
@@ -2617,6 +2657,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_wire_garbage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_null, setup, teardown),
         cmocka_unit_test(test_implicit_peer),
+        cmocka_unit_test(test_implicit_peer_udp),
         cmocka_unit_test(test_implicit_peer_address_is_its_own),
         cmocka_unit_test(test_implicit_peer_recv_order),
         cmocka_unit_test_setup_teardown(test_threads, setup_mt, teardown),

@@ -85,6 +85,7 @@ static tmx_status_t open_one(tmx_context_h ctx, const char *name)
                             .recv_arg = &ctx->proto,
                             .admit_cb = proto_admit_cb,
                             .peer_addr = core_peer_addr_cb,
+                            .held = &core_held,
                             .mem_check = proto_mem_check_cb,
                             .put_data = proto_put_data_cb,
                             .put_done = proto_put_done_cb,

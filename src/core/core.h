@@ -314,6 +314,8 @@ static inline uint64_t core_peer_uuid(const struct tmx_context *ctx, const core_
     return core_peer_addr(p) != NULL ? core_peer_addr(p)->uuid : ctx->uuid; /* self: no address */
 }
 tmx_status_t core_peer_ep(tmx_context_h ctx, tmx_peer_t peer, tl_ep_t **ep);
+/* The endpoints peers hold, for the transports (tl_iface_params_t.held). */
+extern const tl_held_t core_held;
 tmx_status_t core_peer_addr_cb(void *arg, const tl_iface_t *iface, uint64_t uuid, const void **addr,
                                size_t *len);
 /* The endpoint to peer and proto's state of it, made if need be: the

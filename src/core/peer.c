@@ -351,8 +351,15 @@ tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_
     ctx->peers[ctx->n_peers] = peer;
     ctx->watch_all = 0;
     *out = ctx->n_peers++;
-    if (old != TMX_PEER_NONE && (old & TMX_PEER_IMPLICIT))
+    if (old != TMX_PEER_NONE && (old & TMX_PEER_IMPLICIT)) {
+        core_peer_t *was = core_peer_get(ctx, old);
+        tl_ep_t *ep = core_peer_ep_of(was);
+        /* the transport finds the implicit number's endpoint by the added
+         * one from now on, which has none yet (tl_held_t) */
+        if (core_peer_has_ep(was) && ep != NULL && ep->iface->ops->ep_unfound != NULL)
+            ep->iface->ops->ep_unfound(ep);
         implicit_rekey(ctx, old, *out);
+    }
     return TMX_OK;
 }
 
@@ -478,6 +485,39 @@ tmx_status_t core_peer_addr_cb(void *arg, const tl_iface_t *iface, uint64_t uuid
     *len = a->len;
     return TMX_OK;
 }
+
+/* tl_held_t (arg: the context's proto): the endpoint of uuid's first peer
+ * number, the one its packets are reported under. */
+static tl_ep_t *held_find(void *arg, const tl_iface_t *iface, uint64_t uuid)
+{
+    tmx_context_h ctx = util_container_of((proto_t *)arg, struct tmx_context, proto);
+    core_peer_t *p = core_peer_get(ctx, core_peer_by_uuid(ctx, uuid));
+    tl_ep_t *ep;
+
+    if (p == NULL || !core_peer_has_ep(p) || (ep = core_peer_ep_of(p)) == NULL)
+        return NULL;
+    return ep->iface == iface ? ep : NULL;
+}
+
+/* Added peers, then implicit ones. An endpoint held under several numbers
+ * (a process added twice, whose transport gave both the same endpoint) is
+ * given under the number it names, the last it was made for. */
+static tl_ep_t *held_next(void *arg, const tl_iface_t *iface, uint32_t *it)
+{
+    tmx_context_h ctx = util_container_of((proto_t *)arg, struct tmx_context, proto);
+
+    while (*it < ctx->n_peers + ctx->n_ipeers) {
+        uint32_t i = (*it)++;
+        tmx_peer_t num = i < ctx->n_peers ? i : TMX_PEER_IMPLICIT | (i - ctx->n_peers);
+        core_peer_t *p = core_peer_get(ctx, num);
+        tl_ep_t *ep = core_peer_ep_of(p);
+        if (core_peer_has_ep(p) && ep != NULL && ep->iface == iface && ep->peer == num)
+            return ep;
+    }
+    return NULL;
+}
+
+const tl_held_t core_held = {held_find, held_next};
 
 static void peers_close(core_peer_t *arr, uint32_t n)
 {

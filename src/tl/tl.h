@@ -102,6 +102,24 @@ typedef int (*tl_admit_cb_t)(void *arg, uint64_t src_uuid, const void *data, siz
 typedef tmx_status_t (*tl_peer_addr_t)(void *arg, const tl_iface_t *iface, uint64_t uuid, const void **addr,
                                        size_t *len);
 
+/* The endpoints the layer above holds (tl_iface_params_t.held). A
+ * transport that keeps one endpoint per remote context may find them
+ * through the layer above's index of processes instead of one of its own
+ * (seed 002: one record per remote process, not two indexes of them).
+ * find: the endpoint on iface that the layer above reports uuid's packets
+ *       under, if that is one it holds (ep_create made it), else NULL.
+ *       Its answer for an endpoint the layer above holds changes only
+ *       through ep_destroy, or with a call of ep_unfound (tl_ops_t) on the
+ *       endpoint, which the layer above still holds.
+ * next: every endpoint on iface the layer above holds, once each: start
+ *       with *it = 0 (below 2^31 throughout); NULL at the end. Endpoints
+ *       made meanwhile may be missed.
+ * Both with recv_arg, under the caller's serialisation; they read only. */
+typedef struct tl_held {
+    tl_ep_t *(*find)(void *arg, const tl_iface_t *iface, uint64_t uuid);
+    tl_ep_t *(*next)(void *arg, const tl_iface_t *iface, uint32_t *it);
+} tl_held_t;
+
 /* How a remote read moves the data: the mechanisms a transport offers
  * (tl_iface_t.get_kinds), among which the layer above chooses, per size,
  * in its protocol table. */
@@ -200,6 +218,8 @@ typedef struct tl_iface_params {
                                no fence before it looks for sleepers of its
                                process, since the engine's runs membarrier
                                when it is about to sleep */
+    const tl_held_t *held;  /* the endpoints the layer above holds (may be
+                               NULL: a transport then indexes its own) */
 } tl_iface_params_t;
 
 /* Common head of every transport's interface object. */
@@ -213,7 +233,8 @@ struct tl_iface {
     tl_mem_check_t mem_check;
     tl_admit_cb_t admit_cb;
     tl_peer_addr_t peer_addr;
-    void *recv_arg;         /* recv_cb's, admit_cb's, mem_check's and peer_addr's */
+    const tl_held_t *held;  /* NULL: the layer above offers none */
+    void *recv_arg;         /* recv_cb's, admit_cb's, mem_check's, peer_addr's and held's */
     void *fail_arg;         /* fail_cb's */
     /* Set and cleared by the layer above (under its serialisation): set
      * while the memory it holds for unexpected messages is at its bound.
@@ -347,6 +368,15 @@ struct tl_ops {
      * interface. The caller calls nothing on ep afterwards.
      * Blocks: no. Upcalls: none. In upcall: no (teardown only). */
     void (*ep_destroy)(tl_ep_t *ep);
+
+    /* The layer above's held.find no longer returns ep, which it still
+     * holds and uses (another of its numbers for the same process now
+     * comes first): the transport finds ep through an index of its own
+     * from now on. May be NULL for a transport that keeps its own index
+     * of every endpoint anyway.
+     * Blocks: no. Upcalls: none. In upcall: yes. Failure: none (an
+     * endpoint it cannot index is logged and found no more). */
+    void (*ep_unfound)(tl_ep_t *ep);
 
     /* Sends one packet made of the iov pieces (1 to max_packet bytes).
      * Delivered once, in order with the other packets of this endpoint,

@@ -68,15 +68,13 @@ static void put_new(util_idmap_t *m, void *val)
     m->n++;
 }
 
-/* Half as large again: a map holds one to two slots per value. */
-static int grow(util_idmap_t *m)
+/* The values moved to a table of cap slots; -1 without memory (the map
+ * is unchanged). */
+static int resize(util_idmap_t *m, uint32_t cap)
 {
     util_idmap_t old = *m;
-    uint32_t cap = old.cap ? old.cap + old.cap / 2 : UTIL_IDMAP_FIRST;
 
-    m->vals = calloc(cap, sizeof(*m->vals));
-    if (m->vals == NULL || cap <= old.cap) {
-        free(m->vals);
+    if ((m->vals = calloc(cap, sizeof(*m->vals))) == NULL) {
         *m = old;
         return -1;
     }
@@ -88,6 +86,15 @@ static int grow(util_idmap_t *m)
     }
     free(old.vals);
     return 0;
+}
+
+/* Half as large again: a map holds one and a third to two slots per
+ * value once it has grown. */
+static int grow(util_idmap_t *m)
+{
+    uint32_t cap = m->cap ? m->cap + m->cap / 2 : UTIL_IDMAP_FIRST;
+
+    return cap > m->cap ? resize(m, cap) : -1;
 }
 
 int util_idmap_put(util_idmap_t *m, void *val)
@@ -131,4 +138,9 @@ void util_idmap_del(util_idmap_t *m, uint64_t id)
             i = j;
         }
     }
+    /* under a quarter full: half the slots (at least UTIL_IDMAP_FIRST),
+     * so that what a burst of values made it grow to is given back; kept
+     * as it is without memory for the smaller table */
+    if (m->cap > UTIL_IDMAP_FIRST && (uint64_t)m->n * 4 < m->cap)
+        (void)resize(m, m->cap / 2 > UTIL_IDMAP_FIRST ? m->cap / 2 : UTIL_IDMAP_FIRST);
 }

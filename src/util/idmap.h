@@ -15,7 +15,8 @@
 typedef struct util_idmap {
     void **vals;            /* NULL: an empty slot */
     uint32_t cap;           /* slots: 0 before the first put, then
-                               UTIL_IDMAP_FIRST, growing by half */
+                               UTIL_IDMAP_FIRST, growing by half,
+                               shrinking by half */
     uint32_t n;
     uint64_t seed;
     size_t key_off;         /* a value's key: the uint64_t at this offset */
@@ -27,7 +28,8 @@ typedef struct util_idmap {
  * slot is one pointer: 8 bytes per slot. The map is at most 3/4 full and
  * grows by half, so it holds one and a third to two slots per entry (a
  * map of peers has one per remote process), and a lookup reads 2.5 slots
- * on average when the map is fullest. */
+ * on average when the map is fullest. Under a quarter full, a deletion
+ * halves it (down to UTIL_IDMAP_FIRST slots). */
 void util_idmap_init(util_idmap_t *m, size_t key_off);
 void util_idmap_fini(util_idmap_t *m);
 
@@ -48,8 +50,8 @@ void util_idmap_del(util_idmap_t *m, uint64_t id);
 
 /* Iteration in slot order: the value at slot *i or after, and *i past
  * it; NULL at the end. Start with *i = 0. A map changed meanwhile (a put
- * that grows it, a del that moves later values back) may make the walk
- * skip or repeat values, never give a removed one. */
+ * that grows it, a del that moves later values back or shrinks it) may
+ * make the walk skip or repeat values, never give a removed one. */
 static inline void *util_idmap_next(const util_idmap_t *m, uint32_t *i)
 {
     while (*i < m->cap) {

@@ -55,6 +55,7 @@ static void random_against_array(void **state)
         }
         assert_int_equal(m.n, live);
         assert_true((uint64_t)m.n * 4 <= (uint64_t)m.cap * 3); /* never more than 3/4 full */
+        assert_true(m.cap <= UTIL_IDMAP_FIRST || (uint64_t)m.n * 4 >= m.cap); /* nor less than 1/4 */
     }
     for (int i = 0; i < POOL; i++)
         assert_ptr_equal(util_idmap_get(&m, ids[i]), ref[i]);
@@ -77,6 +78,35 @@ static void empty_and_absent(void **state)
     util_idmap_fini(&m);
 }
 
+/* A map that grew for many values gives its slots back as they go, and
+ * keeps finding the others. */
+static void shrinks_as_emptied(void **state)
+{
+    static obj_t objs[POOL];
+    util_idmap_t m;
+    uint32_t peak;
+
+    util_idmap_init(&m, offsetof(obj_t, id));
+    for (int i = 0; i < POOL; i++) {
+        objs[i].id = util_hash64((uint64_t)i + 1);
+        assert_int_equal(util_idmap_put(&m, &objs[i]), 0);
+    }
+    peak = m.cap;
+    for (int i = 0; i < POOL - 5; i++) {
+        util_idmap_del(&m, objs[i].id);
+        if (i % 97 == 0) {
+            for (int j = i + 1; j < POOL; j++)
+                assert_ptr_equal(util_idmap_get(&m, objs[j].id), &objs[j]);
+        }
+    }
+    assert_true(peak >= POOL);
+    assert_true(m.cap <= 4 * 5); /* at least a quarter full again */
+    for (int j = POOL - 5; j < POOL; j++)
+        assert_ptr_equal(util_idmap_get(&m, objs[j].id), &objs[j]);
+    assert_null(util_idmap_get(&m, objs[0].id));
+    util_idmap_fini(&m);
+}
+
 /* Two maps place the same ids differently: the seed is per map. */
 static void seeds_differ(void **state)
 {
@@ -94,6 +124,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(random_against_array),
         cmocka_unit_test(empty_and_absent),
+        cmocka_unit_test(shrinks_as_emptied),
         cmocka_unit_test(seeds_differ),
     };
 

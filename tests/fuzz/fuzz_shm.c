@@ -55,7 +55,7 @@ static tl_iface_t *open_iface(uint64_t uuid, int stream)
 {
     static config_t cfg;
     tl_iface_params_t p = {uuid, 0x77, fuzz_recv, fuzz_fail, fuzz_mem_check, NULL, NULL, 0, &cfg.tl, NULL,
-                           stream ? &fuzz_stream : NULL, NULL, NULL, 0, NULL, 0};
+                           stream ? &fuzz_stream : NULL, NULL, NULL, 0, NULL, 0, NULL};
     tl_iface_t *iface;
 
     config_defaults(&cfg);

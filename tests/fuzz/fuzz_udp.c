@@ -43,7 +43,7 @@ static udp_iface_t *fuzz_iface(void)
     static tl_iface_t *iface;
     static config_t cfg;
     tl_iface_params_t p = {0x1234, 0x77, fuzz_recv, fuzz_fail, fuzz_mem_check, NULL, NULL, 0, &cfg.tl, NULL,
-                           NULL, fuzz_put_data, NULL, 0, NULL, 0};
+                           NULL, fuzz_put_data, NULL, 0, NULL, 0, NULL};
 
     if (iface == NULL)
         config_defaults(&cfg);

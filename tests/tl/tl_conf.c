@@ -162,7 +162,7 @@ static void side_open(side_t *s, uint64_t uuid, int mt)
 {
     config_t cfg;
     tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, mt, &cfg.tl, s, &on_stream,
-                           on_put_data, on_put_done, 0, NULL, 0};
+                           on_put_data, on_put_done, 0, NULL, 0, NULL};
 
     memset(s, 0, sizeof(*s));
     s->uuid = uuid;

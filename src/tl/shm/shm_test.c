@@ -135,7 +135,7 @@ static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_
 static void side_open_stream(side_t *s, uint64_t uuid, const tl_stream_cb_t *stream)
 {
     tl_settings_t set;
-    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, stream, NULL, NULL, 0, NULL, 0};
+    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, stream, NULL, NULL, 0, NULL, 0, NULL};
 
     memset(s, 0, sizeof(*s));
     s->uuid = uuid;

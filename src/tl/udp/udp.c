@@ -95,6 +95,7 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->super.mem_check = params->mem_check;
     ui->super.admit_cb = params->admit_cb;
     ui->super.peer_addr = params->peer_addr;
+    ui->super.held = params->held;
     ui->super.recv_arg = params->recv_arg;
     ui->super.eager_limit = UDP_EAGER_LIMIT;
     ui->super.max_packet = UDP_MAX_PACKET;
@@ -182,14 +183,17 @@ static void udp_iface_close(tl_iface_t *iface)
               (unsigned long long)ui->stats.stalls_sent, (unsigned long long)ui->stats.dgrams_in,
               (unsigned long long)ui->stats.dropped, (unsigned long long)ui->stats.misrouted);
     tl_emu_abandon(&ui->emu); /* refusals of reads asked meanwhile */
+    udp_ep_list_all(ui); /* the layer above let go of its endpoints, or should have */
     /* a free moves later values back, maybe behind the walk: walk again */
-    while (ui->n_eps != 0) {
+    while (ui->ep_map.n != 0) {
         udp_ep_t *ep;
-        for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
+        for (uint32_t it = 0; (ep = util_idmap_next(&ui->ep_map, &it)) != NULL;) {
             udp_ep_free(ui, ep);
             it--; /* a value moved back into the slot just freed */
         }
     }
+    if (ui->n_eps != 0)
+        util_error("udp: %u endpoints could not be indexed, and are lost", ui->n_eps);
     util_idmap_fini(&ui->ep_map);
     util_pool_fini(&ui->ep_pool);
     udp_faults_fini(&ui->faults);
@@ -356,6 +360,7 @@ const tl_ops_t tl_udp_ops = {
     .reachable = udp_reachable,
     .ep_create = udp_ep_create,
     .ep_destroy = udp_ep_destroy,
+    .ep_unfound = udp_ep_unfound,
     .send = udp_send,
     .get = udp_get,
     .put = udp_put,

@@ -170,6 +170,8 @@ typedef struct udp_ep {
                                     came and no packet since (its WDONE) */
     uint16_t pressed : 1;        /* its last datagram said it is past its soft
                                     bound (UDP_FLAG_PRESSURE) */
+    uint16_t listed : 1;         /* in udp_iface_t.ep_map: the layer above
+                                    does not find it for us (udp_ep_find) */
 } udp_ep_t;
 _Static_assert(sizeof(void *) != 8 || sizeof(udp_ep_t) == 48,
                "an endpoint is 48 bytes on 64-bit targets: one per remote process");
@@ -281,8 +283,12 @@ typedef struct udp_iface {
     uint64_t uuid;
     uint64_t job_key;
     /* peers */
-    util_idmap_t ep_map;         /* uuid -> udp_ep_t: every endpoint
-                                    (udp_ep_next walks them) */
+    util_idmap_t ep_map;         /* uuid -> udp_ep_t: the endpoints the
+                                    layer above does not find for us
+                                    (tl_held_t): strangers, processes met
+                                    before it made their endpoint, those it
+                                    let go; the others are found through it
+                                    (udp_ep_find, udp_ep_next) */
     util_pool_t ep_pool;         /* the endpoints, 16 to a chunk: no
                                     allocator header per remote process */
     uint32_t n_eps;
@@ -430,6 +436,11 @@ int udp_node_probe_input(udp_iface_t *ui, const unsigned char *buf, size_t len);
 
 /* udp_ep.c: endpoints */
 udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
+/* tl_ops_t.ep_unfound: ep goes into ep_map. */
+void udp_ep_unfound(tl_ep_t *tep);
+/* Every endpoint the layer above still holds goes into ep_map (the
+ * interface closes). */
+void udp_ep_list_all(udp_iface_t *ui);
 /* A new endpoint for the context uuid at sa, node index index; NULL
  * without memory. */
 udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *sa, uint16_t index);
@@ -697,11 +708,27 @@ static inline uint64_t udp_ep_silence(const udp_ep_t *ep, uint64_t now_us)
 }
 
 /* Every endpoint, one at a time: for (it = 0; (ep = udp_ep_next(ui,
- * &it)) != NULL;). An endpoint made or freed meanwhile may be missed or
- * met twice (util_idmap_next). */
+ * &it)) != NULL;): those the layer above holds and finds for us, then
+ * ep_map's. An endpoint made or freed meanwhile may be missed or met
+ * twice (util_idmap_next). */
+#define UDP_IT_MAP 0x80000000u
 static inline udp_ep_t *udp_ep_next(udp_iface_t *ui, uint32_t *it)
 {
-    return util_idmap_next(&ui->ep_map, it);
+    uint32_t i;
+    udp_ep_t *ep;
+
+    if (!(*it & UDP_IT_MAP)) {
+        while (ui->super.held != NULL &&
+               (ep = (udp_ep_t *)ui->super.held->next(ui->super.recv_arg, &ui->super, it)) != NULL) {
+            if (!ep->listed)
+                return ep;
+        }
+        *it = UDP_IT_MAP;
+    }
+    i = *it & ~UDP_IT_MAP;
+    ep = util_idmap_next(&ui->ep_map, &i);
+    *it = i | UDP_IT_MAP;
+    return ep;
 }
 
 /* The connected socket ep sends through, or -1 (the interface's). */

@@ -17,7 +17,7 @@ void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep)
     udp_conn_t *c = udp_ep_conn(ui, ep);
 
     udp_flow_free(ui, ep);
-    if (util_idmap_get(&ui->ep_map, ep->super.uuid) == ep)
+    if (ep->listed && util_idmap_get(&ui->ep_map, ep->super.uuid) == ep)
         util_idmap_del(&ui->ep_map, ep->super.uuid);
     ui->n_eps--;
     udp_sock_ep_disconnect(ui, ep);
@@ -50,10 +50,56 @@ tmx_status_t udp_reachable(tl_iface_t *iface, const void *addr, size_t len)
 
 /* ------------------------------------------------------------ endpoints */
 
-/* Once per datagram: a hash lookup, not a scan of every peer. */
+/* ep_map holds the endpoints the layer above does not find for us, so
+ * that a process costs one index entry, the layer above's, not two. An
+ * endpoint leaves ep_map once the layer above finds it; it comes back
+ * when the layer above lets go of it (udp_ep_destroy) or stops finding
+ * it (udp_ep_unfound). An endpoint not in ep_map is always found there. */
+static void ep_list(udp_iface_t *ui, udp_ep_t *ep)
+{
+    if (ep->listed)
+        return;
+    if (util_idmap_put(&ui->ep_map, ep) != 0) {
+        util_error("udp: out of memory: the endpoint to %016llx cannot be indexed, and is lost",
+                   (unsigned long long)ep->super.uuid);
+        return;
+    }
+    ep->listed = 1;
+}
+
+static void ep_unlist(udp_iface_t *ui, udp_ep_t *ep)
+{
+    if (util_idmap_get(&ui->ep_map, ep->super.uuid) == ep)
+        util_idmap_del(&ui->ep_map, ep->super.uuid);
+    ep->listed = 0;
+}
+
+/* Once per datagram: a hash lookup (the layer above's, or ep_map's), not
+ * a scan of every peer. */
 udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid)
 {
+    udp_ep_t *ep;
+
+    if (ui->super.held != NULL &&
+        (ep = (udp_ep_t *)ui->super.held->find(ui->super.recv_arg, &ui->super, uuid)) != NULL) {
+        if (ep->listed)
+            ep_unlist(ui, ep);
+        return ep;
+    }
     return util_idmap_get(&ui->ep_map, uuid);
+}
+
+void udp_ep_unfound(tl_ep_t *tep)
+{
+    ep_list((udp_iface_t *)tep->iface, (udp_ep_t *)tep);
+}
+
+void udp_ep_list_all(udp_iface_t *ui)
+{
+    tl_ep_t *ep;
+
+    for (uint32_t it = 0; ui->super.held != NULL && (ep = ui->super.held->next(ui->super.recv_arg, &ui->super, &it)) != NULL;)
+        ep_list(ui, (udp_ep_t *)ep);
 }
 
 
@@ -80,6 +126,7 @@ udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *s
         util_pool_put(&ui->ep_pool, ep);
         return NULL;
     }
+    ep->listed = 1;
     ep->super.iface = &ui->super;
     ep->super.peer = TMX_PEER_NONE;
     ep->index = index;
@@ -118,10 +165,10 @@ static void ep_forget(udp_iface_t *ui, udp_ep_t *ep)
 
 int udp_ep_evict_stranger(udp_iface_t *ui)
 {
-    for (int k = 0; k < UDP_EVICT_LOOK; k++) {
-        udp_ep_t *ep = udp_ep_next(ui, &ui->evict_it);
+    for (int k = 0; k < UDP_EVICT_LOOK; k++) { /* strangers are all in ep_map */
+        udp_ep_t *ep = util_idmap_next(&ui->ep_map, &ui->evict_it);
 
-        if (ep == NULL && (ui->evict_it = 0, ep = udp_ep_next(ui, &ui->evict_it)) == NULL)
+        if (ep == NULL && (ui->evict_it = 0, ep = util_idmap_next(&ui->ep_map, &ui->evict_it)) == NULL)
             return 0;
         if (!stranger(ui, ep))
             continue;
@@ -221,6 +268,7 @@ tmx_status_t udp_sender_check(tl_iface_t *iface, uint64_t uuid, const void *addr
 void udp_ep_destroy(tl_ep_t *tep)
 {
     ((udp_ep_t *)tep)->connected = 0;
+    ep_list((udp_iface_t *)tep->iface, (udp_ep_t *)tep);
 }
 
 static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)

@@ -328,6 +328,22 @@ static void implicit_rekey(tmx_context_h ctx, tmx_peer_t old, tmx_peer_t added)
     implicit_rekey_recvs(ctx, old, added);
 }
 
+/* The added number is to come first for a process known so far by the
+ * implicit number old: the transport of old's endpoint no longer finds it
+ * through us (tl_held_t), and indexes it itself, or the add fails. */
+static tmx_status_t implicit_unfound(tmx_context_h ctx, tmx_peer_t old)
+{
+    core_peer_t *was = core_peer_get(ctx, old);
+    tl_ep_t *ep = core_peer_ep_of(was);
+    tmx_status_t st;
+
+    if (!core_peer_has_ep(was) || ep == NULL || tl_ep_iface(ep)->ops->ep_unfound == NULL)
+        return TMX_OK;
+    if ((st = tl_ep_iface(ep)->ops->ep_unfound(ep)) != TMX_OK)
+        util_error("tmx_peer_add: peer %u's transport cannot take its endpoint back: %s", old, tmx_strerror(st));
+    return st;
+}
+
 tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_peer_t *out)
 {
     addr_pick_t pick;
@@ -339,6 +355,10 @@ tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_
     if (st != TMX_OK || (st = addr_keep(&peer, &pick, uuid)) != TMX_OK)
         return st;
     old = core_peer_by_uuid(ctx, uuid);
+    if (old != TMX_PEER_NONE && (old & TMX_PEER_IMPLICIT) && (st = implicit_unfound(ctx, old)) != TMX_OK) {
+        addr_free(&peer);
+        return st;
+    }
     if ((st = peers_reserve(&ctx->peers, ctx->n_peers, &ctx->cap_peers)) != TMX_OK ||
         (st = uuid_insert(ctx, uuid, ctx->n_peers, old != TMX_PEER_NONE && (old & TMX_PEER_IMPLICIT))) !=
             TMX_OK) {
@@ -351,15 +371,8 @@ tmx_status_t core_peer_add(tmx_context_h ctx, const void *addr, size_t len, tmx_
     ctx->peers[ctx->n_peers] = peer;
     ctx->watch_all = 0;
     *out = ctx->n_peers++;
-    if (old != TMX_PEER_NONE && (old & TMX_PEER_IMPLICIT)) {
-        core_peer_t *was = core_peer_get(ctx, old);
-        tl_ep_t *ep = core_peer_ep_of(was);
-        /* the transport finds the implicit number's endpoint by the added
-         * one from now on, which has none yet (tl_held_t) */
-        if (core_peer_has_ep(was) && ep != NULL && ep->iface->ops->ep_unfound != NULL)
-            ep->iface->ops->ep_unfound(ep);
+    if (old != TMX_PEER_NONE && (old & TMX_PEER_IMPLICIT))
         implicit_rekey(ctx, old, *out);
-    }
     return TMX_OK;
 }
 
@@ -496,12 +509,12 @@ static tl_ep_t *held_find(void *arg, const tl_iface_t *iface, uint64_t uuid)
 
     if (p == NULL || !core_peer_has_ep(p) || (ep = core_peer_ep_of(p)) == NULL)
         return NULL;
-    return ep->iface == iface ? ep : NULL;
+    return ep->iface == iface->num ? ep : NULL;
 }
 
-/* Added peers, then implicit ones. An endpoint held under several numbers
- * (a process added twice, whose transport gave both the same endpoint) is
- * given under the number it names, the last it was made for. */
+/* Added peers, then implicit ones: the endpoints held_find gives, each
+ * under its uuid's first number (a process added twice may hold the same
+ * endpoint under both). */
 static tl_ep_t *held_next(void *arg, const tl_iface_t *iface, uint32_t *it)
 {
     tmx_context_h ctx = util_container_of((proto_t *)arg, struct tmx_context, proto);
@@ -511,7 +524,7 @@ static tl_ep_t *held_next(void *arg, const tl_iface_t *iface, uint32_t *it)
         tmx_peer_t num = i < ctx->n_peers ? i : TMX_PEER_IMPLICIT | (i - ctx->n_peers);
         core_peer_t *p = core_peer_get(ctx, num);
         tl_ep_t *ep = core_peer_ep_of(p);
-        if (core_peer_has_ep(p) && ep != NULL && ep->iface == iface && ep->peer == num)
+        if (core_peer_has_ep(p) && ep != NULL && ep->iface == iface->num && core_peer_by_uuid(ctx, ep->uuid) == num)
             return ep;
     }
     return NULL;
@@ -524,7 +537,7 @@ static void peers_close(core_peer_t *arr, uint32_t n)
     for (uint32_t i = 0; i < n; i++) {
         tl_ep_t *ep = core_peer_ep_of(&arr[i]);
         if (core_peer_has_ep(&arr[i]) && ep != NULL) {
-            ep->iface->ops->ep_destroy(ep);
+            tl_ep_iface(ep)->ops->ep_destroy(ep);
             arr[i].w &= CORE_PEER_FLAGS; /* CORE_PEER_EP stays: no address either */
         }
     }

@@ -336,7 +336,7 @@ static tmx_status_t send_eager(tl_ep_t *ep, const void *buf, size_t len, uint64_
     if (has_data)
         iov[n++] = (struct iovec){&data, sizeof(data)};
     iov[n++] = (struct iovec){(void *)buf, len};
-    return ep->iface->ops->send(ep, iov, n);
+    return tl_ep_iface(ep)->ops->send(ep, iov, n);
 }
 
 static tmx_status_t send_rndv(proto_t *p, tl_ep_t *ep, const proto_peer_t *pp, proto_req_t *req,
@@ -360,7 +360,7 @@ static tmx_status_t send_rndv(proto_t *p, tl_ep_t *ep, const proto_peer_t *pp, p
     iov[n++] = (struct iovec){&rvh, sizeof(rvh)};
     if (req->comp.has_data)
         iov[n++] = (struct iovec){&data, sizeof(data)};
-    st = ep->iface->ops->send(ep, iov, n);
+    st = tl_ep_iface(ep)->ops->send(ep, iov, n);
     if (st != TMX_OK)
         rndv_slot_put(p, req);
     return st;
@@ -381,7 +381,7 @@ static tmx_status_t hello_send(proto_t *p, proto_peer_t *pp, tl_ep_t *ep)
         return st;
     wire_tmh_pack(&tmh, WIRE_OP_HELLO, 0, 0, 0);
     iov[1].iov_len = len;
-    if ((st = ep->iface->ops->send(ep, iov, 2)) == TMX_OK)
+    if ((st = tl_ep_iface(ep)->ops->send(ep, iov, 2)) == TMX_OK)
         proto_peer_hello_set(pp);
     return st;
 }
@@ -416,10 +416,10 @@ tmx_status_t proto_send_ep(proto_t *p, proto_req_t *req, tmx_peer_t peer, tl_ep_
      * goes as rendezvous; one that says nothing (no completion entry: its
      * caller reuses the buffer when the call returns, as eager allows)
      * stays eager */
-    if (req->len < ((const proto_tl_t *)ep->iface->above)->eager_end &&
+    if (req->len < ((const proto_tl_t *)tl_ep_iface(ep)->above)->eager_end &&
         !(req->flags & TMX_OP_FLAG_SYNC) &&
         (req->len <= PROTO_PRESSED_EAGER_MAX || (req->flags & (TMX_OP_FLAG_NO_CQ | TMX_OP_FLAG_CQ_ERRORS_ONLY)) ||
-         ep->iface->ops->peer_pressed == NULL || !ep->iface->ops->peer_pressed(ep))) {
+         tl_ep_iface(ep)->ops->peer_pressed == NULL || !tl_ep_iface(ep)->ops->peer_pressed(ep))) {
         util_debug("send %zu bytes to peer %u: eager", req->len, peer);
         st = send_eager(ep, req->buf, req->len, tag, req->comp.has_data, req->comp.data);
         if (st == TMX_OK)
@@ -453,7 +453,7 @@ static tmx_status_t ctrl_send_now(proto_t *p, tmx_peer_t peer, const void *pkt, 
 
     if (st != TMX_OK)
         return st;
-    return ep->iface->ops->send(ep, &iov, 1);
+    return tl_ep_iface(ep)->ops->send(ep, &iov, 1);
 }
 
 static const char *ctrl_name(const proto_ctrl_t *c)
@@ -583,8 +583,8 @@ static void rndv_read(proto_t *p, proto_req_t *req)
     tmx_status_t st = p->up.peer_ep(p->up.arg, req->rndv_src, &ep, &pp);
 
     if (st == TMX_OK)
-        st = ep->iface->ops->get(ep, req->buf, req->comp.length, req->rndv_va, req->rndv_rkey,
-                                 read_kind(ep->iface, req->comp.length), &req->get);
+        st = tl_ep_iface(ep)->ops->get(ep, req->buf, req->comp.length, req->rndv_va, req->rndv_rkey,
+                                 read_kind(tl_ep_iface(ep), req->comp.length), &req->get);
     if (st == TMX_INPROGRESS)
         return;
     if (st != TMX_OK)
@@ -633,7 +633,7 @@ static tmx_status_t write_ask(proto_t *p, proto_req_t *req, const tl_ep_t *ep)
  * behind messages we do not take: never then. */
 static int write_wanted(const proto_t *p, const tl_ep_t *ep, uint64_t len)
 {
-    return len != 0 && !p->unexp_full && proto_tl_kind(ep->iface->above, len) == PROTO_WRITE;
+    return len != 0 && !p->unexp_full && proto_tl_kind(tl_ep_iface(ep)->above, len) == PROTO_WRITE;
 }
 
 /* The receive has matched a rendezvous request: per the protocol table,
@@ -706,9 +706,10 @@ static void cts_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
     req->rndv_len = in->cts.len;
     st = p->up.peer_ep(p->up.arg, src, &ep, &pp);
     if (st == TMX_OK) {
-        kind = ep->iface->put_kinds & -ep->iface->put_kinds;
+        kind = tl_ep_iface(ep)->put_kinds & -tl_ep_iface(ep)->put_kinds;
         st = kind == 0 ? TMX_ERR_UNSUPPORTED
-                       : ep->iface->ops->put(ep, req->buf, in->cts.len, in->cts.va, in->cts.rkey, req->rkey, kind);
+                       : tl_ep_iface(ep)->ops->put(ep, req->buf, in->cts.len, in->cts.va, in->cts.rkey, req->rkey,
+                                                   kind);
     }
     if (st != TMX_INPROGRESS)
         write_end(p, req, st);
@@ -788,7 +789,7 @@ static void wdone_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const pr
     /* Bytes that came as packets were counted; a path without one-sided
      * writes brings no others. */
     if (req->wr_placed != req->comp.length &&
-        (req->wr_placed != 0 || p->up.peer_ep(p->up.arg, src, &ep, &pp) != TMX_OK || ep->iface->put_checked)) {
+        (req->wr_placed != 0 || p->up.peer_ep(p->up.arg, src, &ep, &pp) != TMX_OK || tl_ep_iface(ep)->put_checked)) {
         util_error("peer %u wrote %llu of %zu bytes of a rendezvous message", src,
                    (unsigned long long)req->wr_placed, req->comp.length);
         st = TMX_ERR_PROTO;
@@ -909,8 +910,8 @@ static void off_get(proto_t *p, proto_req_t *req)
 
     req->get.done = off_get_done;
     if (st == TMX_OK)
-        st = ep->iface->ops->get(ep, req->buf, req->rndv_len, req->rndv_va, req->rndv_rkey,
-                                 read_kind(ep->iface, req->rndv_len), &req->get);
+        st = tl_ep_iface(ep)->ops->get(ep, req->buf, req->rndv_len, req->rndv_va, req->rndv_rkey,
+                                 read_kind(tl_ep_iface(ep), req->rndv_len), &req->get);
     if (st == TMX_INPROGRESS)
         return;
     if (st != TMX_OK)

@@ -74,7 +74,7 @@ static tmx_status_t fake_send(tl_ep_t *ep, const struct iovec *iov, int iovcnt)
         return TMX_ERR_AGAIN;
     assert_true(W->n_pkts < MAX_PKTS);
     k = &W->pkts[W->n_pkts++];
-    k->to = ep->peer;
+    k->to = (tmx_peer_t)(ep - W->ep); /* the peer number is the index */
     k->len = 0;
     for (int i = 0; i < iovcnt; i++) {
         assert_true(k->len + iov[i].iov_len <= sizeof(k->data));
@@ -91,7 +91,7 @@ static tmx_status_t fake_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr,
     (void)ep;
     (void)rkey;
     W->get_kind = kind;
-    if (tl_get_kind_check(ep->iface, kind) != TMX_OK)
+    if (tl_get_kind_check(tl_ep_iface(ep), kind) != TMX_OK)
         return TMX_ERR_INVALID;
     if (W->get_status == TMX_INPROGRESS) {
         W->get_pending = op;
@@ -108,7 +108,7 @@ static tmx_status_t fake_put(tl_ep_t *ep, const void *src, size_t len, uint64_t 
 {
     (void)rkey;
     (void)lkey;
-    if (tl_put_kind_check(ep->iface, kind) != TMX_OK)
+    if (tl_put_kind_check(tl_ep_iface(ep), kind) != TMX_OK)
         return TMX_ERR_INVALID;
     W->n_puts++;
     if (W->put_status == TMX_OK)
@@ -213,8 +213,9 @@ static int setup(void **state)
     W->iface.ops = &fake_ops;
     W->iface.eager_limit = EAGER_LIMIT;
     W->iface.max_packet = 256;
+    assert_int_equal(tl_iface_register(&W->iface), TMX_OK);
     for (int i = 0; i < N_PEERS; i++) {
-        W->ep[i] = (tl_ep_t){.iface = &W->iface, .peer = (tmx_peer_t)i, .uuid = i == 0 ? UUID_A : UUID_B};
+        tl_ep_init(&W->ep[i], &W->iface, i == 0 ? UUID_A : UUID_B, (tmx_peer_t)i);
         W->pp[i] = (proto_peer_t){0};
     }
     W->iface.get_kinds = TL_GET_DIRECT | TL_GET_COPY;
@@ -233,6 +234,7 @@ static int teardown(void **state)
             proto_msg_clear(W->msgs[i]);
         free(W->msgs[i]);
     }
+    tl_iface_unregister(&W->iface);
     free(W);
     return 0;
 }

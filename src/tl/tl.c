@@ -1,5 +1,6 @@
 #include "tl/tl.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,6 +33,36 @@ int tl_sweep(uint64_t job_key)
     return n;
 }
 
+tl_iface_t *tl_ifaces[TL_IFACE_MAX];
+static pthread_mutex_t tl_ifaces_lock = PTHREAD_MUTEX_INITIALIZER;
+
+tmx_status_t tl_iface_register(tl_iface_t *iface)
+{
+    tmx_status_t st = TMX_ERR_NO_SPACE;
+
+    pthread_mutex_lock(&tl_ifaces_lock);
+    for (uint32_t i = 0; i < TL_IFACE_MAX; i++) {
+        if (tl_ifaces[i] == NULL) {
+            iface->num = (uint16_t)i;
+            tl_ifaces[i] = iface;
+            st = TMX_OK;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&tl_ifaces_lock);
+    if (st != TMX_OK)
+        util_error("%s: %d transports are open in this process, the most", iface->ops->name, TL_IFACE_MAX);
+    return st;
+}
+
+void tl_iface_unregister(tl_iface_t *iface)
+{
+    pthread_mutex_lock(&tl_ifaces_lock);
+    if (tl_ifaces[iface->num] == iface)
+        tl_ifaces[iface->num] = NULL;
+    pthread_mutex_unlock(&tl_ifaces_lock);
+}
+
 tmx_status_t tl_get_kind_check(const tl_iface_t *iface, unsigned kind)
 {
     if (kind != 0 && (kind & (kind - 1)) == 0 && (kind & iface->get_kinds) == kind)
@@ -44,7 +75,7 @@ tmx_status_t tl_get_kind_check(const tl_iface_t *iface, unsigned kind)
 tmx_status_t tl_no_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                        unsigned kind, tl_get_op_t *op)
 {
-    util_error("transport %s cannot read remote memory", ep->iface->ops->name);
+    util_error("transport %s cannot read remote memory", tl_ep_iface(ep)->ops->name);
     return TMX_ERR_UNSUPPORTED;
 }
 
@@ -60,7 +91,7 @@ tmx_status_t tl_put_kind_check(const tl_iface_t *iface, unsigned kind)
 tmx_status_t tl_no_put(tl_ep_t *ep, const void *src, size_t len, uint64_t raddr, uint64_t rkey,
                        uint64_t lkey, unsigned kind)
 {
-    util_error("transport %s cannot write remote memory", ep->iface->ops->name);
+    util_error("transport %s cannot write remote memory", tl_ep_iface(ep)->ops->name);
     return TMX_ERR_UNSUPPORTED;
 }
 

@@ -111,10 +111,11 @@ typedef tmx_status_t (*tl_peer_addr_t)(void *arg, const tl_iface_t *iface, uint6
  *       Its answer for an endpoint the layer above holds changes only
  *       through ep_destroy, or with a call of ep_unfound (tl_ops_t) on the
  *       endpoint, which the layer above still holds.
- * next: every endpoint on iface the layer above holds, once each: start
- *       with *it = 0 (below 2^31 throughout); NULL at the end. Endpoints
- *       made meanwhile may be missed.
- * Both with recv_arg, under the caller's serialisation; they read only. */
+ * next: every endpoint on iface that find returns for some uuid, once
+ *       each: start with *it = 0 (below 2^31 throughout); NULL at the
+ *       end. Endpoints made meanwhile may be missed.
+ * Both with recv_arg, under the caller's serialisation; they change
+ * nothing the transport could see. */
 typedef struct tl_held {
     tl_ep_t *(*find)(void *arg, const tl_iface_t *iface, uint64_t uuid);
     tl_ep_t *(*next)(void *arg, const tl_iface_t *iface, uint32_t *it);
@@ -225,6 +226,8 @@ typedef struct tl_iface_params {
 /* Common head of every transport's interface object. */
 struct tl_iface {
     const tl_ops_t *ops;
+    uint16_t num;           /* its number among the process's open
+                               interfaces (tl_iface_register) */
     size_t eager_limit;     /* largest payload sent eagerly */
     size_t max_packet;      /* largest packet send() accepts */
     tl_recv_cb_t recv_cb;
@@ -296,15 +299,48 @@ struct tl_iface {
  * quiet transport's first packet may then wait up to this long. */
 #define TL_QUIET_BUSY_LOOK_US 500
 
-/* Common head of every transport's endpoint object. */
+/* Common head of every transport's endpoint object: 16 bytes, since a
+ * job holds one endpoint per remote process. Its interface is named by
+ * number (tl_ep_iface), not by pointer. */
 struct tl_ep {
-    tl_iface_t *iface;
-    tmx_peer_t peer;        /* the core's number for the remote process */
-    uint32_t own;           /* the transport's, never read above it: room
-                               that would be padding on 64-bit targets */
     uint64_t uuid;          /* the remote context (ep_create's uuid): the
                                core reads it here, and keeps no copy */
+    uint32_t own;           /* the transport's, never read above it: room
+                               that would be padding on 64-bit targets */
+    uint16_t iface;         /* its interface's number (tl_iface_t.num) */
+    uint8_t kind;           /* enum tl_ep_kind: what the layer above made it for */
+    uint8_t own8;           /* the transport's, as own */
 };
+_Static_assert(sizeof(void *) != 8 || sizeof(tl_ep_t) == 16, "an endpoint's head is 16 bytes");
+
+/* Whom the layer above made an endpoint for (ep_create's peer). */
+enum tl_ep_kind {
+    TL_EP_NONE = 0,         /* nobody yet: the transport made it on its own */
+    TL_EP_ADDED,            /* a process the layer above was given the address of */
+    TL_EP_IMPLICIT          /* one known only from its own packets (TMX_PEER_IMPLICIT) */
+};
+
+/* Every open interface of the process by number, so that an endpoint can
+ * name its own in two bytes: tl_iface_register gives iface a number
+ * (iface->num) at open, TMX_ERR_NO_SPACE with TL_IFACE_MAX open already;
+ * tl_iface_unregister frees it at close. Thread-safe. */
+#define TL_IFACE_MAX 4096
+tmx_status_t tl_iface_register(tl_iface_t *iface);
+void tl_iface_unregister(tl_iface_t *iface);
+extern tl_iface_t *tl_ifaces[TL_IFACE_MAX];
+
+static inline tl_iface_t *tl_ep_iface(const tl_ep_t *ep)
+{
+    return tl_ifaces[ep->iface];
+}
+
+/* The head of an endpoint made for peer (ep_create's) on iface. */
+static inline void tl_ep_init(tl_ep_t *ep, const tl_iface_t *iface, uint64_t uuid, tmx_peer_t peer)
+{
+    ep->uuid = uuid;
+    ep->iface = iface->num;
+    ep->kind = peer == TMX_PEER_NONE ? TL_EP_NONE : (peer & TMX_PEER_IMPLICIT) ? TL_EP_IMPLICIT : TL_EP_ADDED;
+}
 
 /*
  * Every operation's contract, in five words each:
@@ -351,8 +387,10 @@ struct tl_ops {
     tmx_status_t (*reachable)(tl_iface_t *iface, const void *addr, size_t len);
 
     /* Creates the endpoint to the context uuid from its address section;
-     * peer is the caller's number for it, kept in tl_ep_t. Called on first
-     * use of a peer. From then on the transport watches the peer and
+     * peer is the caller's number for it, whose kind is kept in tl_ep_t
+     * (tl_ep_init): an endpoint the transport already has to uuid may be
+     * returned again, for the last number it was made for. Called on
+     * first use of a peer. From then on the transport watches the peer and
      * reports its end through fail_cb.
      * Blocks: no (shm opens the peer's segment: a few system calls).
      * Upcalls: none. In upcall: yes (a HELLO's answer, a FIN to a peer
@@ -369,14 +407,15 @@ struct tl_ops {
      * Blocks: no. Upcalls: none. In upcall: no (teardown only). */
     void (*ep_destroy)(tl_ep_t *ep);
 
-    /* The layer above's held.find no longer returns ep, which it still
-     * holds and uses (another of its numbers for the same process now
-     * comes first): the transport finds ep through an index of its own
-     * from now on. May be NULL for a transport that keeps its own index
-     * of every endpoint anyway.
-     * Blocks: no. Upcalls: none. In upcall: yes. Failure: none (an
-     * endpoint it cannot index is logged and found no more). */
-    void (*ep_unfound)(tl_ep_t *ep);
+    /* The layer above's held.find is about to stop returning ep, which it
+     * still holds and uses (another of its numbers for the same process
+     * is to come first): the transport finds ep through an index of its
+     * own from now on. May be NULL for a transport that keeps its own
+     * index of every endpoint anyway.
+     * Blocks: no. Upcalls: none. In upcall: yes. Failure:
+     * TMX_ERR_NOMEM, and nothing changed: the layer above must then not
+     * make the change. */
+    tmx_status_t (*ep_unfound)(tl_ep_t *ep);
 
     /* Sends one packet made of the iov pieces (1 to max_packet bytes).
      * Delivered once, in order with the other packets of this endpoint,

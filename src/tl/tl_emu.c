@@ -96,8 +96,8 @@ static int get_ask(tl_emu_t *e, emu_get_t *g)
     if (st == TMX_ERR_AGAIN)
         return 0;
     if (st != TMX_OK) {
-        util_error("%s: a read of %llu bytes from peer %u could not be asked: %s", e->iface->ops->name,
-                   (unsigned long long)g->req.len, g->ep->peer, tmx_strerror(st));
+        util_error("%s: a read of %llu bytes from peer %016llx could not be asked: %s", e->iface->ops->name,
+                   (unsigned long long)g->req.len, (unsigned long long)g->ep->uuid, tmx_strerror(st));
         get_finish(g, st);
         return 1;
     }
@@ -146,8 +146,8 @@ tmx_status_t tl_emu_data_arrive(tl_emu_t *e, tl_ep_t *ep, uint32_t id, uint64_t 
     if (g == NULL || !g->req_sent || offset != g->received || n > g->req.len - offset)
         return TMX_ERR_INVALID;
     if (status != TMX_OK) {
-        util_error("%s: peer %u refused a read of %llu bytes: %s", e->iface->ops->name, ep->peer,
-                   (unsigned long long)g->req.len, tmx_strerror(status));
+        util_error("%s: peer %016llx refused a read of %llu bytes: %s", e->iface->ops->name,
+                   (unsigned long long)ep->uuid, (unsigned long long)g->req.len, tmx_strerror(status));
         get_finish(g, status < 0 ? status : TMX_ERR_IO);
         return TMX_OK;
     }
@@ -193,8 +193,8 @@ static tmx_status_t serve_nomem(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *re
 {
     tmx_status_t st = e->ops->data_send(ep, req->id, 0, TMX_ERR_NOMEM, NULL, 0, req->rkey);
 
-    util_error("%s: no memory to serve a read of %llu bytes for peer %u: refused", e->iface->ops->name,
-               (unsigned long long)req->len, ep->peer);
+    util_error("%s: no memory to serve a read of %llu bytes for peer %016llx: refused", e->iface->ops->name,
+               (unsigned long long)req->len, (unsigned long long)ep->uuid);
     if (st != TMX_ERR_AGAIN)
         return TMX_OK; /* gone, or the transport's refusal ends ep */
     if (e->n_nomem == TL_EMU_NOMEM_MAX)
@@ -250,7 +250,7 @@ tmx_status_t tl_emu_req_arrive(tl_emu_t *e, tl_ep_t *ep, const tl_emu_req_t *req
         serve_free(e, s);
         return TMX_OK;
     }
-    kind = ep->peer != TMX_PEER_NONE && !(ep->peer & TMX_PEER_IMPLICIT); /* anyone becomes implicit */
+    kind = ep->kind == TL_EP_ADDED; /* anyone becomes implicit */
     if (e->n_refused[kind] >= (kind ? TL_EMU_REFUSED_PEERS_MAX : TL_EMU_REFUSED_MAX)) {
         serve_free(e, s);
         return TMX_ERR_AGAIN;
@@ -339,8 +339,8 @@ int tl_emu_progress(tl_emu_t *e, uint64_t now_us)
             tmx_status_t st = w->status;
             uint64_t lkey = w->lkey;
             if (st != TMX_OK)
-                util_error("%s: a write of %llu bytes to peer %u ended: %s", e->iface->ops->name,
-                           (unsigned long long)w->len, w->ep->peer, tmx_strerror(st));
+                util_error("%s: a write of %llu bytes to peer %016llx ended: %s", e->iface->ops->name,
+                           (unsigned long long)w->len, (unsigned long long)w->ep->uuid, tmx_strerror(st));
             util_dlist_unlink(&w->link);
             free(w);
             e->iface->put_done(e->iface->recv_arg, lkey, st);

@@ -130,7 +130,8 @@ static void side_init(side_t *s, size_t chunk)
     s->iface.ops = &fake_ops;
     s->iface.mem_check = mem_check;
     s->iface.recv_arg = s;
-    s->ep.iface = &s->iface;
+    assert_int_equal(tl_iface_register(&s->iface), TMX_OK);
+    tl_ep_init(&s->ep, &s->iface, 0, TMX_PEER_NONE);
     s->out = calloc(MAX_MSGS, sizeof(msg_t));
     assert_non_null(s->out);
     s->room = -1;
@@ -140,6 +141,7 @@ static void side_init(side_t *s, size_t chunk)
 static void side_fini(side_t *s)
 {
     tl_emu_abandon(&s->emu);
+    tl_iface_unregister(&s->iface);
     free(s->out);
 }
 
@@ -381,9 +383,9 @@ static void refusals_bounded(void **state)
     side_init(&o, 64);
     side_init(&p, 64);
     side_init(&im, 64);
-    o.ep.peer = TMX_PEER_NONE; /* a stranger */
-    p.ep.peer = 5;
-    im.ep.peer = TMX_PEER_IMPLICIT | 3; /* anyone, after one HELLO: a stranger's bound too */
+    tl_ep_init(&o.ep, &o.iface, 0, TMX_PEER_NONE); /* a stranger */
+    tl_ep_init(&p.ep, &p.iface, 0, 5);
+    tl_ep_init(&im.ep, &im.iface, 0, TMX_PEER_IMPLICIT | 3); /* anyone, after one HELLO: a stranger's bound too */
     o.room = 1; /* room for one: answered at once, nothing kept */
     assert_int_equal(tl_emu_req_arrive(&o.emu, &o.ep, &(tl_emu_req_t){1, 0x1000, KEY, 64}), TMX_OK);
     assert_int_equal(o.n_out, 1);
@@ -492,7 +494,7 @@ static void one_read_per_key(void **state)
     side_init(&o, 64);
     o.lent = src;
     o.lent_len = sizeof(src);
-    o.ep.peer = 5; /* the reader: an added peer, the larger bound on refusals */
+    tl_ep_init(&o.ep, &o.iface, 0, 5); /* the reader: an added peer, the larger bound on refusals */
     o.room = 0;    /* nothing goes to it: every request waits */
     for (uint32_t i = 0; i < N; i++) {
         tmx_status_t st = tl_emu_req_arrive(&o.emu, &o.ep, &(tl_emu_req_t){i + 1, (uintptr_t)src, KEY, 64});

@@ -128,8 +128,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             take(&data, &size, &h, 8);
             if (op & 4)
                 h = (h & ~(0xffffffffull << 16)) | SHM_FBOX_POS(ep->fb_write);
-            __atomic_store_n((uint64_t *)(void *)(ep->fb_data + ((ep->fb_write + (op >> 3 & 7) * 8) &
-                                                                  (SHM_FBOX_SIZE - 1))),
+            __atomic_store_n((uint64_t *)(void *)(shm_fbox_data(ep->seg, ep->fbox) +
+                                                  ((ep->fb_write + (op >> 3 & 7) * 8) & (SHM_FBOX_SIZE - 1))),
                              h, __ATOMIC_SEQ_CST);
             break;
         }

@@ -51,6 +51,10 @@ static tmx_status_t self_iface_open(const tl_iface_params_t *params, tl_iface_t 
     tl_put_cbs_set(&si->super, params);
     si->uuid = params->uuid;
     util_dlist_init(&si->queue);
+    if (tl_iface_register(&si->super) != TMX_OK) {
+        free(si);
+        return TMX_ERR_NO_SPACE;
+    }
     *out = &si->super;
     return TMX_OK;
 }
@@ -63,6 +67,7 @@ static void self_iface_close(tl_iface_t *iface)
     util_dlist_foreach_safe(pos, tmp, &si->queue) {
         free(util_container_of(pos, self_packet_t, link));
     }
+    tl_iface_unregister(iface);
     free(si);
 }
 
@@ -79,9 +84,7 @@ static tmx_status_t self_ep_create(tl_iface_t *iface, const void *addr, size_t l
 
     if (ep == NULL)
         return TMX_ERR_NOMEM;
-    ep->iface = iface;
-    ep->peer = peer;
-    ep->uuid = uuid;
+    tl_ep_init(ep, iface, uuid, peer);
     *out = ep;
     return TMX_OK;
 }
@@ -102,7 +105,7 @@ static size_t iov_total(const struct iovec *iov, int iovcnt)
 
 static tmx_status_t self_send(tl_ep_t *ep, const struct iovec *iov, int iovcnt)
 {
-    self_iface_t *si = (self_iface_t *)ep->iface;
+    self_iface_t *si = (self_iface_t *)tl_ep_iface(ep);
     size_t len = iov_total(iov, iovcnt);
     self_packet_t *pkt;
     size_t off = 0;
@@ -133,7 +136,7 @@ static tmx_status_t self_send(tl_ep_t *ep, const struct iovec *iov, int iovcnt)
 static tmx_status_t self_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr, uint64_t rkey,
                              unsigned kind, tl_get_op_t *op)
 {
-    tl_iface_t *iface = ep->iface;
+    tl_iface_t *iface = tl_ep_iface(ep);
     tmx_status_t st;
 
     if ((st = tl_get_kind_check(iface, kind)) != TMX_OK)
@@ -151,7 +154,7 @@ static tmx_status_t self_get(tl_ep_t *ep, void *dst, size_t len, uint64_t raddr,
 static tmx_status_t self_put(tl_ep_t *ep, const void *src, size_t len, uint64_t raddr, uint64_t rkey,
                              uint64_t lkey, unsigned kind)
 {
-    self_iface_t *si = (self_iface_t *)ep->iface;
+    self_iface_t *si = (self_iface_t *)tl_ep_iface(ep);
     tmx_status_t st;
 
     if ((st = tl_put_kind_check(&si->super, kind)) != TMX_OK)

@@ -175,7 +175,13 @@ static tmx_status_t shm_iface_open(const tl_iface_params_t *params, tl_iface_t *
         free(si);
         return TMX_ERR_NOMEM;
     }
+    if ((st = tl_iface_register(&si->super)) != TMX_OK) {
+        free(si->bounce);
+        free(si);
+        return st;
+    }
     if ((st = seg_create(si, params->uuid)) != TMX_OK) {
+        tl_iface_unregister(&si->super);
         free(si->bounce);
         free(si);
         return st;
@@ -247,8 +253,8 @@ static tmx_status_t slot_take(shm_ep_t *ep, uint64_t self)
         ep->has_slot = 1;
         return TMX_OK;
     }
-    util_error("shm: peer %u's segment has no free sender slot (%d senders hold one)", ep->super.peer,
-               SHM_N_SENDERS);
+    util_error("shm: peer %016llx's segment has no free sender slot (%d senders hold one)",
+               (unsigned long long)ep->super.uuid, SHM_N_SENDERS);
     return TMX_ERR_UNREACHABLE;
 }
 
@@ -265,7 +271,8 @@ static void slot_give_back(shm_ep_t *ep)
         return;
     ep->has_slot = 0;
     if ((cell = shm_cell_claim(ep, &pos)) == NULL) {
-        util_debug("shm: peer %u's ring is full: sender slot %u stays taken", ep->super.peer, ep->slot);
+        util_debug("shm: peer %016llx's ring is full: sender slot %u stays taken", (unsigned long long)ep->super.uuid,
+                   ep->slot);
         return;
     }
     shm_cell_publish(ep, cell, pos, SHM_KIND_PACKET, 0);
@@ -318,6 +325,7 @@ static void shm_iface_close(tl_iface_t *iface)
     if (si->wake_fd >= 0)
         close(si->wake_fd);
     free(si->bounce);
+    tl_iface_unregister(iface);
     free(si);
 }
 
@@ -359,26 +367,27 @@ static tmx_status_t ep_map(shm_ep_t *ep, const shm_addr_t *a, uint64_t uuid)
     snprintf(path, sizeof(path), "/proc/%u/fd/%d", ep->pid, (int)le32toh((uint32_t)a->fd));
     fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
-        util_error("shm: cannot open peer %u's segment %s: %s", ep->super.peer, path, strerror(errno));
+        util_error("shm: cannot open peer %016llx's segment %s: %s", (unsigned long long)ep->super.uuid, path,
+                   strerror(errno));
         return errno == ENOENT ? TMX_ERR_PEER_FAILED : TMX_ERR_UNREACHABLE;
     }
     ep->seg_fd = fd; /* kept: it holds our slot's liveness lock */
     if (fstat(fd, &st) != 0 || st.st_size != (off_t)SHM_SEG_SIZE ||
         (fcntl(fd, F_GET_SEALS) & SHM_SEALS) != SHM_SEALS) {
-        util_error("shm: %s is not the segment of peer %u: not a sealed file of %zu bytes", path,
-                   ep->super.peer, (size_t)SHM_SEG_SIZE);
+        util_error("shm: %s is not the segment of peer %016llx: not a sealed file of %zu bytes", path,
+                   (unsigned long long)ep->super.uuid, (size_t)SHM_SEG_SIZE);
         return TMX_ERR_UNREACHABLE;
     }
     ep->seg = mmap(NULL, SHM_SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ep->seg == MAP_FAILED) {
         ep->seg = NULL;
-        util_error("shm: cannot map peer %u's segment: %s", ep->super.peer, strerror(errno));
+        util_error("shm: cannot map peer %016llx's segment: %s", (unsigned long long)ep->super.uuid, strerror(errno));
         return TMX_ERR_NOMEM;
     }
     if (ep->seg->magic != SHM_MAGIC || ep->seg->version != SHM_VERSION ||
         ep->seg->hdr_size != sizeof(shm_seg_hdr_t) || ep->seg->n_cells != SHM_N_CELLS ||
         ep->seg->cell_size != SHM_CELL_SIZE || ep->seg->owner_uuid != uuid) {
-        util_error("shm: %s is not the segment of peer %u", path, ep->super.peer);
+        util_error("shm: %s is not the segment of peer %016llx", path, (unsigned long long)ep->super.uuid);
         return TMX_ERR_UNREACHABLE;
     }
     return TMX_OK;
@@ -399,9 +408,7 @@ static tmx_status_t shm_ep_create(tl_iface_t *iface, const void *addr, size_t le
     memcpy(&a, addr, sizeof(a));
     if ((ep = calloc(1, sizeof(*ep))) == NULL)
         return TMX_ERR_NOMEM;
-    ep->super.iface = iface;
-    ep->super.peer = peer;
-    ep->super.uuid = uuid;
+    tl_ep_init(&ep->super, iface, uuid, peer);
     ep->pid = le32toh(a.pid);
     ep->pidfd = (int)syscall(SYS_pidfd_open, ep->pid, 0);
     ep->seg_fd = -1;
@@ -480,7 +487,7 @@ static void ep_map_forget(shm_iface_t *si, uint64_t uuid)
 static void shm_ep_destroy(tl_ep_t *tep)
 {
     shm_ep_t *ep = (shm_ep_t *)tep;
-    shm_iface_t *si = (shm_iface_t *)ep->super.iface;
+    shm_iface_t *si = (shm_iface_t *)tl_ep_iface(&ep->super);
 
     slot_give_back(ep);
     util_dlist_unlink(&ep->link);
@@ -642,7 +649,7 @@ static void seg_wake(const shm_iface_t *si, shm_seg_hdr_t *seg)
 static inline void seg_wake_published(shm_ep_t *ep)
 {
     if (atomic_load_explicit(&ep->seg->sleeping, memory_order_seq_cst) != 0)
-        seg_wake_now((const shm_iface_t *)ep->super.iface, ep->seg);
+        seg_wake_now((const shm_iface_t *)tl_ep_iface(&ep->super), ep->seg);
 }
 
 #define SHM_FBOX_RETRY 4096 /* short sends between looks for a free fast box */
@@ -665,7 +672,6 @@ static int fbox_take(shm_ep_t *ep)
                                                      memory_order_acquire, memory_order_relaxed))
             continue;
         ep->fbox = (uint8_t)i;
-        ep->fb_data = shm_fbox_data(seg, i);
         ep->fb_write = atomic_load_explicit(&seg->fbox[i].read, memory_order_acquire) & ~(uint64_t)7;
         ep->fb_read = ep->fb_write;
         atomic_fetch_or_explicit(&seg->fbox_used, 1ull << i, memory_order_seq_cst); /* as a publish, for shm_wait */
@@ -683,7 +689,7 @@ static inline int fbox_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt, s
 {
     uint64_t w, o, skip, at;
     uint32_t need = shm_fbox_entry((uint32_t)total);
-    unsigned char *e;
+    unsigned char *data, *e;
     size_t off = 8;
 
     if (__builtin_expect(ep->ring_last != SHM_NO_CLAIM, 0)) {
@@ -703,19 +709,20 @@ static inline int fbox_send(shm_ep_t *ep, const struct iovec *iov, int iovcnt, s
             return 0; /* full */
     }
     at = skip != 0 ? 0 : o;
-    e = ep->fb_data + at;
+    data = shm_fbox_data(ep->seg, ep->fbox);
+    e = data + at;
     for (int i = 0; i < iovcnt; i++) {
         util_copy(e + off, iov[i].iov_base, iov[i].iov_len);
         off += iov[i].iov_len;
     }
-    atomic_store_explicit(shm_fbox_word(ep->fb_data, at + need), 0, memory_order_relaxed);
+    atomic_store_explicit(shm_fbox_word(data, at + need), 0, memory_order_relaxed);
     stop_hook(SHM_STOP_FBOX);
     if (skip != 0) {
-        atomic_store_explicit(shm_fbox_word(ep->fb_data, 0), SHM_FBOX_VALID | SHM_FBOX_POS(w + skip) | total,
+        atomic_store_explicit(shm_fbox_word(data, 0), SHM_FBOX_VALID | SHM_FBOX_POS(w + skip) | total,
                               memory_order_release);
-        atomic_store_explicit(shm_fbox_word(ep->fb_data, o), SHM_FBOX_SKIP | SHM_FBOX_POS(w), memory_order_seq_cst);
+        atomic_store_explicit(shm_fbox_word(data, o), SHM_FBOX_SKIP | SHM_FBOX_POS(w), memory_order_seq_cst);
     } else {
-        atomic_store_explicit(shm_fbox_word(ep->fb_data, o), SHM_FBOX_VALID | SHM_FBOX_POS(w) | total,
+        atomic_store_explicit(shm_fbox_word(data, o), SHM_FBOX_VALID | SHM_FBOX_POS(w) | total,
                               memory_order_seq_cst);
     }
     ep->fb_write = w + skip + need;
@@ -770,8 +777,8 @@ static inline int cell_publish_quiet(shm_ep_t *ep, shm_cell_t *cell, uint64_t po
     stop_hook(SHM_STOP_PUBLISH);
     if (!atomic_compare_exchange_strong_explicit(&cell->seq, &seq, shm_seq(pos + 1), memory_order_seq_cst,
                                                  memory_order_relaxed)) {
-        util_error("shm: peer %u skipped ring position %llu that we held: it took us for dead",
-                   ep->super.peer, (unsigned long long)pos);
+        util_error("shm: peer %016llx skipped ring position %llu that we held: it took us for dead",
+                   (unsigned long long)ep->super.uuid, (unsigned long long)pos);
         ep->lost = 1; /* shm_check_peers fails it */
         return 0;
     }
@@ -1569,7 +1576,7 @@ static void shm_check_peers(tl_iface_t *iface)
         int clean = !ep->lost && closed;
         ep->failed = 1;
         if (!clean)
-            util_warn("shm: peer %u (pid %u) died", ep->super.peer, ep->pid);
+            util_warn("shm: peer %016llx (pid %u) died", (unsigned long long)ep->super.uuid, ep->pid);
         shm_get_fail_ep(si, ep);
         si->super.fail_cb(si->super.fail_arg, ep->super.uuid, clean);
     }

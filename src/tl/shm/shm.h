@@ -21,11 +21,15 @@ typedef struct shm_ep {
     tl_ep_t super;
     util_dlist_t link;          /* in shm_iface_t.eps */
     shm_seg_hdr_t *seg;         /* the peer's segment, mapped */
-    unsigned char *fb_data;     /* our fast box's entries (fbox) */
-    uint64_t fb_write;          /* bytes we have written into it, ever */
-    uint64_t fb_read;           /* its consumer's read, as we last saw it */
+    union {
+        struct {                /* our fast box (fbox), while we have one */
+            uint64_t fb_write;  /* bytes we have written into it, ever */
+            uint64_t fb_read;   /* its consumer's read, as we last saw it */
+        };
+        uint64_t after_pos;     /* while after_box is set (we then have no
+                                   box): its bytes up to its last entry */
+    };
     uint64_t ring_last;         /* our last cell in its ring that may be unconsumed; SHM_NO_CLAIM */
-    uint64_t after_pos;         /* after_box's bytes up to its last entry */
     uint32_t pid;
     int pidfd;                  /* readable once the peer exits; -1 if none */
     int seg_fd;                 /* our open of its memfd: holds our slot's lock */
@@ -41,8 +45,8 @@ typedef struct shm_ep {
      * by the layer above): nothing of ours may go before what it put there */
     uint8_t after_box;          /* its box, or SHM_FBOX_NONE */
 } shm_ep_t;
-_Static_assert(sizeof(void *) != 8 || sizeof(shm_ep_t) == 112,
-               "an endpoint is 112 bytes on 64-bit targets: one per node-local peer");
+_Static_assert(sizeof(void *) != 8 || sizeof(shm_ep_t) == 88,
+               "an endpoint is 88 bytes on 64-bit targets: one per node-local peer");
 
 typedef struct shm_iface {
     tl_iface_t super;

@@ -385,10 +385,10 @@ tmx_status_t shm_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
                      unsigned kind, tl_get_op_t *op)
 {
     shm_ep_t *ep = (shm_ep_t *)tep;
-    shm_iface_t *si = (shm_iface_t *)tep->iface;
+    shm_iface_t *si = (shm_iface_t *)tl_ep_iface(tep);
     tmx_status_t st;
 
-    if ((st = tl_get_kind_check(tep->iface, kind)) != TMX_OK)
+    if ((st = tl_get_kind_check(tl_ep_iface(tep), kind)) != TMX_OK)
         return st;
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
@@ -415,10 +415,10 @@ tmx_status_t shm_put(tl_ep_t *tep, const void *src, size_t len, uint64_t raddr, 
                      uint64_t lkey, unsigned kind)
 {
     shm_ep_t *ep = (shm_ep_t *)tep;
-    shm_iface_t *si = (shm_iface_t *)tep->iface;
+    shm_iface_t *si = (shm_iface_t *)tl_ep_iface(tep);
     tmx_status_t st;
 
-    if ((st = tl_put_kind_check(tep->iface, kind)) != TMX_OK)
+    if ((st = tl_put_kind_check(tl_ep_iface(tep), kind)) != TMX_OK)
         return st;
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;

@@ -135,7 +135,8 @@ static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_
 static void side_open_stream(side_t *s, uint64_t uuid, const tl_stream_cb_t *stream)
 {
     tl_settings_t set;
-    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, stream, NULL, NULL, 0, NULL, 0, NULL};
+    tl_iface_params_t p = {uuid, 0x70b, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, stream, NULL, NULL, 0,
+                           NULL, 0,     NULL};
 
     memset(s, 0, sizeof(*s));
     s->uuid = uuid;
@@ -821,7 +822,7 @@ static void fbox_hostile_headers(void **state)
         default: bad = SHM_FBOX_VALID | SHM_FBOX_POS(p - 24) | 16; break; /* the last lap's */
         }
         /* a's next header, written by hand */
-        atomic_store(shm_fbox_word(ab->fb_data, p), bad);
+        atomic_store(shm_fbox_word(shm_fbox_data(ab->seg, ab->fbox), p), bad);
         send_packet(cb, &b, 1, 16);
         send_packet(cb, &b, 2, 4000); /* through the ring */
         drain(&b, 3, 10);
@@ -850,7 +851,8 @@ static void fbox_hostile_headers(void **state)
             send_packet(ab, &b, b.next, 8 + (size_t)b.next % 50);
             tl_shm_ops.progress(b.iface);
         }
-        atomic_store(shm_fbox_word(ab->fb_data, ab->fb_write), SHM_FBOX_VALID | SHM_FBOX_POS(ab->fb_write) | 200);
+        atomic_store(shm_fbox_word(shm_fbox_data(ab->seg, ab->fbox), ab->fb_write),
+                     SHM_FBOX_VALID | SHM_FBOX_POS(ab->fb_write) | 200);
         for (int i = 0; i < 10; i++)
             tl_shm_ops.progress(b.iface);
         assert_int_equal(((shm_iface_t *)b.iface)->dropped, 1);

@@ -105,11 +105,19 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
     ui->cfg.set = params->settings->udp;
     ui->in_job = params->in_job;
     util_idmap_init(&ui->ep_map, offsetof(udp_ep_t, super.uuid));
-    util_pool_init_align(&ui->ep_pool, sizeof(udp_ep_t), 16, _Alignof(udp_ep_t));
+    /* 8-byte aligned at least: the core keeps flags in a pointer's low bits */
+    util_pool_init_align(&ui->ep_pool, sizeof(udp_ep_t), 16, _Alignof(udp_ep_t) > 8 ? _Alignof(udp_ep_t) : 8);
     util_dlist_init(&ui->acks);
+    util_dlist_init(&ui->flows);
     util_wheel_init(&ui->wheel, UDP_TICK_US, udp_now_us());
     udp_faults_init(&ui->faults, &ui->cfg.set.faults, params->uuid);
+    if ((st = tl_iface_register(&ui->super)) != TMX_OK) {
+        udp_faults_fini(&ui->faults);
+        free(ui);
+        return st;
+    }
     if ((st = udp_sock_open(ui, &ifmtu)) != TMX_OK) {
+        tl_iface_unregister(&ui->super);
         udp_faults_fini(&ui->faults);
         free(ui);
         return st;
@@ -138,11 +146,9 @@ static tmx_status_t udp_iface_open(const tl_iface_params_t *params, tl_iface_t *
 
 static int tx_idle(udp_iface_t *ui)
 {
-    udp_ep_t *ep;
-
-    for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
-        for (int ch = 0; ch < UDP_N_CH && !ep->failed && ep->has_flow; ch++) {
-            if (ep->flow->tx[ch].una != ep->flow->tx[ch].next_seq)
+    for (udp_flow_t *fl = udp_flow_walk(ui, NULL); fl != NULL; fl = udp_flow_walk(ui, fl)) {
+        for (int ch = 0; ch < UDP_N_CH && !fl->ep->failed; ch++) {
+            if (fl->tx[ch].una != fl->tx[ch].next_seq)
                 return 0;
         }
     }
@@ -201,6 +207,7 @@ static void udp_iface_close(tl_iface_t *iface)
     util_pool_fini(&ui->hsegs);
     free(ui->gather);
     udp_sock_close(ui);
+    tl_iface_unregister(iface);
     free(ui);
 }
 

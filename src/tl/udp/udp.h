@@ -118,6 +118,7 @@ typedef struct udp_flow {
     udp_tx_t tx[UDP_N_CH];
     udp_rx_t rx[UDP_N_CH];
     util_dlist_t ack_link;       /* in udp_iface_t.acks while an ACK is due */
+    util_dlist_t link;           /* in udp_iface_t.flows (udp_flow_walk) */
     int ack_queued;
     uint32_t probe;              /* when the peer was last probed while
                                     silent, if probed (udp_live_stamp) */
@@ -173,8 +174,8 @@ typedef struct udp_ep {
     uint16_t listed : 1;         /* in udp_iface_t.ep_map: the layer above
                                     does not find it for us (udp_ep_find) */
 } udp_ep_t;
-_Static_assert(sizeof(void *) != 8 || sizeof(udp_ep_t) == 48,
-               "an endpoint is 48 bytes on 64-bit targets: one per remote process");
+_Static_assert(sizeof(void *) != 8 || sizeof(udp_ep_t) == 40,
+               "an endpoint is 40 bytes on 64-bit targets: one per remote process");
 
 typedef struct udp_faults {
     double drop, dup, reorder, corrupt;
@@ -294,6 +295,10 @@ typedef struct udp_iface {
     uint32_t n_eps;
     uint32_t n_flows;            /* endpoints with a flow (udp_flow_t) */
     util_dlist_t acks;           /* endpoints owing an ACK */
+    util_dlist_t flows;          /* every flow: what a look at the peers
+                                    with an exchange under way walks, not
+                                    every endpoint (udp_flow_walk) */
+    struct udp_flow *walk_next;  /* the flow a walk takes next */
     int refusals;                /* some endpoint was refused */
     int byes;                    /* peers that said bye with data missing */
     int closing;                 /* iface_close lingers: reads are gone */
@@ -436,8 +441,11 @@ int udp_node_probe_input(udp_iface_t *ui, const unsigned char *buf, size_t len);
 
 /* udp_ep.c: endpoints */
 udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid);
+/* The same for a datagram's sender, which leaves ep_map if the layer
+ * above finds it: not while ep_map is walked. */
+udp_ep_t *udp_ep_find_rx(udp_iface_t *ui, uint64_t uuid);
 /* tl_ops_t.ep_unfound: ep goes into ep_map. */
-void udp_ep_unfound(tl_ep_t *tep);
+tmx_status_t udp_ep_unfound(tl_ep_t *tep);
 /* Every endpoint the layer above still holds goes into ep_map (the
  * interface closes). */
 void udp_ep_list_all(udp_iface_t *ui);
@@ -709,8 +717,10 @@ static inline uint64_t udp_ep_silence(const udp_ep_t *ep, uint64_t now_us)
 
 /* Every endpoint, one at a time: for (it = 0; (ep = udp_ep_next(ui,
  * &it)) != NULL;): those the layer above holds and finds for us, then
- * ep_map's. An endpoint made or freed meanwhile may be missed or met
- * twice (util_idmap_next). */
+ * ep_map's. An endpoint made or freed meanwhile, or moved into or out of
+ * ep_map, may be missed or met twice (util_idmap_next). A walk takes a
+ * step per number the layer above holds: what looks only at the peers
+ * with an exchange under way walks the flows instead (udp_flow_walk). */
 #define UDP_IT_MAP 0x80000000u
 static inline udp_ep_t *udp_ep_next(udp_iface_t *ui, uint32_t *it)
 {
@@ -729,6 +739,21 @@ static inline udp_ep_t *udp_ep_next(udp_iface_t *ui, uint32_t *it)
     ep = util_idmap_next(&ui->ep_map, &i);
     *it = i | UDP_IT_MAP;
     return ep;
+}
+
+/* Every flow, one at a time: for (fl = udp_flow_walk(ui, NULL); fl !=
+ * NULL; fl = udp_flow_walk(ui, fl)). A step may free any flow, its own
+ * included (udp_flow_free moves the walk on); a flow made meanwhile may
+ * be met or not. Walks do not nest. */
+static inline udp_flow_t *udp_flow_walk(udp_iface_t *ui, const udp_flow_t *prev)
+{
+    util_dlist_t *pos = prev == NULL ? ui->flows.next : NULL;
+    udp_flow_t *fl = prev == NULL ? (pos == &ui->flows ? NULL : util_container_of(pos, udp_flow_t, link))
+                                  : ui->walk_next;
+
+    ui->walk_next =
+        fl == NULL || fl->link.next == &ui->flows ? NULL : util_container_of(fl->link.next, udp_flow_t, link);
+    return fl;
 }
 
 /* The connected socket ep sends through, or -1 (the interface's). */

@@ -55,16 +55,14 @@ tmx_status_t udp_reachable(tl_iface_t *iface, const void *addr, size_t len)
  * endpoint leaves ep_map once the layer above finds it; it comes back
  * when the layer above lets go of it (udp_ep_destroy) or stops finding
  * it (udp_ep_unfound). An endpoint not in ep_map is always found there. */
-static void ep_list(udp_iface_t *ui, udp_ep_t *ep)
+static tmx_status_t ep_list(udp_iface_t *ui, udp_ep_t *ep)
 {
     if (ep->listed)
-        return;
-    if (util_idmap_put(&ui->ep_map, ep) != 0) {
-        util_error("udp: out of memory: the endpoint to %016llx cannot be indexed, and is lost",
-                   (unsigned long long)ep->super.uuid);
-        return;
-    }
+        return TMX_OK;
+    if (util_idmap_put(&ui->ep_map, ep) != 0)
+        return TMX_ERR_NOMEM;
     ep->listed = 1;
+    return TMX_OK;
 }
 
 static void ep_unlist(udp_iface_t *ui, udp_ep_t *ep)
@@ -81,6 +79,18 @@ udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid)
     udp_ep_t *ep;
 
     if (ui->super.held != NULL &&
+        (ep = (udp_ep_t *)ui->super.held->find(ui->super.recv_arg, &ui->super, uuid)) != NULL)
+        return ep;
+    return util_idmap_get(&ui->ep_map, uuid);
+}
+
+/* The same for a datagram's sender, outside any walk of ep_map: an
+ * endpoint the layer above finds leaves ep_map here. */
+udp_ep_t *udp_ep_find_rx(udp_iface_t *ui, uint64_t uuid)
+{
+    udp_ep_t *ep;
+
+    if (ui->super.held != NULL &&
         (ep = (udp_ep_t *)ui->super.held->find(ui->super.recv_arg, &ui->super, uuid)) != NULL) {
         if (ep->listed)
             ep_unlist(ui, ep);
@@ -89,17 +99,27 @@ udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid)
     return util_idmap_get(&ui->ep_map, uuid);
 }
 
-void udp_ep_unfound(tl_ep_t *tep)
+tmx_status_t udp_ep_unfound(tl_ep_t *tep)
 {
-    ep_list((udp_iface_t *)tep->iface, (udp_ep_t *)tep);
+    tmx_status_t st = ep_list((udp_iface_t *)tl_ep_iface(tep), (udp_ep_t *)tep);
+
+    if (st != TMX_OK)
+        util_error("udp: out of memory: the endpoint to %016llx cannot be indexed",
+                   (unsigned long long)tep->uuid);
+    return st;
 }
 
 void udp_ep_list_all(udp_iface_t *ui)
 {
     tl_ep_t *ep;
 
-    for (uint32_t it = 0; ui->super.held != NULL && (ep = ui->super.held->next(ui->super.recv_arg, &ui->super, &it)) != NULL;)
-        ep_list(ui, (udp_ep_t *)ep);
+    if (ui->super.held == NULL)
+        return;
+    for (uint32_t it = 0; (ep = ui->super.held->next(ui->super.recv_arg, &ui->super, &it)) != NULL;) {
+        if (ep_list(ui, (udp_ep_t *)ep) != TMX_OK)
+            util_error("udp: out of memory: the endpoint to %016llx cannot be indexed, and is lost",
+                       (unsigned long long)ep->uuid);
+    }
 }
 
 
@@ -127,8 +147,7 @@ udp_ep_t *udp_ep_new(udp_iface_t *ui, uint64_t uuid, const struct sockaddr_in *s
         return NULL;
     }
     ep->listed = 1;
-    ep->super.iface = &ui->super;
-    ep->super.peer = TMX_PEER_NONE;
+    tl_ep_init(&ep->super, &ui->super, uuid, TMX_PEER_NONE);
     ep->index = index;
     udp_ep_heard(ep, udp_now_us());
     ui->n_eps++;
@@ -143,7 +162,7 @@ static int stranger(udp_iface_t *ui, const udp_ep_t *ep)
     const void *addr;
     size_t len;
 
-    return !ep->connected && ep->super.peer == TMX_PEER_NONE &&
+    return !ep->connected && ep->super.kind == TL_EP_NONE &&
            (ui->super.peer_addr == NULL ||
             ui->super.peer_addr(ui->super.recv_arg, &ui->super, ep->super.uuid, &addr, &len) != TMX_OK);
 }
@@ -192,7 +211,7 @@ int udp_ep_evict_stranger(udp_iface_t *ui)
  * Not while a datagram of its own is being handled (an upcall). */
 static int ep_forged(const udp_iface_t *ui, const udp_ep_t *ep, const struct sockaddr_in *sa)
 {
-    return !ep->connected && ep->super.peer == TMX_PEER_NONE && ep != ui->rx_ep &&
+    return !ep->connected && ep->super.kind == TL_EP_NONE && ep != ui->rx_ep &&
            udp_ep_conn(ui, ep)->sa.sin_addr.s_addr != sa->sin_addr.s_addr;
 }
 
@@ -221,11 +240,11 @@ tmx_status_t udp_ep_create(tl_iface_t *iface, const void *addr, size_t len, tmx_
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
     ep->index = ntohs(a.index);
-    ep->super.peer = peer;
-    ep->connected = 1;
     /* the address published is the one that counts */
     if (udp_ep_move(ui, ep, &sa) != 0)
         return TMX_ERR_NOMEM;
+    tl_ep_init(&ep->super, iface, uuid, peer);
+    ep->connected = 1;
     udp_sock_ep_connect(ui, ep);
     *out = &ep->super;
     return TMX_OK;
@@ -268,7 +287,9 @@ tmx_status_t udp_sender_check(tl_iface_t *iface, uint64_t uuid, const void *addr
 void udp_ep_destroy(tl_ep_t *tep)
 {
     ((udp_ep_t *)tep)->connected = 0;
-    ep_list((udp_iface_t *)tep->iface, (udp_ep_t *)tep);
+    if (ep_list((udp_iface_t *)tl_ep_iface(tep), (udp_ep_t *)tep) != TMX_OK)
+        util_error("udp: out of memory: the endpoint to %016llx cannot be indexed, and is lost",
+                   (unsigned long long)tep->uuid);
 }
 
 static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)
@@ -287,8 +308,8 @@ void udp_ep_fail(udp_iface_t *ui, udp_ep_t *ep, const char *why)
 
     if (ep->failed)
         return;
-    util_warn("udp: peer %u at %s:%u failed: %s", ep->super.peer, inet_ntoa(sa->sin_addr), ntohs(sa->sin_port),
-              why);
+    util_warn("udp: peer %016llx at %s:%u failed: %s", (unsigned long long)ep->super.uuid, inet_ntoa(sa->sin_addr),
+              ntohs(sa->sin_port), why);
     ep_end(ui, ep, 0);
 }
 
@@ -298,8 +319,8 @@ void udp_ep_gone(udp_iface_t *ui, udp_ep_t *ep)
 
     if (ep->failed)
         return;
-    util_debug("udp: peer %u at %s:%u closed its context", ep->super.peer, inet_ntoa(sa->sin_addr),
-               ntohs(sa->sin_port));
+    util_debug("udp: peer %016llx at %s:%u closed its context", (unsigned long long)ep->super.uuid,
+               inet_ntoa(sa->sin_addr), ntohs(sa->sin_port));
     ep_end(ui, ep, 1);
 }
 

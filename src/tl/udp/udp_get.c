@@ -19,7 +19,7 @@ static tmx_status_t req_send(tl_ep_t *tep, const tl_emu_req_t *req)
     udp_send_desc_t d = {.ch = UDP_CH_PRIO, .flags = UDP_FLAG_GET_REQ, .iov = &iov, .iovcnt = 1,
                          .len = sizeof(w)};
 
-    return udp_send_segs((udp_iface_t *)tep->iface, (udp_ep_t *)tep, &d);
+    return udp_send_segs((udp_iface_t *)tl_ep_iface(tep), (udp_ep_t *)tep, &d);
 }
 
 /* The status travels in the header's reserved word (udp_wire.h). */
@@ -30,12 +30,12 @@ static tmx_status_t data_send(tl_ep_t *tep, uint32_t id, uint64_t offset, tmx_st
     udp_send_desc_t d = {.ch = UDP_CH_DATA, .flags = UDP_FLAG_GET_DATA, .frag_id = id, .offset = offset,
                          .aux = (uint32_t)status, .iov = &iov, .iovcnt = 1, .len = n, .rkey = rkey};
 
-    return udp_send_segs((udp_iface_t *)tep->iface, (udp_ep_t *)tep, &d);
+    return udp_send_segs((udp_iface_t *)tl_ep_iface(tep), (udp_ep_t *)tep, &d);
 }
 
 static void waiting(tl_ep_t *tep, uint64_t since_us, uint64_t now_us, uint64_t *reported_us)
 {
-    udp_rx_stall_check((udp_iface_t *)tep->iface, (udp_ep_t *)tep, since_us, now_us, reported_us);
+    udp_rx_stall_check((udp_iface_t *)tl_ep_iface(tep), (udp_ep_t *)tep, since_us, now_us, reported_us);
 }
 
 /* A write's part: the target address in offset, the target's key in
@@ -48,7 +48,7 @@ static tmx_status_t put_send(tl_ep_t *tep, uint64_t raddr, uint64_t rkey, const 
                          .offset = raddr, .aux = (uint32_t)(rkey >> 32), .iov = &iov, .iovcnt = 1,
                          .len = n, .rkey = lkey};
 
-    return udp_send_segs((udp_iface_t *)tep->iface, (udp_ep_t *)tep, &d);
+    return udp_send_segs((udp_iface_t *)tl_ep_iface(tep), (udp_ep_t *)tep, &d);
 }
 
 static const tl_emu_ops_t udp_emu_ops = {req_send, data_send, waiting, put_send};
@@ -62,9 +62,9 @@ tmx_status_t udp_get(tl_ep_t *tep, void *dst, size_t len, uint64_t raddr, uint64
                      unsigned kind, tl_get_op_t *op)
 {
     udp_ep_t *ep = (udp_ep_t *)tep;
-    udp_iface_t *ui = (udp_iface_t *)tep->iface;
+    udp_iface_t *ui = (udp_iface_t *)tl_ep_iface(tep);
 
-    if (tl_get_kind_check(tep->iface, kind) != TMX_OK)
+    if (tl_get_kind_check(tl_ep_iface(tep), kind) != TMX_OK)
         return TMX_ERR_INVALID;
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
@@ -77,9 +77,9 @@ tmx_status_t udp_put(tl_ep_t *tep, const void *src, size_t len, uint64_t raddr, 
                      uint64_t lkey, unsigned kind)
 {
     udp_ep_t *ep = (udp_ep_t *)tep;
-    udp_iface_t *ui = (udp_iface_t *)tep->iface;
+    udp_iface_t *ui = (udp_iface_t *)tl_ep_iface(tep);
 
-    if (tl_put_kind_check(tep->iface, kind) != TMX_OK)
+    if (tl_put_kind_check(tl_ep_iface(tep), kind) != TMX_OK)
         return TMX_ERR_INVALID;
     if (ep->failed)
         return TMX_ERR_PEER_FAILED;
@@ -101,8 +101,8 @@ void udp_put_data_arrive(udp_iface_t *ui, udp_ep_t *ep, const udp_hdr_t *h, cons
     if (ui->super.put_data(ui->super.recv_arg, ep->super.uuid, h->offset, rkey, p, h->len) != TMX_OK) {
         ui->stats.dropped++;
         if (!ui->closing && util_log_sparse(&ui->put_refused))
-            util_warn("udp: written data of %u bytes from peer %u refused (%llu refused so far)", h->len,
-                      ep->super.peer, (unsigned long long)ui->put_refused);
+            util_warn("udp: written data of %u bytes from peer %016llx refused (%llu refused so far)", h->len,
+                      (unsigned long long)ep->super.uuid, (unsigned long long)ui->put_refused);
         return;
     }
     /* a receive lent this sender its buffer: until its WDONE, a lost tail
@@ -129,11 +129,10 @@ void udp_put_rx_end(udp_iface_t *ui, udp_ep_t *ep)
  * the writer's timeout. */
 void udp_put_rx_check(udp_iface_t *ui, uint64_t now)
 {
-    udp_ep_t *ep;
-
-    for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
-        if (ep->put_rx)
-            udp_rx_stall_check(ui, ep, ep->flow->put_rx_us, now, &ep->flow->stall_sent_us);
+    /* a peer writing into us keeps its flow (udp_flow_settle) */
+    for (udp_flow_t *fl = udp_flow_walk(ui, NULL); fl != NULL; fl = udp_flow_walk(ui, fl)) {
+        if (fl->ep->put_rx)
+            udp_rx_stall_check(ui, fl->ep, fl->put_rx_us, now, &fl->stall_sent_us);
     }
 }
 
@@ -162,6 +161,6 @@ void udp_get_req_arrive(udp_iface_t *ui, udp_ep_t *ep, const unsigned char *p, s
     }
     ui->stats.dropped++;
     if (util_log_sparse(&ui->get_req_dropped))
-        util_warn("udp: dropped a read request of %zu bytes from peer %u (%llu so far)", len, ep->super.peer,
-                  (unsigned long long)ui->get_req_dropped);
+        util_warn("udp: dropped a read request of %zu bytes from peer %016llx (%llu so far)", len,
+                  (unsigned long long)ep->super.uuid, (unsigned long long)ui->get_req_dropped);
 }

@@ -64,7 +64,8 @@ static tmx_status_t on_mem_check(void *arg, uint64_t addr, uint64_t len, uint64_
 static void side_open(side_t *s, uint64_t uuid)
 {
     tl_settings_t set;
-    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, NULL, NULL, NULL, 0, NULL, 0, NULL};
+    tl_iface_params_t p = {uuid, JOB_KEY, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, NULL, NULL, NULL, 0,
+                           NULL, 0,       NULL};
     tl_iface_t *iface;
 
     assert_int_equal(unit_tl_settings(&set), TMX_OK);

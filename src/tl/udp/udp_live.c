@@ -176,17 +176,16 @@ static int errq_read_one(udp_iface_t *ui, int fd)
 /* The error queues that may hold refusals, a batch at most. */
 static void errq_read(udp_iface_t *ui)
 {
-    udp_ep_t *ep;
+    udp_conn_t *c;
     int n = 0;
 
     while (n < UDP_ERRQ_BATCH && errq_read_one(ui, ui->sock.fd))
         n++;
     ui->sock.errq = n == UDP_ERRQ_BATCH; /* more next time */
-    for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
-        udp_conn_t *c = udp_ep_conn(ui, ep);
-        if (!ep->sock || !c->errq)
+    for (uint32_t it = 0; (c = util_idmap_next(&ui->sock.conns, &it)) != NULL;) {
+        if (c->fd < 0 || !c->errq)
             continue;
-        c->errq = 0; /* once for the endpoints that share it */
+        c->errq = 0;
         for (n = 0; n < UDP_ERRQ_BATCH && errq_read_one(ui, c->fd); n++)
             ;
     }
@@ -232,7 +231,6 @@ static int ep_bye_step(udp_iface_t *ui, udp_ep_t *ep, uint64_t now)
  * refused, and ends the byes that waited long enough. From progress. */
 void udp_live_progress(udp_iface_t *ui)
 {
-    udp_ep_t *ep;
     uint64_t now;
     int refusals = 0, byes = 0;
 
@@ -241,7 +239,9 @@ void udp_live_progress(udp_iface_t *ui)
     if (!ui->refusals && !ui->byes)
         return;
     now = udp_now_us();
-    for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
+    /* a refused peer and a bye keep their flow (udp_flow_settle) */
+    for (udp_flow_t *fl = udp_flow_walk(ui, NULL); fl != NULL; fl = udp_flow_walk(ui, fl)) {
+        udp_ep_t *ep = fl->ep;
         refusals += ep_refusal_step(ui, ep, now);
         byes += ep_bye_step(ui, ep, now);
     }
@@ -264,8 +264,8 @@ void udp_live_bye(udp_iface_t *ui, udp_ep_t *ep, const uint32_t next_seq[UDP_N_C
     for (int ch = 0; ch < UDP_N_CH; ch++) {
         if ((int32_t)(udp_ep_expected(ep, ch) - next_seq[ch]) > 0) {
             /* it names fewer segments than have come: not its sender's */
-            util_debug("udp: a bye for peer %u names segment %u on channel %d, below the %u that came: "
-                       "ignored", ep->super.peer, next_seq[ch], ch, udp_ep_expected(ep, ch));
+            util_debug("udp: a bye for peer %016llx names segment %u on channel %d, below the %u that came: "
+                       "ignored", (unsigned long long)ep->super.uuid, next_seq[ch], ch, udp_ep_expected(ep, ch));
             ui->stats.dropped++;
             return;
         }

@@ -337,8 +337,8 @@ static void tx_timer_fire(util_timer_t *t)
         return;
     }
     ui->stats.timeouts++;
-    util_debug("udp: timeout on channel %d to peer %u after %llu us (timeout %llu us)", tx->ch,
-               tx->ep->super.peer, (unsigned long long)(now - tx->last_progress_us),
+    util_debug("udp: timeout on channel %d to peer %016llx after %llu us (timeout %llu us)", tx->ch,
+               (unsigned long long)tx->ep->super.uuid, (unsigned long long)(now - tx->last_progress_us),
                (unsigned long long)tx->rto_us);
     rto_resend(ui, tx, now);
     tx->rto_us = rto_backoff(tx->rto_us, udp_ep_silence(tx->ep, now));
@@ -838,16 +838,14 @@ static int rx_leave(udp_iface_t *ui, udp_ep_t *ep, const udp_rx_t *rx, const udp
  * did not take instead of waiting for its timeout. */
 void udp_rx_resume(udp_iface_t *ui)
 {
-    udp_ep_t *ep;
-
-    for (uint32_t it = 0; (ep = udp_ep_next(ui, &it)) != NULL;) {
+    /* a peer whose data waits keeps its flow (udp_flow_settle) */
+    for (udp_flow_t *fl = udp_flow_walk(ui, NULL); fl != NULL; fl = udp_flow_walk(ui, fl)) {
+        udp_ep_t *ep = fl->ep;
         if (!ep->rx_left)
             continue;
         ep->rx_left = 0;
         ep->rx_refill = 1;
-        if (!ep->has_flow)
-            continue; /* held while it was left: cannot be */
-        ep->flow->rx_data_seq = ep->flow->rx[UDP_CH_DATA].highest;
+        fl->rx_data_seq = fl->rx[UDP_CH_DATA].highest;
         ack_send(ui, ep, UDP_FLAG_STALL);
     }
     ui->n_left = 0;
@@ -927,6 +925,7 @@ udp_flow_t *udp_flow_make(udp_iface_t *ui, udp_ep_t *ep)
     }
     fl->rx_data_seq = ep->idle.expected[UDP_CH_DATA] - 1; /* the last one delivered */
     util_dlist_init(&fl->ack_link);
+    util_dlist_push_tail(&ui->flows, &fl->link);
     ep->flow = fl; /* the sequence numbers are the flow's now */
     ep->has_flow = 1;
     ui->n_flows++;
@@ -946,6 +945,9 @@ void udp_flow_free(udp_iface_t *ui, udp_ep_t *ep)
     }
     if (fl->ack_queued)
         util_dlist_unlink(&fl->ack_link);
+    if (ui->walk_next == fl)
+        ui->walk_next = fl->link.next == &ui->flows ? NULL : util_container_of(fl->link.next, udp_flow_t, link);
+    util_dlist_unlink(&fl->link);
     ep->has_flow = 0;
     for (int ch = 0; ch < UDP_N_CH; ch++) { /* over the flow's pointer */
         ep->idle.next_seq[ch] = fl->tx[ch].next_seq;

@@ -166,7 +166,7 @@ void udp_dgram_input(udp_iface_t *ui, unsigned char *buf, size_t len, const stru
         return;
     /* where it came from before a node-mate handed it on */
     src_ip = (h.flags & UDP_FLAG_HANDED) ? h.pad : from->sin_addr.s_addr;
-    ep = udp_ep_find(ui, h.src_id);
+    ep = udp_ep_find_rx(ui, h.src_id);
     if (h.flags & UDP_FLAG_NOBODY) { /* from a process of the peer's node, not from the peer */
         if (ep != NULL && udp_ep_conn(ui, ep)->sa.sin_addr.s_addr != src_ip)
             dgram_forged(ui, &h, src_ip, len); /* that node is elsewhere */

@@ -245,22 +245,23 @@ int udp_ep_move(udp_iface_t *ui, udp_ep_t *ep, const struct sockaddr_in *sa)
 }
 
 /* A socket bound to our address and connected to c's; -1 when none. */
-static int conn_sock_open(udp_iface_t *ui, const udp_conn_t *c, tmx_peer_t peer)
+static int conn_sock_open(udp_iface_t *ui, const udp_conn_t *c, uint64_t uuid)
 {
     struct sockaddr_in me = ui->sock.self_sa;
     int sz = UDP_SOCKBUF, fd;
 
     me.sin_port = 0;
     if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0) {
-        util_info("udp: no socket of its own for peer %u (%s): the shared one sends", peer, strerror(errno));
+        util_info("udp: no socket of its own for peer %016llx (%s): the shared one sends", (unsigned long long)uuid,
+                  strerror(errno));
         return -1;
     }
     if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) != 0)
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
     if (bind(fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
         connect(fd, (struct sockaddr *)&c->sa, sizeof(c->sa)) != 0) {
-        util_info("udp: cannot connect a socket to peer %u at %s:%u (%s): the shared one sends", peer,
-                  inet_ntoa(c->sa.sin_addr), ntohs(c->sa.sin_port), strerror(errno));
+        util_info("udp: cannot connect a socket to peer %016llx at %s:%u (%s): the shared one sends",
+                  (unsigned long long)uuid, inet_ntoa(c->sa.sin_addr), ntohs(c->sa.sin_port), strerror(errno));
         close(fd);
         return -1;
     }
@@ -284,7 +285,7 @@ void udp_sock_ep_connect(udp_iface_t *ui, udp_ep_t *ep)
     if (ep->sock)
         return;
     if (c->fd < 0) {
-        if (ui->sock.n_conn >= ui->cfg.conn_max || (c->fd = conn_sock_open(ui, c, ep->super.peer)) < 0)
+        if (ui->sock.n_conn >= ui->cfg.conn_max || (c->fd = conn_sock_open(ui, c, ep->super.uuid)) < 0)
             return;
         ui->sock.n_conn++;
     }

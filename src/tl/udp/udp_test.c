@@ -1632,7 +1632,8 @@ static uint64_t rto_setting;     /* their TMX_UDP_RTO_MS, if not 0 */
 static void side_open_job(side_t *s, uint64_t uuid, uint64_t job_key, int in_job)
 {
     tl_settings_t set;
-    tl_iface_params_t p = {uuid, job_key, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, NULL, NULL, NULL, in_job, NULL, 0, NULL};
+    tl_iface_params_t p = {uuid, job_key, on_recv, on_fail, on_mem_check, s, NULL, 0, &set, s, NULL, NULL, NULL, in_job,
+                           NULL, 0,       NULL};
     tl_iface_t *iface;
 
     assert_int_equal(unit_tl_settings(&set), TMX_OK);

@@ -462,7 +462,7 @@ static tmx_status_t send_one(udp_iface_t *ui, udp_ep_t *ep, const struct iovec *
 tmx_status_t udp_send(tl_ep_t *tep, const struct iovec *iov, int iovcnt)
 {
     udp_ep_t *ep = (udp_ep_t *)tep;
-    udp_iface_t *ui = (udp_iface_t *)tep->iface;
+    udp_iface_t *ui = (udp_iface_t *)tl_ep_iface(tep);
     udp_flow_t *fl = udp_ep_flow(ep);
     size_t len = 0;
     int made = 0;

@@ -322,9 +322,11 @@ enum tl_ep_kind {
 
 /* Every open interface of the process by number, so that an endpoint can
  * name its own in two bytes: tl_iface_register gives iface a number
- * (iface->num) at open, TMX_ERR_NO_SPACE with TL_IFACE_MAX open already;
- * tl_iface_unregister frees it at close. Thread-safe. */
-#define TL_IFACE_MAX 4096
+ * (iface->num) at open, the lowest free one, TMX_ERR_NO_SPACE with
+ * TL_IFACE_MAX open already; tl_iface_unregister frees it at close.
+ * Thread-safe. The table takes 512 KiB of address space, of which only
+ * the page of the numbers in use is touched. */
+#define TL_IFACE_MAX 65536
 tmx_status_t tl_iface_register(tl_iface_t *iface);
 void tl_iface_unregister(tl_iface_t *iface);
 extern tl_iface_t *tl_ifaces[TL_IFACE_MAX];

@@ -745,14 +745,16 @@ static inline udp_ep_t *udp_ep_next(udp_iface_t *ui, uint32_t *it)
  * NULL; fl = udp_flow_walk(ui, fl)). A step may free any flow, its own
  * included (udp_flow_free moves the walk on); a flow made meanwhile may
  * be met or not. Walks do not nest. */
+static inline udp_flow_t *udp_flow_at(udp_iface_t *ui, util_dlist_t *pos)
+{
+    return pos == &ui->flows ? NULL : util_container_of(pos, udp_flow_t, link);
+}
+
 static inline udp_flow_t *udp_flow_walk(udp_iface_t *ui, const udp_flow_t *prev)
 {
-    util_dlist_t *pos = prev == NULL ? ui->flows.next : NULL;
-    udp_flow_t *fl = prev == NULL ? (pos == &ui->flows ? NULL : util_container_of(pos, udp_flow_t, link))
-                                  : ui->walk_next;
+    udp_flow_t *fl = prev == NULL ? udp_flow_at(ui, ui->flows.next) : ui->walk_next;
 
-    ui->walk_next =
-        fl == NULL || fl->link.next == &ui->flows ? NULL : util_container_of(fl->link.next, udp_flow_t, link);
+    ui->walk_next = fl == NULL ? NULL : udp_flow_at(ui, fl->link.next);
     return fl;
 }
 

@@ -12,13 +12,38 @@
 #include "tl/udp/udp.h"
 #include "util/log.h"
 
+/* ep_map holds the endpoints the layer above does not find for us, so
+ * that a process costs one index entry, the layer above's, not two. An
+ * endpoint leaves ep_map once the layer above finds it; it comes back
+ * when the layer above lets go of it (udp_ep_destroy) or stops finding
+ * it (udp_ep_unfound). An endpoint not in ep_map is always found there. */
+static tmx_status_t ep_list(udp_iface_t *ui, udp_ep_t *ep)
+{
+    if (ep->listed)
+        return TMX_OK;
+    if (util_idmap_put(&ui->ep_map, ep) != 0) {
+        util_error("udp: out of memory: the endpoint to %016llx cannot be indexed",
+                   (unsigned long long)ep->super.uuid);
+        return TMX_ERR_NOMEM;
+    }
+    ep->listed = 1;
+    return TMX_OK;
+}
+
+static void ep_unlist(udp_iface_t *ui, udp_ep_t *ep)
+{
+    if (util_idmap_get(&ui->ep_map, ep->super.uuid) == ep)
+        util_idmap_del(&ui->ep_map, ep->super.uuid);
+    ep->listed = 0;
+}
+
 void udp_ep_free(udp_iface_t *ui, udp_ep_t *ep)
 {
     udp_conn_t *c = udp_ep_conn(ui, ep);
 
     udp_flow_free(ui, ep);
-    if (ep->listed && util_idmap_get(&ui->ep_map, ep->super.uuid) == ep)
-        util_idmap_del(&ui->ep_map, ep->super.uuid);
+    if (ep->listed)
+        ep_unlist(ui, ep);
     ui->n_eps--;
     udp_sock_ep_disconnect(ui, ep);
     if (c->refs == 1)
@@ -50,63 +75,35 @@ tmx_status_t udp_reachable(tl_iface_t *iface, const void *addr, size_t len)
 
 /* ------------------------------------------------------------ endpoints */
 
-/* ep_map holds the endpoints the layer above does not find for us, so
- * that a process costs one index entry, the layer above's, not two. An
- * endpoint leaves ep_map once the layer above finds it; it comes back
- * when the layer above lets go of it (udp_ep_destroy) or stops finding
- * it (udp_ep_unfound). An endpoint not in ep_map is always found there. */
-static tmx_status_t ep_list(udp_iface_t *ui, udp_ep_t *ep)
-{
-    if (ep->listed)
-        return TMX_OK;
-    if (util_idmap_put(&ui->ep_map, ep) != 0)
-        return TMX_ERR_NOMEM;
-    ep->listed = 1;
-    return TMX_OK;
-}
-
-static void ep_unlist(udp_iface_t *ui, udp_ep_t *ep)
-{
-    if (util_idmap_get(&ui->ep_map, ep->super.uuid) == ep)
-        util_idmap_del(&ui->ep_map, ep->super.uuid);
-    ep->listed = 0;
-}
-
 /* Once per datagram: a hash lookup (the layer above's, or ep_map's), not
- * a scan of every peer. */
-udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid)
-{
-    udp_ep_t *ep;
-
-    if (ui->super.held != NULL &&
-        (ep = (udp_ep_t *)ui->super.held->find(ui->super.recv_arg, &ui->super, uuid)) != NULL)
-        return ep;
-    return util_idmap_get(&ui->ep_map, uuid);
-}
-
-/* The same for a datagram's sender, outside any walk of ep_map: an
- * endpoint the layer above finds leaves ep_map here. */
-udp_ep_t *udp_ep_find_rx(udp_iface_t *ui, uint64_t uuid)
+ * a scan of every peer. unlist: an endpoint the layer above finds leaves
+ * ep_map (not while ep_map is walked). */
+static udp_ep_t *ep_find(udp_iface_t *ui, uint64_t uuid, int unlist)
 {
     udp_ep_t *ep;
 
     if (ui->super.held != NULL &&
         (ep = (udp_ep_t *)ui->super.held->find(ui->super.recv_arg, &ui->super, uuid)) != NULL) {
-        if (ep->listed)
+        if (unlist && ep->listed)
             ep_unlist(ui, ep);
         return ep;
     }
     return util_idmap_get(&ui->ep_map, uuid);
 }
 
+udp_ep_t *udp_ep_find(udp_iface_t *ui, uint64_t uuid)
+{
+    return ep_find(ui, uuid, 0);
+}
+
+udp_ep_t *udp_ep_find_rx(udp_iface_t *ui, uint64_t uuid)
+{
+    return ep_find(ui, uuid, 1);
+}
+
 tmx_status_t udp_ep_unfound(tl_ep_t *tep)
 {
-    tmx_status_t st = ep_list((udp_iface_t *)tl_ep_iface(tep), (udp_ep_t *)tep);
-
-    if (st != TMX_OK)
-        util_error("udp: out of memory: the endpoint to %016llx cannot be indexed",
-                   (unsigned long long)tep->uuid);
-    return st;
+    return ep_list((udp_iface_t *)tl_ep_iface(tep), (udp_ep_t *)tep);
 }
 
 void udp_ep_list_all(udp_iface_t *ui)
@@ -115,11 +112,8 @@ void udp_ep_list_all(udp_iface_t *ui)
 
     if (ui->super.held == NULL)
         return;
-    for (uint32_t it = 0; (ep = ui->super.held->next(ui->super.recv_arg, &ui->super, &it)) != NULL;) {
-        if (ep_list(ui, (udp_ep_t *)ep) != TMX_OK)
-            util_error("udp: out of memory: the endpoint to %016llx cannot be indexed, and is lost",
-                       (unsigned long long)ep->uuid);
-    }
+    for (uint32_t it = 0; (ep = ui->super.held->next(ui->super.recv_arg, &ui->super, &it)) != NULL;)
+        (void)ep_list(ui, (udp_ep_t *)ep); /* logged; freed at close or lost */
 }
 
 
@@ -287,9 +281,7 @@ tmx_status_t udp_sender_check(tl_iface_t *iface, uint64_t uuid, const void *addr
 void udp_ep_destroy(tl_ep_t *tep)
 {
     ((udp_ep_t *)tep)->connected = 0;
-    if (ep_list((udp_iface_t *)tl_ep_iface(tep), (udp_ep_t *)tep) != TMX_OK)
-        util_error("udp: out of memory: the endpoint to %016llx cannot be indexed, and is lost",
-                   (unsigned long long)tep->uuid);
+    (void)ep_list((udp_iface_t *)tl_ep_iface(tep), (udp_ep_t *)tep); /* logged; lost at close */
 }
 
 static void ep_end(udp_iface_t *ui, udp_ep_t *ep, int clean)

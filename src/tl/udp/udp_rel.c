@@ -946,7 +946,7 @@ void udp_flow_free(udp_iface_t *ui, udp_ep_t *ep)
     if (fl->ack_queued)
         util_dlist_unlink(&fl->ack_link);
     if (ui->walk_next == fl)
-        ui->walk_next = fl->link.next == &ui->flows ? NULL : util_container_of(fl->link.next, udp_flow_t, link);
+        ui->walk_next = udp_flow_at(ui, fl->link.next);
     util_dlist_unlink(&fl->link);
     ep->has_flow = 0;
     for (int ch = 0; ch < UDP_N_CH; ch++) { /* over the flow's pointer */

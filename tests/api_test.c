@@ -1778,6 +1778,18 @@ static int offload_exchange_spin(const char *transports, int offload, int spin)
         off_stats_t st;
         off_engine_stats(b->proto.off, &st);
         assert_true(st.matched >= 1);
+        /* over shm the engine's thread had the senders write the
+         * rendezvous it matched (its own reads would take the computing
+         * application's core); over udp a write is no cheaper, it reads */
+        if (strstr(transports, "shm") != NULL)
+            assert_true(b->proto.wr_engine >= 1);
+        else
+            assert_int_equal(b->proto.wr_engine, 0);
+        /* and no coop by default: it needs the computing owner's core */
+        for (int i = 0; i < b->n_ifaces; i++) {
+            if (strcmp(b->ifaces[i]->ops->name, "shm") == 0)
+                assert_int_equal(proto_tl_kind(b->ifaces[i]->above, 16u << 20), PROTO_GET);
+        }
     } else if (!offload) {
         assert_null(b->proto.off);
     }

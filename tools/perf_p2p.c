@@ -22,7 +22,17 @@
 #define P2P_TAG_DATA 1
 #define P2P_TAG_ACK 2
 
-typedef enum p2p_test { P2P_LAT, P2P_BW, P2P_BIBW, P2P_RATE, P2P_OVERLAP, P2P_WAKE, P2P_N_TESTS } p2p_test_t;
+typedef enum p2p_test {
+    P2P_LAT,
+    P2P_BW,
+    P2P_BIBW,
+    P2P_RATE,
+    P2P_OVERLAP,
+    P2P_WAKE,
+    P2P_OVERLAP_RECV,
+    P2P_OVERLAP_SEND,
+    P2P_N_TESTS
+} p2p_test_t;
 
 typedef struct p2p_opts {
     p2p_test_t test;
@@ -46,8 +56,8 @@ typedef struct p2p {
     double *rtt;         /* lat on rank 0: each round trip, seconds */
 } p2p_t;
 
-static const char *const test_names[] = {"lat", "bw", "bibw", "rate", "overlap", "wake"};
-static const char *const test_units[] = {"us", "MB/s", "MB/s", "msg/s", "%", "us"};
+static const char *const test_names[] = {"lat", "bw", "bibw", "rate", "overlap", "wake", "overlap-recv", "overlap-send"};
+static const char *const test_units[] = {"us", "MB/s", "MB/s", "msg/s", "%", "us", "%", "%"};
 
 static double now_s(void)
 {
@@ -59,12 +69,15 @@ static double now_s(void)
 
 static void p2p_usage(FILE *f)
 {
-    fprintf(f, "usage: tmxrun -n 2 tmx-perf [-t lat|bw|bibw|rate|overlap|wake] [-s SIZE[,SIZE...]] [-n ITER]\n"
+    fprintf(f, "usage: tmxrun -n 2 tmx-perf [-t TEST] [-s SIZE[,SIZE...]] [-n ITER]\n"
                "                [-w WINDOW] [-x TRANSPORT] [-c] [--csv]\n"
-               "  -t  test (default lat); overlap: both ranks post a receive and a send, rank 0\n"
+               "  -t  test: lat (default), bw, bibw, rate, overlap, overlap-recv,\n"
+               "      overlap-send or wake; overlap: both ranks post a receive and a send, rank 0\n"
                "      computes, without calling tmx, work that takes as long as the exchange\n"
                "      alone on a core of its own, then both wait; overlap =\n"
-               "      1 - (total - exchange) / exchange, in percent\n"
+               "      1 - (total - exchange) / exchange, in percent; overlap-recv and\n"
+               "      overlap-send: the same with one message, which rank 0 receives\n"
+               "      (rank 1 sends) or sends (rank 1 receives) while it computes\n"
                "      (TMX_OFFLOAD=1 runs the offload engine); wake: round trips to a\n"
                "      peer that has gone to sleep in its wait (rank 0 pauses 2 ms\n"
                "      before each), in microseconds\n"
@@ -152,7 +165,7 @@ static void p2p_refuse(int opt, const char *arg)
 {
     fprintf(stderr, "tmx-perf: -%c '%s': expected ", opt, arg);
     switch (opt) {
-    case 't': fprintf(stderr, "a test: lat, bw, bibw, rate or overlap\n"); break;
+    case 't': fprintf(stderr, "a test: lat, bw, bibw, rate, overlap, overlap-recv, overlap-send or wake\n"); break;
     case 's': fprintf(stderr, "1 to %d sizes, each 0 to %llum (suffixes k, m)\n", P2P_MAX_SIZES, P2P_MAX_SIZE >> 20); break;
     case 'n': fprintf(stderr, "iterations, 1 to %ld\n", P2P_MAX_ITERS); break;
     case 'w': fprintf(stderr, "sends in flight, 1 to %d\n", P2P_MAX_WINDOW); break;
@@ -457,20 +470,28 @@ static void sync_pair(p2p_t *p)
 }
 
 /* One exchange: a receive and a send posted, compute_us of computation
- * (rank 0 only), then both waited for; its duration in microseconds. */
+ * (rank 0 only), then both waited for; its duration in microseconds. With
+ * overlap-recv and overlap-send one message only: rank 0 receives it
+ * (rank 1 sends) or sends it. */
 static double exchange(p2p_t *p, size_t size, double compute_us)
 {
-    tmx_request_h r, s;
+    tmx_request_h r = NULL, s = NULL;
+    int recv = p->o.test != (p->rank == 0 ? P2P_OVERLAP_SEND : P2P_OVERLAP_RECV);
+    int send = p->o.test != (p->rank == 0 ? P2P_OVERLAP_RECV : P2P_OVERLAP_SEND);
     double t0;
 
     sync_pair(p);
     t0 = now_s();
-    post_recv(p, p->rbuf, size, P2P_TAG_DATA, &r);
-    post_send(p, p->sbuf, size, P2P_TAG_DATA, &s);
+    if (recv)
+        post_recv(p, p->rbuf, size, P2P_TAG_DATA, &r);
+    if (send)
+        post_send(p, p->sbuf, size, P2P_TAG_DATA, &s);
     if (compute_us > 0 && p->rank == 0)
         compute_for(compute_us);
-    wait_free(s);
-    wait_free(r);
+    if (send)
+        wait_free(s);
+    if (recv)
+        wait_free(r);
     return (now_s() - t0) * 1e6;
 }
 
@@ -604,7 +625,7 @@ int perf_p2p_main(int argc, char **argv)
         if (p.rank == 0 && !p.o.csv && size >= (1u << 20))
             fprintf(stderr, "tmx-perf: %s %zu bytes...\n", test_names[p.o.test], size);
         tmx_job_barrier(p.ctx);
-        if (p.o.test == P2P_OVERLAP) {
+        if (p.o.test == P2P_OVERLAP || p.o.test == P2P_OVERLAP_RECV || p.o.test == P2P_OVERLAP_SEND) {
             double x, t;
             if (n > 200)
                 n = 200;

@@ -312,6 +312,7 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
     }
     up.arg = ctx;
     ctx->boot_join = !(params && (params->field_mask & TMX_CONTEXT_FIELD_BOOT) && params->boot == TMX_BOOT_NONE);
+    ctx->cfg.proto.offload = ctx->off_on != 0;
     if ((st = proto_init(&ctx->proto, &up, &ctx->cfg.proto)) != TMX_OK)
         goto err_free;
     if (ctx->cfg.reg_cache != 0 && (st = proto_regcache_open(&ctx->proto, (size_t)ctx->cfg.reg_cache)) != TMX_OK)

@@ -171,10 +171,12 @@ struct tmx_context {
     pthread_t off_thread;
     atomic_int off_stop;
     _Atomic uint64_t app_calls; /* core_progress calls (by the application, mostly) */
+    _Atomic uint64_t off_post_calls; /* app_calls when the latest request of CORE_OFF_BIG bytes was posted */
     atomic_uint off_big;        /* live requests of CORE_OFF_BIG bytes or more */
     atomic_uint off_posts;      /* such requests started so far */
     atomic_int off_word;        /* the engine's futex word: 1 when woken */
     atomic_int off_sleeping;    /* the engine waits on off_word */
+    atomic_int app_waiting;     /* application threads inside tmx_request_wait */
     /* A context of one application thread with the engine: the lock is
      * asymmetric (engine.c): two plain stores for the application, a
      * membarrier() for the engine's thread. */
@@ -290,6 +292,22 @@ static inline void core_offload_watch(tmx_context_h ctx, struct tmx_request *req
 }
 /* Stops and joins it; the caller does not hold the lock. */
 void core_offload_stop(tmx_context_h ctx);
+/* An application thread enters and leaves tmx_request_wait: while one is
+ * inside, the traffic advances and the engine sleeps instead of looking
+ * (engine.c); leaving wakes it while requests it watches are live. */
+static inline void core_offload_wait_begin(tmx_context_h ctx)
+{
+    if (ctx->off_on)
+        atomic_fetch_add_explicit(&ctx->app_waiting, 1, memory_order_relaxed);
+}
+void core_offload_wake(tmx_context_h ctx);
+static inline void core_offload_wait_end(tmx_context_h ctx)
+{
+    /* seq_cst: the engine stores off_sleeping and then reads app_waiting */
+    if (ctx->off_on && atomic_fetch_sub(&ctx->app_waiting, 1) == 1 && atomic_load(&ctx->off_sleeping) &&
+        atomic_load_explicit(&ctx->off_big, memory_order_relaxed) != 0)
+        core_offload_wake(ctx);
+}
 
 /* fail.c */
 void core_peer_failed_cb(void *arg, uint64_t uuid, int clean);

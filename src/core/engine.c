@@ -87,6 +87,29 @@ static void engine_look_wait(tmx_context_h ctx, uint64_t us, unsigned posts)
     atomic_store_explicit(&ctx->off_word, 0, memory_order_relaxed);
 }
 
+void core_offload_wake(tmx_context_h ctx)
+{
+    atomic_store_explicit(&ctx->off_word, 1, memory_order_release);
+    syscall(SYS_futex, &ctx->off_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* The application waits inside tmx_request_wait, which advances the
+ * traffic: no look until it leaves (core_offload_wait_end) or starts a
+ * large request. 1 when it slept so. */
+static int engine_wait_out(tmx_context_h ctx, uint64_t us, unsigned posts)
+{
+    int slept = 0;
+
+    atomic_store(&ctx->off_sleeping, 1); /* seq_cst: see core_offload_wait_end */
+    if (atomic_load(&ctx->app_waiting) != 0 && atomic_load(&ctx->off_posts) == posts) {
+        futex_wait_us(&ctx->off_word, 0, us);
+        slept = 1;
+    }
+    atomic_store_explicit(&ctx->off_sleeping, 0, memory_order_release);
+    atomic_store_explicit(&ctx->off_word, 0, memory_order_relaxed);
+    return slept;
+}
+
 void core_offload_big(tmx_context_h ctx, struct tmx_request *req)
 {
     req->big = 1;
@@ -96,12 +119,12 @@ void core_offload_big(tmx_context_h ctx, struct tmx_request *req)
      * ENGINE_SLEEP_IDLE_US asleep, or a long look's ENGINE_NAP_US or
      * more). The engine sleeps on the word only asleep and in long looks,
      * so a post costs a system call only then. */
+    atomic_store_explicit(&ctx->off_post_calls, atomic_load_explicit(&ctx->app_calls, memory_order_relaxed),
+                          memory_order_relaxed);
     atomic_fetch_add(&ctx->off_posts, 1);
     atomic_fetch_add(&ctx->off_big, 1);
-    if (atomic_load(&ctx->off_sleeping)) {
-        atomic_store_explicit(&ctx->off_word, 1, memory_order_release);
-        syscall(SYS_futex, &ctx->off_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-    }
+    if (atomic_load(&ctx->off_sleeping))
+        core_offload_wake(ctx);
 }
 
 /* ------------------------------------------------------------- the lock */
@@ -238,6 +261,12 @@ static void *engine_main(void *arg)
             /* a new transfer: the application may turn to computing now */
             posts = atomic_load_explicit(&ctx->off_posts, memory_order_relaxed);
             backoff = 0;
+            /* the application's progress before the post does not count:
+             * it is away if it made none since */
+            seen = atomic_load_explicit(&ctx->off_post_calls, memory_order_relaxed);
+            period = ctx->cfg.offload_poll_us;
+            engine_look_wait(ctx, period, posts);
+            continue;
         }
         if (calls != seen || !engine_trylock(ctx)) {
             /* The application advances its traffic itself. While it is
@@ -256,6 +285,16 @@ static void *engine_main(void *arg)
             if (poll << backoff < cap)
                 backoff++;
             seen = calls;
+            if (atomic_load_explicit(&ctx->app_waiting, memory_order_relaxed) != 0) {
+                if (engine_wait_out(ctx, cap, posts)) {
+                    /* the wait ended: its progress does not count, and the
+                     * application may compute now */
+                    seen = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed);
+                    backoff = 0;
+                    engine_look_wait(ctx, poll, posts);
+                    continue;
+                }
+            }
             engine_look_wait(ctx, period, posts);
             continue;
         }

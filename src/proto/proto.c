@@ -628,12 +628,25 @@ static tmx_status_t write_ask(proto_t *p, proto_req_t *req, const tl_ep_t *ep)
 }
 
 /* Whether a matched rendezvous of len bytes is to be written by its
- * sender rather than read: where the protocol table says write. At the
- * bound of unexpected memory a WDONE could wait in the sender's queue
- * behind messages we do not take: never then. */
-static int write_wanted(const proto_t *p, const tl_ep_t *ep, uint64_t len)
+ * sender rather than read: where the protocol table says write, and where
+ * the offload engine's thread matched it (the application is away,
+ * computing) and the sender's process can copy into our memory with no
+ * work of ours (TL_PUT_DIRECT, unchecked): a read would take a core from
+ * the computation, the sender's write takes none of ours. At the bound
+ * of unexpected memory a WDONE could wait in the sender's queue behind
+ * messages we do not take: never then. */
+static int write_wanted(proto_t *p, const tl_ep_t *ep, uint64_t len)
 {
-    return len != 0 && !p->unexp_full && proto_tl_kind(tl_ep_iface(ep)->above, len) == PROTO_WRITE;
+    const tl_iface_t *iface = tl_ep_iface(ep);
+
+    if (len == 0 || p->unexp_full)
+        return 0;
+    if (proto_tl_kind(iface->above, len) == PROTO_WRITE)
+        return 1;
+    if (!(iface->put_kinds & TL_PUT_DIRECT) || iface->put_checked || !tl_on_rare_thread(iface))
+        return 0;
+    p->wr_engine++;
+    return 1;
 }
 
 /* The receive has matched a rendezvous request: per the protocol table,

@@ -184,6 +184,8 @@ struct proto {
     size_t off_min;             /* receives from this size on go to the engine */
     rcache_t *rc;               /* the registration cache (src/reg/rcache.h), or NULL */
     uint32_t n_wr_wait;         /* receives waiting for their sender's write */
+    uint64_t wr_engine;         /* rendezvous whose senders the engine's
+                                   thread asked to write (write_wanted) */
     uint64_t wr_admitted;       /* bytes taken beyond the bound for them */
     uint32_t rts_admitted;      /* rendezvous headers taken beyond the bound
                                    since it was last reached */

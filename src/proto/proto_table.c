@@ -165,14 +165,14 @@ int proto_spec_parse(const char *v, proto_spec_t *spec, const char **why)
 
 /* ----------------------------------------------------------- compiling */
 
-static void defaults(proto_tl_t *t, const tl_iface_t *iface)
+static void defaults(proto_tl_t *t, const tl_iface_t *iface, int offload)
 {
     t->n_rules = 0;
     if (iface->get_kinds & PROTO_GET)
         t->rules[t->n_rules++] = (proto_rule_t){0, PROTO_GET};
     else
         t->rules[t->n_rules++] = (proto_rule_t){0, PROTO_COPY};
-    if ((iface->get_kinds & PROTO_COOP) && PROTO_COOP_MIN > t->eager_end)
+    if ((iface->get_kinds & PROTO_COOP) && PROTO_COOP_MIN > t->eager_end && !offload)
         t->rules[t->n_rules++] = (proto_rule_t){PROTO_COOP_MIN, PROTO_COOP};
 }
 
@@ -187,7 +187,7 @@ tmx_status_t proto_tl_compile(proto_tl_t *t, const proto_spec_t *spec, const tl_
     while (s < spec->n && strcmp(spec->t[s].tl, name) != 0)
         s++;
     if (s == spec->n) {
-        defaults(t, iface);
+        defaults(t, iface, spec->offload);
         return TMX_OK;
     }
     t->set = 1;

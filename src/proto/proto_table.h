@@ -14,7 +14,9 @@
  *
  * The defaults follow what each transport offers: eager up to its limit,
  * then get (or copy where one-sided copies are not offered), and coop from
- * PROTO_COOP_MIN where it is offered. TMX_PROTO replaces the table of
+ * PROTO_COOP_MIN where it is offered, unless the offload engine runs (a
+ * coop needs the owner's core while the reader copies, which an
+ * application that computes meanwhile does not lend). TMX_PROTO replaces the table of
  * the transports it names:
  *
  *   TMX_PROTO = TRANSPORT:RULE[,RULE...][;TRANSPORT:...]
@@ -60,6 +62,7 @@ typedef struct proto_spec {
         int n_rules;
         proto_rule_t rules[PROTO_MAX_RULES];
     } t[PROTO_MAX_TLS];
+    int offload; /* set by the context: the offload engine runs (no coop by default) */
 } proto_spec_t;
 
 /* One open transport's table, compiled against what it offers. */

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/uio.h>
 
 #include "tmx.h"
@@ -291,6 +292,13 @@ struct tl_iface {
      * application's the side that does neither. */
     _Atomic uintptr_t rare_thread;
 };
+
+/* Whether the calling thread is the offload engine's (rare_thread): the
+ * application is then away, and work of ours takes a core from it. */
+static inline int tl_on_rare_thread(const tl_iface_t *iface)
+{
+    return atomic_load_explicit(&iface->rare_thread, memory_order_relaxed) == (uintptr_t)pthread_self();
+}
 
 #define TL_QUIET_POLL_EVERY 64
 #define TL_QUIET_LOOK_US 50 /* and at most this often: a quiet udp costs a system call per look */

@@ -1219,7 +1219,7 @@ static _Thread_local struct {
  * the two that progresses and sleeps rarely. */
 static inline int on_rare_thread(const shm_iface_t *si)
 {
-    return atomic_load_explicit(&si->super.rare_thread, memory_order_relaxed) == (uintptr_t)pthread_self();
+    return tl_on_rare_thread(&si->super);
 }
 
 /* Progress that found work moves the epoch and wakes the threads asleep

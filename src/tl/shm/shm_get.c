@@ -337,7 +337,10 @@ static void help_arrive(shm_iface_t *si, shm_cell_t *cell, const shm_cell_head_t
         util_warn("shm: dropped a bad shared-copy request");
         return;
     }
-    if (si->cma != SHM_CMA_ON ||
+    /* The offload engine's thread leaves it to the reader: the
+     * application is away, computing, and a copy here would take a core
+     * from it. */
+    if (si->cma != SHM_CMA_ON || tl_on_rare_thread(&si->super) ||
         si->super.mem_check(si->super.recv_arg, h.raddr, h.len, h.rkey) != TMX_OK)
         return; /* the reader copies it all */
     j = &ep->seg->jobs[h.job];

@@ -1258,6 +1258,48 @@ static void hostile_help_bounded(void **state)
     side_close(&b, ba);
 }
 
+/* The offload engine's thread (rare_thread) does not help a shared copy:
+ * its application is away, computing, and the reader copies it all. The
+ * application's thread helps. */
+static void engine_thread_leaves_help(void **state)
+{
+    static unsigned char sink[SHM_JOB_CHUNK];
+    side_t a, b;
+    shm_ep_t *ab, *ba;
+    shm_help_req_t h = {htole32(3), 0, htole64(1), htole64((uintptr_t)lent), htole64(42), htole64(100),
+                        htole64((uintptr_t)sink)};
+    uint64_t idx = SHM_JOB_IDX_BITS, offer = 1ull << (2 * idx) | 0ull << idx | 1;
+
+    (void)state;
+    memset(lent, 0x5a, sizeof(lent));
+    memset(sink, 0, sizeof(sink));
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    a.iface->mem_check = on_lend_check;
+    ab = connect_to(&a, &b);
+    ba = connect_to(&b, &a);
+    /* an honest reader's job word: its one chunk offered */
+    atomic_store(&ab->seg->jobs[3].claim, offer);
+    atomic_store(&a.iface->rare_thread, (uintptr_t)pthread_self());
+    publish_raw(ba, SHM_KIND_HELP, &h, sizeof(h));
+    for (int i = 0; i < 10; i++)
+        tl_shm_ops.progress(a.iface);
+    for (size_t i = 0; i < sizeof(sink); i++)
+        assert_int_equal(sink[i], 0);
+    assert_int_equal(atomic_load(&ab->seg->jobs[3].done), 0);
+    assert_int_equal(atomic_load(&ab->seg->jobs[3].claim), offer);
+    /* the same request on the application's thread: the chunk written */
+    atomic_store(&a.iface->rare_thread, 0);
+    publish_raw(ba, SHM_KIND_HELP, &h, sizeof(h));
+    for (int i = 0; i < 10; i++)
+        tl_shm_ops.progress(a.iface);
+    assert_int_equal(memcmp(sink, lent, 100), 0);
+    assert_int_equal(atomic_load(&ab->seg->jobs[3].done), 1);
+    assert_int_equal(b.failures, 0);
+    side_close(&a, ab);
+    side_close(&b, ba);
+}
+
 /* A reader's job word rewritten while it reads (a chunk past the end
  * offered): the reader copies nothing outside its buffer. */
 #define READ_CHUNKS 1024
@@ -1334,6 +1376,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(fbox_dead_sender_freed),
         cmocka_unit_test(hostile_help_bounded),
         cmocka_unit_test(hostile_job_word_read),
+        cmocka_unit_test(engine_thread_leaves_help),
         cmocka_unit_test(dead_senders_slots_freed),
         cmocka_unit_test(hostile_ring_words),
         cmocka_unit_test(segment_size_sealed),

@@ -8,7 +8,9 @@
 # its own (a fixed amount, calibrated: a library thread that takes the
 # computing core lengthens it rather than hiding in it), and the exchange takes
 # t; overlap = 1 - (t - x) / x (100 %: the transfer hid entirely behind the
-# computation). Sizes 64 KiB to 16 MiB, in interleaved rounds, over
+# computation). The same with one message, which rank 0 receives (recv) or
+# sends (send) while it computes. Sizes 64 KiB to 16 MiB, in interleaved
+# rounds, over
 #   tmx            tmx-perf -t overlap, shm, TMX_OFFLOAD=0
 #   tmx+engine     the same with TMX_OFFLOAD=1
 #   ompi+tmx       bench/mpi/overlap.c, Open MPI over the provider, TMX_OFFLOAD=1
@@ -52,30 +54,33 @@ SYSTEMS="tmx tmx+engine ompi+tmx vader"
 ompi_info 2>/dev/null | grep -q "MCA pml: ucx" && SYSTEMS="$SYSTEMS ucx"
 MPI=(taskset -c 0,1 mpirun --allow-run-as-root --bind-to none -n 2)
 
-one() { # SYSTEM
-    local s=$1 f="$RAWNEW/r${ROUND}_${1}.txt" cmd
+MODES="exchange recv send"
+
+one() { # SYSTEM MODE
+    local s=$1 m=$2 f="$RAWNEW/r${ROUND}_${1}_$2.txt" cmd t=overlap
+    [ "$m" = exchange ] || t=overlap-$m
     case $s in
-    tmx) cmd="env TMX_OFFLOAD=0 taskset -c 0,1 $TMXRUN -n 2 $PERF -t overlap -s $SIZES -n $ITERS --csv" ;;
-    tmx+engine) cmd="env TMX_OFFLOAD=1 taskset -c 0,1 $TMXRUN -n 2 $PERF -t overlap -s $SIZES -n $ITERS --csv" ;;
-    ompi+tmx) cmd="${MPI[*]} --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tmx -x FI_PROVIDER_PATH=$PROV -x TMX_OFFLOAD=1 $TMP/overlap -s $SIZES -n $ITERS" ;;
-    vader) cmd="${MPI[*]} --mca pml ob1 --mca btl self,vader $TMP/overlap -s $SIZES -n $ITERS" ;;
-    ucx) cmd="${MPI[*]} --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any $TMP/overlap -s $SIZES -n $ITERS" ;;
+    tmx) cmd="env TMX_OFFLOAD=0 taskset -c 0,1 $TMXRUN -n 2 $PERF -t $t -s $SIZES -n $ITERS --csv" ;;
+    tmx+engine) cmd="env TMX_OFFLOAD=1 taskset -c 0,1 $TMXRUN -n 2 $PERF -t $t -s $SIZES -n $ITERS --csv" ;;
+    ompi+tmx) cmd="${MPI[*]} --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tmx -x FI_PROVIDER_PATH=$PROV -x TMX_OFFLOAD=1 $TMP/overlap -s $SIZES -n $ITERS -m $m" ;;
+    vader) cmd="${MPI[*]} --mca pml ob1 --mca btl self,vader $TMP/overlap -s $SIZES -n $ITERS -m $m" ;;
+    ucx) cmd="${MPI[*]} --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any $TMP/overlap -s $SIZES -n $ITERS -m $m" ;;
     esac
     printf 'r%s  %s\n' "$ROUND" "$cmd" >>"$RAWNEW/commands.txt"
     # shellcheck disable=SC2086
     if ! timeout "$TO" $cmd >"$f" 2>&1; then
-        echo "r$ROUND $s: failed (raw/overlap/$(basename "$f"))" >>"$TMP/failures.txt"
+        echo "r$ROUND $s $m: failed (raw/overlap/$(basename "$f"))" >>"$TMP/failures.txt"
         return 0
     fi
     case $s in
     tmx | tmx+engine) # test,transport,size,iterations,value,unit rows
-        awk -F, -v s="$s" -v r="$ROUND" '$1 == "overlap" { printf "%s\t%s\toverlap\t%s\t%s\n", r, s, $3, $5 }
-            $1 == "xfer" { printf "%s\t%s\txfer\t%s\t%s\n", r, s, $3, $5 }' "$f" >>"$DATA" ;;
+        awk -F, -v s="$s" -v r="$ROUND" -v m="$m" '$1 ~ /^overlap/ { printf "%s\t%s\toverlap:%s\t%s\t%s\n", r, s, m, $3, $5 }
+            $1 == "xfer" { printf "%s\t%s\txfer:%s\t%s\t%s\n", r, s, m, $3, $5 }' "$f" >>"$DATA" ;;
     *) # overlap,SIZE,ITERS,OVERLAP,X,T
-        awk -F, -v s="$s" -v r="$ROUND" '$1 == "overlap" { printf "%s\t%s\toverlap\t%s\t%s\n", r, s, $2, $4
-            printf "%s\t%s\txfer\t%s\t%s\n", r, s, $2, $5 }' "$f" >>"$DATA" ;;
+        awk -F, -v s="$s" -v r="$ROUND" -v m="$m" '$1 == "overlap" { printf "%s\t%s\toverlap:%s\t%s\t%s\n", r, s, m, $2, $4
+            printf "%s\t%s\txfer:%s\t%s\t%s\n", r, s, m, $2, $5 }' "$f" >>"$DATA" ;;
     esac
-    log "r$ROUND $s done"
+    log "r$ROUND $s $m done"
 }
 
 cost() { # OFFLOAD
@@ -93,7 +98,9 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 for ROUND in $(seq 1 "$ROUNDS"); do
     read -r -a sys <<<"$SYSTEMS"
     k=$(((ROUND - 1) % ${#sys[@]}))
-    for s in "${sys[@]:k}" "${sys[@]:0:k}"; do one "$s"; done
+    for m in $MODES; do
+        for s in "${sys[@]:k}" "${sys[@]:0:k}"; do one "$s" "$m"; done
+    done
     if [ $((ROUND % 2)) = 1 ]; then cost 0; cost 1; else cost 1; cost 0; fi
 done
 ELAPSED=$(($(date +%s) - T_START))
@@ -120,31 +127,42 @@ MD=$TMP/overlap.md
     echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), both ranks on cores 0 and 1;"
     echo "load average $LOAD_START at the start, $LOAD_END at the end. Open MPI $(ompi_info 2>/dev/null | awk '/Open MPI:/ {print $3; exit}')."
     echo
-    echo "Both ranks exchange a message each way; rank 0 computes, between posting and waiting, work that"
-    echo "takes as long as the exchange alone (x) on a core of its own (a fixed amount of work, calibrated"
-    echo "alone, not a stretch of time: a library thread that takes the computing core lengthens it), while"
-    echo "rank 1 waits as usual. Overlap = 1 - (t - x) / x,"
-    echo "t the exchange with the computation; median over rounds, in percent [every round]."
-    echo "Only rank 0 computes: on two cores a copy needs a core that is not computing."
+    echo "Overlap = 1 - (t - x) / x, in percent: x is the transfer alone, measured on rank 0 (median of"
+    echo "the iterations); t the same transfer while rank 0 computes, between posting and waiting, work"
+    echo "that takes x on a core of its own (a fixed amount of work, calibrated alone, not a stretch of"
+    echo "time: a library thread that takes the computing core lengthens it); rank 1 waits as usual."
+    echo "Median over rounds [every round]. Only rank 0 computes: on two cores a copy needs a core that is"
+    echo "not computing. Three patterns:"
     echo
-    printf '| size |'; for s in $SYSTEMS; do printf ' %s |' "$s"; done; echo
-    printf '|---|'; for s in $SYSTEMS; do printf '%s' '---|'; done; echo
-    for z in ${SIZES//,/ }; do
-        printf '| %s |' "$(human "$z")"
-        for s in $SYSTEMS; do printf ' %s %% [%s] |' "$(med "$s" overlap "$z")" "$(lst "$s" overlap "$z")"; done
+    echo "- **recv**: rank 0 receives one message (rank 1 sends it) while it computes;"
+    echo "- **send**: rank 0 sends one message (rank 1 receives it) while it computes;"
+    echo "- **exchange**: both ranks send a message each way. While rank 0 computes, only rank 1's core"
+    echo "  is free, so t holds the two copies one after the other where x had them at once, one core"
+    echo "  each: whatever the library, overlap is bounded by how much x's two copies slowed each other"
+    echo "  (memory bandwidth), not near 100 %."
+    echo
+    for m in $MODES; do
+        echo "### $m"
+        echo
+        printf '| size |'; for s in $SYSTEMS; do printf ' %s |' "$s"; done; echo
+        printf '|---|'; for s in $SYSTEMS; do printf '%s' '---|'; done; echo
+        for z in ${SIZES//,/ }; do
+            printf '| %s |' "$(human "$z")"
+            for s in $SYSTEMS; do printf ' %s %% [%s] |' "$(med "$s" "overlap:$m" "$z")" "$(lst "$s" "overlap:$m" "$z")"; done
+            echo
+        done
+        echo
+        echo "The transfer alone (x), microseconds, median:"
+        echo
+        printf '| size |'; for s in $SYSTEMS; do printf ' %s |' "$s"; done; echo
+        printf '|---|'; for s in $SYSTEMS; do printf '%s' '---|'; done; echo
+        for z in ${SIZES//,/ }; do
+            printf '| %s |' "$(human "$z")"
+            for s in $SYSTEMS; do printf ' %s |' "$(med "$s" "xfer:$m" "$z")"; done
+            echo
+        done
         echo
     done
-    echo
-    echo "The exchange alone (x), microseconds, median:"
-    echo
-    printf '| size |'; for s in $SYSTEMS; do printf ' %s |' "$s"; done; echo
-    printf '|---|'; for s in $SYSTEMS; do printf '%s' '---|'; done; echo
-    for z in ${SIZES//,/ }; do
-        printf '| %s |' "$(human "$z")"
-        for s in $SYSTEMS; do printf ' %s |' "$(med "$s" xfer "$z")"; done
-        echo
-    done
-    echo
     echo "## What the engine costs small messages (tmx-perf, 8 B, shm)"
     echo
     echo "Each round runs both back to back; the ratio is the median of the rounds' ratios (1 over 0)."

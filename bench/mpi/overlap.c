@@ -5,9 +5,11 @@
  * (median). Then rank 0 computes, between posting and MPI_Waitall and
  * without calling MPI, work that takes x when it has its core to itself,
  * while rank 1 waits as usual, and the exchange takes t on rank 0:
- * overlap = 1 - (t - x) / x, in percent.
+ * overlap = 1 - (t - x) / x, in percent. With -m recv or -m send, one
+ * message only, which rank 0 receives (rank 1 sends) or sends (rank 1
+ * receives) while it computes, as tmx-perf's overlap-recv and overlap-send.
  *
- * usage: mpirun -n 2 overlap [-s SIZE[,SIZE...]] [-n ITERS]
+ * usage: mpirun -n 2 overlap [-s SIZE[,SIZE...]] [-n ITERS] [-m exchange|recv|send]
  * prints: overlap,SIZE,ITERS,OVERLAP_PERCENT,X_US,T_US per size (rank 0)
  */
 #include <mpi.h>
@@ -72,16 +74,23 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* 'e': both ranks receive and send; 'r': rank 0 receives; 's': rank 0 sends. */
+static char mode = 'e';
+
 static double exchange(int rank, char *sbuf, char *rbuf, size_t size, double compute_us)
 {
-    MPI_Request r[2];
+    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int recv = mode == 'e' || (mode == 'r') == (rank == 0);
+    int send = mode == 'e' || (mode == 's') == (rank == 0);
     double t0;
 
     MPI_Sendrecv(NULL, 0, MPI_BYTE, 1 - rank, 2, NULL, 0, MPI_BYTE, 1 - rank, 2, MPI_COMM_WORLD,
                  MPI_STATUS_IGNORE);
     t0 = now_us();
-    MPI_Irecv(rbuf, (int)size, MPI_BYTE, 1 - rank, 1, MPI_COMM_WORLD, &r[0]);
-    MPI_Isend(sbuf, (int)size, MPI_BYTE, 1 - rank, 1, MPI_COMM_WORLD, &r[1]);
+    if (recv)
+        MPI_Irecv(rbuf, (int)size, MPI_BYTE, 1 - rank, 1, MPI_COMM_WORLD, &r[0]);
+    if (send)
+        MPI_Isend(sbuf, (int)size, MPI_BYTE, 1 - rank, 1, MPI_COMM_WORLD, &r[1]);
     if (compute_us > 0 && rank == 0)
         compute_for(compute_us);
     MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
@@ -98,20 +107,23 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    while ((c = getopt(argc, argv, "s:n:")) != -1) {
+    while ((c = getopt(argc, argv, "s:n:m:")) != -1) {
         if (c == 's')
             list = optarg;
         else if (c == 'n')
             iters = atoi(optarg);
+        else if (c == 'm')
+            mode = strcmp(optarg, "recv") == 0 ? 'r' : strcmp(optarg, "send") == 0 ? 's'
+                 : strcmp(optarg, "exchange") == 0 ? 'e' : '?';
     }
     for (char *t = strtok(list, ","); t != NULL && n_sizes < 32; t = strtok(NULL, ",")) {
         sizes[n_sizes] = strtoull(t, NULL, 10);
         max = sizes[n_sizes] > max ? sizes[n_sizes] : max;
         n_sizes++;
     }
-    if (nranks != 2 || iters < 1 || n_sizes == 0 || max == 0) {
+    if (nranks != 2 || iters < 1 || n_sizes == 0 || max == 0 || mode == '?') {
         if (rank == 0)
-            fprintf(stderr, "usage: mpirun -n 2 overlap [-s SIZE[,SIZE...]] [-n ITERS]\n");
+            fprintf(stderr, "usage: mpirun -n 2 overlap [-s SIZE[,SIZE...]] [-n ITERS] [-m exchange|recv|send]\n");
         MPI_Finalize();
         return 2;
     }

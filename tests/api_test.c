@@ -1826,6 +1826,70 @@ static void test_offload_shm(void **state)
     assert_false(offload_exchange("self,shm", 0));
 }
 
+/* A receive posted for a rendezvous that came before it, with the engine
+ * on: the post asks the sender to write when the sender's engine runs
+ * (WIRE_FLAG_WRITER: it answers while its application computes), so that
+ * the post returns at once; from a sender without the engine it reads,
+ * which needs nothing of the sender. Either way the receive completes
+ * while neither application progresses. */
+static void post_after_rendezvous(int sender_engine)
+{
+    const size_t n = 1u << 20;
+    const char *set[] = {"TMX_OFFLOAD_MIN=0", NULL};
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT |
+                                            TMX_CONTEXT_FIELD_OFFLOAD | TMX_CONTEXT_FIELD_SETTINGS,
+                              .transports = "self,shm",
+                              .boot = TMX_BOOT_NONE,
+                              .offload = 1,
+                              .settings = set};
+    tmx_context_params_t q = p;
+    tmx_context_h a, b;
+    unsigned char *src = malloc(n), *dst = calloc(1, n);
+    tmx_request_h rr, sr;
+    tmx_status_t rs = TMX_INPROGRESS, ss = TMX_INPROGRESS;
+    uint64_t asked;
+
+    assert_true(src && dst);
+    q.offload = sender_engine;
+    assert_int_equal(tmx_context_create(&q, &a), TMX_OK);
+    assert_int_equal(tmx_context_create(&p, &b), TMX_OK);
+    tmx_peer_t to_b = add_addr_of(a, b), from_a = add_addr_of(b, a);
+    fill(src, n, 9);
+    assert_int_equal(tmx_tsend(a, to_b, src, n, 5, NULL, &sr), TMX_OK);
+    for (int64_t end = core_now_us() + 5000000; core_now_us() < end;) {
+        if (tmx_tprobe(b, from_a, 5, TMX_TAG_EXACT, 0, NULL, NULL) == TMX_OK)
+            break;
+    }
+    asked = b->proto.wr_engine;
+    assert_int_equal(tmx_trecv(b, from_a, dst, n, 5, TMX_TAG_EXACT, NULL, &rr), TMX_OK);
+    assert_int_equal(b->proto.wr_engine, asked + (sender_engine ? 1 : 0));
+    for (int64_t end = core_now_us() + 5000000;
+         (rs == TMX_INPROGRESS || ss == TMX_INPROGRESS) && core_now_us() < end;) {
+        usleep(1000);
+        rs = tmx_request_test(rr, NULL);
+        if (sender_engine)
+            ss = tmx_request_test(sr, NULL);
+        else /* nothing moves a's traffic but a's own calls */
+            ss = rs == TMX_INPROGRESS ? TMX_INPROGRESS : tmx_request_wait(sr, 5000000, NULL);
+    }
+    assert_int_equal(rs, TMX_OK);
+    assert_int_equal(ss, TMX_OK);
+    check(dst, n, 9);
+    tmx_request_free(rr);
+    tmx_request_free(sr);
+    assert_int_equal(tmx_context_destroy(a), TMX_OK);
+    assert_int_equal(tmx_context_destroy(b), TMX_OK);
+    free(src);
+    free(dst);
+}
+
+static void test_offload_post_after_rendezvous(void **state)
+{
+    (void)state;
+    post_after_rendezvous(1);
+    post_after_rendezvous(0);
+}
+
 static void test_offload_udp(void **state)
 {
     (void)state;
@@ -2679,6 +2743,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_destroy_busy, setup, teardown),
         cmocka_unit_test(test_destroy_udp_rndv_waiting_for_fin),
         cmocka_unit_test(test_offload_shm),
+        cmocka_unit_test(test_offload_post_after_rendezvous),
         cmocka_unit_test(test_offload_udp),
         cmocka_unit_test(test_offload_spinning_test),
         cmocka_unit_test(test_offload_with_progress),

@@ -188,7 +188,7 @@ struct tmx_context {
 /* Requests from this size on (rendezvous and long streams) are what the
  * offload engine's thread watches for while the application computes;
  * with none live it sleeps (engine.c). */
-#define CORE_OFF_BIG 65536
+#define CORE_OFF_BIG PROTO_OFF_BIG
 
 /* The application's way in while the engine's thread holds the context. */
 void core_asym_wait(tmx_context_h ctx);

@@ -84,6 +84,8 @@ typedef struct off_msg {
     uint64_t rlen;
     uint64_t imm;        /* immediate data the sender attached (tmx's remote */
     uint8_t has_imm;     /* CQ data), handed back in completions */
+    uint16_t flags;      /* the TMH's flags, for the device's read (tmx:
+                            WIRE_FLAG_WRITER, the sender writes on request) */
 } off_msg_t;
 
 /* ---------------------------------------------------------- operations */

@@ -354,7 +354,10 @@ static tmx_status_t send_rndv(proto_t *p, tl_ep_t *ep, const proto_peer_t *pp, p
     req->dest_uuid = ep->uuid;
     req->wr_started = 0;
     reg_take(p, req, req->len);
-    wire_tmh_pack(&tmh, WIRE_OP_RNDV, req->comp.has_data ? WIRE_FLAG_DATA : 0, req->id, tag);
+    wire_tmh_pack(&tmh, WIRE_OP_RNDV,
+                  (req->comp.has_data ? WIRE_FLAG_DATA : 0) |
+                      (p->off != NULL && req->len >= PROTO_OFF_BIG ? WIRE_FLAG_WRITER : 0),
+                  req->id, tag);
     wire_rvh_pack(&rvh, (uintptr_t)req->buf, req->rkey, req->len);
     iov[n++] = (struct iovec){&tmh, sizeof(tmh)};
     iov[n++] = (struct iovec){&rvh, sizeof(rvh)};
@@ -630,12 +633,13 @@ static tmx_status_t write_ask(proto_t *p, proto_req_t *req, const tl_ep_t *ep)
 /* Whether a matched rendezvous of len bytes is to be written by its
  * sender rather than read: where the protocol table says write, and where
  * the offload engine's thread matched it (the application is away,
- * computing) and the sender's process can copy into our memory with no
- * work of ours (TL_PUT_DIRECT, unchecked): a read would take a core from
- * the computation, the sender's write takes none of ours. At the bound
+ * computing), or, with the engine on, the application's post did (it may
+ * compute next), and the sender's process can copy into our memory with
+ * no work of ours (TL_PUT_DIRECT, unchecked): a read would take a core
+ * from the computation, the sender's write takes none of ours. At the bound
  * of unexpected memory a WDONE could wait in the sender's queue behind
  * messages we do not take: never then. */
-static int write_wanted(proto_t *p, const tl_ep_t *ep, uint64_t len)
+static int write_wanted(proto_t *p, const tl_ep_t *ep, uint64_t len, int writer)
 {
     const tl_iface_t *iface = tl_ep_iface(ep);
 
@@ -643,7 +647,8 @@ static int write_wanted(proto_t *p, const tl_ep_t *ep, uint64_t len)
         return 0;
     if (proto_tl_kind(iface->above, len) == PROTO_WRITE)
         return 1;
-    if (!(iface->put_kinds & TL_PUT_DIRECT) || iface->put_checked || !tl_on_rare_thread(iface))
+    if (!writer || !(iface->put_kinds & TL_PUT_DIRECT) || iface->put_checked ||
+        !(tl_on_rare_thread(iface) || (p->posting && p->off != NULL)))
         return 0;
     p->wr_engine++;
     return 1;
@@ -653,7 +658,7 @@ static int write_wanted(proto_t *p, const tl_ep_t *ep, uint64_t len)
  * read straight into the user buffer, or have the sender write into it
  * (write_wanted). */
 static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t app_ctx,
-                       uint64_t va, uint64_t rkey, uint64_t len)
+                       uint64_t va, uint64_t rkey, uint64_t len, int writer)
 {
     tl_ep_t *ep;
     proto_peer_t *pp;
@@ -666,7 +671,7 @@ static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t ap
     req->owner = p;
     req->get.done = rndv_get_done;
     req->off_wr = 0; /* software's, even with the engine on (off_post may never have run) */
-    if (p->up.peer_ep(p->up.arg, src, &ep, &pp) == TMX_OK && write_wanted(p, ep, req->comp.length) &&
+    if (p->up.peer_ep(p->up.arg, src, &ep, &pp) == TMX_OK && write_wanted(p, ep, req->comp.length, writer) &&
         write_ask(p, req, ep) == TMX_OK)
         return;
     rndv_read(p, req);
@@ -953,7 +958,7 @@ static void off_dev_read(void *arg, const off_msg_t *m, void *buf, uint64_t recv
     req->rndv_va = m->va;
     req->rndv_rkey = m->rkey;
     req->rndv_len = m->rlen;
-    if (p->up.peer_ep(p->up.arg, m->src, &ep, &pp) == TMX_OK && write_wanted(p, ep, m->rlen)) {
+    if (p->up.peer_ep(p->up.arg, m->src, &ep, &pp) == TMX_OK && write_wanted(p, ep, m->rlen, (m->flags & WIRE_FLAG_WRITER) != 0)) {
         /* the receive's length and tag as the MATCH completion will set
          * them (the engine took it: it holds all of m->rlen): WDONE is
          * checked against them */
@@ -1014,7 +1019,8 @@ static void off_completion(proto_t *p, off_cqe_t *c)
             recv_fill(req, c->src, c->tag, len, c->msg.has_imm, c->msg.imm);
         }
         if (c->status == OFF_WC_TM_RNDV_INCOMPLETE) {
-            rndv_start(p, req, c->src, c->priv, c->msg.va, c->msg.rkey, c->msg.rlen);
+            rndv_start(p, req, c->src, c->priv, c->msg.va, c->msg.rkey, c->msg.rlen,
+                       (c->msg.flags & WIRE_FLAG_WRITER) != 0);
         } else if (c->status == OFF_WC_LOC_ERR) {
             fin_send(p, c->src, c->priv, c->tag, c->msg.va, c->msg.rkey, c->msg.rlen, 1);
             req_complete(p, req, TMX_ERR_NOMEM);
@@ -1031,6 +1037,7 @@ static void off_completion(proto_t *p, off_cqe_t *c)
             break; /* lost, and logged, by the engine */
         in.tmh.opcode = c->msg.op == OFF_TM_EAGER ? WIRE_OP_EAGER : WIRE_OP_RNDV;
         in.tmh.app_ctx = c->priv;
+        in.tmh.flags = c->msg.flags;
         in.tmh.tag = c->tag;
         in.rvh.va = c->msg.va;
         in.rvh.rkey = c->msg.rkey;
@@ -1090,13 +1097,21 @@ static void msg_free(proto_t *p, proto_msg_t *msg)
     p->up.msg_free(p->up.arg, msg);
 }
 
+/* A receive posted (or a message claimed) takes a message that came
+ * before it. A rendezvous is started here, in the posting call: with the
+ * offload engine on, an application that posts may turn to computing at
+ * once, so the sender writes where it can (write_wanted), rather than
+ * the post copying the whole message before it returns. */
 void proto_msg_deliver(proto_t *p, proto_msg_t *msg, proto_req_t *req)
 {
     recv_fill(req, msg->m.src, msg->m.tag, msg->len, msg->has_data, msg->data);
-    if (msg->kind == PROTO_MSG_EAGER)
+    if (msg->kind == PROTO_MSG_EAGER) {
         eager_deliver(p, req, msg->payload);
-    else
-        rndv_start(p, req, msg->m.src, msg->app_ctx, msg->va, msg->rkey, msg->len);
+    } else {
+        p->posting = 1;
+        rndv_start(p, req, msg->m.src, msg->app_ctx, msg->va, msg->rkey, msg->len, msg->writer);
+        p->posting = 0;
+    }
     msg_free(p, msg);
 }
 
@@ -1259,6 +1274,7 @@ static void unexpected_store(proto_t *p, tmx_peer_t src, const proto_in_t *in)
     } else {
         msg->kind = PROTO_MSG_RNDV;
         msg->app_ctx = in->tmh.app_ctx;
+        msg->writer = (in->tmh.flags & WIRE_FLAG_WRITER) != 0;
         msg->va = in->rvh.va;
         msg->rkey = in->rvh.rkey;
         msg->len = in->rvh.len;
@@ -1298,7 +1314,8 @@ static inline void tagged_match(proto_t *p, tmx_peer_t src, const proto_in_t *in
     if (in->tmh.opcode == WIRE_OP_EAGER)
         eager_deliver(p, req, in->payload);
     else
-        rndv_start(p, req, src, in->tmh.app_ctx, in->rvh.va, in->rvh.rkey, in->rvh.len);
+        rndv_start(p, req, src, in->tmh.app_ctx, in->rvh.va, in->rvh.rkey, in->rvh.len,
+                   (in->tmh.flags & WIRE_FLAG_WRITER) != 0);
 }
 
 /* A tagged message through the offload engine: the engine completes a
@@ -1324,7 +1341,8 @@ static __attribute__((noinline)) void off_tagged_arrive(proto_t *p, tmx_peer_t s
                     .rkey = in->rvh.rkey,
                     .rlen = in->tmh.opcode == WIRE_OP_EAGER ? 0 : in->rvh.len,
                     .imm = in->data,
-                    .has_imm = (uint8_t)in->has_data};
+                    .has_imm = (uint8_t)in->has_data,
+                    .flags = in->tmh.flags};
     if (in->tmh.opcode == WIRE_OP_EAGER) {
         m.data = in->payload;
         m.len = in->payload_len;

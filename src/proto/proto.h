@@ -107,7 +107,8 @@ typedef struct proto_msg {
     match_msg_t m;              /* source and tag, in the matcher */
     uint8_t kind;               /* enum proto_msg_kind */
     uint32_t app_ctx;           /* rendezvous: sender's request id */
-    uint32_t has_data;
+    uint16_t has_data;
+    uint16_t writer;            /* rendezvous: WIRE_FLAG_WRITER came with it */
     uint64_t data;
     uint64_t va;                /* rendezvous: sender's buffer */
     uint64_t rkey;
@@ -185,11 +186,19 @@ struct proto {
     rcache_t *rc;               /* the registration cache (src/reg/rcache.h), or NULL */
     uint32_t n_wr_wait;         /* receives waiting for their sender's write */
     uint64_t wr_engine;         /* rendezvous whose senders the engine's
-                                   thread asked to write (write_wanted) */
+                                   thread or a post asked to write
+                                   (write_wanted) */
+    int posting;                /* inside proto_msg_deliver */
     uint64_t wr_admitted;       /* bytes taken beyond the bound for them */
     uint32_t rts_admitted;      /* rendezvous headers taken beyond the bound
                                    since it was last reached */
 };
+
+/* Requests of this many bytes or more keep the offload engine watching
+ * (core's CORE_OFF_BIG): a rendezvous send this large says its sender
+ * writes on request even while its application computes
+ * (WIRE_FLAG_WRITER). */
+#define PROTO_OFF_BIG 65536
 
 /* What may be taken beyond the bound of unexpected memory from peers whose
  * writes receives wait for (proto_admit_cb). */

@@ -50,8 +50,11 @@ enum wire_wdone_flag {
 };
 
 enum wire_flag {
-    WIRE_FLAG_DATA = 1u << 0, /* 8 bytes of remote completion data follow */
-    WIRE_FLAG_MASK = WIRE_FLAG_DATA
+    WIRE_FLAG_DATA = 1u << 0,   /* 8 bytes of remote completion data follow */
+    WIRE_FLAG_WRITER = 1u << 1, /* rendezvous request: the sender's offload
+                                   engine runs, so it answers a CTS even
+                                   while its application computes */
+    WIRE_FLAG_MASK = WIRE_FLAG_DATA | WIRE_FLAG_WRITER
 };
 
 /* Tag Matching Header: seed 000's ibv_tmh with the reserved bytes used. */

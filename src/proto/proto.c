@@ -88,6 +88,7 @@ tmx_status_t proto_init(proto_t *p, const proto_upcalls_t *up, const proto_spec_
         p->spec = *spec;
     p->rndv_free = UINT32_MAX;
     util_dlist_init(&p->ctrl_pending);
+    util_dlist_init(&p->parked);
     util_dlist_init(&p->streams);
     if ((st = reg_keygen_init(&p->keygen)) != TMX_OK)
         return st;
@@ -173,6 +174,7 @@ void proto_fini(proto_t *p)
         ctrl_free(p, util_container_of(pos, proto_ctrl_t, link));
     }
     util_dlist_init(&p->ctrl_pending);
+    util_dlist_init(&p->parked); /* their receives are core's */
     /* packets a transport was handing up when it closed: their receives
      * and messages are core's */
     util_dlist_foreach_safe(pos, tmp, &p->streams) {
@@ -504,11 +506,23 @@ static void fin_send(proto_t *p, tmx_peer_t peer, uint32_t app_ctx, uint64_t tag
     ctrl_send(p, peer, &tmh, &rvh, sizeof(rvh));
 }
 
+static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t app_ctx,
+                       uint64_t va, uint64_t rkey, uint64_t len, int writer);
+
+/* Parked receives first (proto_msg_deliver), then control packets that
+ * waited for room. */
 int proto_progress(proto_t *p)
 {
     util_dlist_t *pos, *tmp;
     int events = 0;
 
+    util_dlist_foreach_safe(pos, tmp, &p->parked) {
+        proto_req_t *req = util_container_of(pos, proto_req_t, off_link);
+        util_dlist_unlink(&req->off_link);
+        req->parked = 0;
+        rndv_start(p, req, req->rndv_src, req->rndv_app_ctx, req->rndv_va, req->rndv_rkey, req->rndv_len, 1);
+        events++;
+    }
     util_dlist_foreach_safe(pos, tmp, &p->ctrl_pending) {
         proto_ctrl_t *q = util_container_of(pos, proto_ctrl_t, link);
         tmx_status_t st = ctrl_send_now(p, q->peer, q->pkt, q->len);
@@ -632,11 +646,12 @@ static tmx_status_t write_ask(proto_t *p, proto_req_t *req, const tl_ep_t *ep)
 
 /* Whether a matched rendezvous of len bytes is to be written by its
  * sender rather than read: where the protocol table says write, and where
- * the offload engine's thread matched it (the application is away,
- * computing), or, with the engine on, the application's post did (it may
- * compute next), and the sender's process can copy into our memory with
- * no work of ours (TL_PUT_DIRECT, unchecked): a read would take a core
- * from the computation, the sender's write takes none of ours. At the bound
+ * the offload engine's thread starts it (the application is away,
+ * computing), the sender's engine runs (writer: it answers while its own
+ * application computes) and the sender's process can copy into our
+ * memory with no work of ours (TL_PUT_DIRECT, unchecked): a read would
+ * take a core from the computation, the sender's write takes none of
+ * ours. At the bound
  * of unexpected memory a WDONE could wait in the sender's queue behind
  * messages we do not take: never then. */
 static int write_wanted(proto_t *p, const tl_ep_t *ep, uint64_t len, int writer)
@@ -647,8 +662,7 @@ static int write_wanted(proto_t *p, const tl_ep_t *ep, uint64_t len, int writer)
         return 0;
     if (proto_tl_kind(iface->above, len) == PROTO_WRITE)
         return 1;
-    if (!writer || !(iface->put_kinds & TL_PUT_DIRECT) || iface->put_checked ||
-        !(tl_on_rare_thread(iface) || (p->posting && p->off != NULL)))
+    if (!writer || !(iface->put_kinds & TL_PUT_DIRECT) || iface->put_checked || !tl_on_rare_thread(iface))
         return 0;
     p->wr_engine++;
     return 1;
@@ -1098,19 +1112,27 @@ static void msg_free(proto_t *p, proto_msg_t *msg)
 }
 
 /* A receive posted (or a message claimed) takes a message that came
- * before it. A rendezvous is started here, in the posting call: with the
- * offload engine on, an application that posts may turn to computing at
- * once, so the sender writes where it can (write_wanted), rather than
- * the post copying the whole message before it returns. */
+ * before it. With the offload engine on, a large rendezvous from a sender
+ * that writes on request is not started in the posting call: it waits for
+ * the next progress pass (proto_progress). An application that waits next
+ * makes that pass itself and reads; one that computes leaves it to the
+ * engine's thread, which has the sender write (write_wanted), so the post
+ * returns at once either way. */
 void proto_msg_deliver(proto_t *p, proto_msg_t *msg, proto_req_t *req)
 {
     recv_fill(req, msg->m.src, msg->m.tag, msg->len, msg->has_data, msg->data);
     if (msg->kind == PROTO_MSG_EAGER) {
         eager_deliver(p, req, msg->payload);
+    } else if (p->off != NULL && msg->writer && req->comp.length >= PROTO_OFF_BIG) {
+        req->rndv_src = msg->m.src;
+        req->rndv_app_ctx = msg->app_ctx;
+        req->rndv_va = msg->va;
+        req->rndv_rkey = msg->rkey;
+        req->rndv_len = msg->len;
+        req->parked = 1;
+        util_dlist_push_tail(&p->parked, &req->off_link);
     } else {
-        p->posting = 1;
         rndv_start(p, req, msg->m.src, msg->app_ctx, msg->va, msg->rkey, msg->len, msg->writer);
-        p->posting = 0;
     }
     msg_free(p, msg);
 }
@@ -1153,7 +1175,7 @@ int proto_req_waiting(const proto_req_t *req)
 {
     if (req->comp.op == TMX_OP_TSEND)
         return req->fin_wait;
-    return req->wr_wait || match_recv_is_posted(&req->recv);
+    return req->wr_wait || req->parked || match_recv_is_posted(&req->recv);
 }
 
 void proto_req_abort(proto_t *p, proto_req_t *req)
@@ -1168,6 +1190,9 @@ void proto_req_abort(proto_t *p, proto_req_t *req)
             req->off_wr = 0;
             off_read_abandon(p->off, req->off_token);
         }
+    } else if (req->parked) {
+        util_dlist_unlink(&req->off_link);
+        req->parked = 0;
     } else if (match_recv_is_posted(&req->recv)) {
         recv_take(p, req);
     }

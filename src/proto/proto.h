@@ -80,7 +80,8 @@ typedef struct proto_req {
     uint32_t off_handle;
     uint64_t off_token;         /* the engine's read in flight */
     uint8_t off_wr;             /* that "read" is the sender's write (wr_wait) */
-    util_dlist_t off_link;
+    util_dlist_t off_link;      /* in off_host_only, or in parked */
+    uint8_t parked;             /* its rendezvous waits in proto_t.parked */
     tl_get_op_t get;            /* rendezvous receives: the read */
     struct proto *owner;        /* rendezvous receives: for get.done */
     tmx_peer_t rndv_src;        /* rendezvous receives: where FIN goes */
@@ -186,9 +187,11 @@ struct proto {
     rcache_t *rc;               /* the registration cache (src/reg/rcache.h), or NULL */
     uint32_t n_wr_wait;         /* receives waiting for their sender's write */
     uint64_t wr_engine;         /* rendezvous whose senders the engine's
-                                   thread or a post asked to write
-                                   (write_wanted) */
-    int posting;                /* inside proto_msg_deliver */
+                                   thread asked to write (write_wanted) */
+    /* Receives posted with the engine on that took a rendezvous which
+     * came before them: started by the next progress pass, on whichever
+     * thread makes it (proto_msg_deliver). */
+    util_dlist_t parked;
     uint64_t wr_admitted;       /* bytes taken beyond the bound for them */
     uint32_t rts_admitted;      /* rendezvous headers taken beyond the bound
                                    since it was last reached */
@@ -290,7 +293,7 @@ int proto_req_waiting(const proto_req_t *req);
 /* The sender a receive waits for the write of, or TMX_PEER_NONE. */
 static inline tmx_peer_t proto_req_writer(const proto_req_t *req)
 {
-    return req->wr_wait ? req->rndv_src : TMX_PEER_NONE;
+    return req->wr_wait || req->parked ? req->rndv_src : TMX_PEER_NONE;
 }
 
 /* Delivers an unexpected message (matched or claimed) into a receive and
@@ -331,7 +334,7 @@ int proto_progress(proto_t *p);
 
 static inline int proto_has_work(const proto_t *p)
 {
-    return !util_dlist_empty(&p->ctrl_pending);
+    return !util_dlist_empty(&p->ctrl_pending) || !util_dlist_empty(&p->parked);
 }
 
 #endif

@@ -175,7 +175,7 @@ struct tmx_context {
     atomic_uint off_big;        /* live requests of CORE_OFF_BIG bytes or more */
     atomic_uint off_posts;      /* such requests started so far */
     atomic_int off_word;        /* the engine's futex word: 1 when woken */
-    atomic_int off_sleeping;    /* the engine waits on off_word */
+    atomic_int off_sleeping;    /* the engine waits on off_word (2: until a wait ends) */
     atomic_int app_waiting;     /* application threads inside tmx_request_wait */
     /* A context of one application thread with the engine: the lock is
      * asymmetric (engine.c): two plain stores for the application, a
@@ -292,20 +292,22 @@ static inline void core_offload_watch(tmx_context_h ctx, struct tmx_request *req
 }
 /* Stops and joins it; the caller does not hold the lock. */
 void core_offload_stop(tmx_context_h ctx);
-/* An application thread enters and leaves tmx_request_wait: while one is
- * inside, the traffic advances and the engine sleeps instead of looking
- * (engine.c); leaving wakes it while requests it watches are live. */
+/* An application thread enters and leaves tmx_request_wait (one whose
+ * request is not done yet): while one is inside, the traffic advances and
+ * the engine sleeps instead of looking (engine_wait_out); leaving wakes it
+ * from that sleep (off_sleeping 2, not its other sleeps) while requests it
+ * watches are live. */
 static inline void core_offload_wait_begin(tmx_context_h ctx)
 {
     if (ctx->off_on)
         atomic_fetch_add_explicit(&ctx->app_waiting, 1, memory_order_relaxed);
 }
 void core_offload_wake(tmx_context_h ctx);
-static inline void core_offload_wait_end(tmx_context_h ctx)
+static inline void core_offload_wait_end(tmx_context_h ctx, int waiting)
 {
     /* seq_cst: the engine stores off_sleeping and then reads app_waiting */
-    if (ctx->off_on && atomic_fetch_sub(&ctx->app_waiting, 1) == 1 && atomic_load(&ctx->off_sleeping) &&
-        atomic_load_explicit(&ctx->off_big, memory_order_relaxed) != 0)
+    if (ctx->off_on && waiting && atomic_fetch_sub(&ctx->app_waiting, 1) == 1 &&
+        atomic_load(&ctx->off_sleeping) == 2 && atomic_load_explicit(&ctx->off_big, memory_order_relaxed) != 0)
         core_offload_wake(ctx);
 }
 

@@ -94,20 +94,15 @@ void core_offload_wake(tmx_context_h ctx)
 }
 
 /* The application waits inside tmx_request_wait, which advances the
- * traffic: no look until it leaves (core_offload_wait_end) or starts a
- * large request. 1 when it slept so. */
-static int engine_wait_out(tmx_context_h ctx, uint64_t us, unsigned posts)
+ * traffic: no look until it leaves (core_offload_wait_end), starts a
+ * large request, or us pass. */
+static void engine_wait_out(tmx_context_h ctx, uint64_t us, unsigned posts)
 {
-    int slept = 0;
-
-    atomic_store(&ctx->off_sleeping, 1); /* seq_cst: see core_offload_wait_end */
-    if (atomic_load(&ctx->app_waiting) != 0 && atomic_load(&ctx->off_posts) == posts) {
+    atomic_store(&ctx->off_sleeping, 2); /* seq_cst: see core_offload_wait_end */
+    if (atomic_load(&ctx->app_waiting) != 0 && atomic_load(&ctx->off_posts) == posts)
         futex_wait_us(&ctx->off_word, 0, us);
-        slept = 1;
-    }
     atomic_store_explicit(&ctx->off_sleeping, 0, memory_order_release);
     atomic_store_explicit(&ctx->off_word, 0, memory_order_relaxed);
-    return slept;
 }
 
 void core_offload_big(tmx_context_h ctx, struct tmx_request *req)
@@ -286,14 +281,14 @@ static void *engine_main(void *arg)
                 backoff++;
             seen = calls;
             if (atomic_load_explicit(&ctx->app_waiting, memory_order_relaxed) != 0) {
-                if (engine_wait_out(ctx, cap, posts)) {
-                    /* the wait ended: its progress does not count, and the
-                     * application may compute now */
-                    seen = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed);
-                    backoff = 0;
-                    engine_look_wait(ctx, poll, posts);
-                    continue;
-                }
+                /* until the wait ended (or was ending as we looked): its
+                 * progress does not count, and the application may compute
+                 * now */
+                engine_wait_out(ctx, cap, posts);
+                seen = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed);
+                backoff = 0;
+                engine_look_wait(ctx, poll, posts);
+                continue;
             }
             engine_look_wait(ctx, period, posts);
             continue;

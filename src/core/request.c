@@ -385,13 +385,16 @@ TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx
         core_unlock(ctx);
         return st;
     }
-    core_offload_wait_begin(ctx);
+    int waiting = req->state != CORE_REQ_DONE; /* one done already is no wait */
+
+    if (waiting)
+        core_offload_wait_begin(ctx);
     while (req->state != CORE_REQ_DONE) {
         /* busy rounds count too: other traffic, that keeps progress
          * finding work, must not hold the wait past its timeout */
         if ((++rounds & 63) == 0 && core_now_us() > deadline) {
             core_unlock(ctx);
-            core_offload_wait_end(ctx);
+            core_offload_wait_end(ctx, waiting);
             return TMX_ERR_TIMEOUT;
         }
         if (core_progress(ctx) > 0) {
@@ -403,7 +406,7 @@ TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx
          * (a misuse TMX_THREAD_MULTIPLE still answers) */
         if ((st = request_check_locked("tmx_request_wait", req)) != TMX_OK) {
             core_unlock(ctx);
-            core_offload_wait_end(ctx);
+            core_offload_wait_end(ctx, waiting);
             return st;
         }
     }
@@ -411,7 +414,7 @@ TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx
     if (out != NULL)
         *out = req->p.comp;
     core_unlock(ctx);
-    core_offload_wait_end(ctx);
+    core_offload_wait_end(ctx, waiting);
     return st;
 }
 

@@ -341,6 +341,14 @@ static tmx_status_t send_eager(tl_ep_t *ep, const void *buf, size_t len, uint64_
     return tl_ep_iface(ep)->ops->send(ep, iov, n);
 }
 
+/* The RTS flag of a rendezvous send of len bytes through ep: WRITER where
+ * this process's engine runs, so that it answers a CTS while the
+ * application computes, and its writes cost the receiver nothing. */
+static uint16_t writer_flag(const proto_t *p, const tl_ep_t *ep, size_t len)
+{
+    return p->off != NULL && len >= PROTO_OFF_BIG && tl_writes_free(tl_ep_iface(ep)) ? WIRE_FLAG_WRITER : 0;
+}
+
 static tmx_status_t send_rndv(proto_t *p, tl_ep_t *ep, const proto_peer_t *pp, proto_req_t *req,
                               uint64_t tag)
 {
@@ -357,9 +365,8 @@ static tmx_status_t send_rndv(proto_t *p, tl_ep_t *ep, const proto_peer_t *pp, p
     req->wr_started = 0;
     reg_take(p, req, req->len);
     wire_tmh_pack(&tmh, WIRE_OP_RNDV,
-                  (req->comp.has_data ? WIRE_FLAG_DATA : 0) |
-                      (p->off != NULL && req->len >= PROTO_OFF_BIG ? WIRE_FLAG_WRITER : 0),
-                  req->id, tag);
+                  (uint16_t)((req->comp.has_data ? WIRE_FLAG_DATA : 0) | writer_flag(p, ep, req->len)), req->id,
+                  tag);
     wire_rvh_pack(&rvh, (uintptr_t)req->buf, req->rkey, req->len);
     iov[n++] = (struct iovec){&tmh, sizeof(tmh)};
     iov[n++] = (struct iovec){&rvh, sizeof(rvh)};
@@ -645,28 +652,26 @@ static tmx_status_t write_ask(proto_t *p, proto_req_t *req, const tl_ep_t *ep)
 }
 
 /* Whether a matched rendezvous of len bytes is to be written by its
- * sender rather than read: where the protocol table says write, and where
+ * sender rather than read: 1 where the protocol table says write; 2 where
  * the offload engine's thread starts it (the application is away,
  * computing), the sender's engine runs (writer: it answers while its own
- * application computes) and the sender's process can copy into our
- * memory with no work of ours (TL_PUT_DIRECT, unchecked): a read would
- * take a core from the computation, the sender's write takes none of
- * ours. At the bound
- * of unexpected memory a WDONE could wait in the sender's queue behind
- * messages we do not take: never then. */
-static int write_wanted(proto_t *p, const tl_ep_t *ep, uint64_t len, int writer)
+ * application computes), a peer's write costs us no work
+ * (tl_writes_free) and TMX_PROTO did not set the table: a read would take
+ * a core from the computation, the sender's write takes none of ours.
+ * At the bound of unexpected memory a WDONE could wait in the sender's
+ * queue behind messages we do not take: never then. */
+static int write_wanted(const proto_t *p, const tl_ep_t *ep, uint64_t len, int writer)
 {
     const tl_iface_t *iface = tl_ep_iface(ep);
+    const proto_tl_t *t = iface->above;
 
     if (len == 0 || p->unexp_full)
         return 0;
-    if (proto_tl_kind(iface->above, len) == PROTO_WRITE)
+    if (proto_tl_kind(t, len) == PROTO_WRITE)
         return 1;
-    if (!writer || !(iface->put_kinds & TL_PUT_DIRECT) || iface->put_checked || !tl_on_rare_thread(iface))
-        return 0;
-    p->wr_engine++;
-    return 1;
+    return writer && tl_writes_free(iface) && !t->set && tl_on_rare_thread(iface) ? 2 : 0;
 }
+
 
 /* The receive has matched a rendezvous request: per the protocol table,
  * read straight into the user buffer, or have the sender write into it
@@ -676,6 +681,7 @@ static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t ap
 {
     tl_ep_t *ep;
     proto_peer_t *pp;
+    int w;
 
     req->rndv_src = src;
     req->rndv_app_ctx = app_ctx;
@@ -685,9 +691,11 @@ static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t ap
     req->owner = p;
     req->get.done = rndv_get_done;
     req->off_wr = 0; /* software's, even with the engine on (off_post may never have run) */
-    if (p->up.peer_ep(p->up.arg, src, &ep, &pp) == TMX_OK && write_wanted(p, ep, req->comp.length, writer) &&
-        write_ask(p, req, ep) == TMX_OK)
+    if (p->up.peer_ep(p->up.arg, src, &ep, &pp) == TMX_OK &&
+        (w = write_wanted(p, ep, req->comp.length, writer)) != 0 && write_ask(p, req, ep) == TMX_OK) {
+        p->wr_engine += w == 2;
         return;
+    }
     rndv_read(p, req);
 }
 
@@ -962,6 +970,7 @@ static void off_dev_read(void *arg, const off_msg_t *m, void *buf, uint64_t recv
     proto_req_t *req = (proto_req_t *)(uintptr_t)recv_wr_id;
     tl_ep_t *ep;
     proto_peer_t *pp;
+    int w;
 
     (void)buf; /* the receive's own */
     req->off_token = token;
@@ -972,7 +981,8 @@ static void off_dev_read(void *arg, const off_msg_t *m, void *buf, uint64_t recv
     req->rndv_va = m->va;
     req->rndv_rkey = m->rkey;
     req->rndv_len = m->rlen;
-    if (p->up.peer_ep(p->up.arg, m->src, &ep, &pp) == TMX_OK && write_wanted(p, ep, m->rlen, (m->flags & WIRE_FLAG_WRITER) != 0)) {
+    if (p->up.peer_ep(p->up.arg, m->src, &ep, &pp) == TMX_OK &&
+        (w = write_wanted(p, ep, m->rlen, (m->flags & WIRE_FLAG_WRITER) != 0)) != 0) {
         /* the receive's length and tag as the MATCH completion will set
          * them (the engine took it: it holds all of m->rlen): WDONE is
          * checked against them */
@@ -982,6 +992,7 @@ static void off_dev_read(void *arg, const off_msg_t *m, void *buf, uint64_t recv
         if (write_ask(p, req, ep) == TMX_OK) {
             util_debug("offload: rendezvous of %llu bytes from peer %u matched: its sender writes",
                        (unsigned long long)m->rlen, m->src);
+            p->wr_engine += w == 2;
             return;
         }
         req->off_wr = 0;
@@ -1270,7 +1281,7 @@ static int parse_packet(proto_t *pr, tmx_peer_t src, const unsigned char *p, siz
             return parse_fail(pr, src, "FIN with trailing bytes", len);
         return (in->tmh.flags & ~PROTO_FIN_FAILED) ? parse_fail(pr, src, "bad FIN flags", len) : 0;
     }
-    if (in->tmh.flags & ~WIRE_FLAG_MASK)
+    if (in->tmh.flags & ~(in->tmh.opcode == WIRE_OP_RNDV ? WIRE_FLAG_RNDV_MASK : WIRE_FLAG_MASK))
         return parse_fail(pr, src, "unknown flags", len);
     if (parse_tail(pr, src, p, len, off, in) != 0)
         return -1;

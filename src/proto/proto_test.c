@@ -614,6 +614,46 @@ static void unexpected_rendezvous_read_then_fin(void **state)
     assert_int_equal(v.rkey, 0x1234);
 }
 
+/* WIRE_FLAG_WRITER is a rendezvous request's alone: on an eager packet or
+ * a FIN it is dropped; a request carrying it is kept, and without the
+ * engine (or from a thread that is not the engine's) the receiver reads
+ * as for any request. */
+static void writer_flag_on_requests_only(void **state)
+{
+    proto_req_t r;
+    char src_buf[100], got[100] = {0};
+    unsigned char b[sizeof(wire_tmh_t) + 1];
+    wire_tmh_t h;
+
+    (void)state;
+    proto_peer_hello_set(&W->pp[0]);
+    wire_tmh_pack(&h, WIRE_OP_EAGER, WIRE_FLAG_WRITER, 0, 7);
+    memcpy(b, &h, sizeof(h));
+    b[sizeof(h)] = 'x';
+    proto_recv_cb(&W->p, UUID_A, b, sizeof(b));
+    assert_int_equal(W->p.dropped, 1);
+    in_rvh(UUID_A, WIRE_OP_FIN, WIRE_FLAG_WRITER, 1, 7, 0, 0, 0);
+    assert_int_equal(W->p.dropped, 2);
+    assert_int_equal(W->msgs_live, 0);
+    memset(src_buf, 'w', sizeof(src_buf));
+    in_rvh(UUID_A, WIRE_OP_RNDV, WIRE_FLAG_WRITER | WIRE_FLAG_DATA, 42, 7, (uintptr_t)src_buf, 0x77,
+           sizeof(src_buf));
+    assert_int_equal(W->p.dropped, 3); /* DATA says 8 more bytes that are not there */
+    in_rvh(UUID_A, WIRE_OP_RNDV, WIRE_FLAG_WRITER, 42, 7, (uintptr_t)src_buf, 0x77, sizeof(src_buf));
+    assert_int_equal(W->p.dropped, 3);
+    assert_int_equal(W->msgs_live, 1);
+    W->get_status = TMX_INPROGRESS;
+    req_recv(&r, got, sizeof(got), TMX_ANY_SOURCE, 7);
+    assert_int_equal(proto_recv_match(&W->p, &r), TMX_OK);
+    assert_non_null(W->get_pending); /* read, not a CTS */
+    assert_int_equal(W->n_pkts, 0);
+    memcpy(got, src_buf, sizeof(got));
+    W->get_pending->done(W->get_pending, TMX_OK);
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(pkt_tmh(&W->pkts[0]).opcode, WIRE_OP_FIN);
+    assert_int_equal(W->p.wr_engine, 0);
+}
+
 /* A read that fails fails the receive and tells the sender so in its FIN. */
 static void failed_read_fails_both_sides(void **state)
 {
@@ -1495,6 +1535,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(fin_waits_without_memory),
         cmocka_unit_test(admission_at_the_bound),
         cmocka_unit_test(hello_from_strangers),
+        cmocka_unit_test(writer_flag_on_requests_only),
         cmocka_unit_test(abort_releases),
         cmocka_unit_test(discard_sends_fin),
         cmocka_unit_test(spec_syntax),

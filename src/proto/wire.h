@@ -51,10 +51,15 @@ enum wire_wdone_flag {
 
 enum wire_flag {
     WIRE_FLAG_DATA = 1u << 0,   /* 8 bytes of remote completion data follow */
-    WIRE_FLAG_WRITER = 1u << 1, /* rendezvous request: the sender's offload
-                                   engine runs, so it answers a CTS even
-                                   while its application computes */
-    WIRE_FLAG_MASK = WIRE_FLAG_DATA | WIRE_FLAG_WRITER
+    WIRE_FLAG_WRITER = 1u << 1, /* rendezvous requests only: the sender's
+                                   offload engine runs and its transport
+                                   writes into the receiver's memory, so it
+                                   answers a CTS even while its application
+                                   computes (every process of a job runs
+                                   the same build: one older than this flag
+                                   drops such requests) */
+    WIRE_FLAG_MASK = WIRE_FLAG_DATA,                   /* any tagged packet */
+    WIRE_FLAG_RNDV_MASK = WIRE_FLAG_DATA | WIRE_FLAG_WRITER /* a rendezvous request */
 };
 
 /* Tag Matching Header: seed 000's ibv_tmh with the reserved bytes used. */

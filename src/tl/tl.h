@@ -293,6 +293,14 @@ struct tl_iface {
     _Atomic uintptr_t rare_thread;
 };
 
+/* Whether writes between us and our peers are one-sided copies that cost
+ * their target no work (TL_PUT_DIRECT, not seen by put_data: shm's
+ * process_vm_writev). */
+static inline int tl_writes_free(const tl_iface_t *iface)
+{
+    return (iface->put_kinds & TL_PUT_DIRECT) && !iface->put_checked;
+}
+
 /* Whether the calling thread is the offload engine's (rare_thread): the
  * application is then away, and work of ours takes a core from it. */
 static inline int tl_on_rare_thread(const tl_iface_t *iface)

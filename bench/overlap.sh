@@ -119,6 +119,19 @@ lst() { # SYSTEM METRIC SIZE -> every round's value
 }
 human() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%d MiB", b / 1048576; else printf "%d KiB", b / 1024 }'; }
 
+table() { # METRIC WITH_ROUNDS: a row per size, a column per system
+    printf '| size |'; for s in $SYSTEMS; do printf ' %s |' "$s"; done; echo
+    printf '|---|'; for s in $SYSTEMS; do printf '%s' '---|'; done; echo
+    for z in ${SIZES//,/ }; do
+        printf '| %s |' "$(human "$z")"
+        for s in $SYSTEMS; do
+            if [ "$2" = 1 ]; then printf ' %s %% [%s] |' "$(med "$s" "$1" "$z")" "$(lst "$s" "$1" "$z")"
+            else printf ' %s |' "$(med "$s" "$1" "$z")"; fi
+        done
+        echo
+    done
+}
+
 MD=$TMP/overlap.md
 {
     echo "# Overlap of communication with computation"
@@ -144,23 +157,11 @@ MD=$TMP/overlap.md
     for m in $MODES; do
         echo "### $m"
         echo
-        printf '| size |'; for s in $SYSTEMS; do printf ' %s |' "$s"; done; echo
-        printf '|---|'; for s in $SYSTEMS; do printf '%s' '---|'; done; echo
-        for z in ${SIZES//,/ }; do
-            printf '| %s |' "$(human "$z")"
-            for s in $SYSTEMS; do printf ' %s %% [%s] |' "$(med "$s" "overlap:$m" "$z")" "$(lst "$s" "overlap:$m" "$z")"; done
-            echo
-        done
+        table "overlap:$m" 1
         echo
         echo "The transfer alone (x), microseconds, median:"
         echo
-        printf '| size |'; for s in $SYSTEMS; do printf ' %s |' "$s"; done; echo
-        printf '|---|'; for s in $SYSTEMS; do printf '%s' '---|'; done; echo
-        for z in ${SIZES//,/ }; do
-            printf '| %s |' "$(human "$z")"
-            for s in $SYSTEMS; do printf ' %s |' "$(med "$s" "xfer:$m" "$z")"; done
-            echo
-        done
+        table "xfer:$m" 0
         echo
     done
     echo "## What the engine costs small messages (tmx-perf, 8 B, shm)"

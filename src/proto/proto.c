@@ -672,7 +672,6 @@ static int write_wanted(const proto_t *p, const tl_ep_t *ep, uint64_t len, int w
     return writer && tl_writes_free(iface) && !t->set && tl_on_rare_thread(iface) ? 2 : 0;
 }
 
-
 /* The receive has matched a rendezvous request: per the protocol table,
  * read straight into the user buffer, or have the sender write into it
  * (write_wanted). */

@@ -67,6 +67,7 @@ typedef struct proto_req {
     uint8_t wr_wait;            /* rendezvous receives by write: the slot is held,
                                    the sender writes (rndv_src) */
     uint8_t wr_started;         /* rendezvous sends: a CTS came, the write began */
+    uint8_t parked;             /* receives: its rendezvous waits in proto_t.parked (off_link) */
     uint64_t rkey;              /* rendezvous sends: key the FIN must echo */
     uint64_t dest_uuid;         /* rendezvous sends: who may send the FIN */
     void *buf;
@@ -80,8 +81,7 @@ typedef struct proto_req {
     uint32_t off_handle;
     uint64_t off_token;         /* the engine's read in flight */
     uint8_t off_wr;             /* that "read" is the sender's write (wr_wait) */
-    util_dlist_t off_link;      /* in off_host_only, or in parked */
-    uint8_t parked;             /* its rendezvous waits in proto_t.parked */
+    util_dlist_t off_link;      /* in off_host_only, or in proto_t.parked */
     tl_get_op_t get;            /* rendezvous receives: the read */
     struct proto *owner;        /* rendezvous receives: for get.done */
     tmx_peer_t rndv_src;        /* rendezvous receives: where FIN goes */

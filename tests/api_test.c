@@ -1911,6 +1911,193 @@ static void test_offload_post_after_rendezvous(void **state)
     post_after_rendezvous(0, 0);
 }
 
+/* Two contexts over shm with the engine on and one-sided writes; NULL
+ * after a skip. b has learnt that a writes (a rendezvous from a came). */
+static int offer_pair(tmx_context_h *a, tmx_context_h *b, tmx_peer_t *to_b, tmx_peer_t *from_a)
+{
+    const size_t n = 1u << 20;
+    const char *set[] = {"TMX_OFFLOAD_MIN=0", NULL};
+    tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT |
+                                            TMX_CONTEXT_FIELD_OFFLOAD | TMX_CONTEXT_FIELD_SETTINGS,
+                              .transports = "self,shm",
+                              .boot = TMX_BOOT_NONE,
+                              .offload = 1,
+                              .settings = set};
+    unsigned char *src = malloc(n), *dst = calloc(1, n);
+    tmx_request_h rr, sr;
+
+    assert_true(src && dst);
+    assert_int_equal(tmx_context_create(&p, a), TMX_OK);
+    assert_int_equal(tmx_context_create(&p, b), TMX_OK);
+    for (int i = 0; i < (*b)->n_ifaces; i++) {
+        if (strcmp((*b)->ifaces[i]->ops->name, "shm") == 0 &&
+            (!tl_writes_free((*b)->ifaces[i]) || ((const proto_tl_t *)(*b)->ifaces[i]->above)->set)) {
+            tmx_context_destroy(*a);
+            tmx_context_destroy(*b);
+            free(src);
+            free(dst);
+            return 0;
+        }
+    }
+    *to_b = add_addr_of(*a, *b);
+    *from_a = add_addr_of(*b, *a);
+    fill(src, n, 3);
+    assert_int_equal(tmx_tsend(*a, *to_b, src, n, 4, NULL, &sr), TMX_OK);
+    assert_int_equal(tmx_trecv(*b, *from_a, dst, n, 4, TMX_TAG_EXACT, NULL, &rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, 5000000, NULL), TMX_OK);
+    assert_int_equal(tmx_request_wait(sr, 5000000, NULL), TMX_OK);
+    check(dst, n, 3);
+    tmx_request_free(rr);
+    tmx_request_free(sr);
+    free(src);
+    free(dst);
+    return 1;
+}
+
+/* Waits for r while its context's application does not progress (it
+ * only tests): the engine's thread, and the peer's, move everything. */
+static tmx_status_t test_until(tmx_request_h r, tmx_completion_t *out)
+{
+    tmx_status_t st = TMX_INPROGRESS;
+
+    for (int64_t end = core_now_us() + 5000000; st == TMX_INPROGRESS && core_now_us() < end;) {
+        usleep(200);
+        st = tmx_request_test(r, out);
+    }
+    return st;
+}
+
+/* A large receive that names its sender and tag, posted before the
+ * message, is offered to the sender (RTR), which writes into it while
+ * the receiver's application computes (here: only tests); a cancel waits
+ * for the sender's answer and cancels; a short message of the sender's
+ * with the tag spends the offer and is received as any. */
+static void test_offload_offer(void **state)
+{
+    const size_t n = 1u << 20;
+    tmx_context_h a, b;
+    tmx_peer_t to_b, from_a;
+    unsigned char *src = malloc(n), *dst = calloc(1, n);
+    tmx_request_h rr, sr;
+    tmx_completion_t c;
+    uint64_t written;
+
+    (void)state;
+    assert_true(src && dst);
+    if (!offer_pair(&a, &b, &to_b, &from_a)) {
+        free(src);
+        free(dst);
+        unit_skip("shm has no one-sided writes here (TMX_SHM_CMA=off, or the kernel refuses them), "
+                  "or TMX_PROTO sets its table");
+    }
+    written = b->proto.rtr_written;
+    fill(src, n, 5);
+    assert_int_equal(tmx_trecv(b, from_a, dst, n, 5, TMX_TAG_EXACT, NULL, &rr), TMX_OK);
+    assert_int_equal(b->proto.rtr_sent, 1);
+    assert_int_equal(tmx_tsend(a, to_b, src, n - 3, 5, NULL, &sr), TMX_OK);
+    assert_int_equal(tmx_request_wait(sr, 5000000, NULL), TMX_OK);
+    assert_int_equal(test_until(rr, &c), TMX_OK);
+    assert_int_equal(c.length, n - 3);
+    assert_int_equal(c.tag, 5);
+    check(dst, n - 3, 5);
+    assert_int_equal(b->proto.rtr_written, written + 1);
+    tmx_request_free(rr);
+    tmx_request_free(sr);
+
+    /* cancelled: the sender (its engine) says it does not write */
+    assert_int_equal(tmx_trecv(b, from_a, dst, n, 6, TMX_TAG_EXACT, NULL, &rr), TMX_OK);
+    assert_int_equal(b->proto.rtr_sent, 2);
+    assert_int_equal(tmx_request_cancel(rr), TMX_OK);
+    assert_int_equal(tmx_request_wait(rr, 0, NULL), TMX_ERR_CANCELED);
+    tmx_request_free(rr);
+
+    /* spent by an eager message */
+    assert_int_equal(tmx_trecv(b, from_a, dst, n, 7, TMX_TAG_EXACT, NULL, &rr), TMX_OK);
+    assert_int_equal(b->proto.rtr_sent, 3);
+    fill(src, 100, 6);
+    assert_int_equal(tmx_tsend(a, to_b, src, 100, 7, NULL, &sr), TMX_OK);
+    assert_int_equal(tmx_request_wait(sr, 5000000, NULL), TMX_OK);
+    assert_int_equal(test_until(rr, &c), TMX_OK);
+    assert_int_equal(c.length, 100);
+    check(dst, 100, 6);
+    assert_int_equal(b->proto.rtr_written, written + 1);
+    assert_int_equal(b->proto.n_wr_wait, 0);
+    tmx_request_free(rr);
+    tmx_request_free(sr);
+    assert_int_equal(tmx_context_destroy(a), TMX_OK);
+    assert_int_equal(tmx_context_destroy(b), TMX_OK);
+    free(src);
+    free(dst);
+}
+
+/* MPI's order with offers: messages of one tag, short and long mixed,
+ * sent while receives for them are posted, some before and some after
+ * their message came, both engines running: each receive gets the
+ * message of its rank in the sequence, whether it was written into an
+ * offer, read, or copied. */
+static void test_offload_offer_order(void **state)
+{
+    enum { N = 12, ROUNDS = 30 };
+    const size_t big = 200000, room = 262144;
+    tmx_context_h a, b;
+    tmx_peer_t to_b, from_a;
+    unsigned char *src[N], *dst[N];
+    tmx_request_h rr[N], sr[N];
+    unsigned seed = 11;
+
+    (void)state;
+    if (!offer_pair(&a, &b, &to_b, &from_a))
+        unit_skip("shm has no one-sided writes here (TMX_SHM_CMA=off, or the kernel refuses them), "
+                  "or TMX_PROTO sets its table");
+    for (int i = 0; i < N; i++) {
+        src[i] = malloc(big);
+        dst[i] = malloc(room);
+        assert_true(src[i] && dst[i]);
+    }
+    for (int round = 0; round < ROUNDS; round++) {
+        int posted = 0, sent = 0;
+        for (int i = 0; i < N; i++) {
+            fill(src[i], big, (unsigned)(round * N + i));
+            memset(dst[i], 0, room);
+        }
+        while (posted < N || sent < N) {
+            seed = seed * 1103515245u + 12345u;
+            if (sent < N && (posted == N || (seed >> 16) % 2)) {
+                size_t len = (sent + round) % 3 == 0 ? 100 : big;
+                assert_int_equal(tmx_tsend(a, to_b, src[sent], len, 5, NULL, &sr[sent]), TMX_OK);
+                sent++;
+            } else {
+                assert_int_equal(tmx_trecv(b, from_a, dst[posted], room, 5, TMX_TAG_EXACT, NULL, &rr[posted]),
+                                 TMX_OK);
+                posted++;
+            }
+            if ((seed >> 20) % 4 == 0)
+                usleep((seed >> 8) % 50);
+        }
+        for (int i = 0; i < N; i++) {
+            tmx_completion_t c;
+            size_t len = (i + round) % 3 == 0 ? 100 : big;
+            assert_int_equal(tmx_request_wait(rr[i], 5000000, &c), TMX_OK);
+            assert_int_equal(c.length, len);
+            check(dst[i], len, (unsigned)(round * N + i));
+            tmx_request_free(rr[i]);
+        }
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(tmx_request_wait(sr[i], 5000000, NULL), TMX_OK);
+            tmx_request_free(sr[i]);
+        }
+    }
+    print_message("offers: %llu made, %llu written into\n", (unsigned long long)b->proto.rtr_sent,
+                  (unsigned long long)b->proto.rtr_written);
+    assert_true(b->proto.rtr_sent > 0);
+    assert_int_equal(tmx_context_destroy(a), TMX_OK);
+    assert_int_equal(tmx_context_destroy(b), TMX_OK);
+    for (int i = 0; i < N; i++) {
+        free(src[i]);
+        free(dst[i]);
+    }
+}
+
 static void test_offload_udp(void **state)
 {
     (void)state;
@@ -2765,6 +2952,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_destroy_udp_rndv_waiting_for_fin),
         cmocka_unit_test(test_offload_shm),
         cmocka_unit_test(test_offload_post_after_rendezvous),
+        cmocka_unit_test(test_offload_offer),
+        cmocka_unit_test(test_offload_offer_order),
         cmocka_unit_test(test_offload_udp),
         cmocka_unit_test(test_offload_spinning_test),
         cmocka_unit_test(test_offload_with_progress),

@@ -48,6 +48,7 @@ void core_peer_failed_cb(void *arg, uint64_t uuid, int clean)
                    clean ? "has exited" : "is gone");
         return;
     }
+    proto_peer_gone(&ctx->proto, uuid);
     for (uint32_t i = 0; i < ctx->n_peers; i++) {
         if (core_peer_uuid(ctx, &ctx->peers[i]) == uuid)
             ctx->peers[i].w |= CORE_PEER_FAILED;

@@ -204,8 +204,12 @@ TMX_API tmx_status_t tmx_trecv(tmx_context_h ctx, tmx_peer_t peer, void *buf, si
     req->p.recv.ignore = ignore;
     req->p.comp.source = peer; /* until a message matches */
     req->p.comp.tag = tag;
-    core_offload_watch(ctx, req);
     st = recv_start(ctx, req);
+    /* watched once posted or started; not a receive offered to its
+     * sender (proto.c, RTR): the sender's write moves it, and the engine's
+     * looks would only take the computing core */
+    if (st == TMX_OK && req->state != CORE_REQ_DONE && !req->p.rtr)
+        core_offload_watch(ctx, req);
     st = submit_end(req, st, out);
     core_unlock(ctx);
     return st;

@@ -8,12 +8,14 @@
 #include "proto/wire.h"
 #include "util/copy.h"
 #include "util/fault.h"
+#include "util/hash.h"
 #include "util/log.h"
 
 /* Set in a FIN's flags when the receiver could not read the data. */
 #define PROTO_FIN_FAILED (1u << 15)
 
 _Static_assert(PROTO_CTRL_MAX >= sizeof(wire_tmh_t) + sizeof(wire_ctsh_t) &&
+                   PROTO_CTRL_MAX >= sizeof(wire_tmh_t) + sizeof(wire_rkh_t) &&
                    PROTO_CTRL_MAX >= sizeof(wire_tmh_t) + sizeof(wire_rvh_t),
                "a control packet fits a proto_ctrl_t");
 
@@ -54,6 +56,7 @@ typedef struct proto_in {
     wire_tmh_t tmh;
     wire_rvh_t rvh;
     wire_ctsh_t cts;
+    wire_rkh_t rkh;
     uint64_t data;
     uint32_t has_data;
     const unsigned char *payload;
@@ -89,6 +92,7 @@ tmx_status_t proto_init(proto_t *p, const proto_upcalls_t *up, const proto_spec_
     p->rndv_free = UINT32_MAX;
     util_dlist_init(&p->ctrl_pending);
     util_dlist_init(&p->parked);
+    util_dlist_init(&p->offer_writes);
     util_dlist_init(&p->streams);
     if ((st = reg_keygen_init(&p->keygen)) != TMX_OK)
         return st;
@@ -175,6 +179,7 @@ void proto_fini(proto_t *p)
     }
     util_dlist_init(&p->ctrl_pending);
     util_dlist_init(&p->parked); /* their receives are core's */
+    util_dlist_init(&p->offer_writes); /* and these sends */
     /* packets a transport was handing up when it closed: their receives
      * and messages are core's */
     util_dlist_foreach_safe(pos, tmp, &p->streams) {
@@ -190,9 +195,14 @@ void proto_fini(proto_t *p)
                    "receives added while it was ahead",
                    (unsigned long long)st.matched, (unsigned long long)st.unexpected,
                    (unsigned long long)st.added_unsynced);
+        util_debug("receive offers: %llu made, %llu written into by their senders",
+                   (unsigned long long)p->rtr_sent, (unsigned long long)p->rtr_written);
         off_engine_close(p->off);
         p->off = NULL;
     }
+    free(p->pcnt);
+    p->pcnt = NULL;
+    p->pcnt_cap = p->pcnt_used = 0;
     match_fini(&p->match);
     free(p->rndv);
     p->rndv = NULL;
@@ -302,6 +312,109 @@ tmx_status_t proto_mem_check_cb(void *arg, uint64_t addr, uint64_t len, uint64_t
     return reg_live(req);
 }
 
+/* ------------------------------------------- tagged packets per process */
+
+static tmx_status_t pcnt_grow(proto_t *p)
+{
+    uint32_t cap = p->pcnt_cap != 0 ? p->pcnt_cap * 2 : 16;
+    proto_pcnt_t *n;
+
+    if (cap < p->pcnt_cap || (n = calloc(cap, sizeof(*n))) == NULL)
+        return TMX_ERR_NOMEM;
+    for (uint32_t j = 0; j < p->pcnt_cap; j++) {
+        uint32_t i;
+        if (p->pcnt[j].uuid == 0)
+            continue;
+        for (i = (uint32_t)util_hash64(p->pcnt[j].uuid) & (cap - 1); n[i].uuid != 0; i = (i + 1) & (cap - 1))
+            ;
+        n[i] = p->pcnt[j];
+    }
+    free(p->pcnt);
+    p->pcnt = n;
+    p->pcnt_cap = cap;
+    return TMX_OK;
+}
+
+/* The counts of the process uuid, made on its first packet; NULL when
+ * there is no memory for them, and from then on no offer is made or
+ * taken, since an offer relies on every count. Kept with the engine on
+ * only, for peers (their number is bounded by core). */
+static proto_pcnt_t *pcnt_get(proto_t *p, uint64_t uuid)
+{
+    uint32_t i;
+
+    if (p->pcnt_broken || uuid == 0)
+        return NULL;
+    if (p->pcnt_cap != 0) {
+        for (i = (uint32_t)util_hash64(uuid) & (p->pcnt_cap - 1); p->pcnt[i].uuid != 0;
+             i = (i + 1) & (p->pcnt_cap - 1)) {
+            if (p->pcnt[i].uuid == uuid)
+                return &p->pcnt[i];
+        }
+    }
+    if ((p->pcnt_used + 1) * 2 > p->pcnt_cap && pcnt_grow(p) != TMX_OK) {
+        util_error("out of memory counting packets per peer: no receive is offered to its sender from now on");
+        p->pcnt_broken = 1;
+        return NULL;
+    }
+    for (i = (uint32_t)util_hash64(uuid) & (p->pcnt_cap - 1); p->pcnt[i].uuid != 0; i = (i + 1) & (p->pcnt_cap - 1))
+        ;
+    p->pcnt[i] = (proto_pcnt_t){.uuid = uuid};
+    p->pcnt_used++;
+    return &p->pcnt[i];
+}
+
+/* A tagged packet went to ep's process (engine on): counted, and a
+ * rendezvous send keeps its number. */
+static void tx_count(proto_t *p, const tl_ep_t *ep, proto_req_t *req)
+{
+    proto_pcnt_t *c = pcnt_get(p, ep->uuid);
+
+    if (c == NULL)
+        return;
+    c->tx++;
+    if (req != NULL)
+        req->tx_seq = c->tx;
+}
+
+/* A tagged packet from uuid was taken (matched, or kept unexpected). */
+static void rx_count(proto_t *p, uint64_t uuid, const proto_in_t *in)
+{
+    proto_pcnt_t *c = pcnt_get(p, uuid);
+
+    if (c == NULL)
+        return;
+    c->rx++;
+    if (in->tmh.opcode == WIRE_OP_RNDV && (in->tmh.flags & WIRE_FLAG_WRITER))
+        c->writer = 1;
+}
+
+/* The offer of uuid for tag that we keep, or -1. */
+static int offer_find(const proto_t *p, uint64_t uuid, uint64_t tag)
+{
+    for (int i = 0; i < PROTO_OFFERS; i++) {
+        if (p->offers[i].uuid == uuid && p->offers[i].tag == tag)
+            return i;
+    }
+    return -1;
+}
+
+static void offer_drop(proto_t *p, int i)
+{
+    p->offers[i].uuid = 0;
+    p->n_offers--;
+}
+
+void proto_peer_gone(proto_t *p, uint64_t uuid)
+{
+    for (int i = 0; i < PROTO_OFFERS && p->n_offers != 0; i++) {
+        if (p->offers[i].uuid == uuid)
+            offer_drop(p, i);
+    }
+}
+
+static void offer_use(proto_t *p, proto_req_t *req, tmx_peer_t peer, int i);
+
 /* ------------------------------------------------------------------- send */
 
 /* A receive that failed (not truncated) delivered nothing the caller may
@@ -408,6 +521,21 @@ static tmx_status_t proto_ep(proto_t *p, tmx_peer_t peer, tl_ep_t **ep, proto_pe
     return hello_send(p, *pp, *ep);
 }
 
+/* A tagged packet went to ep's process (engine on): counted; and the
+ * first with the tag of an offer that process made us spends it, written
+ * into the offered buffer if it is a rendezvous (req), else not. */
+static void sent_tagged(proto_t *p, const tl_ep_t *ep, proto_req_t *req, tmx_peer_t peer, uint64_t tag)
+{
+    int i;
+
+    tx_count(p, ep, req);
+    if (p->n_offers == 0 || (i = offer_find(p, ep->uuid, tag)) < 0)
+        return;
+    if (req != NULL)
+        offer_use(p, req, peer, i);
+    offer_drop(p, i);
+}
+
 tmx_status_t proto_send(proto_t *p, proto_req_t *req, tmx_peer_t peer, uint64_t tag)
 {
     tl_ep_t *ep;
@@ -434,12 +562,18 @@ tmx_status_t proto_send_ep(proto_t *p, proto_req_t *req, tmx_peer_t peer, tl_ep_
          tl_ep_iface(ep)->ops->peer_pressed == NULL || !tl_ep_iface(ep)->ops->peer_pressed(ep))) {
         util_debug("send %zu bytes to peer %u: eager", req->len, peer);
         st = send_eager(ep, req->buf, req->len, tag, req->comp.has_data, req->comp.data);
-        if (st == TMX_OK)
+        if (st == TMX_OK) {
+            if (__builtin_expect(p->off != NULL, 0))
+                sent_tagged(p, ep, NULL, peer, tag);
             req_complete(p, req, TMX_OK);
+        }
         return st;
     }
     util_debug("send %zu bytes to peer %u: rendezvous", req->len, peer);
-    return send_rndv(p, ep, pp, req, tag);
+    st = send_rndv(p, ep, pp, req, tag);
+    if (st == TMX_OK && p->off != NULL)
+        sent_tagged(p, ep, req, peer, tag);
+    return st;
 }
 
 /* An eager send without a request (TMX_OP_FLAG_INJECT): every transport's
@@ -451,7 +585,10 @@ tmx_status_t proto_inject(proto_t *p, tl_ep_t *ep, proto_peer_t *pp, const void 
 
     if (!proto_peer_hello(pp) && (st = hello_send(p, pp, ep)) != TMX_OK)
         return st;
-    return send_eager(ep, buf, len, tag, has_data, data);
+    st = send_eager(ep, buf, len, tag, has_data, data);
+    if (st == TMX_OK && __builtin_expect(p->off != NULL, 0))
+        sent_tagged(p, ep, NULL, TMX_PEER_NONE, tag);
+    return st;
 }
 
 /* -------------------------------------------------------------------- FIN */
@@ -470,7 +607,14 @@ static tmx_status_t ctrl_send_now(proto_t *p, tmx_peer_t peer, const void *pkt, 
 
 static const char *ctrl_name(const proto_ctrl_t *c)
 {
-    return c->pkt[0] == WIRE_OP_FIN ? "FIN" : c->pkt[0] == WIRE_OP_CTS ? "CTS" : "WDONE";
+    switch (c->pkt[0]) {
+    case WIRE_OP_FIN: return "FIN";
+    case WIRE_OP_CTS: return "CTS";
+    case WIRE_OP_RTR: return "RTR";
+    case WIRE_OP_RTR_NO: return "RTR_NO";
+    case WIRE_OP_RTR_CANCEL: return "RTR_CANCEL";
+    default: return "WDONE";
+    }
 }
 
 /* Sends a control packet (TMH, then rest), queueing it if the transport
@@ -516,8 +660,10 @@ static void fin_send(proto_t *p, tmx_peer_t peer, uint32_t app_ctx, uint64_t tag
 static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t app_ctx,
                        uint64_t va, uint64_t rkey, uint64_t len, int writer);
 
-/* Parked receives first (proto_msg_deliver), then control packets that
- * waited for room. */
+static void write_start(proto_t *p, proto_req_t *req);
+
+/* Parked receives first (proto_msg_deliver), then writes into offered
+ * receives (offer_use), then control packets that waited for room. */
 int proto_progress(proto_t *p)
 {
     util_dlist_t *pos, *tmp;
@@ -528,6 +674,13 @@ int proto_progress(proto_t *p)
         util_dlist_unlink(&req->off_link);
         req->parked = 0;
         rndv_start(p, req, req->rndv_src, req->rndv_app_ctx, req->rndv_va, req->rndv_rkey, req->rndv_len, 1);
+        events++;
+    }
+    util_dlist_foreach_safe(pos, tmp, &p->offer_writes) {
+        proto_req_t *req = util_container_of(pos, proto_req_t, off_link);
+        util_dlist_unlink(&req->off_link);
+        req->parked = 0;
+        write_start(p, req);
         events++;
     }
     util_dlist_foreach_safe(pos, tmp, &p->ctrl_pending) {
@@ -690,6 +843,10 @@ static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t ap
     req->owner = p;
     req->get.done = rndv_get_done;
     req->off_wr = 0; /* software's, even with the engine on (off_post may never have run) */
+    if (req->rtr) { /* offered: its sender writes (WDONE) or says no (RTR_NO) */
+        req->rtr_rts = 1;
+        return;
+    }
     if (p->up.peer_ep(p->up.arg, src, &ep, &pp) == TMX_OK &&
         (w = write_wanted(p, ep, req->comp.length, writer)) != 0 && write_ask(p, req, ep) == TMX_OK) {
         p->wr_engine += w == 2;
@@ -728,10 +885,6 @@ static void cts_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
                        size_t len)
 {
     proto_req_t *req = rndv_lookup(p, in->tmh.app_ctx);
-    tl_ep_t *ep;
-    proto_peer_t *pp;
-    unsigned kind;
-    tmx_status_t st;
 
     if (req == NULL || req->comp.op != TMX_OP_TSEND || req->rkey != in->cts.skey ||
         req->dest_uuid != src_uuid || req->wr_started || in->cts.len == 0 || in->cts.len > req->len) {
@@ -743,12 +896,23 @@ static void cts_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
     req->rndv_va = in->cts.va;
     req->rndv_rkey = in->cts.rkey;
     req->rndv_len = in->cts.len;
-    st = p->up.peer_ep(p->up.arg, src, &ep, &pp);
+    write_start(p, req);
+}
+
+/* Writes the send's rndv_len bytes where its rndv_ fields say; WDONE
+ * follows (write_end). */
+static void write_start(proto_t *p, proto_req_t *req)
+{
+    tl_ep_t *ep;
+    proto_peer_t *pp;
+    unsigned kind;
+    tmx_status_t st = p->up.peer_ep(p->up.arg, req->rndv_src, &ep, &pp);
+
     if (st == TMX_OK) {
         kind = tl_ep_iface(ep)->put_kinds & -tl_ep_iface(ep)->put_kinds;
         st = kind == 0 ? TMX_ERR_UNSUPPORTED
-                       : tl_ep_iface(ep)->ops->put(ep, req->buf, in->cts.len, in->cts.va, in->cts.rkey, req->rkey,
-                                                   kind);
+                       : tl_ep_iface(ep)->ops->put(ep, req->buf, req->rndv_len, req->rndv_va, req->rndv_rkey,
+                                                   req->rkey, kind);
     }
     if (st != TMX_INPROGRESS)
         write_end(p, req, st);
@@ -810,11 +974,16 @@ static void wdone_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const pr
     proto_peer_t *pp;
 
     if (req == NULL || req->comp.op != TMX_OP_TRECV || !req->wr_wait || req->rkey != in->rvh.rkey ||
-        (uintptr_t)req->buf != in->rvh.va || req->wr_uuid != src_uuid || in->rvh.len != req->comp.length) {
+        (uintptr_t)req->buf != in->rvh.va || req->wr_uuid != src_uuid || (req->rtr && !req->rtr_rts) ||
+        in->rvh.len != req->comp.length) {
         parse_fail(p, src, "WDONE names no receive of ours", len);
         return;
     }
     wr_wait_end(p, req);
+    if (req->rtr) {
+        req->rtr = req->rtr_rts = req->rtr_cancel = 0;
+        p->rtr_written += !(in->tmh.flags & WIRE_WDONE_NOWRITE);
+    }
     if (in->tmh.flags & WIRE_WDONE_NOWRITE) {
         if (p->off != NULL && req->off_wr) {
             req->off_wr = 0;
@@ -842,6 +1011,200 @@ static void wdone_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const pr
     fin_send(p, req->rndv_src, req->rndv_app_ctx, req->comp.tag, req->rndv_va, req->rndv_rkey,
              req->rndv_len, st != TMX_OK);
     req_complete(p, req, st == TMX_OK ? recv_status(req) : st);
+}
+
+/* ---------------------------------------------- receive offers (RTR) */
+
+/* With the offload engine on, a large receive that names its sender and
+ * tag offers its buffer to that sender as it is posted, so that the
+ * sender writes the message straight into it (seed 003's rendezvous by
+ * write, started by the receiver) and the receiver's cores do nothing: it
+ * may compute all along. MPI's order holds because the offer says how
+ * many tagged packets the receiver had taken from the sender when it
+ * posted: the sender takes the offer only if every tagged packet it sent
+ * since is a rendezvous request it still holds (it knows their tags), and
+ * writes the first of its messages with the offer's tag after that count,
+ * which is the one the receive matches. Otherwise it says no (RTR_NO) and
+ * the rendezvous goes as usual. */
+
+/* Says no to an offer. */
+static void offer_no(proto_t *p, tmx_peer_t peer, uint64_t tag, uint64_t rkey)
+{
+    wire_tmh_t tmh;
+    wire_rkh_t k = {htole64(rkey)};
+
+    wire_tmh_pack(&tmh, WIRE_OP_RTR_NO, 0, 0, tag);
+    ctrl_send(p, peer, &tmh, &k, sizeof(k));
+}
+
+/* Our rendezvous send req (its RTS just went) takes offer i: the write
+ * waits for the next progress pass, which first handles what the
+ * receiver sent meanwhile. */
+static void offer_use(proto_t *p, proto_req_t *req, tmx_peer_t peer, int i)
+{
+    const proto_offer_t *o = &p->offers[i];
+    uint64_t len = req->len < o->len ? req->len : o->len;
+
+    if (len == 0 || req->wr_started) {
+        offer_no(p, peer, o->tag, o->rkey);
+        return;
+    }
+    req->wr_started = 1;
+    req->rndv_src = peer;
+    req->rndv_va = o->va;
+    req->rndv_rkey = o->rkey;
+    req->rndv_len = len;
+    req->parked = 1;
+    util_dlist_push_tail(&p->offer_writes, &req->off_link);
+}
+
+/* An offer: taken now by a rendezvous send of ours it matches, kept for
+ * our next send with its tag, or refused. */
+static void rtr_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const proto_in_t *in, size_t len)
+{
+    const wire_ctsh_t *o = &in->cts;
+    proto_req_t *first = NULL;
+    proto_pcnt_t *c;
+    uint32_t k, n = 0, seen = (uint32_t)o->skey;
+
+    if (o->len == 0 || o->skey > UINT32_MAX) {
+        parse_fail(p, src, "RTR without a buffer, or with a count out of range", len);
+        return;
+    }
+    if (p->off == NULL || (c = pcnt_get(p, src_uuid)) == NULL || p->n_offers == PROTO_OFFERS ||
+        offer_find(p, src_uuid, in->tmh.tag) >= 0)
+        goto no;
+    /* the tagged packets we sent it that it had not taken when it posted:
+     * each must be a rendezvous request we still hold (a later FIN than
+     * the offer cannot have come before it) */
+    k = c->tx - seen;
+    if (k > p->n_rndv_used)
+        goto no;
+    for (uint32_t i = 0; i < p->n_rndv_slots && k != 0; i++) {
+        proto_req_t *r = rndv_lookup(p, i);
+        if (r == NULL || r->comp.op != TMX_OP_TSEND || r->dest_uuid != src_uuid ||
+            (uint32_t)(r->tx_seq - seen - 1) >= k)
+            continue;
+        n++;
+        if (r->comp.tag == in->tmh.tag && (first == NULL || (int32_t)(r->tx_seq - first->tx_seq) < 0))
+            first = r;
+    }
+    if (n != k)
+        goto no; /* an eager message among them may have matched the receive */
+    if (first != NULL) { /* the message the receive matches: written now */
+        if (first->wr_started || first->len == 0)
+            goto no;
+        first->wr_started = 1;
+        first->rndv_src = src;
+        first->rndv_va = o->va;
+        first->rndv_rkey = o->rkey;
+        first->rndv_len = first->len < o->len ? first->len : o->len;
+        write_start(p, first);
+        return;
+    }
+    for (int i = 0; i < PROTO_OFFERS; i++) {
+        if (p->offers[i].uuid == 0) {
+            p->offers[i] = (proto_offer_t){src_uuid, in->tmh.tag, o->va, o->rkey, o->len};
+            p->n_offers++;
+            return;
+        }
+    }
+no:
+    offer_no(p, src, in->tmh.tag, o->rkey);
+}
+
+/* The receiver takes its offer back: refused, if we still keep it;
+ * otherwise our WDONE or RTR_NO is on its way. */
+static void rtr_cancel_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const proto_in_t *in)
+{
+    for (int i = 0; i < PROTO_OFFERS; i++) {
+        if (p->offers[i].uuid == src_uuid && p->offers[i].rkey == in->rkh.rkey) {
+            offer_drop(p, i);
+            offer_no(p, src, in->tmh.tag, in->rkh.rkey);
+            return;
+        }
+    }
+}
+
+/* Our offered receive's slot and state go. */
+static void offer_end(proto_t *p, proto_req_t *req)
+{
+    req->rtr = req->rtr_rts = req->rtr_cancel = 0;
+    wr_wait_end(p, req);
+}
+
+/* The sender will not write into our offer: the receive goes on as any
+ * other, and a rendezvous that matched it meanwhile starts now. One for
+ * an offer that has ended (a message of the sender's took it) is late. */
+static void rtr_no_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const proto_in_t *in)
+{
+    proto_req_t *req = rndv_lookup(p, reg_key_slot(in->rkh.rkey));
+    int rts;
+
+    if (req == NULL || req->comp.op != TMX_OP_TRECV || !req->rtr || req->rkey != in->rkh.rkey ||
+        req->wr_uuid != src_uuid) {
+        util_debug("RTR_NO from peer %u for an offer that has ended: ignored", src);
+        return;
+    }
+    rts = req->rtr_rts;
+    offer_end(p, req);
+    if (rts)
+        rndv_start(p, req, req->rndv_src, req->rndv_app_ctx, req->rndv_va, req->rndv_rkey, req->rndv_len, 1);
+}
+
+/* Whether a receive about to be posted is offered to its sender: a large
+ * one naming one peer (not by an implicit number, which may change) and
+ * an exact tag, that no older receive could take a message of that
+ * sender's with that tag before it, to a sender whose engine writes, over
+ * a transport whose writes cost us nothing, with nothing queued that the
+ * offer could overtake. */
+static int offer_wanted(proto_t *p, const proto_req_t *req, tl_ep_t **ep)
+{
+    const match_recv_t *r = &req->recv;
+    proto_pcnt_t *c;
+    proto_peer_t *pp;
+
+    if (req->len < PROTO_OFF_BIG || r->src == TMX_ANY_SOURCE || (r->src & TMX_PEER_IMPLICIT) ||
+        r->ignore != 0 || p->unexp_full || !util_dlist_empty(&p->ctrl_pending))
+        return 0;
+    if (p->up.peer_ep(p->up.arg, r->src, ep, &pp) != TMX_OK || !proto_peer_hello(pp) ||
+        !tl_writes_free(tl_ep_iface(*ep)) || ((const proto_tl_t *)tl_ep_iface(*ep)->above)->set)
+        return 0;
+    if ((c = pcnt_get(p, (*ep)->uuid)) == NULL || !c->writer)
+        return 0;
+    return match_find_recv(&p->match, r->src, r->tag) == NULL;
+}
+
+/* Offers a receive just posted (offer_wanted) to its sender: its buffer
+ * lent under a key of its own, as for a CTS. */
+static void offer_make(proto_t *p, proto_req_t *req, tl_ep_t *ep)
+{
+    proto_pcnt_t *c = pcnt_get(p, ep->uuid);
+    unsigned char pkt[sizeof(wire_tmh_t) + sizeof(wire_ctsh_t)];
+    struct iovec iov = {pkt, sizeof(pkt)};
+    wire_tmh_t tmh;
+    wire_ctsh_t cts;
+
+    if (c == NULL || rndv_slot_get(p, req) != TMX_OK)
+        return;
+    req->fin_wait = 0;
+    wire_tmh_pack(&tmh, WIRE_OP_RTR, 0, 0, req->recv.tag);
+    wire_ctsh_pack(&cts, (uintptr_t)req->buf, req->rkey, req->len, c->rx);
+    memcpy(pkt, &tmh, sizeof(tmh));
+    memcpy(pkt + sizeof(tmh), &cts, sizeof(cts));
+    /* now or never: queued, it could follow a later control packet */
+    if (tl_ep_iface(ep)->ops->send(ep, &iov, 1) != TMX_OK) {
+        rndv_slot_put(p, req);
+        return;
+    }
+    req->wr_wait = 1;
+    p->n_wr_wait++;
+    reg_take(p, req, req->len);
+    req->wr_uuid = ep->uuid;
+    req->wr_placed = 0;
+    req->rndv_src = req->recv.src;
+    req->rtr = 1;
+    p->rtr_sent++;
 }
 
 /* --------------------------------------------- the offload engine's host */
@@ -904,7 +1267,7 @@ static int off_may_hold(const proto_t *p, const match_recv_t *r)
     return 1;
 }
 
-static void off_post(proto_t *p, proto_req_t *req)
+static void off_post(proto_t *p, proto_req_t *req, int host)
 {
     const match_recv_t *r = &req->recv;
 
@@ -914,7 +1277,7 @@ static void off_post(proto_t *p, proto_req_t *req)
 
     /* a receive naming an implicit number may be given the added one
      * (core's implicit_rekey_recvs): the host keeps it */
-    if (req->len >= p->off_min && (r->src == TMX_ANY_SOURCE || !(r->src & TMX_PEER_IMPLICIT)) &&
+    if (!host && req->len >= p->off_min && (r->src == TMX_ANY_SOURCE || !(r->src & TMX_PEER_IMPLICIT)) &&
         off_may_hold(p, r)) {
         off_op_t add = {.opcode = OFF_WR_TAG_ADD};
         add.add.recv_wr_id = (uintptr_t)req;
@@ -932,7 +1295,7 @@ static void off_post(proto_t *p, proto_req_t *req)
             return;
         }
     }
-    req->off_host = 1; /* the engine is full, or the receive overlaps */
+    req->off_host = 1; /* the engine is full, the receive overlaps, or it is offered */
     util_dlist_push_tail(&p->off_host_only, &req->off_link);
     p->n_host_only++;
 }
@@ -1168,15 +1531,34 @@ tmx_status_t proto_recv_match(proto_t *p, proto_req_t *req)
 
 tmx_status_t proto_recv_post(proto_t *p, proto_req_t *req)
 {
-    if (p->off != NULL)
-        off_post(p, req);
-    return match_post(&p->match, &req->recv);
+    tl_ep_t *ep = NULL;
+    tmx_status_t st;
+    int offer;
+
+    if (p->off == NULL)
+        return match_post(&p->match, &req->recv);
+    /* an offered receive is the host's: its sender's write completes it */
+    offer = offer_wanted(p, req, &ep);
+    off_post(p, req, offer);
+    if ((st = match_post(&p->match, &req->recv)) == TMX_OK && offer)
+        offer_make(p, req, ep);
+    return st;
 }
 
 tmx_status_t proto_recv_cancel(proto_t *p, proto_req_t *req)
 {
     if (!match_recv_is_posted(&req->recv))
         return TMX_ERR_BUSY;
+    if (req->rtr) { /* only its sender knows whether it writes */
+        if (!req->rtr_cancel) {
+            wire_tmh_t tmh;
+            wire_rkh_t k = {htole64(req->rkey)};
+            wire_tmh_pack(&tmh, WIRE_OP_RTR_CANCEL, 0, 0, req->recv.tag);
+            ctrl_send(p, req->rndv_src, &tmh, &k, sizeof(k));
+            req->rtr_cancel = 1;
+        }
+        return TMX_INPROGRESS;
+    }
     recv_take(p, req);
     return TMX_OK;
 }
@@ -1192,8 +1574,16 @@ void proto_req_abort(proto_t *p, proto_req_t *req)
 {
     recv_failed(req);
     if (req->comp.op == TMX_OP_TSEND) {
+        if (req->parked) { /* a write into an offer, not started */
+            util_dlist_unlink(&req->off_link);
+            req->parked = 0;
+        }
         if (req->fin_wait)
             rndv_slot_put(p, req);
+    } else if (req->rtr) { /* late writes and WDONE find no slot */
+        offer_end(p, req);
+        if (match_recv_is_posted(&req->recv))
+            recv_take(p, req);
     } else if (req->wr_wait) {
         wr_wait_end(p, req); /* late writes and WDONE find no slot */
         if (p->off != NULL && req->off_wr) { /* the engine forgets it: core completes it */
@@ -1261,12 +1651,19 @@ static int parse_packet(proto_t *pr, tmx_peer_t src, const unsigned char *p, siz
         wire_rvh_unpack(&in->rvh);
         off += sizeof(wire_rvh_t);
     }
-    if (in->tmh.opcode == WIRE_OP_CTS) {
+    if (in->tmh.opcode == WIRE_OP_RTR_NO || in->tmh.opcode == WIRE_OP_RTR_CANCEL) {
+        if (len != off + sizeof(wire_rkh_t))
+            return parse_fail(pr, src, "RTR_NO or RTR_CANCEL of the wrong length", len);
+        memcpy(&in->rkh, p + off, sizeof(in->rkh));
+        in->rkh.rkey = le64toh(in->rkh.rkey);
+        return in->tmh.flags != 0 ? parse_fail(pr, src, "bad RTR_NO or RTR_CANCEL flags", len) : 0;
+    }
+    if (in->tmh.opcode == WIRE_OP_CTS || in->tmh.opcode == WIRE_OP_RTR) {
         if (len != off + sizeof(wire_ctsh_t))
-            return parse_fail(pr, src, "CTS of the wrong length", len);
+            return parse_fail(pr, src, "CTS or RTR of the wrong length", len);
         memcpy(&in->cts, p + off, sizeof(in->cts));
         wire_ctsh_unpack(&in->cts);
-        return in->tmh.flags != 0 ? parse_fail(pr, src, "bad CTS flags", len) : 0;
+        return in->tmh.flags != 0 ? parse_fail(pr, src, "bad CTS or RTR flags", len) : 0;
     }
     if (in->tmh.opcode == WIRE_OP_WDONE) {
         if (len != off)
@@ -1346,9 +1743,11 @@ static inline void tagged_match(proto_t *p, tmx_peer_t src, const proto_in_t *in
     req = util_container_of(r, proto_req_t, recv);
     recv_take(p, req);
     recv_fill(req, src, in->tmh.tag, msg_len, in->has_data, in->data);
-    if (in->tmh.opcode == WIRE_OP_EAGER)
+    if (in->tmh.opcode == WIRE_OP_EAGER) {
+        if (__builtin_expect(req->rtr, 0))
+            offer_end(p, req); /* its sender spent the offer on this message */
         eager_deliver(p, req, in->payload);
-    else
+    } else
         rndv_start(p, req, src, in->tmh.app_ctx, in->rvh.va, in->rvh.rkey, in->rvh.len,
                    (in->tmh.flags & WIRE_FLAG_WRITER) != 0);
 }
@@ -1506,7 +1905,18 @@ static inline __attribute__((always_inline)) void packet_arrive(proto_t *p, uint
     switch (in->tmh.opcode) {
     case WIRE_OP_EAGER:
     case WIRE_OP_RNDV:
+        if (__builtin_expect(p->off != NULL, 0))
+            rx_count(p, src_uuid, in);
         tagged_arrive(p, src, in);
+        break;
+    case WIRE_OP_RTR:
+        rtr_arrive(p, src_uuid, src, in, len);
+        break;
+    case WIRE_OP_RTR_NO:
+        rtr_no_arrive(p, src_uuid, src, in);
+        break;
+    case WIRE_OP_RTR_CANCEL:
+        rtr_cancel_arrive(p, src_uuid, src, in);
         break;
     case WIRE_OP_FIN:
         fin_arrive(p, src_uuid, src, in, len);
@@ -1582,6 +1992,8 @@ static proto_stream_t *stream_open(proto_t *p, uint64_t uuid, tmx_peer_t src, co
     if ((r = match_find_recv(&p->match, src, in->tmh.tag)) != NULL) {
         s->req = util_container_of(r, proto_req_t, recv);
         recv_take(p, s->req);
+        if (s->req->rtr)
+            offer_end(p, s->req); /* its sender spent the offer on this message */
         recv_fill(s->req, src, in->tmh.tag, in->payload_len, in->has_data, in->data);
         s->dst = s->req->buf;
         s->room = s->req->comp.length;
@@ -1630,6 +2042,8 @@ void *proto_stream_begin(void *arg, uint64_t src_uuid, const void *first, size_t
     if (parse_packet(p, src, first, first_len, &in) != 0)
         return NULL;
     in.payload_len = total - (first_len - in.payload_len);
+    if (p->off != NULL)
+        rx_count(p, src_uuid, &in);
     if ((s = stream_open(p, src_uuid, src, &in)) != NULL)
         stream_put(s, in.payload, first_len - (size_t)(in.payload - (const unsigned char *)first));
     return s;

@@ -68,6 +68,13 @@ typedef struct proto_req {
                                    the sender writes (rndv_src) */
     uint8_t wr_started;         /* rendezvous sends: a CTS came, the write began */
     uint8_t parked;             /* receives: its rendezvous waits in proto_t.parked (off_link) */
+    uint8_t rtr;                /* receives: offered to its sender (RTR), no answer yet;
+                                   holds a slot as wr_wait */
+    uint8_t rtr_rts;            /* offered, and the sender's RTS matched it (rndv_
+                                   fields set): waits for WDONE or RTR_NO */
+    uint8_t rtr_cancel;         /* offered, and a cancel waits for the answer */
+    uint32_t tx_seq;            /* rendezvous sends, engine on: the tagged packets
+                                   sent to the peer up to its RTS (proto_pcnt_t) */
     uint64_t rkey;              /* rendezvous sends: key the FIN must echo */
     uint64_t dest_uuid;         /* rendezvous sends: who may send the FIN */
     void *buf;
@@ -94,6 +101,30 @@ typedef struct proto_req {
     uint64_t wr_uuid;           /* rendezvous receives by write: the writer */
     uint64_t wr_placed;         /* bytes its packets placed, in order (TL_PUT_COPY) */
 } proto_req_t;
+
+/* Per remote process, with the offload engine on: the tagged packets
+ * (eager, rendezvous requests) sent to it and taken from it, by which a
+ * sender knows whether a receive offered by RTR could have matched one of
+ * its messages already, and whether it runs an engine that writes. Keyed
+ * by uuid: peer numbers change when an implicit peer is added. */
+typedef struct proto_pcnt {
+    uint64_t uuid;              /* 0: a free entry */
+    uint32_t tx;
+    uint32_t rx;
+    uint8_t writer;             /* its rendezvous requests carried WIRE_FLAG_WRITER */
+} proto_pcnt_t;
+
+/* An offer (RTR) a receiver made us and we keep for our next send with
+ * its tag. */
+typedef struct proto_offer {
+    uint64_t uuid;              /* the receiver; 0: a free entry */
+    uint64_t tag;
+    uint64_t va;
+    uint64_t rkey;
+    uint64_t len;
+} proto_offer_t;
+
+#define PROTO_OFFERS 8           /* offers kept at once; more are declined */
 
 enum proto_msg_kind {
     PROTO_MSG_EAGER = 1,
@@ -192,6 +223,16 @@ struct proto {
      * came before them: started by the next progress pass, on whichever
      * thread makes it (proto_msg_deliver). */
     util_dlist_t parked;
+    /* Receive offers (RTR), with the engine on: */
+    proto_pcnt_t *pcnt;         /* open addressing by uuid, pcnt_cap entries */
+    uint32_t pcnt_cap, pcnt_used;
+    int pcnt_broken;            /* a count could not be kept: no offers, made or taken */
+    proto_offer_t offers[PROTO_OFFERS];
+    uint32_t n_offers;
+    uint64_t rtr_sent;          /* offers made */
+    uint64_t rtr_written;       /* offered receives written by their senders */
+    util_dlist_t offer_writes;  /* our sends that took an offer, written by the next
+                                   progress pass (off_link; parked set) */
     uint64_t wr_admitted;       /* bytes taken beyond the bound for them */
     uint32_t rts_admitted;      /* rendezvous headers taken beyond the bound
                                    since it was last reached */
@@ -277,7 +318,9 @@ tmx_status_t proto_recv_match(proto_t *p, proto_req_t *req);
 tmx_status_t proto_recv_post(proto_t *p, proto_req_t *req);
 
 /* Takes a posted receive back: TMX_OK, or TMX_ERR_BUSY if a message
- * already matched it. The caller completes it. */
+ * already matched it. The caller completes it. A receive offered to its
+ * sender (RTR) answers TMX_INPROGRESS until the sender said whether it
+ * writes: the caller progresses and asks again. */
 tmx_status_t proto_recv_cancel(proto_t *p, proto_req_t *req);
 
 /* A request that can no longer finish because its peer is gone: a
@@ -329,12 +372,16 @@ void proto_put_done_cb(void *arg, uint64_t lkey, tmx_status_t status);
  * memory (0: none). */
 void proto_test_fail_alloc(unsigned n);
 
+/* The process uuid failed: offers it made us are dropped. */
+void proto_peer_gone(proto_t *p, uint64_t uuid);
+
 /* Retries FINs that found the transport full; the number sent. */
 int proto_progress(proto_t *p);
 
 static inline int proto_has_work(const proto_t *p)
 {
-    return !util_dlist_empty(&p->ctrl_pending) || !util_dlist_empty(&p->parked);
+    return !util_dlist_empty(&p->ctrl_pending) || !util_dlist_empty(&p->parked) ||
+           !util_dlist_empty(&p->offer_writes);
 }
 
 #endif

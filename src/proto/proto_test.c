@@ -1408,6 +1408,315 @@ static void offload_refusal_tells_sender(void **state)
     assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).flags, 0);
 }
 
+/* ------------------------------------------------------ receive offers */
+
+#define OFFER_LEN 65536 /* PROTO_OFF_BIG: a receive this large is offered */
+
+static void in_ctsh(uint64_t uuid, uint8_t op, uint64_t tag, uint64_t va, uint64_t rkey, uint64_t len,
+                    uint64_t skey)
+{
+    unsigned char b[sizeof(wire_tmh_t) + sizeof(wire_ctsh_t)];
+    wire_tmh_t h;
+    wire_ctsh_t c;
+
+    wire_tmh_pack(&h, op, 0, 0, tag);
+    wire_ctsh_pack(&c, va, rkey, len, skey);
+    memcpy(b, &h, sizeof(h));
+    memcpy(b + sizeof(h), &c, sizeof(c));
+    proto_recv_cb(&W->p, uuid, b, sizeof(b));
+}
+
+static void in_rkh(uint64_t uuid, uint8_t op, uint64_t tag, uint64_t rkey)
+{
+    unsigned char b[sizeof(wire_tmh_t) + sizeof(wire_rkh_t)];
+    wire_tmh_t h;
+    wire_rkh_t k = {htole64(rkey)};
+
+    wire_tmh_pack(&h, op, 0, 0, tag);
+    memcpy(b, &h, sizeof(h));
+    memcpy(b + sizeof(h), &k, sizeof(k));
+    proto_recv_cb(&W->p, uuid, b, sizeof(b));
+}
+
+static uint64_t pkt_rkh(const pkt_t *k)
+{
+    wire_rkh_t r;
+
+    assert_int_equal(k->len, sizeof(wire_tmh_t) + sizeof(r));
+    memcpy(&r, k->data + sizeof(wire_tmh_t), sizeof(r));
+    return le64toh(r.rkey);
+}
+
+/* The engine on, writes that cost the receiver nothing, and peer B (1)
+ * known as a writer: its rendezvous request (tag 99, WRITER) came, kept
+ * unexpected, its one tagged packet so far. */
+static void offers_on(char *wbuf)
+{
+    assert_int_equal(proto_offload_open(&W->p, NULL, 0), TMX_OK);
+    W->iface.put_kinds = TL_PUT_DIRECT;
+    proto_peer_hello_set(&W->pp[0]);
+    proto_peer_hello_set(&W->pp[1]);
+    in_rvh(UUID_B, WIRE_OP_RNDV, WIRE_FLAG_WRITER, 40, 99, (uintptr_t)wbuf, 0x40, OFFER_LEN);
+}
+
+/* Posts a receive of OFFER_LEN from B, tag 7, and checks its offer:
+ * returned (the CTSH), sent last, naming the buffer and the tagged
+ * packets taken from B so far (taken). */
+static wire_ctsh_t offer_post(proto_req_t *r, char *buf, uint64_t taken)
+{
+    int before = W->n_pkts;
+    wire_ctsh_t c;
+
+    req_recv(r, buf, OFFER_LEN, 1, 7);
+    assert_int_equal(proto_recv_post(&W->p, r), TMX_OK);
+    assert_int_equal(W->n_pkts, before + 1);
+    assert_int_equal(W->pkts[before].to, 1);
+    assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_RTR);
+    assert_int_equal(pkt_tmh(&W->pkts[before]).tag, 7);
+    c = pkt_ctsh(&W->pkts[before]);
+    assert_int_equal(c.va, (uintptr_t)buf);
+    assert_int_equal(c.len, OFFER_LEN);
+    assert_int_equal(c.skey, taken);
+    assert_int_equal(c.rkey, r->rkey);
+    assert_true(proto_req_waiting(r));
+    assert_int_equal(proto_req_writer(r), 1);
+    return c;
+}
+
+/* An offered receive: the sender's RTS matches it and nothing is read;
+ * its WDONE completes it and FIN goes back; its RTR_NO instead starts the
+ * read. */
+static void offer_written_or_read(void **state)
+{
+    static char wbuf[OFFER_LEN], got[OFFER_LEN], src[OFFER_LEN];
+    proto_req_t r;
+    wire_ctsh_t c;
+
+    (void)state;
+    offers_on(wbuf);
+    memset(src, 's', sizeof(src));
+    for (int round = 0; round < 2; round++) {
+        int before;
+        memset(got, 0, sizeof(got));
+        c = offer_post(&r, got, 1 + (uint64_t)round);
+        before = W->n_pkts;
+        W->get_kind = 0;
+        W->get_status = TMX_OK;
+        in_rvh(UUID_B, WIRE_OP_RNDV, WIRE_FLAG_WRITER, 50 + round, 7, (uintptr_t)src, 0x55, sizeof(src) - 10);
+        assert_int_equal(W->get_kind, 0); /* no read: the sender writes */
+        assert_int_equal(W->n_pkts, before);
+        assert_int_equal(W->n_done, round);
+        assert_true(proto_req_waiting(&r));
+        if (round == 0) {
+            memcpy(got, src, sizeof(src) - 10);
+            in_rvh(UUID_B, WIRE_OP_WDONE, WIRE_WDONE_ACK, reg_key_slot(c.rkey), 0, c.va, c.rkey, sizeof(src) - 10);
+            assert_int_equal(W->p.rtr_written, 1);
+        } else {
+            in_rkh(UUID_B, WIRE_OP_RTR_NO, 7, c.rkey);
+            assert_int_equal(W->get_kind, TL_GET_DIRECT);
+            assert_int_equal(W->p.rtr_written, 1);
+        }
+        assert_int_equal(W->n_done, round + 1);
+        assert_int_equal(W->done_st[round], TMX_OK);
+        assert_int_equal(r.comp.length, sizeof(src) - 10);
+        assert_memory_equal(got, src, sizeof(src) - 10);
+        assert_int_equal(W->n_pkts, before + 1);
+        assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_FIN);
+        assert_int_equal(pkt_tmh(&W->pkts[before]).app_ctx, 50 + round);
+        assert_int_equal(W->p.n_wr_wait, 0);
+        assert_int_equal(W->p.rtr_sent, round + 1);
+    }
+    /* a late or forged answer names no offer: ignored, nothing dropped */
+    in_rkh(UUID_B, WIRE_OP_RTR_NO, 7, c.rkey);
+    in_rvh(UUID_B, WIRE_OP_WDONE, WIRE_WDONE_ACK, reg_key_slot(c.rkey), 0, c.va, c.rkey, 10);
+    assert_int_equal(W->p.dropped, 1); /* the WDONE */
+    assert_int_equal(W->n_done, 2);
+}
+
+/* An offered receive that an eager message of its sender takes (the
+ * sender spent the offer on it): completed with it, its slot given back,
+ * the sender's late RTR_NO ignored. An offered receive cancels only once
+ * the sender said it does not write. */
+static void offer_spent_or_cancelled(void **state)
+{
+    static char wbuf[OFFER_LEN], got[OFFER_LEN];
+    proto_req_t r;
+    wire_ctsh_t c;
+    int before;
+
+    (void)state;
+    offers_on(wbuf);
+    c = offer_post(&r, got, 1);
+    in_eager(UUID_B, 7, "hello", 5);
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(W->done_st[0], TMX_OK);
+    assert_memory_equal(got, "hello", 5);
+    assert_int_equal(W->p.n_wr_wait, 0);
+    assert_int_equal(W->p.n_rndv_used, 0);
+    in_rkh(UUID_B, WIRE_OP_RTR_NO, 7, c.rkey);
+    assert_int_equal(W->p.dropped, 0);
+
+    /* cancel: asked, then answered */
+    c = offer_post(&r, got, 2);
+    (void)c;
+    before = W->n_pkts;
+    assert_int_equal(proto_recv_cancel(&W->p, &r), TMX_INPROGRESS);
+    assert_int_equal(proto_recv_cancel(&W->p, &r), TMX_INPROGRESS);
+    assert_int_equal(W->n_pkts, before + 1); /* asked once */
+    assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_RTR_CANCEL);
+    assert_int_equal(pkt_rkh(&W->pkts[before]), r.rkey);
+    in_rkh(UUID_B, WIRE_OP_RTR_NO, 7, r.rkey);
+    assert_int_equal(proto_recv_cancel(&W->p, &r), TMX_OK);
+    assert_false(proto_req_waiting(&r));
+    assert_int_equal(W->p.n_wr_wait, 0);
+
+    /* an abort (the sender died) gives everything back */
+    c = offer_post(&r, got, 2);
+    proto_req_abort(&W->p, &r);
+    assert_false(proto_req_waiting(&r));
+    assert_int_equal(W->p.n_wr_wait, 0);
+    assert_int_equal(W->p.n_rndv_used, 0);
+    assert_int_equal(W->n_done, 1);
+}
+
+/* No offer where the sender's message could go elsewhere first or the
+ * sender does not write: a wildcard source or tag, a short receive, an
+ * older receive that matches the same messages, a sender that never
+ * showed an engine, a transport whose writes the receiver checks. */
+static void offer_not_made(void **state)
+{
+    static char wbuf[OFFER_LEN], a[OFFER_LEN], b[OFFER_LEN];
+    proto_req_t r1, r2;
+    int before;
+
+    (void)state;
+    offers_on(wbuf);
+    before = W->n_pkts;
+    req_recv(&r1, a, OFFER_LEN, TMX_ANY_SOURCE, 7);
+    assert_int_equal(proto_recv_post(&W->p, &r1), TMX_OK);
+    req_recv(&r2, b, OFFER_LEN, 1, 7); /* behind the wildcard */
+    assert_int_equal(proto_recv_post(&W->p, &r2), TMX_OK);
+    assert_int_equal(W->n_pkts, before);
+    assert_int_equal(proto_recv_cancel(&W->p, &r1), TMX_OK);
+    assert_int_equal(proto_recv_cancel(&W->p, &r2), TMX_OK);
+    req_recv(&r1, a, OFFER_LEN, 1, 7);
+    r1.recv.ignore = 1;
+    assert_int_equal(proto_recv_post(&W->p, &r1), TMX_OK);
+    assert_int_equal(proto_recv_cancel(&W->p, &r1), TMX_OK);
+    req_recv(&r1, a, OFFER_LEN - 1, 1, 7);
+    assert_int_equal(proto_recv_post(&W->p, &r1), TMX_OK);
+    assert_int_equal(proto_recv_cancel(&W->p, &r1), TMX_OK);
+    req_recv(&r1, a, OFFER_LEN, 0, 7); /* A showed no engine */
+    assert_int_equal(proto_recv_post(&W->p, &r1), TMX_OK);
+    assert_int_equal(proto_recv_cancel(&W->p, &r1), TMX_OK);
+    W->iface.put_checked = 1;
+    req_recv(&r1, a, OFFER_LEN, 1, 7);
+    assert_int_equal(proto_recv_post(&W->p, &r1), TMX_OK);
+    assert_int_equal(proto_recv_cancel(&W->p, &r1), TMX_OK);
+    assert_int_equal(W->n_pkts, before);
+    assert_int_equal(W->p.rtr_sent, 0);
+}
+
+/* The sender's side: an offer from B (tag 7) is taken by our rendezvous
+ * send it matches, written at once (the send's RTS went after the count
+ * the offer gives), or kept for our next send with its tag, written then
+ * in a progress pass; refused where an eager message of ours went since
+ * the count (it may have matched the receive), or when it is malformed. */
+static void offer_sender(void **state)
+{
+    static char sbuf[100000], rbuf[OFFER_LEN];
+    proto_req_t s;
+    int before;
+    uint64_t dropped;
+
+    (void)state;
+    assert_int_equal(proto_offload_open(&W->p, NULL, 0), TMX_OK);
+    W->iface.put_kinds = TL_PUT_DIRECT;
+    W->put_status = TMX_OK;
+    memset(sbuf, 'x', sizeof(sbuf));
+
+    /* 1. our RTS went (packet 1 to B), then the offer counting none */
+    req_send(&s, sbuf, sizeof(sbuf), 0);
+    s.comp.tag = 7;
+    assert_int_equal(proto_send(&W->p, &s, 1, 7), TMX_OK);
+    before = W->n_pkts;
+    in_ctsh(UUID_B, WIRE_OP_RTR, 7, (uintptr_t)rbuf, 0x1234, OFFER_LEN, 0);
+    assert_int_equal(W->n_puts, 1);
+    assert_memory_equal(rbuf, sbuf, OFFER_LEN);
+    assert_int_equal(W->n_pkts, before + 1);
+    assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_WDONE);
+    assert_int_equal(pkt_rvh(&W->pkts[before]).len, OFFER_LEN);
+    assert_int_equal(pkt_rvh(&W->pkts[before]).rkey, 0x1234);
+    in_rvh(UUID_B, WIRE_OP_FIN, 0, s.id, 7, (uintptr_t)sbuf, s.rkey, sizeof(sbuf));
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(W->done_st[0], TMX_OK);
+
+    /* 2. an offer counting both our packets, kept; our next send with the
+     * tag writes in the next progress pass, after its RTS */
+    before = W->n_pkts;
+    in_ctsh(UUID_B, WIRE_OP_RTR, 7, (uintptr_t)rbuf, 0x2234, OFFER_LEN, 1);
+    assert_int_equal(W->n_pkts, before);
+    assert_int_equal(W->p.n_offers, 1);
+    memset(rbuf, 0, sizeof(rbuf));
+    req_send(&s, sbuf, sizeof(sbuf), 0);
+    s.comp.tag = 7;
+    assert_int_equal(proto_send(&W->p, &s, 1, 7), TMX_OK);
+    assert_int_equal(W->p.n_offers, 0);
+    assert_int_equal(W->n_puts, 1);
+    assert_true(proto_has_work(&W->p));
+    assert_int_equal(proto_progress(&W->p), 1);
+    assert_int_equal(W->n_puts, 2);
+    assert_memory_equal(rbuf, sbuf, OFFER_LEN);
+    assert_int_equal(W->n_pkts, before + 2);
+    assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_RNDV);
+    assert_int_equal(pkt_tmh(&W->pkts[before + 1]).opcode, WIRE_OP_WDONE);
+    in_rvh(UUID_B, WIRE_OP_FIN, 0, s.id, 7, (uintptr_t)sbuf, s.rkey, sizeof(sbuf));
+    assert_int_equal(W->n_done, 2);
+
+    /* 3. kept, then spent by an eager message with the tag: no write */
+    in_ctsh(UUID_B, WIRE_OP_RTR, 7, (uintptr_t)rbuf, 0x3234, OFFER_LEN, 2);
+    assert_int_equal(W->p.n_offers, 1);
+    req_send(&s, sbuf, 10, 0);
+    assert_int_equal(proto_send(&W->p, &s, 1, 7), TMX_OK);
+    assert_int_equal(W->p.n_offers, 0);
+    assert_false(proto_has_work(&W->p));
+    assert_int_equal(W->n_puts, 2);
+
+    /* 4. an eager message since the count: refused */
+    before = W->n_pkts;
+    in_ctsh(UUID_B, WIRE_OP_RTR, 7, (uintptr_t)rbuf, 0x4234, OFFER_LEN, 2);
+    assert_int_equal(W->n_pkts, before + 1);
+    assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_RTR_NO);
+    assert_int_equal(pkt_rkh(&W->pkts[before]), 0x4234);
+
+    /* 5. kept, then taken back: refused; a count above ours, refused */
+    in_ctsh(UUID_B, WIRE_OP_RTR, 8, (uintptr_t)rbuf, 0x5234, OFFER_LEN, 3);
+    assert_int_equal(W->p.n_offers, 1);
+    in_rkh(UUID_B, WIRE_OP_RTR_CANCEL, 8, 0x5234);
+    assert_int_equal(W->p.n_offers, 0);
+    assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).opcode, WIRE_OP_RTR_NO);
+    before = W->n_pkts;
+    in_ctsh(UUID_B, WIRE_OP_RTR, 8, (uintptr_t)rbuf, 0x6234, OFFER_LEN, 9);
+    assert_int_equal(W->n_pkts, before + 1);
+    assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_RTR_NO);
+
+    /* 6. malformed: dropped, nothing written or sent */
+    dropped = W->p.dropped;
+    before = W->n_pkts;
+    in_ctsh(UUID_B, WIRE_OP_RTR, 8, (uintptr_t)rbuf, 0x7234, 0, 3);
+    in_ctsh(UUID_B, WIRE_OP_RTR, 8, (uintptr_t)rbuf, 0x7234, OFFER_LEN, 1ull << 40);
+    in_rvh(UUID_B, WIRE_OP_RTR, 0, 0, 8, 1, 2, 3); /* the wrong length */
+    in_rvh(UUID_B, WIRE_OP_RTR_NO, 0, 0, 8, 1, 2, 3);
+    assert_int_equal(W->p.dropped, dropped + 4);
+    assert_int_equal(W->n_pkts, before);
+    assert_int_equal(W->n_puts, 2);
+    /* B fails: what it offered goes */
+    in_ctsh(UUID_B, WIRE_OP_RTR, 9, (uintptr_t)rbuf, 0x8234, OFFER_LEN, 3);
+    assert_int_equal(W->p.n_offers, 1);
+    proto_peer_gone(&W->p, UUID_B);
+    assert_int_equal(W->p.n_offers, 0);
+}
+
 /* With the offload engine in front of the matcher, a rendezvous the
  * engine matches follows the protocol table too: read, or, where the
  * table says write, the sender is asked to write, and the engine
@@ -1549,6 +1858,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(regcache_lends_live_memory),
         cmocka_unit_test(offload_follows_table),
         cmocka_unit_test(offload_refusal_tells_sender),
+        cmocka_unit_test(offer_written_or_read),
+        cmocka_unit_test(offer_spent_or_cancelled),
+        cmocka_unit_test(offer_not_made),
+        cmocka_unit_test(offer_sender),
     };
     return unit_main(argc, argv,
                      &(const unit_group_t){"", tests, sizeof(tests) / sizeof(tests[0]), setup, teardown},

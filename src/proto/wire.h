@@ -36,9 +36,22 @@ enum wire_opcode {
     WIRE_OP_CTS = 5,   /* clear to send: the matched receiver asks the sender
                           to write into its buffer (app_ctx: the sender's
                           request id, from the request) */
-    WIRE_OP_WDONE = 6  /* the sender's write is in place (app_ctx: the
+    WIRE_OP_WDONE = 6, /* the sender's write is in place (app_ctx: the
                           receiver's slot, from its key; RVH: the receiver's
                           buffer, key and the bytes written) */
+    WIRE_OP_RTR = 7,   /* ready to receive: a posted receive that names its
+                          sender and tag offers its buffer before the
+                          message came (tag: the receive's; CTSH: its
+                          buffer, its key, its length, and in skey the
+                          tagged packets the receiver has taken from this
+                          sender so far); the sender writes the first
+                          message it sends with that tag after those, if it
+                          goes by rendezvous, and answers WDONE, or RTR_NO */
+    WIRE_OP_RTR_NO = 8, /* the sender will not write into an offered buffer
+                           (RKH: the offer's key) */
+    WIRE_OP_RTR_CANCEL = 9 /* the receiver takes its offer back (RKH: the
+                              offer's key); the sender answers RTR_NO unless
+                              it wrote, or will */
 };
 
 enum wire_wdone_flag {
@@ -89,7 +102,13 @@ typedef struct wire_ctsh {
     uint64_t skey;     /* the sender's key, from the request */
 } wire_ctsh_t;
 
+/* Receive Key Header: the key of an offered receive (RTR_NO, RTR_CANCEL). */
+typedef struct wire_rkh {
+    uint64_t rkey;
+} wire_rkh_t;
+
 static_assert(sizeof(wire_ctsh_t) == 32, "CTSH is 32 bytes");
+static_assert(sizeof(wire_rkh_t) == 8, "RKH is 8 bytes");
 static_assert(sizeof(wire_tmh_t) == 16, "TMH is 16 bytes");
 static_assert(offsetof(wire_tmh_t, app_ctx) == 4, "TMH layout");
 static_assert(offsetof(wire_tmh_t, tag) == 8, "TMH layout");

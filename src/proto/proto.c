@@ -389,11 +389,12 @@ static void rx_count(proto_t *p, uint64_t uuid, const proto_in_t *in)
         c->writer = 1;
 }
 
-/* The offer of uuid for tag that we keep, or -1. */
+/* The offer of uuid that a message with tag matches (under the offered
+ * receive's mask), or -1. */
 static int offer_find(const proto_t *p, uint64_t uuid, uint64_t tag)
 {
     for (int i = 0; i < PROTO_OFFERS; i++) {
-        if (p->offers[i].uuid == uuid && p->offers[i].tag == tag)
+        if (p->offers[i].uuid == uuid && ((p->offers[i].tag ^ tag) & ~p->offers[i].ignore) == 0)
             return i;
     }
     return -1;
@@ -1065,15 +1066,20 @@ static void rtr_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
     const wire_ctsh_t *o = &in->cts;
     proto_req_t *first = NULL;
     proto_pcnt_t *c;
-    uint32_t k, n = 0, seen = (uint32_t)o->skey;
+    uint32_t k, n = 0, seen = in->tmh.app_ctx;
+    uint64_t ignore = o->skey;
 
-    if (o->len == 0 || o->skey > UINT32_MAX) {
-        parse_fail(p, src, "RTR without a buffer, or with a count out of range", len);
+    if (o->len == 0) {
+        parse_fail(p, src, "RTR without a buffer", len);
         return;
     }
-    if (p->off == NULL || (c = pcnt_get(p, src_uuid)) == NULL || p->n_offers == PROTO_OFFERS ||
-        offer_find(p, src_uuid, in->tmh.tag) >= 0)
+    if (p->off == NULL || (c = pcnt_get(p, src_uuid)) == NULL || p->n_offers == PROTO_OFFERS)
         goto no;
+    for (int i = 0; i < PROTO_OFFERS; i++) { /* one that overlaps, kept: the receiver's mistake */
+        if (p->offers[i].uuid == src_uuid &&
+            ((p->offers[i].tag ^ in->tmh.tag) & ~(p->offers[i].ignore | ignore)) == 0)
+            goto no;
+    }
     /* the tagged packets we sent it that it had not taken when it posted:
      * each must be a rendezvous request we still hold (a later FIN than
      * the offer cannot have come before it) */
@@ -1086,7 +1092,8 @@ static void rtr_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
             (uint32_t)(r->tx_seq - seen - 1) >= k)
             continue;
         n++;
-        if (r->comp.tag == in->tmh.tag && (first == NULL || (int32_t)(r->tx_seq - first->tx_seq) < 0))
+        if (((r->comp.tag ^ in->tmh.tag) & ~ignore) == 0 &&
+            (first == NULL || (int32_t)(r->tx_seq - first->tx_seq) < 0))
             first = r;
     }
     if (n != k)
@@ -1104,7 +1111,7 @@ static void rtr_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
     }
     for (int i = 0; i < PROTO_OFFERS; i++) {
         if (p->offers[i].uuid == 0) {
-            p->offers[i] = (proto_offer_t){src_uuid, in->tmh.tag, o->va, o->rkey, o->len};
+            p->offers[i] = (proto_offer_t){src_uuid, in->tmh.tag, ignore, o->va, o->rkey, o->len};
             p->n_offers++;
             return;
         }
@@ -1154,8 +1161,8 @@ static void rtr_no_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const p
 
 /* Whether a receive about to be posted is offered to its sender: a large
  * one naming one peer (not by an implicit number, which may change) and
- * an exact tag, that no older receive could take a message of that
- * sender's with that tag before it, to a sender whose engine writes, over
+ * a tag with at most PROTO_OFFER_MASK_BITS ignored bits, that no older
+ * receive could take a message of that sender's with such a tag before it, to a sender whose engine writes, over
  * a transport whose writes cost us nothing, with nothing queued that the
  * offer could overtake. */
 static int offer_wanted(proto_t *p, const proto_req_t *req, tl_ep_t **ep)
@@ -1163,16 +1170,25 @@ static int offer_wanted(proto_t *p, const proto_req_t *req, tl_ep_t **ep)
     const match_recv_t *r = &req->recv;
     proto_pcnt_t *c;
     proto_peer_t *pp;
+    uint64_t sub = 0;
 
     if (req->len < PROTO_OFF_BIG || r->src == TMX_ANY_SOURCE || (r->src & TMX_PEER_IMPLICIT) ||
-        r->ignore != 0 || p->unexp_full || !util_dlist_empty(&p->ctrl_pending))
+        __builtin_popcountll(r->ignore) > PROTO_OFFER_MASK_BITS || p->unexp_full ||
+        !util_dlist_empty(&p->ctrl_pending))
         return 0;
     if (p->up.peer_ep(p->up.arg, r->src, ep, &pp) != TMX_OK || !proto_peer_hello(pp) ||
         !tl_writes_free(tl_ep_iface(*ep)) || ((const proto_tl_t *)tl_ep_iface(*ep)->above)->set)
         return 0;
     if ((c = pcnt_get(p, (*ep)->uuid)) == NULL || !c->writer)
         return 0;
-    return match_find_recv(&p->match, r->src, r->tag) == NULL;
+    /* every tag it matches: those of a mask of few bits (Open MPI's ofi
+     * MTL ignores its synchronous-send bit) */
+    do {
+        if (match_find_recv(&p->match, r->src, (r->tag & ~r->ignore) | sub) != NULL)
+            return 0;
+        sub = (sub - r->ignore) & r->ignore;
+    } while (sub != 0);
+    return 1;
 }
 
 /* Offers a receive just posted (offer_wanted) to its sender: its buffer
@@ -1188,8 +1204,8 @@ static void offer_make(proto_t *p, proto_req_t *req, tl_ep_t *ep)
     if (c == NULL || rndv_slot_get(p, req) != TMX_OK)
         return;
     req->fin_wait = 0;
-    wire_tmh_pack(&tmh, WIRE_OP_RTR, 0, 0, req->recv.tag);
-    wire_ctsh_pack(&cts, (uintptr_t)req->buf, req->rkey, req->len, c->rx);
+    wire_tmh_pack(&tmh, WIRE_OP_RTR, 0, c->rx, req->recv.tag);
+    wire_ctsh_pack(&cts, (uintptr_t)req->buf, req->rkey, req->len, req->recv.ignore);
     memcpy(pkt, &tmh, sizeof(tmh));
     memcpy(pkt + sizeof(tmh), &cts, sizeof(cts));
     /* now or never: queued, it could follow a later control packet */

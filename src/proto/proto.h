@@ -119,12 +119,14 @@ typedef struct proto_pcnt {
 typedef struct proto_offer {
     uint64_t uuid;              /* the receiver; 0: a free entry */
     uint64_t tag;
+    uint64_t ignore;            /* the offered receive's mask */
     uint64_t va;
     uint64_t rkey;
     uint64_t len;
 } proto_offer_t;
 
 #define PROTO_OFFERS 8           /* offers kept at once; more are declined */
+#define PROTO_OFFER_MASK_BITS 3  /* an offered receive ignores at most this many tag bits */
 
 enum proto_msg_kind {
     PROTO_MSG_EAGER = 1,

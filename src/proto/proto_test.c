@@ -1412,15 +1412,16 @@ static void offload_refusal_tells_sender(void **state)
 
 #define OFFER_LEN 65536 /* PROTO_OFF_BIG: a receive this large is offered */
 
-static void in_ctsh(uint64_t uuid, uint8_t op, uint64_t tag, uint64_t va, uint64_t rkey, uint64_t len,
-                    uint64_t skey)
+/* An offer (RTR) from uuid: count is app_ctx, ignore skey. */
+static void in_rtr(uint64_t uuid, uint64_t tag, uint64_t va, uint64_t rkey, uint64_t len, uint32_t count,
+                   uint64_t ignore)
 {
     unsigned char b[sizeof(wire_tmh_t) + sizeof(wire_ctsh_t)];
     wire_tmh_t h;
     wire_ctsh_t c;
 
-    wire_tmh_pack(&h, op, 0, 0, tag);
-    wire_ctsh_pack(&c, va, rkey, len, skey);
+    wire_tmh_pack(&h, WIRE_OP_RTR, 0, count, tag);
+    wire_ctsh_pack(&c, va, rkey, len, ignore);
     memcpy(b, &h, sizeof(h));
     memcpy(b + sizeof(h), &c, sizeof(c));
     proto_recv_cb(&W->p, uuid, b, sizeof(b));
@@ -1476,7 +1477,8 @@ static wire_ctsh_t offer_post(proto_req_t *r, char *buf, uint64_t taken)
     c = pkt_ctsh(&W->pkts[before]);
     assert_int_equal(c.va, (uintptr_t)buf);
     assert_int_equal(c.len, OFFER_LEN);
-    assert_int_equal(c.skey, taken);
+    assert_int_equal(pkt_tmh(&W->pkts[before]).app_ctx, taken);
+    assert_int_equal(c.skey, r->recv.ignore);
     assert_int_equal(c.rkey, r->rkey);
     assert_true(proto_req_waiting(r));
     assert_int_equal(proto_req_writer(r), 1);
@@ -1580,9 +1582,10 @@ static void offer_spent_or_cancelled(void **state)
 }
 
 /* No offer where the sender's message could go elsewhere first or the
- * sender does not write: a wildcard source or tag, a short receive, an
- * older receive that matches the same messages, a sender that never
- * showed an engine, a transport whose writes the receiver checks. */
+ * sender does not write: a wildcard source, a mask of more than three
+ * bits, a short receive, an older receive that matches some of the same
+ * messages, a sender that never showed an engine, a transport whose
+ * writes the receiver checks. A mask of two bits is offered with it. */
 static void offer_not_made(void **state)
 {
     static char wbuf[OFFER_LEN], a[OFFER_LEN], b[OFFER_LEN];
@@ -1599,22 +1602,38 @@ static void offer_not_made(void **state)
     assert_int_equal(W->n_pkts, before);
     assert_int_equal(proto_recv_cancel(&W->p, &r1), TMX_OK);
     assert_int_equal(proto_recv_cancel(&W->p, &r2), TMX_OK);
-    req_recv(&r1, a, OFFER_LEN, 1, 7);
-    r1.recv.ignore = 1;
-    assert_int_equal(proto_recv_post(&W->p, &r1), TMX_OK);
-    assert_int_equal(proto_recv_cancel(&W->p, &r1), TMX_OK);
     req_recv(&r1, a, OFFER_LEN - 1, 1, 7);
     assert_int_equal(proto_recv_post(&W->p, &r1), TMX_OK);
     assert_int_equal(proto_recv_cancel(&W->p, &r1), TMX_OK);
     req_recv(&r1, a, OFFER_LEN, 0, 7); /* A showed no engine */
     assert_int_equal(proto_recv_post(&W->p, &r1), TMX_OK);
     assert_int_equal(proto_recv_cancel(&W->p, &r1), TMX_OK);
+    req_recv(&r1, a, OFFER_LEN, 1, 7);
+    r1.recv.ignore = 0xf0; /* four bits: too many tags to check */
+    assert_int_equal(proto_recv_post(&W->p, &r1), TMX_OK);
+    assert_int_equal(proto_recv_cancel(&W->p, &r1), TMX_OK);
+    req_recv(&r2, b, OFFER_LEN - 1, 1, 7 | 0x100); /* older (not offered: short), takes tag 7|0x100 */
+    assert_int_equal(proto_recv_post(&W->p, &r2), TMX_OK);
+    req_recv(&r1, a, OFFER_LEN, 1, 7);
+    r1.recv.ignore = 0x101;
+    assert_int_equal(proto_recv_post(&W->p, &r1), TMX_OK);
+    assert_int_equal(proto_recv_cancel(&W->p, &r1), TMX_OK);
+    assert_int_equal(proto_recv_cancel(&W->p, &r2), TMX_OK);
     W->iface.put_checked = 1;
     req_recv(&r1, a, OFFER_LEN, 1, 7);
     assert_int_equal(proto_recv_post(&W->p, &r1), TMX_OK);
     assert_int_equal(proto_recv_cancel(&W->p, &r1), TMX_OK);
     assert_int_equal(W->n_pkts, before);
     assert_int_equal(W->p.rtr_sent, 0);
+    /* a mask of few bits, nothing older: offered, with its mask */
+    W->iface.put_checked = 0;
+    req_recv(&r1, a, OFFER_LEN, 1, 7);
+    r1.recv.ignore = 0x101;
+    assert_int_equal(proto_recv_post(&W->p, &r1), TMX_OK);
+    assert_int_equal(W->n_pkts, before + 1);
+    assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_RTR);
+    assert_int_equal(pkt_ctsh(&W->pkts[before]).skey, 0x101);
+    assert_int_equal(W->p.rtr_sent, 1);
 }
 
 /* The sender's side: an offer from B (tag 7) is taken by our rendezvous
@@ -1640,7 +1659,7 @@ static void offer_sender(void **state)
     s.comp.tag = 7;
     assert_int_equal(proto_send(&W->p, &s, 1, 7), TMX_OK);
     before = W->n_pkts;
-    in_ctsh(UUID_B, WIRE_OP_RTR, 7, (uintptr_t)rbuf, 0x1234, OFFER_LEN, 0);
+    in_rtr(UUID_B, 7, (uintptr_t)rbuf, 0x1234, OFFER_LEN, 0, 0);
     assert_int_equal(W->n_puts, 1);
     assert_memory_equal(rbuf, sbuf, OFFER_LEN);
     assert_int_equal(W->n_pkts, before + 1);
@@ -1654,7 +1673,7 @@ static void offer_sender(void **state)
     /* 2. an offer counting both our packets, kept; our next send with the
      * tag writes in the next progress pass, after its RTS */
     before = W->n_pkts;
-    in_ctsh(UUID_B, WIRE_OP_RTR, 7, (uintptr_t)rbuf, 0x2234, OFFER_LEN, 1);
+    in_rtr(UUID_B, 7, (uintptr_t)rbuf, 0x2234, OFFER_LEN, 1, 0);
     assert_int_equal(W->n_pkts, before);
     assert_int_equal(W->p.n_offers, 1);
     memset(rbuf, 0, sizeof(rbuf));
@@ -1674,7 +1693,7 @@ static void offer_sender(void **state)
     assert_int_equal(W->n_done, 2);
 
     /* 3. kept, then spent by an eager message with the tag: no write */
-    in_ctsh(UUID_B, WIRE_OP_RTR, 7, (uintptr_t)rbuf, 0x3234, OFFER_LEN, 2);
+    in_rtr(UUID_B, 7, (uintptr_t)rbuf, 0x3234, OFFER_LEN, 2, 0);
     assert_int_equal(W->p.n_offers, 1);
     req_send(&s, sbuf, 10, 0);
     assert_int_equal(proto_send(&W->p, &s, 1, 7), TMX_OK);
@@ -1684,34 +1703,42 @@ static void offer_sender(void **state)
 
     /* 4. an eager message since the count: refused */
     before = W->n_pkts;
-    in_ctsh(UUID_B, WIRE_OP_RTR, 7, (uintptr_t)rbuf, 0x4234, OFFER_LEN, 2);
+    in_rtr(UUID_B, 7, (uintptr_t)rbuf, 0x4234, OFFER_LEN, 2, 0);
     assert_int_equal(W->n_pkts, before + 1);
     assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_RTR_NO);
     assert_int_equal(pkt_rkh(&W->pkts[before]), 0x4234);
 
     /* 5. kept, then taken back: refused; a count above ours, refused */
-    in_ctsh(UUID_B, WIRE_OP_RTR, 8, (uintptr_t)rbuf, 0x5234, OFFER_LEN, 3);
+    in_rtr(UUID_B, 8, (uintptr_t)rbuf, 0x5234, OFFER_LEN, 3, 0);
     assert_int_equal(W->p.n_offers, 1);
     in_rkh(UUID_B, WIRE_OP_RTR_CANCEL, 8, 0x5234);
     assert_int_equal(W->p.n_offers, 0);
     assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).opcode, WIRE_OP_RTR_NO);
     before = W->n_pkts;
-    in_ctsh(UUID_B, WIRE_OP_RTR, 8, (uintptr_t)rbuf, 0x6234, OFFER_LEN, 9);
+    in_rtr(UUID_B, 8, (uintptr_t)rbuf, 0x6234, OFFER_LEN, 9, 0);
     assert_int_equal(W->n_pkts, before + 1);
     assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_RTR_NO);
 
     /* 6. malformed: dropped, nothing written or sent */
     dropped = W->p.dropped;
     before = W->n_pkts;
-    in_ctsh(UUID_B, WIRE_OP_RTR, 8, (uintptr_t)rbuf, 0x7234, 0, 3);
-    in_ctsh(UUID_B, WIRE_OP_RTR, 8, (uintptr_t)rbuf, 0x7234, OFFER_LEN, 1ull << 40);
+    in_rtr(UUID_B, 8, (uintptr_t)rbuf, 0x7234, 0, 3, 0);
     in_rvh(UUID_B, WIRE_OP_RTR, 0, 0, 8, 1, 2, 3); /* the wrong length */
     in_rvh(UUID_B, WIRE_OP_RTR_NO, 0, 0, 8, 1, 2, 3);
-    assert_int_equal(W->p.dropped, dropped + 4);
+    assert_int_equal(W->p.dropped, dropped + 3);
     assert_int_equal(W->n_pkts, before);
     assert_int_equal(W->n_puts, 2);
+    /* a masked offer: taken by a send whose tag differs in its bits */
+    in_rtr(UUID_B, 9, (uintptr_t)rbuf, 0x9234, OFFER_LEN, 3, 0x100);
+    assert_int_equal(W->p.n_offers, 1);
+    req_send(&s, sbuf, sizeof(sbuf), 0);
+    s.comp.tag = 9 | 0x100;
+    assert_int_equal(proto_send(&W->p, &s, 1, 9 | 0x100), TMX_OK);
+    assert_int_equal(W->p.n_offers, 0);
+    assert_int_equal(proto_progress(&W->p), 1);
+    assert_int_equal(W->n_puts, 3);
     /* B fails: what it offered goes */
-    in_ctsh(UUID_B, WIRE_OP_RTR, 9, (uintptr_t)rbuf, 0x8234, OFFER_LEN, 3);
+    in_rtr(UUID_B, 10, (uintptr_t)rbuf, 0x8234, OFFER_LEN, 4, 0);
     assert_int_equal(W->p.n_offers, 1);
     proto_peer_gone(&W->p, UUID_B);
     assert_int_equal(W->p.n_offers, 0);

@@ -40,13 +40,14 @@ enum wire_opcode {
                           receiver's slot, from its key; RVH: the receiver's
                           buffer, key and the bytes written) */
     WIRE_OP_RTR = 7,   /* ready to receive: a posted receive that names its
-                          sender and tag offers its buffer before the
-                          message came (tag: the receive's; CTSH: its
-                          buffer, its key, its length, and in skey the
-                          tagged packets the receiver has taken from this
-                          sender so far); the sender writes the first
-                          message it sends with that tag after those, if it
-                          goes by rendezvous, and answers WDONE, or RTR_NO */
+                          sender offers its buffer before the message came
+                          (tag: the receive's; app_ctx: the tagged packets
+                          the receiver has taken from this sender so far;
+                          CTSH: its buffer, its key, its length, and in skey
+                          the receive's ignore mask); the sender writes the
+                          first message it sends with a matching tag after
+                          those, if it goes by rendezvous, and answers
+                          WDONE, or RTR_NO */
     WIRE_OP_RTR_NO = 8, /* the sender will not write into an offered buffer
                            (RKH: the offer's key) */
     WIRE_OP_RTR_CANCEL = 9 /* the receiver takes its offer back (RKH: the

@@ -97,6 +97,7 @@ struct tmx_request {
     uint8_t state;              /* enum core_req_state */
     uint8_t handle_held;        /* the caller holds a handle */
     uint8_t big;                /* counted in ctx->off_big */
+    uint8_t offered;            /* counted in ctx->off_offered */
     uint8_t owns_buf;           /* p.buf is a copy it frees (a copying
                                    synchronous send: INJECT with SYNC) */
     uint8_t cq_slot;            /* holds one of cq.reserved */
@@ -173,6 +174,9 @@ struct tmx_context {
     _Atomic uint64_t app_calls; /* core_progress calls (by the application, mostly) */
     _Atomic uint64_t off_post_calls; /* app_calls when the latest request of CORE_OFF_BIG bytes was posted */
     atomic_uint off_big;        /* live requests of CORE_OFF_BIG bytes or more */
+    atomic_uint off_offered;    /* live receives offered to their senders (proto.c,
+                                   RTR): not watched, but the engine looks more
+                                   often while asleep (engine.c) */
     atomic_uint off_posts;      /* such requests started so far */
     atomic_int off_word;        /* the engine's futex word: 1 when woken */
     atomic_int off_sleeping;    /* the engine waits on off_word (2: until a wait ends) */

@@ -231,8 +231,13 @@ static void *engine_main(void *arg)
 
         if (atomic_load_explicit(&ctx->off_big, memory_order_acquire) == 0) {
             atomic_store(&ctx->off_sleeping, 1); /* seq_cst: see core_offload_big */
+            /* offered receives complete on their senders' WDONE, which
+             * an application that only tests leaves to these looks */
             if (atomic_load(&ctx->off_big) == 0)
-                futex_wait_us(&ctx->off_word, 0, ENGINE_SLEEP_IDLE_US);
+                futex_wait_us(&ctx->off_word, 0,
+                              atomic_load_explicit(&ctx->off_offered, memory_order_relaxed) != 0
+                                  ? ENGINE_NAP_US
+                                  : ENGINE_SLEEP_IDLE_US);
             atomic_store_explicit(&ctx->off_sleeping, 0, memory_order_release);
             atomic_store_explicit(&ctx->off_word, 0, memory_order_relaxed);
             calls = atomic_load_explicit(&ctx->app_calls, memory_order_relaxed);

@@ -204,13 +204,26 @@ TMX_API tmx_status_t tmx_trecv(tmx_context_h ctx, tmx_peer_t peer, void *buf, si
     req->p.recv.ignore = ignore;
     req->p.comp.source = peer; /* until a message matches */
     req->p.comp.tag = tag;
+    /* held across the start, which may complete it: released below if the
+     * caller keeps no handle */
+    req->handle_held = 1;
     st = recv_start(ctx, req);
-    /* watched once posted or started; not a receive offered to its
-     * sender (proto.c, RTR): the sender's write moves it, and the engine's
-     * looks would only take the computing core */
-    if (st == TMX_OK && req->state != CORE_REQ_DONE && !req->p.rtr)
-        core_offload_watch(ctx, req);
-    st = submit_end(req, st, out);
+    /* watched once posted or started; not a receive offered to its sender
+     * (proto.c, RTR): the sender's write moves it, and the engine's looks
+     * would take the computing core */
+    if (st == TMX_OK && req->state != CORE_REQ_DONE) {
+        if (req->p.rtr) {
+            req->offered = 1;
+            atomic_fetch_add_explicit(&ctx->off_offered, 1, memory_order_relaxed);
+        } else {
+            core_offload_watch(ctx, req);
+        }
+    }
+    req->handle_held = out != NULL;
+    if (st == TMX_OK && req->state == CORE_REQ_DONE && out == NULL)
+        core_req_release(req);
+    else
+        st = submit_end(req, st, out);
     core_unlock(ctx);
     return st;
 }

@@ -89,6 +89,10 @@ void core_req_complete(struct tmx_request *req, tmx_status_t status)
         req->big = 0;
         atomic_fetch_sub_explicit(&req->ctx->off_big, 1, memory_order_relaxed);
     }
+    if (__builtin_expect(req->offered, 0)) {
+        req->offered = 0;
+        atomic_fetch_sub_explicit(&req->ctx->off_offered, 1, memory_order_relaxed);
+    }
     req->state = CORE_REQ_DONE;
     req->p.comp.status = status;
     if (req->cq_slot) {
@@ -427,28 +431,41 @@ static tmx_status_t request_cancel_locked(struct tmx_request *req, int *waited)
 {
     tmx_context_h ctx = req->ctx;
     tmx_status_t st;
-    int64_t until = 0;
 
     if (req->p.comp.op != TMX_OP_TRECV)
         return TMX_ERR_UNSUPPORTED;
     if (req->state == CORE_REQ_DONE)
         return TMX_ERR_BUSY;
     /* a receive offered to its sender (proto.c, RTR): the sender's answer
-     * says whether it writes; its process's failure ends the wait too */
-    while ((st = proto_recv_cancel(&ctx->proto, &req->p)) == TMX_INPROGRESS) {
-        int64_t now = core_now_us();
+     * says whether it writes; its process's failure ends the wait too. The
+     * request is held meanwhile: progress may complete it. */
+    if ((st = proto_recv_cancel(&ctx->proto, &req->p)) == TMX_INPROGRESS) {
+        uint8_t held = req->handle_held;
+        int64_t until = core_now_us() + CORE_CANCEL_WAIT_US;
+
         *waited = 1;
-        if (until == 0) {
-            until = now + CORE_CANCEL_WAIT_US;
-        } else if (now > until) {
-            util_error("tmx_request_cancel: peer %u has not answered for %d s whether it writes into "
-                       "the receive: it stays posted", req->p.recv.src, CORE_CANCEL_WAIT_US / 1000000);
-            return TMX_ERR_TIMEOUT;
+        req->handle_held = 1;
+        while (st == TMX_INPROGRESS) {
+            int64_t now = core_now_us();
+            if (now > until) {
+                util_error("tmx_request_cancel: peer %u has not answered for %d s whether it writes "
+                           "into the receive: it stays posted", req->p.recv.src,
+                           CORE_CANCEL_WAIT_US / 1000000);
+                st = TMX_ERR_TIMEOUT;
+                break;
+            }
+            core_progress(ctx);
+            core_check_peers(ctx, now);
+            st = req->state == CORE_REQ_DONE ? TMX_ERR_BUSY : proto_recv_cancel(&ctx->proto, &req->p);
         }
-        core_progress(ctx);
-        core_check_peers(ctx, now);
-        if (req->state == CORE_REQ_DONE)
-            return TMX_ERR_BUSY;
+        req->handle_held = held;
+        if (st == TMX_OK) {
+            core_req_complete(req, TMX_ERR_CANCELED);
+            return TMX_OK;
+        }
+        if (req->state == CORE_REQ_DONE && !held)
+            core_req_release(req);
+        return st == TMX_ERR_TIMEOUT ? st : TMX_ERR_BUSY;
     }
     if (st != TMX_OK)
         return TMX_ERR_BUSY;

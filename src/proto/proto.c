@@ -178,6 +178,7 @@ void proto_fini(proto_t *p)
         ctrl_free(p, util_container_of(pos, proto_ctrl_t, link));
     }
     util_dlist_init(&p->ctrl_pending);
+    p->n_ctrl_pending = 0;
     util_dlist_init(&p->parked); /* their receives are core's */
     util_dlist_init(&p->offer_writes); /* and these sends */
     /* packets a transport was handing up when it closed: their receives
@@ -644,6 +645,7 @@ static void ctrl_send(proto_t *p, tmx_peer_t peer, const wire_tmh_t *tmh, const 
     *q = c;
     q->peer = peer;
     util_dlist_push_tail(&p->ctrl_pending, &q->link);
+    p->n_ctrl_pending++;
 }
 
 /* Sends FIN for a rendezvous request: the sender may release its buffer. */
@@ -692,6 +694,7 @@ int proto_progress(proto_t *p)
         if (st != TMX_OK)
             util_error("%s to peer %u lost: %s", ctrl_name(q), q->peer, tmx_strerror(st));
         util_dlist_unlink(&q->link);
+        p->n_ctrl_pending--;
         ctrl_free(p, q);
         events++;
     }
@@ -1073,6 +1076,12 @@ static void rtr_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
         parse_fail(p, src, "RTR without a buffer", len);
         return;
     }
+    /* an answer may have to wait for room: what a receiver that does not
+     * take our packets can make us keep is bounded */
+    if (p->n_ctrl_pending >= PROTO_CTRL_PENDING_MAX) {
+        parse_fail(p, src, "RTR while too many control packets wait for room", len);
+        return;
+    }
     if (p->off == NULL || (c = pcnt_get(p, src_uuid)) == NULL || p->n_offers == PROTO_OFFERS)
         goto no;
     for (int i = 0; i < PROTO_OFFERS; i++) { /* one that overlaps, kept: the receiver's mistake */
@@ -1170,6 +1179,7 @@ static int offer_wanted(proto_t *p, const proto_req_t *req, tl_ep_t **ep)
     const match_recv_t *r = &req->recv;
     proto_pcnt_t *c;
     proto_peer_t *pp;
+    util_dlist_t *pos;
     uint64_t sub = 0;
 
     if (req->len < PROTO_OFF_BIG || r->src == TMX_ANY_SOURCE || (r->src & TMX_PEER_IMPLICIT) ||
@@ -1181,6 +1191,12 @@ static int offer_wanted(proto_t *p, const proto_req_t *req, tl_ep_t **ep)
         return 0;
     if ((c = pcnt_get(p, (*ep)->uuid)) == NULL || !c->writer)
         return 0;
+    /* a message of the sender's streaming in is counted, but goes to the
+     * posted receives only when whole: it could take this one */
+    util_dlist_foreach(pos, &p->streams) {
+        if (util_container_of(pos, proto_stream_t, link)->uuid == (*ep)->uuid)
+            return 0;
+    }
     /* every tag it matches: those of a mask of few bits (Open MPI's ofi
      * MTL ignores its synchronous-send bit) */
     do {
@@ -1509,6 +1525,10 @@ static void msg_free(proto_t *p, proto_msg_t *msg)
  * returns at once either way. */
 void proto_msg_deliver(proto_t *p, proto_msg_t *msg, proto_req_t *req)
 {
+    if (__builtin_expect(req->rtr, 0)) { /* not expected: offer_wanted keeps such messages away */
+        util_error("a message from peer %u went to a receive offered to it: the offer ends", msg->m.src);
+        offer_end(p, req);
+    }
     recv_fill(req, msg->m.src, msg->m.tag, msg->len, msg->has_data, msg->data);
     if (msg->kind == PROTO_MSG_EAGER) {
         eager_deliver(p, req, msg->payload);
@@ -1839,6 +1859,12 @@ static void fin_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
         (uintptr_t)req->buf != in->rvh.va || req->dest_uuid != src_uuid) {
         parse_fail(p, src, "FIN names no rendezvous send of ours", len);
         return;
+    }
+    if (req->parked) { /* refused before we wrote into the offer it took: the
+                          receiver's offered receive is told */
+        util_dlist_unlink(&req->off_link);
+        req->parked = 0;
+        offer_no(p, src, req->comp.tag, req->rndv_rkey);
     }
     rndv_slot_put(p, req);
     if (in->tmh.flags & PROTO_FIN_FAILED) {

@@ -127,6 +127,8 @@ typedef struct proto_offer {
 
 #define PROTO_OFFERS 8           /* offers kept at once; more are declined */
 #define PROTO_OFFER_MASK_BITS 3  /* an offered receive ignores at most this many tag bits */
+#define PROTO_CTRL_PENDING_MAX 4096 /* control packets waiting for room beyond which an
+                                       offer is dropped unanswered */
 
 enum proto_msg_kind {
     PROTO_MSG_EAGER = 1,
@@ -201,6 +203,7 @@ struct proto {
     uint32_t rndv_free;         /* head of the free-slot chain */
     reg_keygen_t keygen;        /* remote-access keys (src/reg) */
     util_dlist_t ctrl_pending;  /* FINs waiting for room */
+    uint32_t n_ctrl_pending;    /* in it */
     proto_ctrl_t ctrl_spares[PROTO_CTRL_SPARES]; /* for them, when malloc fails */
     uint32_t ctrl_spares_used;  /* bit i: ctrl_spares[i] is in ctrl_pending */
     util_dlist_t streams;       /* packets streaming in (proto_stream_t) */

@@ -1744,6 +1744,69 @@ static void offer_sender(void **state)
     assert_int_equal(W->p.n_offers, 0);
 }
 
+/* A message of the sender's streaming in (a shm span) when a receive it
+ * could take is posted: counted, but matched only when whole, so no offer
+ * is made; the receive takes the message once whole. */
+static void offer_not_while_streaming(void **state)
+{
+    static char wbuf[OFFER_LEN], got[OFFER_LEN];
+    unsigned char first[sizeof(wire_tmh_t) + 64];
+    char rest[400];
+    proto_req_t r;
+    wire_tmh_t h;
+    void *sink;
+    int before;
+
+    (void)state;
+    offers_on(wbuf);
+    wire_tmh_pack(&h, WIRE_OP_EAGER, 0, 0, 7);
+    memcpy(first, &h, sizeof(h));
+    memset(first + sizeof(h), 'f', 64);
+    memset(rest, 'r', sizeof(rest));
+    sink = proto_stream_begin(&W->p, UUID_B, first, sizeof(first), sizeof(first) + sizeof(rest));
+    assert_non_null(sink);
+    before = W->n_pkts;
+    req_recv(&r, got, OFFER_LEN, 1, 7);
+    assert_int_equal(proto_recv_post(&W->p, &r), TMX_OK);
+    assert_int_equal(W->n_pkts, before);
+    assert_int_equal(W->p.rtr_sent, 0);
+    proto_stream_more(&W->p, sink, rest, sizeof(rest));
+    proto_stream_end(&W->p, sink, TL_STREAM_WHOLE);
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(W->done_st[0], TMX_OK);
+    assert_int_equal(r.comp.length, 64 + sizeof(rest));
+    assert_memory_equal(got + 64, rest, sizeof(rest));
+}
+
+/* The sender's rendezvous took a kept offer, and its receiver refused the
+ * request (FIN, failed) before the write's progress pass: the send ends
+ * there, is no longer queued, nothing is written, and the receiver's
+ * offered receive is told (RTR_NO). */
+static void offer_refused_before_write(void **state)
+{
+    static char sbuf[100000], rbuf[OFFER_LEN];
+    proto_req_t s;
+
+    (void)state;
+    assert_int_equal(proto_offload_open(&W->p, NULL, 0), TMX_OK);
+    W->iface.put_kinds = TL_PUT_DIRECT;
+    W->put_status = TMX_OK;
+    in_rtr(UUID_B, 7, (uintptr_t)rbuf, 0x1234, OFFER_LEN, 0, 0);
+    assert_int_equal(W->p.n_offers, 1);
+    req_send(&s, sbuf, sizeof(sbuf), 0);
+    s.comp.tag = 7;
+    assert_int_equal(proto_send(&W->p, &s, 1, 7), TMX_OK);
+    assert_true(proto_has_work(&W->p));
+    in_rvh(UUID_B, WIRE_OP_FIN, 1u << 15, s.id, 7, (uintptr_t)sbuf, s.rkey, sizeof(sbuf));
+    assert_int_equal(W->n_done, 1);
+    assert_int_equal(W->done_st[0], TMX_ERR_IO);
+    assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).opcode, WIRE_OP_RTR_NO);
+    assert_int_equal(pkt_rkh(&W->pkts[W->n_pkts - 1]), 0x1234);
+    assert_false(proto_has_work(&W->p));
+    assert_int_equal(proto_progress(&W->p), 0);
+    assert_int_equal(W->n_puts, 0);
+}
+
 /* With the offload engine in front of the matcher, a rendezvous the
  * engine matches follows the protocol table too: read, or, where the
  * table says write, the sender is asked to write, and the engine
@@ -1889,6 +1952,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(offer_spent_or_cancelled),
         cmocka_unit_test(offer_not_made),
         cmocka_unit_test(offer_sender),
+        cmocka_unit_test(offer_not_while_streaming),
+        cmocka_unit_test(offer_refused_before_write),
     };
     return unit_main(argc, argv,
                      &(const unit_group_t){"", tests, sizeof(tests) / sizeof(tests[0]), setup, teardown},

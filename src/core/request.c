@@ -454,7 +454,9 @@ static tmx_status_t request_cancel_locked(struct tmx_request *req, int *waited)
                 st = TMX_ERR_TIMEOUT;
                 break;
             }
-            core_progress(ctx);
+            /* the answer needs the sender's process, which may share our core */
+            if (core_progress(ctx) == 0)
+                sched_yield();
             core_check_peers(ctx, now);
             st = req->state == CORE_REQ_DONE ? TMX_ERR_BUSY : proto_recv_cancel(&ctx->proto, &req->p);
         }
@@ -512,7 +514,11 @@ again:
             st = TMX_OK;
             break;
         }
-        if (waited && r != TMX_ERR_TIMEOUT) /* progress may have ended requests: the walk starts over */
+        if (r == TMX_ERR_TIMEOUT) { /* the earliest stays posted: no later one is taken for it */
+            st = TMX_ERR_BUSY;
+            break;
+        }
+        if (waited) /* progress may have ended requests: the walk starts over */
             goto again;
     }
     core_unlock(ctx);

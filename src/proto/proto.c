@@ -178,7 +178,6 @@ void proto_fini(proto_t *p)
         ctrl_free(p, util_container_of(pos, proto_ctrl_t, link));
     }
     util_dlist_init(&p->ctrl_pending);
-    p->n_ctrl_pending = 0;
     util_dlist_init(&p->parked); /* their receives are core's */
     util_dlist_init(&p->offer_writes); /* and these sends */
     /* packets a transport was handing up when it closed: their receives
@@ -401,6 +400,16 @@ static int offer_find(const proto_t *p, uint64_t uuid, uint64_t tag)
     return -1;
 }
 
+/* Our receive's offer is over: answered, spent, or ended with it. */
+static void offer_clear(proto_t *p, proto_req_t *req)
+{
+    proto_pcnt_t *c = pcnt_get(p, req->wr_uuid);
+
+    if (c != NULL && c->offers_out != 0)
+        c->offers_out--;
+    req->rtr = req->rtr_rts = req->rtr_cancel = 0;
+}
+
 static void offer_drop(proto_t *p, int i)
 {
     p->offers[i].uuid = 0;
@@ -621,9 +630,10 @@ static const char *ctrl_name(const proto_ctrl_t *c)
 
 /* Sends a control packet (TMH, then rest), queueing it if the transport
  * is full: a peer must never wait forever for its FIN, CTS or WDONE. (No
- * order among them matters: each names its own request.) */
-static void ctrl_send(proto_t *p, tmx_peer_t peer, const wire_tmh_t *tmh, const void *rest,
-                      size_t rest_len)
+ * order among them matters: each names its own request.) Returns the
+ * queued copy, NULL if it went (or was lost, logged). */
+static proto_ctrl_t *ctrl_send(proto_t *p, tmx_peer_t peer, const wire_tmh_t *tmh, const void *rest,
+                               size_t rest_len)
 {
     proto_ctrl_t c;
     proto_ctrl_t *q;
@@ -636,16 +646,17 @@ static void ctrl_send(proto_t *p, tmx_peer_t peer, const wire_tmh_t *tmh, const 
     if (st != TMX_ERR_AGAIN) {
         if (st != TMX_OK)
             util_error("%s to peer %u lost: %s", ctrl_name(&c), peer, tmx_strerror(st));
-        return;
+        return NULL;
     }
     if ((q = ctrl_alloc(p)) == NULL) {
         util_error("%s to peer %u lost: out of memory", ctrl_name(&c), peer);
-        return;
+        return NULL;
     }
     *q = c;
     q->peer = peer;
+    q->owed_uuid = 0;
     util_dlist_push_tail(&p->ctrl_pending, &q->link);
-    p->n_ctrl_pending++;
+    return q;
 }
 
 /* Sends FIN for a rendezvous request: the sender may release its buffer. */
@@ -694,7 +705,11 @@ int proto_progress(proto_t *p)
         if (st != TMX_OK)
             util_error("%s to peer %u lost: %s", ctrl_name(q), q->peer, tmx_strerror(st));
         util_dlist_unlink(&q->link);
-        p->n_ctrl_pending--;
+        if (q->owed_uuid != 0) { /* an answer to an offer (offer_no) */
+            proto_pcnt_t *c = pcnt_get(p, q->owed_uuid);
+            if (c != NULL && c->owed != 0)
+                c->owed--;
+        }
         ctrl_free(p, q);
         events++;
     }
@@ -878,7 +893,7 @@ static void write_end(proto_t *p, proto_req_t *req, tmx_status_t st)
     if (st != TMX_OK)
         util_warn("rendezvous write of %llu bytes to peer %u failed (%s): the receiver reads instead",
                   (unsigned long long)req->rndv_len, req->rndv_src, tmx_strerror(st));
-    wire_tmh_pack(&tmh, WIRE_OP_WDONE, flags, reg_key_slot(req->rndv_rkey), 0);
+    wire_tmh_pack(&tmh, WIRE_OP_WDONE, flags, reg_key_slot(req->rndv_rkey), req->id);
     wire_rvh_pack(&rvh, req->rndv_va, req->rndv_rkey, req->rndv_len);
     ctrl_send(p, req->rndv_src, &tmh, &rvh, sizeof(rvh));
 }
@@ -985,7 +1000,18 @@ static void wdone_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const pr
     }
     wr_wait_end(p, req);
     if (req->rtr) {
-        req->rtr = req->rtr_rts = req->rtr_cancel = 0;
+        offer_clear(p, req);
+        /* the write was for the request that matched the receive (its
+         * sender's id in the tag): a sender whose counts went astray wrote
+         * another message, which the receive must not pass for this one */
+        if (in->tmh.tag != req->rndv_app_ctx) {
+            util_error("peer %u wrote its request %llu into a receive that its request %u matched",
+                       src, (unsigned long long)in->tmh.tag, req->rndv_app_ctx);
+            fin_send(p, req->rndv_src, req->rndv_app_ctx, req->comp.tag, req->rndv_va, req->rndv_rkey,
+                     req->rndv_len, 1);
+            req_complete(p, req, TMX_ERR_PROTO);
+            return;
+        }
         p->rtr_written += !(in->tmh.flags & WIRE_WDONE_NOWRITE);
     }
     if (in->tmh.flags & WIRE_WDONE_NOWRITE) {
@@ -1031,14 +1057,20 @@ static void wdone_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const pr
  * which is the one the receive matches. Otherwise it says no (RTR_NO) and
  * the rendezvous goes as usual. */
 
-/* Says no to an offer. */
-static void offer_no(proto_t *p, tmx_peer_t peer, uint64_t tag, uint64_t rkey)
+/* Says no to an offer of uuid's. An answer that waits for room is
+ * counted against its receiver (rtr_arrive bounds them). */
+static void offer_no(proto_t *p, tmx_peer_t peer, uint64_t uuid, uint64_t tag, uint64_t rkey)
 {
     wire_tmh_t tmh;
     wire_rkh_t k = {htole64(rkey)};
+    proto_ctrl_t *q;
+    proto_pcnt_t *c;
 
     wire_tmh_pack(&tmh, WIRE_OP_RTR_NO, 0, 0, tag);
-    ctrl_send(p, peer, &tmh, &k, sizeof(k));
+    if ((q = ctrl_send(p, peer, &tmh, &k, sizeof(k))) != NULL && (c = pcnt_get(p, uuid)) != NULL) {
+        q->owed_uuid = uuid;
+        c->owed++;
+    }
 }
 
 /* Our rendezvous send req (its RTS just went) takes offer i: the write
@@ -1050,7 +1082,7 @@ static void offer_use(proto_t *p, proto_req_t *req, tmx_peer_t peer, int i)
     uint64_t len = req->len < o->len ? req->len : o->len;
 
     if (len == 0 || req->wr_started) {
-        offer_no(p, peer, o->tag, o->rkey);
+        offer_no(p, peer, o->uuid, o->tag, o->rkey);
         return;
     }
     req->wr_started = 1;
@@ -1076,14 +1108,16 @@ static void rtr_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
         parse_fail(p, src, "RTR without a buffer", len);
         return;
     }
-    /* an answer may have to wait for room: what a receiver that does not
-     * take our packets can make us keep is bounded */
-    if (p->n_ctrl_pending >= PROTO_CTRL_PENDING_MAX) {
-        parse_fail(p, src, "RTR while too many control packets wait for room", len);
-        return;
-    }
     if (p->off == NULL || (c = pcnt_get(p, src_uuid)) == NULL || p->n_offers == PROTO_OFFERS)
         goto no;
+    /* an answer may have to wait for room: a receiver has at most
+     * PROTO_OFFERS offers out to us (offer_wanted), so one with more
+     * answers owed breaks the protocol, and what it can make us keep is
+     * bounded */
+    if (c->owed >= 2 * PROTO_OFFERS) {
+        parse_fail(p, src, "RTR beyond the offers a receiver may have out", len);
+        return;
+    }
     for (int i = 0; i < PROTO_OFFERS; i++) { /* one that overlaps, kept: the receiver's mistake */
         if (p->offers[i].uuid == src_uuid &&
             ((p->offers[i].tag ^ in->tmh.tag) & ~(p->offers[i].ignore | ignore)) == 0)
@@ -1126,7 +1160,7 @@ static void rtr_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
         }
     }
 no:
-    offer_no(p, src, in->tmh.tag, o->rkey);
+    offer_no(p, src, src_uuid, in->tmh.tag, o->rkey);
 }
 
 /* The receiver takes its offer back: refused, if we still keep it;
@@ -1136,7 +1170,7 @@ static void rtr_cancel_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, con
     for (int i = 0; i < PROTO_OFFERS; i++) {
         if (p->offers[i].uuid == src_uuid && p->offers[i].rkey == in->rkh.rkey) {
             offer_drop(p, i);
-            offer_no(p, src, in->tmh.tag, in->rkh.rkey);
+            offer_no(p, src, src_uuid, in->tmh.tag, in->rkh.rkey);
             return;
         }
     }
@@ -1145,7 +1179,7 @@ static void rtr_cancel_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, con
 /* Our offered receive's slot and state go. */
 static void offer_end(proto_t *p, proto_req_t *req)
 {
-    req->rtr = req->rtr_rts = req->rtr_cancel = 0;
+    offer_clear(p, req);
     wr_wait_end(p, req);
 }
 
@@ -1189,7 +1223,7 @@ static int offer_wanted(proto_t *p, const proto_req_t *req, tl_ep_t **ep)
     if (p->up.peer_ep(p->up.arg, r->src, ep, &pp) != TMX_OK || !proto_peer_hello(pp) ||
         !tl_writes_free(tl_ep_iface(*ep)) || ((const proto_tl_t *)tl_ep_iface(*ep)->above)->set)
         return 0;
-    if ((c = pcnt_get(p, (*ep)->uuid)) == NULL || !c->writer)
+    if ((c = pcnt_get(p, (*ep)->uuid)) == NULL || !c->writer || c->offers_out >= PROTO_OFFERS)
         return 0;
     /* a message of the sender's streaming in is counted, but goes to the
      * posted receives only when whole: it could take this one */
@@ -1236,6 +1270,7 @@ static void offer_make(proto_t *p, proto_req_t *req, tl_ep_t *ep)
     req->wr_placed = 0;
     req->rndv_src = req->recv.src;
     req->rtr = 1;
+    c->offers_out++;
     p->rtr_sent++;
 }
 
@@ -1864,7 +1899,7 @@ static void fin_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
                           receiver's offered receive is told */
         util_dlist_unlink(&req->off_link);
         req->parked = 0;
-        offer_no(p, src, req->comp.tag, req->rndv_rkey);
+        offer_no(p, src, src_uuid, req->comp.tag, req->rndv_rkey);
     }
     rndv_slot_put(p, req);
     if (in->tmh.flags & PROTO_FIN_FAILED) {

@@ -112,6 +112,9 @@ typedef struct proto_pcnt {
     uint32_t tx;
     uint32_t rx;
     uint8_t writer;             /* its rendezvous requests carried WIRE_FLAG_WRITER */
+    uint16_t offers_out;        /* our receives offered to it, unanswered (at most
+                                   PROTO_OFFERS) */
+    uint16_t owed;              /* our answers to its offers waiting for room */
 } proto_pcnt_t;
 
 /* An offer (RTR) a receiver made us and we keep for our next send with
@@ -127,8 +130,6 @@ typedef struct proto_offer {
 
 #define PROTO_OFFERS 8           /* offers kept at once; more are declined */
 #define PROTO_OFFER_MASK_BITS 3  /* an offered receive ignores at most this many tag bits */
-#define PROTO_CTRL_PENDING_MAX 4096 /* control packets waiting for room beyond which an
-                                       offer is dropped unanswered */
 
 enum proto_msg_kind {
     PROTO_MSG_EAGER = 1,
@@ -186,6 +187,7 @@ typedef struct proto_ctrl {
     util_dlist_t link;
     tmx_peer_t peer;
     size_t len;
+    uint64_t owed_uuid;         /* an answer to an offer of this process's (RTR_NO) */
     unsigned char pkt[PROTO_CTRL_MAX];
 } proto_ctrl_t;
 
@@ -203,7 +205,6 @@ struct proto {
     uint32_t rndv_free;         /* head of the free-slot chain */
     reg_keygen_t keygen;        /* remote-access keys (src/reg) */
     util_dlist_t ctrl_pending;  /* FINs waiting for room */
-    uint32_t n_ctrl_pending;    /* in it */
     proto_ctrl_t ctrl_spares[PROTO_CTRL_SPARES]; /* for them, when malloc fails */
     uint32_t ctrl_spares_used;  /* bit i: ctrl_spares[i] is in ctrl_pending */
     util_dlist_t streams;       /* packets streaming in (proto_stream_t) */

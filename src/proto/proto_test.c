@@ -1511,7 +1511,8 @@ static void offer_written_or_read(void **state)
         assert_true(proto_req_waiting(&r));
         if (round == 0) {
             memcpy(got, src, sizeof(src) - 10);
-            in_rvh(UUID_B, WIRE_OP_WDONE, WIRE_WDONE_ACK, reg_key_slot(c.rkey), 0, c.va, c.rkey, sizeof(src) - 10);
+            in_rvh(UUID_B, WIRE_OP_WDONE, WIRE_WDONE_ACK, reg_key_slot(c.rkey), 50 + round, c.va, c.rkey,
+                   sizeof(src) - 10);
             assert_int_equal(W->p.rtr_written, 1);
         } else {
             in_rkh(UUID_B, WIRE_OP_RTR_NO, 7, c.rkey);
@@ -1528,11 +1529,22 @@ static void offer_written_or_read(void **state)
         assert_int_equal(W->p.n_wr_wait, 0);
         assert_int_equal(W->p.rtr_sent, round + 1);
     }
+    /* a write for another request of the sender's than the one that
+     * matched: the receive fails, and the sender's request is told */
+    c = offer_post(&r, got, 3);
+    in_rvh(UUID_B, WIRE_OP_RNDV, WIRE_FLAG_WRITER, 60, 7, (uintptr_t)src, 0x66, sizeof(src));
+    in_rvh(UUID_B, WIRE_OP_WDONE, WIRE_WDONE_ACK, reg_key_slot(c.rkey), 61, c.va, c.rkey, sizeof(src));
+    assert_int_equal(W->n_done, 3);
+    assert_int_equal(W->done_st[2], TMX_ERR_PROTO);
+    assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).opcode, WIRE_OP_FIN);
+    assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).app_ctx, 60);
+    assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).flags, 1u << 15);
+    assert_int_equal(W->p.n_wr_wait, 0);
     /* a late or forged answer names no offer: ignored, nothing dropped */
     in_rkh(UUID_B, WIRE_OP_RTR_NO, 7, c.rkey);
     in_rvh(UUID_B, WIRE_OP_WDONE, WIRE_WDONE_ACK, reg_key_slot(c.rkey), 0, c.va, c.rkey, 10);
     assert_int_equal(W->p.dropped, 1); /* the WDONE */
-    assert_int_equal(W->n_done, 2);
+    assert_int_equal(W->n_done, 3);
 }
 
 /* An offered receive that an eager message of its sender takes (the
@@ -1664,6 +1676,7 @@ static void offer_sender(void **state)
     assert_memory_equal(rbuf, sbuf, OFFER_LEN);
     assert_int_equal(W->n_pkts, before + 1);
     assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_WDONE);
+    assert_int_equal(pkt_tmh(&W->pkts[before]).tag, s.id);
     assert_int_equal(pkt_rvh(&W->pkts[before]).len, OFFER_LEN);
     assert_int_equal(pkt_rvh(&W->pkts[before]).rkey, 0x1234);
     in_rvh(UUID_B, WIRE_OP_FIN, 0, s.id, 7, (uintptr_t)sbuf, s.rkey, sizeof(sbuf));

@@ -37,7 +37,8 @@ enum wire_opcode {
                           to write into its buffer (app_ctx: the sender's
                           request id, from the request) */
     WIRE_OP_WDONE = 6, /* the sender's write is in place (app_ctx: the
-                          receiver's slot, from its key; RVH: the receiver's
+                          receiver's slot, from its key; tag: the sender's
+                          request id, as in its RTS; RVH: the receiver's
                           buffer, key and the bytes written) */
     WIRE_OP_RTR = 7,   /* ready to receive: a posted receive that names its
                           sender offers its buffer before the message came

@@ -13,6 +13,8 @@
 # rounds, over
 #   tmx            tmx-perf -t overlap, shm, TMX_OFFLOAD=0
 #   tmx+engine     the same with TMX_OFFLOAD=1
+#   tmx+offer      the same with TMX_OFFLOAD=1 TMX_OFFLOAD_OFFER=1 (receives
+#                  offered to their senders, docs/offload.md)
 #   ompi+tmx       bench/mpi/overlap.c, Open MPI over the provider, TMX_OFFLOAD=1
 #   vader          bench/mpi/overlap.c, pml ob1 + btl self,vader
 #   ucx            bench/mpi/overlap.c, pml ucx (when ompi_info lists it)
@@ -50,7 +52,7 @@ if [ "$QUICK" = 1 ]; then ITERS=10 LAT_N=20000 RATE_N=200000; fi
 mpicc -O2 -Wall -Wextra -o "$TMP/overlap" "$HERE/mpi/overlap.c"
 PROV=$ROOT/build/release/fabric
 TMX_GIT="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo "?")"
-SYSTEMS="tmx tmx+engine ompi+tmx vader"
+SYSTEMS="tmx tmx+engine tmx+offer ompi+tmx vader"
 ompi_info 2>/dev/null | grep -q "MCA pml: ucx" && SYSTEMS="$SYSTEMS ucx"
 MPI=(taskset -c 0,1 mpirun --allow-run-as-root --bind-to none -n 2)
 
@@ -62,6 +64,7 @@ one() { # SYSTEM MODE
     case $s in
     tmx) cmd="env TMX_OFFLOAD=0 taskset -c 0,1 $TMXRUN -n 2 $PERF -t $t -s $SIZES -n $ITERS --csv" ;;
     tmx+engine) cmd="env TMX_OFFLOAD=1 taskset -c 0,1 $TMXRUN -n 2 $PERF -t $t -s $SIZES -n $ITERS --csv" ;;
+    tmx+offer) cmd="env TMX_OFFLOAD=1 TMX_OFFLOAD_OFFER=1 taskset -c 0,1 $TMXRUN -n 2 $PERF -t $t -s $SIZES -n $ITERS --csv" ;;
     ompi+tmx) cmd="${MPI[*]} --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tmx -x FI_PROVIDER_PATH=$PROV -x TMX_OFFLOAD=1 $TMP/overlap -s $SIZES -n $ITERS -m $m" ;;
     vader) cmd="${MPI[*]} --mca pml ob1 --mca btl self,vader $TMP/overlap -s $SIZES -n $ITERS -m $m" ;;
     ucx) cmd="${MPI[*]} --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any $TMP/overlap -s $SIZES -n $ITERS -m $m" ;;
@@ -73,7 +76,7 @@ one() { # SYSTEM MODE
         return 0
     fi
     case $s in
-    tmx | tmx+engine) # test,transport,size,iterations,value,unit rows
+    tmx | tmx+engine | tmx+offer) # test,transport,size,iterations,value,unit rows
         awk -F, -v s="$s" -v r="$ROUND" -v m="$m" '$1 ~ /^overlap/ { printf "%s\t%s\toverlap:%s\t%s\t%s\n", r, s, m, $3, $5 }
             $1 == "xfer" { printf "%s\t%s\txfer:%s\t%s\t%s\n", r, s, m, $3, $5 }' "$f" >>"$DATA" ;;
     *) # overlap,SIZE,ITERS,OVERLAP,X,T
@@ -153,6 +156,11 @@ MD=$TMP/overlap.md
     echo "  is free, so t holds the two copies one after the other where x had them at once, one core"
     echo "  each: whatever the library, overlap is bounded by how much x's two copies slowed each other"
     echo "  (memory bandwidth), not near 100 %."
+    echo
+    echo "tmx+engine runs the offload engine (TMX_OFFLOAD=1); tmx+offer also offers each receive to its"
+    echo "sender as it is posted (TMX_OFFLOAD_OFFER=1), which then writes into it: the receiver's cores"
+    echo "do nothing, but a receiver that waits for a sender that computes waits for its answer before it"
+    echo "reads (docs/offload.md)."
     echo
     for m in $MODES; do
         echo "### $m"

@@ -1916,7 +1916,7 @@ static void test_offload_post_after_rendezvous(void **state)
 static int offer_pair(tmx_context_h *a, tmx_context_h *b, tmx_peer_t *to_b, tmx_peer_t *from_a)
 {
     const size_t n = 1u << 20;
-    const char *set[] = {"TMX_OFFLOAD_MIN=0", NULL};
+    const char *set[] = {"TMX_OFFLOAD_MIN=0", "TMX_OFFLOAD_OFFER=1", NULL};
     tmx_context_params_t p = {.field_mask = TMX_CONTEXT_FIELD_TRANSPORTS | TMX_CONTEXT_FIELD_BOOT |
                                             TMX_CONTEXT_FIELD_OFFLOAD | TMX_CONTEXT_FIELD_SETTINGS,
                               .transports = "self,shm",

@@ -28,6 +28,7 @@ typedef struct config {
     uint64_t offload_tags;      /* TMX_OFFLOAD_TAGS: max_num_tags */
     uint64_t offload_ops;       /* TMX_OFFLOAD_OPS: max_ops */
     uint64_t offload_min;       /* TMX_OFFLOAD_MIN */
+    int offload_offer;          /* TMX_OFFLOAD_OFFER: receives offered to their senders */
     uint64_t reg_cache;         /* TMX_REG_CACHE: entries of the registration cache (0: off) */
     proto_spec_t proto;         /* TMX_PROTO */
     tl_settings_t tl;           /* the transports' settings */

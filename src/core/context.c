@@ -322,6 +322,7 @@ TMX_API tmx_status_t tmx_context_create(const tmx_context_params_t *params, tmx_
                            .max_ops = (uint32_t)ctx->cfg.offload_ops};
         if ((st = proto_offload_open(&ctx->proto, &caps, (size_t)ctx->cfg.offload_min)) != TMX_OK)
             goto err_free;
+        ctx->proto.offer_on = ctx->cfg.offload_offer != 0;
     }
     if ((st = core_cq_init(&ctx->cq)) != TMX_OK)
         goto err_free;

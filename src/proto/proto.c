@@ -426,6 +426,18 @@ void proto_peer_gone(proto_t *p, uint64_t uuid)
 
 static void offer_use(proto_t *p, proto_req_t *req, tmx_peer_t peer, int i);
 
+/* Whether we run on the offload engine's thread of the transport to
+ * peer: its application is away, computing. */
+static int offer_engine_thread(proto_t *p, tmx_peer_t peer)
+{
+    tl_ep_t *ep;
+    proto_peer_t *pp;
+
+    return p->up.peer_ep(p->up.arg, peer, &ep, &pp) == TMX_OK && tl_on_rare_thread(tl_ep_iface(ep));
+}
+
+static void offer_no(proto_t *p, tmx_peer_t peer, uint64_t uuid, uint64_t tag, uint64_t rkey);
+
 /* ------------------------------------------------------------------- send */
 
 /* A receive that failed (not truncated) delivered nothing the caller may
@@ -574,7 +586,7 @@ tmx_status_t proto_send_ep(proto_t *p, proto_req_t *req, tmx_peer_t peer, tl_ep_
         util_debug("send %zu bytes to peer %u: eager", req->len, peer);
         st = send_eager(ep, req->buf, req->len, tag, req->comp.has_data, req->comp.data);
         if (st == TMX_OK) {
-            if (__builtin_expect(p->off != NULL, 0))
+            if (__builtin_expect(p->offer_on, 0))
                 sent_tagged(p, ep, NULL, peer, tag);
             req_complete(p, req, TMX_OK);
         }
@@ -582,7 +594,7 @@ tmx_status_t proto_send_ep(proto_t *p, proto_req_t *req, tmx_peer_t peer, tl_ep_
     }
     util_debug("send %zu bytes to peer %u: rendezvous", req->len, peer);
     st = send_rndv(p, ep, pp, req, tag);
-    if (st == TMX_OK && p->off != NULL)
+    if (st == TMX_OK && p->offer_on)
         sent_tagged(p, ep, req, peer, tag);
     return st;
 }
@@ -597,7 +609,7 @@ tmx_status_t proto_inject(proto_t *p, tl_ep_t *ep, proto_peer_t *pp, const void 
     if (!proto_peer_hello(pp) && (st = hello_send(p, pp, ep)) != TMX_OK)
         return st;
     st = send_eager(ep, buf, len, tag, has_data, data);
-    if (st == TMX_OK && __builtin_expect(p->off != NULL, 0))
+    if (st == TMX_OK && __builtin_expect(p->offer_on, 0))
         sent_tagged(p, ep, NULL, TMX_PEER_NONE, tag);
     return st;
 }
@@ -694,7 +706,12 @@ int proto_progress(proto_t *p)
         proto_req_t *req = util_container_of(pos, proto_req_t, off_link);
         util_dlist_unlink(&req->off_link);
         req->parked = 0;
-        write_start(p, req);
+        if (offer_engine_thread(p, req->rndv_src)) { /* as in rtr_arrive */
+            req->wr_started = 0;
+            offer_no(p, req->rndv_src, req->dest_uuid, req->comp.tag, req->rndv_rkey);
+        } else {
+            write_start(p, req);
+        }
         events++;
     }
     util_dlist_foreach_safe(pos, tmp, &p->ctrl_pending) {
@@ -1108,8 +1125,8 @@ static void rtr_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
         parse_fail(p, src, "RTR without a buffer", len);
         return;
     }
-    if (p->off == NULL || (c = pcnt_get(p, src_uuid)) == NULL || p->n_offers == PROTO_OFFERS)
-        goto no;
+    if (!p->offer_on || (c = pcnt_get(p, src_uuid)) == NULL || p->n_offers == PROTO_OFFERS)
+        goto no; /* without offers of our own we keep no counts */
     /* an answer may have to wait for room: a receiver has at most
      * PROTO_OFFERS offers out to us (offer_wanted), so one with more
      * answers owed breaks the protocol, and what it can make us keep is
@@ -1142,7 +1159,9 @@ static void rtr_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
     if (n != k)
         goto no; /* an eager message among them may have matched the receive */
     if (first != NULL) { /* the message the receive matches: written now */
-        if (first->wr_started || first->len == 0)
+        /* not by the engine's thread: our application computes, and the
+         * receiver, told no, reads on its own cores */
+        if (first->wr_started || first->len == 0 || offer_engine_thread(p, src))
             goto no;
         first->wr_started = 1;
         first->rndv_src = src;
@@ -1216,7 +1235,7 @@ static int offer_wanted(proto_t *p, const proto_req_t *req, tl_ep_t **ep)
     util_dlist_t *pos;
     uint64_t sub = 0;
 
-    if (req->len < PROTO_OFF_BIG || r->src == TMX_ANY_SOURCE || (r->src & TMX_PEER_IMPLICIT) ||
+    if (!p->offer_on || req->len < PROTO_OFF_BIG || r->src == TMX_ANY_SOURCE || (r->src & TMX_PEER_IMPLICIT) ||
         __builtin_popcountll(r->ignore) > PROTO_OFFER_MASK_BITS || p->unexp_full ||
         !util_dlist_empty(&p->ctrl_pending))
         return 0;
@@ -1982,7 +2001,7 @@ static inline __attribute__((always_inline)) void packet_arrive(proto_t *p, uint
     switch (in->tmh.opcode) {
     case WIRE_OP_EAGER:
     case WIRE_OP_RNDV:
-        if (__builtin_expect(p->off != NULL, 0))
+        if (__builtin_expect(p->offer_on, 0))
             rx_count(p, src_uuid, in);
         tagged_arrive(p, src, in);
         break;
@@ -2119,7 +2138,7 @@ void *proto_stream_begin(void *arg, uint64_t src_uuid, const void *first, size_t
     if (parse_packet(p, src, first, first_len, &in) != 0)
         return NULL;
     in.payload_len = total - (first_len - in.payload_len);
-    if (p->off != NULL)
+    if (p->offer_on)
         rx_count(p, src_uuid, &in);
     if ((s = stream_open(p, src_uuid, src, &in)) != NULL)
         stream_put(s, in.payload, first_len - (size_t)(in.payload - (const unsigned char *)first));

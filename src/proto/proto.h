@@ -102,7 +102,7 @@ typedef struct proto_req {
     uint64_t wr_placed;         /* bytes its packets placed, in order (TL_PUT_COPY) */
 } proto_req_t;
 
-/* Per remote process, with the offload engine on: the tagged packets
+/* Per remote process, with offers on (TMX_OFFLOAD_OFFER): the tagged packets
  * (eager, rendezvous requests) sent to it and taken from it, by which a
  * sender knows whether a receive offered by RTR could have matched one of
  * its messages already, and whether it runs an engine that writes. Keyed
@@ -230,6 +230,8 @@ struct proto {
      * thread makes it (proto_msg_deliver). */
     util_dlist_t parked;
     /* Receive offers (RTR), with the engine on: */
+    int offer_on;               /* TMX_OFFLOAD_OFFER: tagged packets are counted, offers
+                                   made and taken; without it every offer is refused */
     proto_pcnt_t *pcnt;         /* open addressing by uuid, pcnt_cap entries */
     uint32_t pcnt_cap, pcnt_used;
     int pcnt_broken;            /* a count could not be kept: no offers, made or taken */

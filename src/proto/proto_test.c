@@ -1454,6 +1454,7 @@ static uint64_t pkt_rkh(const pkt_t *k)
 static void offers_on(char *wbuf)
 {
     assert_int_equal(proto_offload_open(&W->p, NULL, 0), TMX_OK);
+    W->p.offer_on = 1;
     W->iface.put_kinds = TL_PUT_DIRECT;
     proto_peer_hello_set(&W->pp[0]);
     proto_peer_hello_set(&W->pp[1]);
@@ -1665,6 +1666,12 @@ static void offer_sender(void **state)
     W->iface.put_kinds = TL_PUT_DIRECT;
     W->put_status = TMX_OK;
     memset(sbuf, 'x', sizeof(sbuf));
+    /* 0. offers off here: no counts kept, every offer refused */
+    in_rtr(UUID_B, 7, (uintptr_t)rbuf, 0x0234, OFFER_LEN, 0, 0);
+    assert_true(W->n_pkts >= 1); /* HELLO may go first */
+    assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).opcode, WIRE_OP_RTR_NO);
+    assert_int_equal(W->p.n_offers, 0);
+    W->p.offer_on = 1;
 
     /* 1. our RTS went (packet 1 to B), then the offer counting none */
     req_send(&s, sbuf, sizeof(sbuf), 0);
@@ -1802,6 +1809,7 @@ static void offer_refused_before_write(void **state)
 
     (void)state;
     assert_int_equal(proto_offload_open(&W->p, NULL, 0), TMX_OK);
+    W->p.offer_on = 1;
     W->iface.put_kinds = TL_PUT_DIRECT;
     W->put_status = TMX_OK;
     in_rtr(UUID_B, 7, (uintptr_t)rbuf, 0x1234, OFFER_LEN, 0, 0);

@@ -158,9 +158,8 @@ MD=$TMP/overlap.md
     echo "  (memory bandwidth), not near 100 %."
     echo
     echo "tmx+engine runs the offload engine (TMX_OFFLOAD=1); tmx+offer also offers each receive to its"
-    echo "sender as it is posted (TMX_OFFLOAD_OFFER=1), which then writes into it: the receiver's cores"
-    echo "do nothing, but a receiver that waits for a sender that computes waits for its answer before it"
-    echo "reads (docs/offload.md)."
+    echo "sender as it is posted (TMX_OFFLOAD_OFFER=1), and whichever of the two is idle copies: the"
+    echo "sender writes into the receive, or the receiver reads (docs/offload.md)."
     echo
     for m in $MODES; do
         echo "### $m"

@@ -64,9 +64,10 @@ static const cfg_entry_t cfg_table[] = {
      "smaller ones complete within the eager path and stay with software"},
     {"TMX_OFFLOAD_OFFER", CFG_ENUM, "0", 0, 0, bool_words, CFG_FIELD(offload_offer),
      "offload engine: 1 offers a large receive that names its sender to that sender as it is "
-     "posted, so that the sender writes the message into it (shm): the receiver's cores do nothing, "
-     "and it may compute from the post to its wait; but a sender that computes then answers late "
-     "and its receiver waits for that before it reads (docs/offload.md)"},
+     "posted (RTR, shm), and whichever of the two is idle copies the message: the sender writes it "
+     "into the receive, or the receiver reads it; a receiver that computes from the post to its wait "
+     "then moves no byte. Every process of the job needs it; it counts the tagged packets to and "
+     "from each peer (docs/offload.md)"},
     {"TMX_OFFLOAD_OPS", CFG_UINT, "256", 1, 1u << 20, NULL, CFG_FIELD(offload_ops),
      "offload engine: operations on its list (add, delete, sync) queued at most (max_ops)"},
     {"TMX_REG_CACHE", CFG_UINT, "0", 0, 1u << 20, NULL, CFG_FIELD(reg_cache),

@@ -422,54 +422,11 @@ TMX_API tmx_status_t tmx_request_wait(tmx_request_h req, int64_t timeout_us, tmx
     return st;
 }
 
-#define CORE_CANCEL_WAIT_US 10000000 /* for the answer of a sender a receive was offered to */
-
-/* *waited is set when the cancel had to progress (an offered receive):
- * other requests may have completed meanwhile. TMX_ERR_TIMEOUT when the
- * sender never answered: the receive stays posted. */
-static tmx_status_t request_cancel_locked(struct tmx_request *req, int *waited)
+static tmx_status_t request_cancel_locked(struct tmx_request *req)
 {
-    tmx_context_h ctx = req->ctx;
-    tmx_status_t st;
-
     if (req->p.comp.op != TMX_OP_TRECV)
         return TMX_ERR_UNSUPPORTED;
-    if (req->state == CORE_REQ_DONE)
-        return TMX_ERR_BUSY;
-    /* a receive offered to its sender (proto.c, RTR): the sender's answer
-     * says whether it writes; its process's failure ends the wait too. The
-     * request is held meanwhile: progress may complete it. */
-    if ((st = proto_recv_cancel(&ctx->proto, &req->p)) == TMX_INPROGRESS) {
-        uint8_t held = req->handle_held;
-        int64_t until = core_now_us() + CORE_CANCEL_WAIT_US;
-
-        *waited = 1;
-        req->handle_held = 1;
-        while (st == TMX_INPROGRESS) {
-            int64_t now = core_now_us();
-            if (now > until) {
-                util_error("tmx_request_cancel: peer %u has not answered for %d s whether it writes "
-                           "into the receive: it stays posted", req->p.recv.src,
-                           CORE_CANCEL_WAIT_US / 1000000);
-                st = TMX_ERR_TIMEOUT;
-                break;
-            }
-            /* the answer needs the sender's process, which may share our core */
-            if (core_progress(ctx) == 0)
-                sched_yield();
-            core_check_peers(ctx, now);
-            st = req->state == CORE_REQ_DONE ? TMX_ERR_BUSY : proto_recv_cancel(&ctx->proto, &req->p);
-        }
-        req->handle_held = held;
-        if (st == TMX_OK) {
-            core_req_complete(req, TMX_ERR_CANCELED);
-            return TMX_OK;
-        }
-        if (req->state == CORE_REQ_DONE && !held)
-            core_req_release(req);
-        return st == TMX_ERR_TIMEOUT ? st : TMX_ERR_BUSY;
-    }
-    if (st != TMX_OK)
+    if (req->state == CORE_REQ_DONE || proto_recv_cancel(&req->ctx->proto, &req->p) != TMX_OK)
         return TMX_ERR_BUSY;
     core_req_complete(req, TMX_ERR_CANCELED);
     return TMX_OK;
@@ -486,9 +443,7 @@ TMX_API tmx_status_t tmx_request_cancel(tmx_request_h req)
     ctx = req->ctx;
     core_lock(ctx);
     if ((st = request_check_locked("tmx_request_cancel", req)) == TMX_OK)
-        st = request_cancel_locked(req, &(int){0});
-    if (st == TMX_ERR_TIMEOUT)
-        st = TMX_ERR_BUSY;
+        st = request_cancel_locked(req);
     core_unlock(ctx);
     return st;
 }
@@ -503,23 +458,13 @@ TMX_API tmx_status_t tmx_cancel(tmx_context_h ctx, void *user_context)
         return TMX_ERR_INVALID;
     }
     core_lock(ctx);
-again:
     util_dlist_foreach(pos, &ctx->reqs) { /* oldest first */
         struct tmx_request *req = util_container_of(pos, struct tmx_request, link);
-        int waited = 0;
-        if (req->p.comp.op != TMX_OP_TRECV || req->p.comp.user_context != user_context)
-            continue;
-        tmx_status_t r = request_cancel_locked(req, &waited);
-        if (r == TMX_OK) {
+        if (req->p.comp.op == TMX_OP_TRECV && req->p.comp.user_context == user_context &&
+            request_cancel_locked(req) == TMX_OK) {
             st = TMX_OK;
             break;
         }
-        if (r == TMX_ERR_TIMEOUT) { /* the earliest stays posted: no later one is taken for it */
-            st = TMX_ERR_BUSY;
-            break;
-        }
-        if (waited) /* progress may have ended requests: the walk starts over */
-            goto again;
     }
     core_unlock(ctx);
     return st;

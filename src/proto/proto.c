@@ -57,6 +57,7 @@ typedef struct proto_in {
     wire_rvh_t rvh;
     wire_ctsh_t cts;
     wire_rkh_t rkh;
+    uint64_t rtr_token;
     uint64_t data;
     uint32_t has_data;
     const unsigned char *payload;
@@ -202,6 +203,7 @@ void proto_fini(proto_t *p)
     }
     free(p->pcnt);
     p->pcnt = NULL;
+    p->pcnt_last = NULL;
     p->pcnt_cap = p->pcnt_used = 0;
     match_fini(&p->match);
     free(p->rndv);
@@ -332,6 +334,7 @@ static tmx_status_t pcnt_grow(proto_t *p)
     free(p->pcnt);
     p->pcnt = n;
     p->pcnt_cap = cap;
+    p->pcnt_last = NULL;
     return TMX_OK;
 }
 
@@ -345,11 +348,13 @@ static proto_pcnt_t *pcnt_get(proto_t *p, uint64_t uuid)
 
     if (p->pcnt_broken || uuid == 0)
         return NULL;
+    if (p->pcnt_last != NULL && p->pcnt_last->uuid == uuid) /* a peer's messages come in runs */
+        return p->pcnt_last;
     if (p->pcnt_cap != 0) {
         for (i = (uint32_t)util_hash64(uuid) & (p->pcnt_cap - 1); p->pcnt[i].uuid != 0;
              i = (i + 1) & (p->pcnt_cap - 1)) {
             if (p->pcnt[i].uuid == uuid)
-                return &p->pcnt[i];
+                return p->pcnt_last = &p->pcnt[i];
         }
     }
     if ((p->pcnt_used + 1) * 2 > p->pcnt_cap && pcnt_grow(p) != TMX_OK) {
@@ -361,7 +366,7 @@ static proto_pcnt_t *pcnt_get(proto_t *p, uint64_t uuid)
         ;
     p->pcnt[i] = (proto_pcnt_t){.uuid = uuid};
     p->pcnt_used++;
-    return &p->pcnt[i];
+    return p->pcnt_last = &p->pcnt[i];
 }
 
 /* A tagged packet went to ep's process (engine on): counted, and a
@@ -400,14 +405,28 @@ static int offer_find(const proto_t *p, uint64_t uuid, uint64_t tag)
     return -1;
 }
 
-/* Our receive's offer is over: answered, spent, or ended with it. */
+/* Takes our offered receive's one copy for ourselves: 0 if its sender
+ * took it first (it writes, and WDONE follows). */
+static int offer_take_own(const proto_req_t *req)
+{
+    return req->rtr_iface->ops->offer_take_own(req->rtr_iface, req->rtr_token);
+}
+
+static void offer_end(proto_t *p, proto_req_t *req);
+
+/* Our receive's offer is over: answered, spent, or ended with it; its
+ * claim word is closed, so that no later take succeeds. */
 static void offer_clear(proto_t *p, proto_req_t *req)
 {
     proto_pcnt_t *c = pcnt_get(p, req->wr_uuid);
 
+    /* taken first, so that no take of the sender's wins between (ours or
+     * its won already, whichever path ends the offer) */
+    (void)offer_take_own(req);
+    req->rtr_iface->ops->offer_close(req->rtr_iface, req->rtr_token);
     if (c != NULL && c->offers_out != 0)
         c->offers_out--;
-    req->rtr = req->rtr_rts = req->rtr_cancel = 0;
+    req->rtr = req->rtr_rts = 0;
 }
 
 static void offer_drop(proto_t *p, int i)
@@ -426,14 +445,31 @@ void proto_peer_gone(proto_t *p, uint64_t uuid)
 
 static void offer_use(proto_t *p, proto_req_t *req, tmx_peer_t peer, int i);
 
-/* Whether we run on the offload engine's thread of the transport to
- * peer: its application is away, computing. */
-static int offer_engine_thread(proto_t *p, tmx_peer_t peer)
+/* We take the one copy of peer's offer token, to write it: 0 if the
+ * receiver took it first (it reads), over a transport without claim
+ * words, or on the offload engine's thread (our application computes:
+ * the copy would take its core, and the receiver takes it instead when
+ * the request reaches it). */
+static int offer_taken(proto_t *p, tmx_peer_t peer, uint64_t token)
 {
     tl_ep_t *ep;
     proto_peer_t *pp;
 
-    return p->up.peer_ep(p->up.arg, peer, &ep, &pp) == TMX_OK && tl_on_rare_thread(tl_ep_iface(ep));
+    if (p->up.peer_ep(p->up.arg, peer, &ep, &pp) != TMX_OK || tl_ep_iface(ep)->ops->offer_take == NULL ||
+        tl_on_rare_thread(tl_ep_iface(ep)))
+        return 0;
+    return tl_ep_iface(ep)->ops->offer_take(ep, token);
+}
+
+/* Whether the offer token of peer's is still open (not taken, closed or
+ * reopened): a kept one that is not will never be written into. */
+static int offer_live(proto_t *p, tmx_peer_t peer, uint64_t token)
+{
+    tl_ep_t *ep;
+    proto_peer_t *pp;
+
+    return p->up.peer_ep(p->up.arg, peer, &ep, &pp) == TMX_OK && tl_ep_iface(ep)->ops->offer_live != NULL &&
+           tl_ep_iface(ep)->ops->offer_live(ep, token);
 }
 
 static void offer_no(proto_t *p, tmx_peer_t peer, uint64_t uuid, uint64_t tag, uint64_t rkey);
@@ -635,7 +671,6 @@ static const char *ctrl_name(const proto_ctrl_t *c)
     case WIRE_OP_CTS: return "CTS";
     case WIRE_OP_RTR: return "RTR";
     case WIRE_OP_RTR_NO: return "RTR_NO";
-    case WIRE_OP_RTR_CANCEL: return "RTR_CANCEL";
     default: return "WDONE";
     }
 }
@@ -706,10 +741,8 @@ int proto_progress(proto_t *p)
         proto_req_t *req = util_container_of(pos, proto_req_t, off_link);
         util_dlist_unlink(&req->off_link);
         req->parked = 0;
-        if (offer_engine_thread(p, req->rndv_src)) { /* as in rtr_arrive */
-            req->wr_started = 0;
-            offer_no(p, req->rndv_src, req->dest_uuid, req->comp.tag, req->rndv_rkey);
-        } else {
+        if (offer_taken(p, req->rndv_src, req->rtr_token)) { /* else the receiver reads, then FIN */
+            req->wr_started = 1;
             write_start(p, req);
         }
         events++;
@@ -879,9 +912,12 @@ static void rndv_start(proto_t *p, proto_req_t *req, tmx_peer_t src, uint32_t ap
     req->owner = p;
     req->get.done = rndv_get_done;
     req->off_wr = 0; /* software's, even with the engine on (off_post may never have run) */
-    if (req->rtr) { /* offered: its sender writes (WDONE) or says no (RTR_NO) */
-        req->rtr_rts = 1;
-        return;
+    if (req->rtr) { /* offered: we read if we take the copy first */
+        if (!offer_take_own(req)) { /* the sender did: it writes, WDONE follows */
+            req->rtr_rts = 1;
+            return;
+        }
+        offer_end(p, req);
     }
     if (p->up.peer_ep(p->up.arg, src, &ep, &pp) == TMX_OK &&
         (w = write_wanted(p, ep, req->comp.length, writer)) != 0 && write_ask(p, req, ep) == TMX_OK) {
@@ -926,6 +962,10 @@ static void cts_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
         req->dest_uuid != src_uuid || req->wr_started || in->cts.len == 0 || in->cts.len > req->len) {
         parse_fail(p, src, "CTS names no rendezvous send of ours", len);
         return;
+    }
+    if (req->parked) { /* queued to write into an offer whose copy the receiver took */
+        util_dlist_unlink(&req->off_link);
+        req->parked = 0;
     }
     req->wr_started = 1;
     req->rndv_src = src;
@@ -1098,15 +1138,15 @@ static void offer_use(proto_t *p, proto_req_t *req, tmx_peer_t peer, int i)
     const proto_offer_t *o = &p->offers[i];
     uint64_t len = req->len < o->len ? req->len : o->len;
 
-    if (len == 0 || req->wr_started) {
+    if (len == 0 || req->wr_started || req->parked) {
         offer_no(p, peer, o->uuid, o->tag, o->rkey);
         return;
     }
-    req->wr_started = 1;
     req->rndv_src = peer;
     req->rndv_va = o->va;
     req->rndv_rkey = o->rkey;
     req->rndv_len = len;
+    req->rtr_token = o->token;
     req->parked = 1;
     util_dlist_push_tail(&p->offer_writes, &req->off_link);
 }
@@ -1125,8 +1165,14 @@ static void rtr_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
         parse_fail(p, src, "RTR without a buffer", len);
         return;
     }
-    if (!p->offer_on || (c = pcnt_get(p, src_uuid)) == NULL || p->n_offers == PROTO_OFFERS)
+    if (!p->offer_on || (c = pcnt_get(p, src_uuid)) == NULL)
         goto no; /* without offers of our own we keep no counts */
+    for (int i = 0; i < PROTO_OFFERS && p->n_offers != 0; i++) { /* kept, but closed since (a cancel) */
+        if (p->offers[i].uuid != 0 && !offer_live(p, p->offers[i].peer, p->offers[i].token))
+            offer_drop(p, i);
+    }
+    if (p->n_offers == PROTO_OFFERS)
+        goto no;
     /* an answer may have to wait for room: a receiver has at most
      * PROTO_OFFERS offers out to us (offer_wanted), so one with more
      * answers owed breaks the protocol, and what it can make us keep is
@@ -1159,10 +1205,11 @@ static void rtr_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
     if (n != k)
         goto no; /* an eager message among them may have matched the receive */
     if (first != NULL) { /* the message the receive matches: written now */
-        /* not by the engine's thread: our application computes, and the
-         * receiver, told no, reads on its own cores */
-        if (first->wr_started || first->len == 0 || offer_engine_thread(p, src))
+        if (first->wr_started || first->parked || first->len == 0)
             goto no;
+        /* unless the receiver takes the copy (offer_taken): it reads, then FIN */
+        if (!offer_taken(p, src, in->rtr_token))
+            return;
         first->wr_started = 1;
         first->rndv_src = src;
         first->rndv_va = o->va;
@@ -1173,7 +1220,7 @@ static void rtr_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
     }
     for (int i = 0; i < PROTO_OFFERS; i++) {
         if (p->offers[i].uuid == 0) {
-            p->offers[i] = (proto_offer_t){src_uuid, in->tmh.tag, ignore, o->va, o->rkey, o->len};
+            p->offers[i] = (proto_offer_t){src_uuid, in->tmh.tag, ignore, o->va, o->rkey, o->len, in->rtr_token, src};
             p->n_offers++;
             return;
         }
@@ -1182,24 +1229,21 @@ no:
     offer_no(p, src, src_uuid, in->tmh.tag, o->rkey);
 }
 
-/* The receiver takes its offer back: refused, if we still keep it;
- * otherwise our WDONE or RTR_NO is on its way. */
-static void rtr_cancel_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const proto_in_t *in)
-{
-    for (int i = 0; i < PROTO_OFFERS; i++) {
-        if (p->offers[i].uuid == src_uuid && p->offers[i].rkey == in->rkh.rkey) {
-            offer_drop(p, i);
-            offer_no(p, src, src_uuid, in->tmh.tag, in->rkh.rkey);
-            return;
-        }
-    }
-}
-
 /* Our offered receive's slot and state go. */
 static void offer_end(proto_t *p, proto_req_t *req)
 {
     offer_clear(p, req);
     wr_wait_end(p, req);
+}
+
+/* An offered receive that a message other than a rendezvous took: its
+ * sender sent that message instead of writing, so the copy is ours; were
+ * it taken, the sender would be writing another message into it. */
+static void offer_spent(proto_t *p, proto_req_t *req)
+{
+    if (!offer_take_own(req))
+        util_error("peer %u writes into a receive that another of its messages took", req->rndv_src);
+    offer_end(p, req);
 }
 
 /* The sender will not write into our offer: the receive goes on as any
@@ -1240,7 +1284,8 @@ static int offer_wanted(proto_t *p, const proto_req_t *req, tl_ep_t **ep)
         !util_dlist_empty(&p->ctrl_pending))
         return 0;
     if (p->up.peer_ep(p->up.arg, r->src, ep, &pp) != TMX_OK || !proto_peer_hello(pp) ||
-        !tl_writes_free(tl_ep_iface(*ep)) || ((const proto_tl_t *)tl_ep_iface(*ep)->above)->set)
+        !tl_writes_free(tl_ep_iface(*ep)) || tl_ep_iface(*ep)->ops->offer_open == NULL ||
+        ((const proto_tl_t *)tl_ep_iface(*ep)->above)->set)
         return 0;
     if ((c = pcnt_get(p, (*ep)->uuid)) == NULL || !c->writer || c->offers_out >= PROTO_OFFERS)
         return 0;
@@ -1265,23 +1310,33 @@ static int offer_wanted(proto_t *p, const proto_req_t *req, tl_ep_t **ep)
 static void offer_make(proto_t *p, proto_req_t *req, tl_ep_t *ep)
 {
     proto_pcnt_t *c = pcnt_get(p, ep->uuid);
-    unsigned char pkt[sizeof(wire_tmh_t) + sizeof(wire_ctsh_t)];
+    tl_iface_t *ifc = tl_ep_iface(ep);
+    unsigned char pkt[sizeof(wire_tmh_t) + sizeof(wire_ctsh_t) + sizeof(wire_rkh_t)];
     struct iovec iov = {pkt, sizeof(pkt)};
     wire_tmh_t tmh;
     wire_ctsh_t cts;
+    wire_rkh_t tok;
 
-    if (c == NULL || rndv_slot_get(p, req) != TMX_OK)
+    if (c == NULL || ifc->ops->offer_open(ifc, &req->rtr_token) != TMX_OK)
         return;
+    if (rndv_slot_get(p, req) != TMX_OK) {
+        ifc->ops->offer_close(ifc, req->rtr_token);
+        return;
+    }
     req->fin_wait = 0;
     wire_tmh_pack(&tmh, WIRE_OP_RTR, 0, c->rx, req->recv.tag);
     wire_ctsh_pack(&cts, (uintptr_t)req->buf, req->rkey, req->len, req->recv.ignore);
+    tok.rkey = htole64(req->rtr_token);
     memcpy(pkt, &tmh, sizeof(tmh));
     memcpy(pkt + sizeof(tmh), &cts, sizeof(cts));
+    memcpy(pkt + sizeof(tmh) + sizeof(cts), &tok, sizeof(tok));
     /* now or never: queued, it could follow a later control packet */
-    if (tl_ep_iface(ep)->ops->send(ep, &iov, 1) != TMX_OK) {
+    if (ifc->ops->send(ep, &iov, 1) != TMX_OK) {
+        ifc->ops->offer_close(ifc, req->rtr_token);
         rndv_slot_put(p, req);
         return;
     }
+    req->rtr_iface = ifc;
     req->wr_wait = 1;
     p->n_wr_wait++;
     reg_take(p, req, req->len);
@@ -1581,7 +1636,7 @@ void proto_msg_deliver(proto_t *p, proto_msg_t *msg, proto_req_t *req)
 {
     if (__builtin_expect(req->rtr, 0)) { /* not expected: offer_wanted keeps such messages away */
         util_error("a message from peer %u went to a receive offered to it: the offer ends", msg->m.src);
-        offer_end(p, req);
+        offer_spent(p, req);
     }
     recv_fill(req, msg->m.src, msg->m.tag, msg->len, msg->has_data, msg->data);
     if (msg->kind == PROTO_MSG_EAGER) {
@@ -1639,15 +1694,10 @@ tmx_status_t proto_recv_cancel(proto_t *p, proto_req_t *req)
 {
     if (!match_recv_is_posted(&req->recv))
         return TMX_ERR_BUSY;
-    if (req->rtr) { /* only its sender knows whether it writes */
-        if (!req->rtr_cancel) {
-            wire_tmh_t tmh;
-            wire_rkh_t k = {htole64(req->rkey)};
-            wire_tmh_pack(&tmh, WIRE_OP_RTR_CANCEL, 0, 0, req->recv.tag);
-            ctrl_send(p, req->rndv_src, &tmh, &k, sizeof(k));
-            req->rtr_cancel = 1;
-        }
-        return TMX_INPROGRESS;
+    if (req->rtr) { /* cancelled only if its sender did not take the copy */
+        if (!offer_take_own(req))
+            return TMX_ERR_BUSY;
+        offer_end(p, req);
     }
     recv_take(p, req);
     return TMX_OK;
@@ -1741,18 +1791,23 @@ static int parse_packet(proto_t *pr, tmx_peer_t src, const unsigned char *p, siz
         wire_rvh_unpack(&in->rvh);
         off += sizeof(wire_rvh_t);
     }
-    if (in->tmh.opcode == WIRE_OP_RTR_NO || in->tmh.opcode == WIRE_OP_RTR_CANCEL) {
+    if (in->tmh.opcode == WIRE_OP_RTR_NO) {
         if (len != off + sizeof(wire_rkh_t))
-            return parse_fail(pr, src, "RTR_NO or RTR_CANCEL of the wrong length", len);
+            return parse_fail(pr, src, "RTR_NO of the wrong length", len);
         memcpy(&in->rkh, p + off, sizeof(in->rkh));
         in->rkh.rkey = le64toh(in->rkh.rkey);
-        return in->tmh.flags != 0 ? parse_fail(pr, src, "bad RTR_NO or RTR_CANCEL flags", len) : 0;
+        return in->tmh.flags != 0 ? parse_fail(pr, src, "bad RTR_NO flags", len) : 0;
     }
     if (in->tmh.opcode == WIRE_OP_CTS || in->tmh.opcode == WIRE_OP_RTR) {
-        if (len != off + sizeof(wire_ctsh_t))
+        size_t want = off + sizeof(wire_ctsh_t) + (in->tmh.opcode == WIRE_OP_RTR ? sizeof(wire_rkh_t) : 0);
+        if (len != want)
             return parse_fail(pr, src, "CTS or RTR of the wrong length", len);
         memcpy(&in->cts, p + off, sizeof(in->cts));
         wire_ctsh_unpack(&in->cts);
+        if (in->tmh.opcode == WIRE_OP_RTR) {
+            memcpy(&in->rtr_token, p + off + sizeof(wire_ctsh_t), sizeof(in->rtr_token));
+            in->rtr_token = le64toh(in->rtr_token);
+        }
         return in->tmh.flags != 0 ? parse_fail(pr, src, "bad CTS or RTR flags", len) : 0;
     }
     if (in->tmh.opcode == WIRE_OP_WDONE) {
@@ -1835,7 +1890,7 @@ static inline void tagged_match(proto_t *p, tmx_peer_t src, const proto_in_t *in
     recv_fill(req, src, in->tmh.tag, msg_len, in->has_data, in->data);
     if (in->tmh.opcode == WIRE_OP_EAGER) {
         if (__builtin_expect(req->rtr, 0))
-            offer_end(p, req); /* its sender spent the offer on this message */
+            offer_spent(p, req);
         eager_deliver(p, req, in->payload);
     } else
         rndv_start(p, req, src, in->tmh.app_ctx, in->rvh.va, in->rvh.rkey, in->rvh.len,
@@ -1914,11 +1969,9 @@ static void fin_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const prot
         parse_fail(p, src, "FIN names no rendezvous send of ours", len);
         return;
     }
-    if (req->parked) { /* refused before we wrote into the offer it took: the
-                          receiver's offered receive is told */
+    if (req->parked) { /* queued to write into an offer: the receiver read it, or refused it */
         util_dlist_unlink(&req->off_link);
         req->parked = 0;
-        offer_no(p, src, src_uuid, req->comp.tag, req->rndv_rkey);
     }
     rndv_slot_put(p, req);
     if (in->tmh.flags & PROTO_FIN_FAILED) {
@@ -2011,9 +2064,6 @@ static inline __attribute__((always_inline)) void packet_arrive(proto_t *p, uint
     case WIRE_OP_RTR_NO:
         rtr_no_arrive(p, src_uuid, src, in);
         break;
-    case WIRE_OP_RTR_CANCEL:
-        rtr_cancel_arrive(p, src_uuid, src, in);
-        break;
     case WIRE_OP_FIN:
         fin_arrive(p, src_uuid, src, in, len);
         break;
@@ -2089,7 +2139,7 @@ static proto_stream_t *stream_open(proto_t *p, uint64_t uuid, tmx_peer_t src, co
         s->req = util_container_of(r, proto_req_t, recv);
         recv_take(p, s->req);
         if (s->req->rtr)
-            offer_end(p, s->req); /* its sender spent the offer on this message */
+            offer_spent(p, s->req);
         recv_fill(s->req, src, in->tmh.tag, in->payload_len, in->has_data, in->data);
         s->dst = s->req->buf;
         s->room = s->req->comp.length;

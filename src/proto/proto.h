@@ -72,7 +72,6 @@ typedef struct proto_req {
                                    holds a slot as wr_wait */
     uint8_t rtr_rts;            /* offered, and the sender's RTS matched it (rndv_
                                    fields set): waits for WDONE or RTR_NO */
-    uint8_t rtr_cancel;         /* offered, and a cancel waits for the answer */
     uint32_t tx_seq;            /* rendezvous sends, engine on: the tagged packets
                                    sent to the peer up to its RTS (proto_pcnt_t) */
     uint64_t rkey;              /* rendezvous sends: key the FIN must echo */
@@ -89,6 +88,10 @@ typedef struct proto_req {
     uint64_t off_token;         /* the engine's read in flight */
     uint8_t off_wr;             /* that "read" is the sender's write (wr_wait) */
     util_dlist_t off_link;      /* in off_host_only, or in proto_t.parked */
+    /* offers (set when made or taken, read only while rtr or parked): */
+    uint64_t rtr_token;         /* an offered receive's claim word (tl.h offer_open);
+                                   a send that took an offer: the offer's */
+    tl_iface_t *rtr_iface;      /* an offered receive's: where its word is */
     tl_get_op_t get;            /* rendezvous receives: the read */
     struct proto *owner;        /* rendezvous receives: for get.done */
     tmx_peer_t rndv_src;        /* rendezvous receives: where FIN goes */
@@ -126,6 +129,8 @@ typedef struct proto_offer {
     uint64_t va;
     uint64_t rkey;
     uint64_t len;
+    uint64_t token;             /* its claim word, taken before we write */
+    tmx_peer_t peer;            /* the receiver's number here */
 } proto_offer_t;
 
 #define PROTO_OFFERS 8           /* offers kept at once; more are declined */
@@ -234,6 +239,7 @@ struct proto {
                                    made and taken; without it every offer is refused */
     proto_pcnt_t *pcnt;         /* open addressing by uuid, pcnt_cap entries */
     uint32_t pcnt_cap, pcnt_used;
+    proto_pcnt_t *pcnt_last;    /* the entry found last */
     int pcnt_broken;            /* a count could not be kept: no offers, made or taken */
     proto_offer_t offers[PROTO_OFFERS];
     uint32_t n_offers;
@@ -326,9 +332,8 @@ tmx_status_t proto_recv_match(proto_t *p, proto_req_t *req);
 tmx_status_t proto_recv_post(proto_t *p, proto_req_t *req);
 
 /* Takes a posted receive back: TMX_OK, or TMX_ERR_BUSY if a message
- * already matched it. The caller completes it. A receive offered to its
- * sender (RTR) answers TMX_INPROGRESS until the sender said whether it
- * writes: the caller progresses and asks again. */
+ * already matched it, or its sender took its offer (it completes when the
+ * sender's write does). The caller completes it. */
 tmx_status_t proto_recv_cancel(proto_t *p, proto_req_t *req);
 
 /* A request that can no longer finish because its peer is gone: a

@@ -116,7 +116,71 @@ static tmx_status_t fake_put(tl_ep_t *ep, const void *src, size_t len, uint64_t 
     return W->put_status;
 }
 
-static const tl_ops_t fake_ops = {.name = "fake", .send = fake_send, .get = fake_get, .put = fake_put};
+/* Claim words of offers: a token is open (as any the test makes up) until
+ * taken or closed. */
+enum { FAKE_OPEN, FAKE_TAKEN, FAKE_CLOSED };
+static uint64_t fake_tokens[64];
+static int fake_states[64];
+static int n_fake_tokens;
+static uint64_t fake_next_token = 0x100;
+
+static int *fake_state(uint64_t token)
+{
+    for (int i = 0; i < n_fake_tokens; i++) {
+        if (fake_tokens[i] == token)
+            return &fake_states[i];
+    }
+    assert_true(n_fake_tokens < 64);
+    fake_tokens[n_fake_tokens] = token;
+    fake_states[n_fake_tokens] = FAKE_OPEN;
+    return &fake_states[n_fake_tokens++];
+}
+
+static tmx_status_t fake_offer_open(tl_iface_t *iface, uint64_t *token)
+{
+    (void)iface;
+    *token = fake_next_token++;
+    *fake_state(*token) = FAKE_OPEN;
+    return TMX_OK;
+}
+
+static int fake_offer_take_own(tl_iface_t *iface, uint64_t token)
+{
+    int *st = fake_state(token);
+
+    (void)iface;
+    if (*st != FAKE_OPEN)
+        return 0;
+    *st = FAKE_TAKEN;
+    return 1;
+}
+
+static int fake_offer_take(tl_ep_t *ep, uint64_t token)
+{
+    return fake_offer_take_own(tl_ep_iface(ep), token);
+}
+
+static void fake_offer_close(tl_iface_t *iface, uint64_t token)
+{
+    (void)iface;
+    *fake_state(token) = FAKE_CLOSED;
+}
+
+static int fake_offer_live(tl_ep_t *ep, uint64_t token)
+{
+    (void)ep;
+    return *fake_state(token) == FAKE_OPEN;
+}
+
+static const tl_ops_t fake_ops = {.name = "fake",
+                                  .send = fake_send,
+                                  .get = fake_get,
+                                  .put = fake_put,
+                                  .offer_open = fake_offer_open,
+                                  .offer_take_own = fake_offer_take_own,
+                                  .offer_take = fake_offer_take,
+                                  .offer_close = fake_offer_close,
+                                  .offer_live = fake_offer_live};
 
 /* ----------------------------------------------------------------- core */
 
@@ -311,24 +375,33 @@ static wire_ctsh_t pkt_ctsh(const pkt_t *k)
 {
     wire_ctsh_t c;
 
-    assert_int_equal(k->len, sizeof(wire_tmh_t) + sizeof(c));
+    assert_true(k->len == sizeof(wire_tmh_t) + sizeof(c) || k->len == sizeof(wire_tmh_t) + sizeof(c) + 8);
     memcpy(&c, k->data + sizeof(wire_tmh_t), sizeof(c));
     wire_ctsh_unpack(&c);
     return c;
 }
 
-static void in_cts(uint64_t uuid, uint32_t app_ctx, uint64_t va, uint64_t rkey, uint64_t len,
-                   uint64_t skey)
+/* A TMH and a CTSH from uuid (CTS; RTR, then the token). */
+static void in_tmh_ctsh(uint64_t uuid, uint8_t op, uint32_t app_ctx, uint64_t tag, uint64_t va, uint64_t rkey,
+                        uint64_t len, uint64_t skey)
 {
-    unsigned char b[sizeof(wire_tmh_t) + sizeof(wire_ctsh_t)];
+    unsigned char b[sizeof(wire_tmh_t) + sizeof(wire_ctsh_t) + 8];
+    uint64_t token = htole64(rkey ^ 0x70c0); /* an RTR's: one per offer */
     wire_tmh_t h;
     wire_ctsh_t c;
 
-    wire_tmh_pack(&h, WIRE_OP_CTS, 0, app_ctx, 0);
+    wire_tmh_pack(&h, op, 0, app_ctx, tag);
     wire_ctsh_pack(&c, va, rkey, len, skey);
     memcpy(b, &h, sizeof(h));
     memcpy(b + sizeof(h), &c, sizeof(c));
-    proto_recv_cb(&W->p, uuid, b, sizeof(b));
+    memcpy(b + sizeof(h) + sizeof(c), &token, sizeof(token));
+    proto_recv_cb(&W->p, uuid, b, sizeof(h) + sizeof(c) + (op == WIRE_OP_RTR ? sizeof(token) : 0));
+}
+
+static void in_cts(uint64_t uuid, uint32_t app_ctx, uint64_t va, uint64_t rkey, uint64_t len,
+                   uint64_t skey)
+{
+    in_tmh_ctsh(uuid, WIRE_OP_CTS, app_ctx, 0, va, rkey, len, skey);
 }
 
 /* Every rendezvous of the fake transport by write. */
@@ -1412,19 +1485,21 @@ static void offload_refusal_tells_sender(void **state)
 
 #define OFFER_LEN 65536 /* PROTO_OFF_BIG: a receive this large is offered */
 
+/* The claim word's token an RTR we sent carries. */
+static uint64_t pkt_rtr_token(const pkt_t *k)
+{
+    uint64_t t;
+
+    assert_int_equal(k->len, sizeof(wire_tmh_t) + sizeof(wire_ctsh_t) + sizeof(t));
+    memcpy(&t, k->data + sizeof(wire_tmh_t) + sizeof(wire_ctsh_t), sizeof(t));
+    return le64toh(t);
+}
+
 /* An offer (RTR) from uuid: count is app_ctx, ignore skey. */
 static void in_rtr(uint64_t uuid, uint64_t tag, uint64_t va, uint64_t rkey, uint64_t len, uint32_t count,
                    uint64_t ignore)
 {
-    unsigned char b[sizeof(wire_tmh_t) + sizeof(wire_ctsh_t)];
-    wire_tmh_t h;
-    wire_ctsh_t c;
-
-    wire_tmh_pack(&h, WIRE_OP_RTR, 0, count, tag);
-    wire_ctsh_pack(&c, va, rkey, len, ignore);
-    memcpy(b, &h, sizeof(h));
-    memcpy(b + sizeof(h), &c, sizeof(c));
-    proto_recv_cb(&W->p, uuid, b, sizeof(b));
+    in_tmh_ctsh(uuid, WIRE_OP_RTR, count, tag, va, rkey, len, ignore);
 }
 
 static void in_rkh(uint64_t uuid, uint8_t op, uint64_t tag, uint64_t rkey)
@@ -1486,9 +1561,10 @@ static wire_ctsh_t offer_post(proto_req_t *r, char *buf, uint64_t taken)
     return c;
 }
 
-/* An offered receive: the sender's RTS matches it and nothing is read;
- * its WDONE completes it and FIN goes back; its RTR_NO instead starts the
- * read. */
+/* An offered receive whose sender took the copy first: its RTS matches
+ * it and nothing is read; its WDONE completes it and FIN goes back. One
+ * whose RTS comes first: the receiver takes the copy and reads at once,
+ * and the sender's late take fails. */
 static void offer_written_or_read(void **state)
 {
     static char wbuf[OFFER_LEN], got[OFFER_LEN], src[OFFER_LEN];
@@ -1500,24 +1576,31 @@ static void offer_written_or_read(void **state)
     memset(src, 's', sizeof(src));
     for (int round = 0; round < 2; round++) {
         int before;
+        uint64_t token;
         memset(got, 0, sizeof(got));
         c = offer_post(&r, got, 1 + (uint64_t)round);
+        token = pkt_rtr_token(&W->pkts[W->n_pkts - 1]);
+        if (round == 0) /* the sender's take */
+            assert_true(fake_offer_take(&W->ep[1], token));
         before = W->n_pkts;
         W->get_kind = 0;
         W->get_status = TMX_OK;
         in_rvh(UUID_B, WIRE_OP_RNDV, WIRE_FLAG_WRITER, 50 + round, 7, (uintptr_t)src, 0x55, sizeof(src) - 10);
-        assert_int_equal(W->get_kind, 0); /* no read: the sender writes */
-        assert_int_equal(W->n_pkts, before);
-        assert_int_equal(W->n_done, round);
-        assert_true(proto_req_waiting(&r));
         if (round == 0) {
+            assert_int_equal(W->get_kind, 0); /* no read: the sender writes */
+            assert_int_equal(W->n_pkts, before);
+            assert_int_equal(W->n_done, 0);
+            assert_true(proto_req_waiting(&r));
+            assert_int_equal(proto_recv_cancel(&W->p, &r), TMX_ERR_BUSY);
             memcpy(got, src, sizeof(src) - 10);
-            in_rvh(UUID_B, WIRE_OP_WDONE, WIRE_WDONE_ACK, reg_key_slot(c.rkey), 50 + round, c.va, c.rkey,
+            in_rvh(UUID_B, WIRE_OP_WDONE, WIRE_WDONE_ACK, reg_key_slot(c.rkey), 50, c.va, c.rkey,
                    sizeof(src) - 10);
             assert_int_equal(W->p.rtr_written, 1);
+            assert_int_equal(*fake_state(token), FAKE_CLOSED);
         } else {
-            in_rkh(UUID_B, WIRE_OP_RTR_NO, 7, c.rkey);
-            assert_int_equal(W->get_kind, TL_GET_DIRECT);
+            assert_int_equal(W->get_kind, TL_GET_DIRECT); /* read at once */
+            assert_false(fake_offer_take(&W->ep[1], token)); /* the sender's, too late */
+            assert_int_equal(*fake_state(token), FAKE_CLOSED);
             assert_int_equal(W->p.rtr_written, 1);
         }
         assert_int_equal(W->n_done, round + 1);
@@ -1533,6 +1616,7 @@ static void offer_written_or_read(void **state)
     /* a write for another request of the sender's than the one that
      * matched: the receive fails, and the sender's request is told */
     c = offer_post(&r, got, 3);
+    assert_true(fake_offer_take(&W->ep[1], pkt_rtr_token(&W->pkts[W->n_pkts - 1])));
     in_rvh(UUID_B, WIRE_OP_RNDV, WIRE_FLAG_WRITER, 60, 7, (uintptr_t)src, 0x66, sizeof(src));
     in_rvh(UUID_B, WIRE_OP_WDONE, WIRE_WDONE_ACK, reg_key_slot(c.rkey), 61, c.va, c.rkey, sizeof(src));
     assert_int_equal(W->n_done, 3);
@@ -1550,47 +1634,48 @@ static void offer_written_or_read(void **state)
 
 /* An offered receive that an eager message of its sender takes (the
  * sender spent the offer on it): completed with it, its slot given back,
- * the sender's late RTR_NO ignored. An offered receive cancels only once
- * the sender said it does not write. */
+ * its word closed, the sender's late RTR_NO ignored. A cancel takes the
+ * copy and cancels; an abort (the sender died) gives everything back. */
 static void offer_spent_or_cancelled(void **state)
 {
     static char wbuf[OFFER_LEN], got[OFFER_LEN];
     proto_req_t r;
     wire_ctsh_t c;
+    uint64_t token;
     int before;
 
     (void)state;
     offers_on(wbuf);
     c = offer_post(&r, got, 1);
+    token = pkt_rtr_token(&W->pkts[W->n_pkts - 1]);
     in_eager(UUID_B, 7, "hello", 5);
     assert_int_equal(W->n_done, 1);
     assert_int_equal(W->done_st[0], TMX_OK);
     assert_memory_equal(got, "hello", 5);
     assert_int_equal(W->p.n_wr_wait, 0);
     assert_int_equal(W->p.n_rndv_used, 0);
+    assert_int_equal(*fake_state(token), FAKE_CLOSED);
     in_rkh(UUID_B, WIRE_OP_RTR_NO, 7, c.rkey);
     assert_int_equal(W->p.dropped, 0);
 
-    /* cancel: asked, then answered */
+    /* cancel: the copy is the receiver's, nothing is sent */
     c = offer_post(&r, got, 2);
-    (void)c;
+    token = pkt_rtr_token(&W->pkts[W->n_pkts - 1]);
     before = W->n_pkts;
-    assert_int_equal(proto_recv_cancel(&W->p, &r), TMX_INPROGRESS);
-    assert_int_equal(proto_recv_cancel(&W->p, &r), TMX_INPROGRESS);
-    assert_int_equal(W->n_pkts, before + 1); /* asked once */
-    assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_RTR_CANCEL);
-    assert_int_equal(pkt_rkh(&W->pkts[before]), r.rkey);
-    in_rkh(UUID_B, WIRE_OP_RTR_NO, 7, r.rkey);
     assert_int_equal(proto_recv_cancel(&W->p, &r), TMX_OK);
+    assert_int_equal(W->n_pkts, before);
     assert_false(proto_req_waiting(&r));
     assert_int_equal(W->p.n_wr_wait, 0);
+    assert_int_equal(*fake_state(token), FAKE_CLOSED);
 
     /* an abort (the sender died) gives everything back */
     c = offer_post(&r, got, 2);
+    token = pkt_rtr_token(&W->pkts[W->n_pkts - 1]);
     proto_req_abort(&W->p, &r);
     assert_false(proto_req_waiting(&r));
     assert_int_equal(W->p.n_wr_wait, 0);
     assert_int_equal(W->p.n_rndv_used, 0);
+    assert_int_equal(*fake_state(token), FAKE_CLOSED);
     assert_int_equal(W->n_done, 1);
 }
 
@@ -1657,7 +1742,7 @@ static void offer_not_made(void **state)
 static void offer_sender(void **state)
 {
     static char sbuf[100000], rbuf[OFFER_LEN];
-    proto_req_t s;
+    proto_req_t s, s2;
     int before;
     uint64_t dropped;
 
@@ -1728,12 +1813,22 @@ static void offer_sender(void **state)
     assert_int_equal(pkt_tmh(&W->pkts[before]).opcode, WIRE_OP_RTR_NO);
     assert_int_equal(pkt_rkh(&W->pkts[before]), 0x4234);
 
-    /* 5. kept, then taken back: refused; a count above ours, refused */
+    /* 5. kept, but the receiver takes the copy first (it reads): our send
+     * with the tag writes nothing, and waits for FIN */
     in_rtr(UUID_B, 8, (uintptr_t)rbuf, 0x5234, OFFER_LEN, 3, 0);
     assert_int_equal(W->p.n_offers, 1);
-    in_rkh(UUID_B, WIRE_OP_RTR_CANCEL, 8, 0x5234);
-    assert_int_equal(W->p.n_offers, 0);
-    assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).opcode, WIRE_OP_RTR_NO);
+    assert_true(fake_offer_take_own(&W->iface, 0x5234 ^ 0x70c0));
+    req_send(&s, sbuf, sizeof(sbuf), 0);
+    s.comp.tag = 8;
+    before = W->n_pkts;
+    assert_int_equal(proto_send(&W->p, &s, 1, 8), TMX_OK);
+    assert_int_equal(proto_progress(&W->p), 1);
+    assert_int_equal(W->n_puts, 2);
+    assert_int_equal(W->n_pkts, before + 1); /* the RTS only */
+    in_rvh(UUID_B, WIRE_OP_FIN, 0, s.id, 8, (uintptr_t)sbuf, s.rkey, sizeof(sbuf));
+    assert_int_equal(W->n_done, 4); /* with step 3's eager send */
+    assert_int_equal(W->done_st[3], TMX_OK);
+    /* a count above ours: refused */
     before = W->n_pkts;
     in_rtr(UUID_B, 8, (uintptr_t)rbuf, 0x6234, OFFER_LEN, 9, 0);
     assert_int_equal(W->n_pkts, before + 1);
@@ -1742,14 +1837,14 @@ static void offer_sender(void **state)
     /* 6. malformed: dropped, nothing written or sent */
     dropped = W->p.dropped;
     before = W->n_pkts;
-    in_rtr(UUID_B, 8, (uintptr_t)rbuf, 0x7234, 0, 3, 0);
+    in_rtr(UUID_B, 8, (uintptr_t)rbuf, 0x7234, 0, 4, 0);
     in_rvh(UUID_B, WIRE_OP_RTR, 0, 0, 8, 1, 2, 3); /* the wrong length */
     in_rvh(UUID_B, WIRE_OP_RTR_NO, 0, 0, 8, 1, 2, 3);
     assert_int_equal(W->p.dropped, dropped + 3);
     assert_int_equal(W->n_pkts, before);
     assert_int_equal(W->n_puts, 2);
     /* a masked offer: taken by a send whose tag differs in its bits */
-    in_rtr(UUID_B, 9, (uintptr_t)rbuf, 0x9234, OFFER_LEN, 3, 0x100);
+    in_rtr(UUID_B, 9, (uintptr_t)rbuf, 0x9234, OFFER_LEN, 4, 0x100);
     assert_int_equal(W->p.n_offers, 1);
     req_send(&s, sbuf, sizeof(sbuf), 0);
     s.comp.tag = 9 | 0x100;
@@ -1757,9 +1852,33 @@ static void offer_sender(void **state)
     assert_int_equal(W->p.n_offers, 0);
     assert_int_equal(proto_progress(&W->p), 1);
     assert_int_equal(W->n_puts, 3);
-    /* B fails: what it offered goes */
-    in_rtr(UUID_B, 10, (uintptr_t)rbuf, 0x8234, OFFER_LEN, 4, 0);
+    /* kept offers whose words the receiver closed since (cancelled
+     * receives) are dropped when the table would refuse a new one */
+    for (int i = 0; i < PROTO_OFFERS; i++)
+        in_rtr(UUID_B, 100 + (uint64_t)i, (uintptr_t)rbuf, 0xa000 + (uint64_t)i, OFFER_LEN, 5, 0);
+    assert_int_equal(W->p.n_offers, PROTO_OFFERS);
+    for (int i = 0; i < PROTO_OFFERS; i++)
+        fake_offer_close(&W->iface, (0xa000 + (uint64_t)i) ^ 0x70c0);
+    before = W->n_pkts;
+    in_rtr(UUID_B, 200, (uintptr_t)rbuf, 0xb000, OFFER_LEN, 5, 0);
+    assert_int_equal(W->n_pkts, before); /* kept, not refused */
     assert_int_equal(W->p.n_offers, 1);
+    /* on the offload engine's thread (our application computes), a
+     * request the offer matches is not written: the receiver takes the
+     * copy when the request reaches it */
+    req_send(&s2, sbuf, sizeof(sbuf), 0); /* s, the masked one, still waits for its FIN */
+    s2.comp.tag = 201;
+    assert_int_equal(proto_send(&W->p, &s2, 1, 201), TMX_OK);
+    atomic_store(&W->iface.rare_thread, (uintptr_t)pthread_self());
+    before = W->n_pkts;
+    in_rtr(UUID_B, 201, (uintptr_t)rbuf, 0xc000, OFFER_LEN, 5, 0);
+    assert_int_equal(W->n_puts, 3);
+    assert_int_equal(W->n_pkts, before);
+    assert_int_equal(*fake_state(0xc000 ^ 0x70c0), FAKE_OPEN);
+    atomic_store(&W->iface.rare_thread, (uintptr_t)0);
+    /* B fails: what it offered goes */
+    in_rtr(UUID_B, 10, (uintptr_t)rbuf, 0x8234, OFFER_LEN, 6, 0);
+    assert_int_equal(W->p.n_offers, 2);
     proto_peer_gone(&W->p, UUID_B);
     assert_int_equal(W->p.n_offers, 0);
 }
@@ -1800,8 +1919,8 @@ static void offer_not_while_streaming(void **state)
 
 /* The sender's rendezvous took a kept offer, and its receiver refused the
  * request (FIN, failed) before the write's progress pass: the send ends
- * there, is no longer queued, nothing is written, and the receiver's
- * offered receive is told (RTR_NO). */
+ * there, is no longer queued, and nothing is written (the receiver's
+ * offered receive takes the word itself when a request reaches it). */
 static void offer_refused_before_write(void **state)
 {
     static char sbuf[100000], rbuf[OFFER_LEN];
@@ -1821,8 +1940,7 @@ static void offer_refused_before_write(void **state)
     in_rvh(UUID_B, WIRE_OP_FIN, 1u << 15, s.id, 7, (uintptr_t)sbuf, s.rkey, sizeof(sbuf));
     assert_int_equal(W->n_done, 1);
     assert_int_equal(W->done_st[0], TMX_ERR_IO);
-    assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).opcode, WIRE_OP_RTR_NO);
-    assert_int_equal(pkt_rkh(&W->pkts[W->n_pkts - 1]), 0x1234);
+    assert_int_equal(pkt_tmh(&W->pkts[W->n_pkts - 1]).opcode, WIRE_OP_RNDV); /* nothing since */
     assert_false(proto_has_work(&W->p));
     assert_int_equal(proto_progress(&W->p), 0);
     assert_int_equal(W->n_puts, 0);

@@ -45,15 +45,14 @@ enum wire_opcode {
                           (tag: the receive's; app_ctx: the tagged packets
                           the receiver has taken from this sender so far;
                           CTSH: its buffer, its key, its length, and in skey
-                          the receive's ignore mask); the sender writes the
-                          first message it sends with a matching tag after
-                          those, if it goes by rendezvous, and answers
-                          WDONE, or RTR_NO */
-    WIRE_OP_RTR_NO = 8, /* the sender will not write into an offered buffer
-                           (RKH: the offer's key) */
-    WIRE_OP_RTR_CANCEL = 9 /* the receiver takes its offer back (RKH: the
-                              offer's key); the sender answers RTR_NO unless
-                              it wrote, or will */
+                          the receive's ignore mask; then an RKH: the token
+                          of the claim word the one copy is taken with);
+                          the sender writes the first message it sends with
+                          a matching tag after those, if it goes by
+                          rendezvous and takes the word first, and answers
+                          WDONE; or it says RTR_NO */
+    WIRE_OP_RTR_NO = 8 /* the sender will not write into an offered buffer
+                          (RKH: the offer's key) */
 };
 
 enum wire_wdone_flag {
@@ -104,7 +103,8 @@ typedef struct wire_ctsh {
     uint64_t skey;     /* the sender's key, from the request */
 } wire_ctsh_t;
 
-/* Receive Key Header: the key of an offered receive (RTR_NO, RTR_CANCEL). */
+/* Receive Key Header: the key of an offered receive (RTR_NO); after an
+ * RTR's CTSH, the token of its claim word (tl.h offer_open). */
 typedef struct wire_rkh {
     uint64_t rkey;
 } wire_rkh_t;

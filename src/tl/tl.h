@@ -551,6 +551,27 @@ struct tl_ops {
      * senders through shared state. Blocks: no. Upcalls: none. */
     void (*pressure_changed)(tl_iface_t *iface);
 
+    /* Optional, all five or none (NULL: no receive offers). Claim words
+     * for receive offers (proto.c, RTR): the receiver opens one in its own
+     * interface's shared state when it offers a buffer to a sender, and
+     * the buffer's one copy is taken with it, by a compare-and-swap that
+     * only one taker wins: by the sender before it writes (offer_take,
+     * through its endpoint to the receiver), or by the receiver before it
+     * reads (offer_take_own), whichever comes first, so that the side
+     * that is idle copies. The receiver closes it when the receive ends
+     * or the offer does; no take succeeds after that. token names the
+     * word and its generation (a stale token takes nothing).
+     * offer_open: TMX_OK, or TMX_ERR_AGAIN when every word is open.
+     * offer_take, offer_take_own: 1 if this take won. Blocks: no.
+     * Upcalls: none. In upcall: yes. */
+    tmx_status_t (*offer_open)(tl_iface_t *iface, uint64_t *token);
+    int (*offer_take_own)(tl_iface_t *iface, uint64_t token);
+    int (*offer_take)(tl_ep_t *ep, uint64_t token);
+    void (*offer_close)(tl_iface_t *iface, uint64_t token);
+    /* Whether the receiver's word token is still open (a sender's look,
+     * taking nothing). */
+    int (*offer_live)(tl_ep_t *ep, uint64_t token);
+
     /* Optional (NULL: nothing to do). Removes what processes of this
      * transport that all died left on the host (shared files, segments),
      * of the job job_key only (0: of any job); what a live process holds

@@ -1596,6 +1596,82 @@ static int shm_peer_pressed(tl_ep_t *tep)
     return atomic_load_explicit(&((shm_ep_t *)tep)->seg->pressure, memory_order_relaxed) != 0;
 }
 
+/* ------------------------------------------------- receive offers' words */
+
+#define SHM_OFFER_IDX_BITS 8
+
+/* The word a token names, and the value it had open; NULL for a token no
+ * word has. */
+static _Atomic uint64_t *offer_word(shm_seg_hdr_t *seg, uint64_t token, uint64_t *open)
+{
+    uint64_t i = token & ((1u << SHM_OFFER_IDX_BITS) - 1);
+
+    if (i >= SHM_N_OFFERS)
+        return NULL;
+    *open = (token >> SHM_OFFER_IDX_BITS) << 2 | SHM_OFFER_OPEN;
+    return &seg->offers[i];
+}
+
+static tmx_status_t shm_offer_open(tl_iface_t *iface, uint64_t *token)
+{
+    shm_iface_t *si = (shm_iface_t *)iface;
+
+    for (uint32_t k = 0; k < SHM_N_OFFERS; k++) {
+        uint32_t i = (si->offer_next + k) % SHM_N_OFFERS;
+        uint64_t w = atomic_load_explicit(&si->seg->offers[i], memory_order_relaxed);
+        uint64_t gen = ((w >> 2) + 1) & (UINT64_MAX >> (SHM_OFFER_IDX_BITS + 2));
+        if ((w & 3) != SHM_OFFER_FREE)
+            continue;
+        atomic_store_explicit(&si->seg->offers[i], gen << 2 | SHM_OFFER_OPEN, memory_order_release);
+        si->offer_next = i + 1;
+        *token = gen << SHM_OFFER_IDX_BITS | i;
+        return TMX_OK;
+    }
+    return TMX_ERR_AGAIN;
+}
+
+static int offer_take_in(shm_seg_hdr_t *seg, uint64_t token)
+{
+    uint64_t open;
+    _Atomic uint64_t *w = offer_word(seg, token, &open);
+
+    return w != NULL && atomic_compare_exchange_strong_explicit(w, &open, (open & ~(uint64_t)3) | SHM_OFFER_TAKEN,
+                                                                memory_order_acq_rel, memory_order_relaxed);
+}
+
+static int shm_offer_take_own(tl_iface_t *iface, uint64_t token)
+{
+    return offer_take_in(((shm_iface_t *)iface)->seg, token);
+}
+
+static int shm_offer_take(tl_ep_t *tep, uint64_t token)
+{
+    shm_ep_t *ep = (shm_ep_t *)tep;
+
+    return !ep->failed && offer_take_in(ep->seg, token);
+}
+
+static int shm_offer_live(tl_ep_t *tep, uint64_t token)
+{
+    uint64_t open;
+    _Atomic uint64_t *w = offer_word(((shm_ep_t *)tep)->seg, token, &open);
+
+    return w != NULL && atomic_load_explicit(w, memory_order_relaxed) == open;
+}
+
+static void shm_offer_close(tl_iface_t *iface, uint64_t token)
+{
+    uint64_t open;
+    _Atomic uint64_t *w = offer_word(((shm_iface_t *)iface)->seg, token, &open);
+    uint64_t v;
+
+    if (w == NULL)
+        return;
+    v = atomic_load_explicit(w, memory_order_relaxed);
+    if ((v & ~(uint64_t)3) == (open & ~(uint64_t)3)) /* still this offer's generation */
+        atomic_store_explicit(w, (open & ~(uint64_t)3) | SHM_OFFER_FREE, memory_order_release);
+}
+
 const tl_ops_t tl_shm_ops = {
     .name = "shm",
     .iface_open = shm_iface_open,
@@ -1614,4 +1690,9 @@ const tl_ops_t tl_shm_ops = {
     .check_peers = shm_check_peers,
     .peer_pressed = shm_peer_pressed,
     .pressure_changed = shm_pressure_changed,
+    .offer_open = shm_offer_open,
+    .offer_take_own = shm_offer_take_own,
+    .offer_take = shm_offer_take,
+    .offer_close = shm_offer_close,
+    .offer_live = shm_offer_live,
 };

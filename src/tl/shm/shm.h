@@ -57,6 +57,7 @@ typedef struct shm_iface {
                                    (a sleep over several transports); and
                                    how we wake others' sleepers. -1: none */
     uint64_t wake_name;         /* that name (seg->wake_name), 0: unbound */
+    uint32_t offer_next;        /* where offer_open looks first */
     uint64_t head;              /* next position we consume */
     _Atomic uint64_t wait_head; /* head, for shm_wait, which runs unlocked */
     int held;                   /* the head cell is left for later (cell_leave) */

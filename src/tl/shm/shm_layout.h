@@ -33,13 +33,14 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x4d48534du   /* "MSHM" */
-#define SHM_VERSION 12
+#define SHM_VERSION 13
 #define SHM_CACHE_LINE 64
 #define SHM_CELL_SIZE 8320      /* bytes per cell, header included: 8 KiB of payload and its headers */
 #define SHM_N_CELLS 128         /* a power of two */
 #define SHM_N_JOBS 64           /* shared copies under way per reader */
 #define SHM_N_SENDERS 1024      /* processes that may send to one segment */
 #define SHM_N_FBOX 32           /* fast boxes per segment (at most 64: one word of bits) */
+#define SHM_N_OFFERS 64         /* receive offers open at once per segment (tl.h offer_open) */
 #define SHM_FBOX_SIZE 8192      /* bytes of entries per fast box, a power of two */
 #define SHM_FBOX_MAX 512        /* the longest packet a fast box carries */
 
@@ -173,7 +174,18 @@ typedef struct shm_seg_hdr {
     shm_sender_t senders[SHM_N_SENDERS];
     shm_claim_t claims[SHM_N_SENDERS]; /* claims[i] is senders[i]'s */
     shm_fbox_ctl_t fbox[SHM_N_FBOX];   /* their entries follow the cells */
+    /* Claim words of receive offers (tl.h's offer_open): generation << 2 |
+     * state; the owner opens a free one and frees it, the offer's one copy
+     * is taken by a compare-and-swap from open, by the sender before it
+     * writes or by the owner before it reads. */
+    _Atomic uint64_t offers[SHM_N_OFFERS];
 } shm_seg_hdr_t;
+
+enum shm_offer_state {
+    SHM_OFFER_FREE = 0,
+    SHM_OFFER_OPEN = 1,
+    SHM_OFFER_TAKEN = 2
+};
 
 enum shm_cell_kind {
     SHM_KIND_PACKET = 0,        /* a packet for the layer above */
@@ -349,9 +361,11 @@ static inline uint32_t shm_span_part(uint64_t len, uint32_t n, uint32_t j)
 
 static_assert(sizeof(shm_sender_t) == 16, "a sender slot is 16 bytes");
 static_assert(sizeof(shm_claim_t) == SHM_CACHE_LINE, "a sender's claim is one line");
-static_assert(sizeof(shm_seg_hdr_t) ==
-                  (3 + SHM_N_JOBS + SHM_N_SENDERS + 2 * SHM_N_FBOX) * SHM_CACHE_LINE + SHM_N_SENDERS * 16,
-              "segment header: three lines, one per job, the senders, one line per claim, two per box");
+static_assert(sizeof(shm_seg_hdr_t) == (3 + SHM_N_JOBS + SHM_N_SENDERS + 2 * SHM_N_FBOX) * SHM_CACHE_LINE +
+                                          SHM_N_SENDERS * 16 + SHM_N_OFFERS * 8,
+              "segment header: three lines, one per job, the senders, one line per claim, two per box, "
+              "the offers' words");
+static_assert(SHM_N_OFFERS * 8 % SHM_CACHE_LINE == 0, "the offers' words fill whole lines");
 static_assert(sizeof(shm_fbox_ctl_t) == 2 * SHM_CACHE_LINE, "a box's words are two lines");
 static_assert(SHM_N_FBOX <= 64 && SHM_N_FBOX < SHM_FBOX_NONE, "a box's bit fits fbox_used");
 static_assert((SHM_FBOX_SIZE & (SHM_FBOX_SIZE - 1)) == 0, "a box's size is a power of two");

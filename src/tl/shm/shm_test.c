@@ -1258,6 +1258,48 @@ static void hostile_help_bounded(void **state)
     side_close(&b, ba);
 }
 
+/* Receive offers' claim words: the receiver opens one; one take wins,
+ * the sender's through its endpoint or the receiver's own; a closed word,
+ * or a token of another generation, is taken by no one; every word open
+ * at once, the next open waits; a hostile token names no word. */
+static void offer_words(void **state)
+{
+    side_t a, b;
+    shm_ep_t *ba;
+    uint64_t t[SHM_N_OFFERS], u, extra;
+
+    (void)state;
+    side_open(&a, UUID_A);
+    side_open(&b, UUID_B);
+    ba = connect_to(&b, &a); /* b sends to a: a offers */
+    assert_int_equal(tl_shm_ops.offer_open(a.iface, &t[0]), TMX_OK);
+    assert_true(tl_shm_ops.offer_take(&ba->super, t[0]));
+    assert_false(tl_shm_ops.offer_take_own(a.iface, t[0]));
+    assert_false(tl_shm_ops.offer_take(&ba->super, t[0]));
+    tl_shm_ops.offer_close(a.iface, t[0]);
+    assert_int_equal(tl_shm_ops.offer_open(a.iface, &u), TMX_OK);
+    assert_true(tl_shm_ops.offer_take_own(a.iface, u));
+    assert_false(tl_shm_ops.offer_take(&ba->super, u));
+    tl_shm_ops.offer_close(a.iface, u);
+    assert_false(tl_shm_ops.offer_take(&ba->super, u)); /* closed */
+    for (int i = 0; i < SHM_N_OFFERS; i++)
+        assert_int_equal(tl_shm_ops.offer_open(a.iface, &t[i]), TMX_OK);
+    assert_int_equal(tl_shm_ops.offer_open(a.iface, &extra), TMX_ERR_AGAIN);
+    for (int i = 0; i < SHM_N_OFFERS; i++) /* no word twice, and each its own */
+        for (int j = 0; j < i; j++)
+            assert_true((t[i] & 0xff) != (t[j] & 0xff));
+    tl_shm_ops.offer_close(a.iface, t[5]);
+    assert_false(tl_shm_ops.offer_take(&ba->super, t[5]));
+    assert_int_equal(tl_shm_ops.offer_open(a.iface, &u), TMX_OK);
+    assert_true(u != t[5]);
+    assert_false(tl_shm_ops.offer_take(&ba->super, t[5])); /* the old generation */
+    assert_true(tl_shm_ops.offer_take(&ba->super, u));
+    assert_false(tl_shm_ops.offer_take(&ba->super, UINT64_MAX)); /* no such word */
+    assert_false(tl_shm_ops.offer_take(&ba->super, 200));
+    side_close(&b, ba);
+    side_close(&a, NULL);
+}
+
 /* The offload engine's thread (rare_thread) does not help a shared copy:
  * its application is away, computing, and the reader copies it all. The
  * application's thread helps. */
@@ -1356,6 +1398,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(full_ring_keeps_order),
+        cmocka_unit_test(offer_words),
         cmocka_unit_test(hostile_cells_dropped),
         cmocka_unit_test(unlent_request_refused),
         cmocka_unit_test(dead_claimer_skipped),

@@ -1912,8 +1912,8 @@ static void test_offload_post_after_rendezvous(void **state)
     post_after_rendezvous(0, 0);
 }
 
-/* Two contexts over shm with the engine on and one-sided writes; NULL
- * after a skip. b has learnt that a writes (a rendezvous from a came). */
+/* Two contexts over shm with the engine on, offers on and one-sided
+ * writes; 0 (nothing open) where shm has no such writes. b has learnt that a writes (a rendezvous from a came). */
 static int offer_pair(tmx_context_h *a, tmx_context_h *b, tmx_peer_t *to_b, tmx_peer_t *from_a)
 {
     const size_t n = 1u << 20;

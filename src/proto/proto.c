@@ -1268,9 +1268,10 @@ static void rtr_no_arrive(proto_t *p, uint64_t src_uuid, tmx_peer_t src, const p
 /* Whether a receive about to be posted is offered to its sender: a large
  * one naming one peer (not by an implicit number, which may change) and
  * a tag with at most PROTO_OFFER_MASK_BITS ignored bits, that no older
- * receive could take a message of that sender's with such a tag before it, to a sender whose engine writes, over
- * a transport whose writes cost us nothing, with nothing queued that the
- * offer could overtake. */
+ * receive could take a message of that sender's with such a tag before
+ * it, to a sender whose engine writes, over a transport with claim words
+ * whose writes cost us nothing, with nothing queued that the offer could
+ * overtake. */
 static int offer_wanted(proto_t *p, const proto_req_t *req, tl_ep_t **ep)
 {
     const match_recv_t *r = &req->recv;

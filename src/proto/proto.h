@@ -67,12 +67,13 @@ typedef struct proto_req {
     uint8_t wr_wait;            /* rendezvous receives by write: the slot is held,
                                    the sender writes (rndv_src) */
     uint8_t wr_started;         /* rendezvous sends: a CTS came, the write began */
-    uint8_t parked;             /* receives: its rendezvous waits in proto_t.parked (off_link) */
+    uint8_t parked;             /* receives: its rendezvous waits in proto_t.parked; sends:
+                                   its write into an offer waits in offer_writes (off_link) */
     uint8_t rtr;                /* receives: offered to its sender (RTR), no answer yet;
                                    holds a slot as wr_wait */
     uint8_t rtr_rts;            /* offered, and the sender's RTS matched it (rndv_
                                    fields set): waits for WDONE or RTR_NO */
-    uint32_t tx_seq;            /* rendezvous sends, engine on: the tagged packets
+    uint32_t tx_seq;            /* rendezvous sends, offers on: the tagged packets
                                    sent to the peer up to its RTS (proto_pcnt_t) */
     uint64_t rkey;              /* rendezvous sends: key the FIN must echo */
     uint64_t dest_uuid;         /* rendezvous sends: who may send the FIN */
@@ -87,7 +88,7 @@ typedef struct proto_req {
     uint32_t off_handle;
     uint64_t off_token;         /* the engine's read in flight */
     uint8_t off_wr;             /* that "read" is the sender's write (wr_wait) */
-    util_dlist_t off_link;      /* in off_host_only, or in proto_t.parked */
+    util_dlist_t off_link;      /* in off_host_only, proto_t.parked or offer_writes */
     /* offers (set when made or taken, read only while rtr or parked): */
     uint64_t rtr_token;         /* an offered receive's claim word (tl.h offer_open);
                                    a send that took an offer: the offer's */
